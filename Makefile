@@ -1,0 +1,34 @@
+# xwm-bridge — `make run` starts the daemon on 127.0.0.1:8787; `make test` runs the whole suite.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck check bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/xwm-bridge serve
+
+test: $(STAMP)
+	$(BIN)/ruff check xwm_bridge internal tests
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check xwm_bridge internal tests
+	$(BIN)/ruff format --check xwm_bridge internal tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python -m internal.bench.forwarding
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,297 @@
+"""A fake upstream ACP provider for tests and benchmarks (not shipped).
+
+Speaks the bridge-protocol methods over ``POST /acp/rpc`` (plain JSON, or SSE
+when the request accepts ``text/event-stream``) and ``GET /acp`` (WebSocket).
+A turn replies ``echo: <taskPrompt>``, streamed as ``chunks`` ``session.update``
+notifications carrying ``delta`` pieces, after ``latency_ms``.
+
+Directives at the start of ``taskPrompt`` change one turn:
+
+* ``slow:<ms>``     sleep that long before answering (cancellable by ``session.cancel``)
+* ``error``         answer a JSON-RPC error ``{"code":-32000,"message":"fake upstream error"}``
+* ``malformed``     answer a body that is not JSON
+* ``status:<n>``    answer HTTP status n with a plain-text body
+* ``nullresult``    answer ``"result": null``
+* ``hang``          never answer (until cancelled or the client goes away)
+
+``GET /_state`` returns what the fake saw (requests, cancels, headers, params);
+``POST /_reset`` clears it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import WSMsgType, web
+
+_DIRECTIVE = re.compile(r"^(slow:(\d+)|error|malformed|status:(\d{3})|nullresult|hang)\b\s*")
+
+
+@dataclass
+class FakeState:
+    latency_ms: float = 0.0
+    chunks: int = 3
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    cancels: list[dict[str, Any]] = field(default_factory=list)
+    active: dict[str, asyncio.Event] = field(default_factory=dict)
+    completed: int = 0
+    cancelled_turns: int = 0
+    keep_requests: int = 1000
+
+    def record(
+        self, method: str, params: dict[str, Any], headers: dict[str, str], transport: str
+    ) -> None:
+        self.requests.append(
+            {"method": method, "params": params, "headers": headers, "transport": transport}
+        )
+        del self.requests[: -self.keep_requests]
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "cancels": self.cancels,
+            "active": sorted(self.active),
+            "completed": self.completed,
+            "cancelledTurns": self.cancelled_turns,
+        }
+
+
+STATE_KEY = web.AppKey("state", FakeState)
+
+
+def _parse_prompt(prompt: str) -> tuple[str, str]:
+    m = _DIRECTIVE.match(prompt)
+    return (m.group(1), prompt[m.end() :]) if m else ("", prompt)
+
+
+async def _turn(
+    state: FakeState,
+    rid: Any,
+    params: dict[str, Any],
+    emit: Any,
+) -> tuple[dict[str, Any] | None, bytes | None, int]:
+    """Run one fake turn. Returns (envelope, raw_body, http_status)."""
+    session_id = str(params.get("sessionId", ""))
+    prompt = str(params.get("taskPrompt", ""))
+    directive, text = _parse_prompt(prompt)
+    turn_id = f"turn-fake-{time.time_ns()}"
+    cancel = asyncio.Event()
+    state.active[session_id] = cancel
+    try:
+        delay = state.latency_ms / 1000
+        if directive.startswith("slow:"):
+            delay = int(directive[5:]) / 1000
+        if directive == "hang":
+            delay = 3600.0
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(cancel.wait(), delay)
+        if cancel.is_set():
+            state.cancelled_turns += 1
+            return (
+                {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "result": {"success": False, "error": "cancelled", "turnId": turn_id},
+                },
+                None,
+                200,
+            )
+        if directive == "malformed":
+            return None, b"<html>not json", 200
+        if directive.startswith("status:"):
+            return None, b"upstream exploded", int(directive[7:])
+        if directive == "error":
+            return (
+                {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "error": {"code": -32000, "message": "fake upstream error"},
+                },
+                None,
+                200,
+            )
+        if directive == "nullresult":
+            return {"jsonrpc": "2.0", "id": rid, "result": None}, None, 200
+        output = f"echo: {text}"
+        n = max(1, state.chunks)
+        size = max(1, -(-len(output) // n))
+        pieces = [output[i : i + size] for i in range(0, len(output), size)]
+        for seq, piece in enumerate(pieces, 1):
+            await emit(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "session.update",
+                    "params": {
+                        "sessionId": session_id,
+                        "turnId": turn_id,
+                        "seq": seq,
+                        "type": "delta",
+                        "delta": piece,
+                    },
+                }
+            )
+        state.completed += 1
+        result = {
+            "success": True,
+            "output": output,
+            "turnId": turn_id,
+            "provider": "fake",
+            "mode": "single-agent",
+        }
+        return {"jsonrpc": "2.0", "id": rid, "result": result}, None, 200
+    finally:
+        if state.active.get(session_id) is cancel:
+            del state.active[session_id]
+
+
+def _handle_cancel(state: FakeState, rid: Any, params: dict[str, Any]) -> dict[str, Any]:
+    state.cancels.append(params)
+    event = state.active.get(str(params.get("sessionId", "")))
+    if event is not None:
+        event.set()
+    return {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "result": {"accepted": True, "cancelled": event is not None},
+    }
+
+
+def _capabilities(rid: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "result": {"singleAgent": True, "providerCatalog": []}}
+
+
+async def rpc(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    try:
+        req = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        return web.json_response(
+            {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "bad json"}}
+        )
+    method, rid, params = req.get("method"), req.get("id"), req.get("params") or {}
+    state.record(method, params, dict(request.headers), "http")
+    if method == "session.cancel":
+        return web.json_response(_handle_cancel(state, rid, params))
+    if method == "acp.capabilities":
+        return web.json_response(_capabilities(rid))
+    streaming = "text/event-stream" in request.headers.get("Accept", "")
+    stream: web.StreamResponse | None = None
+
+    async def emit(message: dict[str, Any]) -> None:
+        nonlocal stream
+        if not streaming:
+            return
+        if stream is None:
+            stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await stream.prepare(request)
+        await stream.write(b"data: " + orjson.dumps(message) + b"\n\n")
+
+    envelope, raw, status = await _turn(state, rid, params, emit)
+    if stream is not None:
+        await stream.write(b"data: " + orjson.dumps(envelope) + b"\n\n")
+        await stream.write_eof()
+        return stream
+    if raw is not None:
+        return web.Response(status=status, body=raw, content_type="text/plain")
+    return web.Response(body=orjson.dumps(envelope), content_type="application/json")
+
+
+async def ws_handler(request: web.Request) -> web.WebSocketResponse:
+    state = request.app[STATE_KEY]
+    ws = web.WebSocketResponse()
+    await ws.prepare(request)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def serve(req: dict[str, Any]) -> None:
+        method, rid, params = req.get("method"), req.get("id"), req.get("params") or {}
+        state.record(str(method), params, dict(request.headers), "ws")
+        if method == "session.cancel":
+            await ws.send_bytes(orjson.dumps(_handle_cancel(state, rid, params)))
+            return
+        if method == "acp.capabilities":
+            await ws.send_bytes(orjson.dumps(_capabilities(rid)))
+            return
+
+        async def emit(message: dict[str, Any]) -> None:
+            await ws.send_str(orjson.dumps(message).decode())
+
+        envelope, raw, _ = await _turn(state, rid, params, emit)
+        await ws.send_str(raw.decode() if raw is not None else orjson.dumps(envelope).decode())
+
+    async for msg in ws:
+        if msg.type != WSMsgType.TEXT:
+            break
+        try:
+            req = orjson.loads(msg.data)
+        except orjson.JSONDecodeError:
+            continue
+        task = asyncio.get_running_loop().create_task(serve(req))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    for task in tasks:
+        task.cancel()
+    return ws
+
+
+async def get_state(request: web.Request) -> web.Response:
+    return web.json_response(
+        request.app[STATE_KEY].snapshot(), dumps=lambda o: orjson.dumps(o).decode()
+    )
+
+
+async def reset(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    state.requests.clear()
+    state.cancels.clear()
+    state.completed = state.cancelled_turns = 0
+    return web.json_response({"ok": True})
+
+
+def create_app(*, latency_ms: float = 0.0, chunks: int = 3) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[STATE_KEY] = FakeState(latency_ms=latency_ms, chunks=chunks)
+    app.router.add_post("/acp/rpc", rpc)
+    app.router.add_post("/{prefix}/acp/rpc", rpc)
+    app.router.add_get("/acp", ws_handler)
+    app.router.add_get("/_state", get_state)
+    app.router.add_post("/_reset", reset)
+    return app
+
+
+async def _main(args: argparse.Namespace) -> None:
+    runner = web.AppRunner(
+        create_app(latency_ms=args.latency_ms, chunks=args.chunks), access_log=None
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", args.port)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    print(f"listening 127.0.0.1:{port}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="fake upstream ACP provider (tests only)")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--chunks", type=int, default=3)
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_main(args))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Shared fixtures: the real daemon as a subprocess on an ephemeral loopback port,
+and the in-repo fake upstream ACP provider in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp.test_utils import TestServer
+
+from internal.peers.fake_acp import STATE_KEY, FakeState, create_app
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+EXPLICIT = {"routingMode": "explicit", "explicitExecutionTarget": "singleAgent"}
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACP_", "XWM_", "INTERNAL_SERVICE", "BRIDGE_", "IMAGE"))
+    }
+    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class FakeUpstream:
+    server: TestServer
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.server.port}/acp"
+
+    @property
+    def state(self) -> FakeState:
+        return self.server.app[STATE_KEY]  # type: ignore[index]
+
+
+@pytest.fixture
+async def fake_upstream() -> AsyncIterator[FakeUpstream]:
+    server = TestServer(create_app(latency_ms=0, chunks=3), host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        yield FakeUpstream(server)
+    finally:
+        await server.close()
+
+
+@dataclass
+class BridgeProcess:
+    proc: asyncio.subprocess.Process
+    port: int = 0
+    logs: list[str] = field(default_factory=list)
+    _drain: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def rpc_url(self) -> str:
+        return f"{self.url}/acp/rpc"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/acp"
+
+    async def stop(self, sig: int = signal.SIGTERM, wait_s: float = 30) -> int:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+            try:
+                await asyncio.wait_for(self.proc.wait(), wait_s)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        if self._drain is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._drain, 5)
+        assert self.proc.returncode is not None
+        return self.proc.returncode
+
+
+async def _drain_stderr(bp: BridgeProcess, ready: asyncio.Future[int]) -> None:
+    assert bp.proc.stderr is not None
+    while True:
+        line = await bp.proc.stderr.readline()
+        if not line:
+            break
+        text = line.decode(errors="replace").rstrip("\n")
+        bp.logs.append(text)
+        if not ready.done():
+            with contextlib.suppress(orjson.JSONDecodeError, TypeError):
+                entry = orjson.loads(text)
+                if isinstance(entry, dict) and entry.get("msg") == "listening":
+                    ready.set_result(int(entry["port"]))
+    if not ready.done():
+        ready.set_exception(RuntimeError("bridge exited before listening:\n" + "\n".join(bp.logs)))
+
+
+StartBridge = Callable[..., Awaitable[BridgeProcess]]
+
+
+@pytest.fixture
+async def start_bridge() -> AsyncIterator[StartBridge]:
+    started: list[BridgeProcess] = []
+
+    async def start(
+        *args: str,
+        env: dict[str, str] | None = None,
+        config: dict[str, Any] | None = None,
+        tmp: Path | None = None,
+    ) -> BridgeProcess:
+        argv = [sys.executable, "-m", "xwm_bridge", "serve", "--listen", "127.0.0.1:0", *args]
+        if config is not None:
+            assert tmp is not None, "pass tmp= with config="
+            import yaml
+
+            path = tmp / f"bridge-{len(started)}.yaml"
+            path.write_text(yaml.safe_dump(config))
+            argv += ["--config", str(path)]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            env=env if env is not None else base_env(ACP_AUTH_TOKEN=TOKEN),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=str(ROOT),
+        )
+        bp = BridgeProcess(proc)
+        started.append(bp)
+        ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        bp._drain = asyncio.get_running_loop().create_task(_drain_stderr(bp, ready))
+        bp.port = await asyncio.wait_for(ready, 20)
+        return bp
+
+    yield start
+    for bp in started:
+        await bp.stop(signal.SIGKILL if bp.proc.returncode is None else signal.SIGTERM, wait_s=10)
+
+
+def provider_env(upstream_url: str, **extra: str) -> dict[str, str]:
+    """Bridge env whose whole catalog points at one fake upstream."""
+    return base_env(
+        ACP_AUTH_TOKEN=TOKEN,
+        XWM_PROVIDER_CODEX_URL=upstream_url,
+        XWM_PROVIDER_OPENCODE_URL=upstream_url,
+        XWM_PROVIDER_GEMINI_URL=upstream_url,
+        **extra,
+    )
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def rpc(
+    http: aiohttp.ClientSession,
+    url: str,
+    method: str,
+    params: dict[str, Any] | None = None,
+    rid: Any = 1,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        body["params"] = params
+    async with http.post(url, data=orjson.dumps(body), headers=headers or AUTH) as resp:
+        assert resp.status == 200, await resp.text()
+        result: dict[str, Any] = orjson.loads(await resp.read())
+        return result
+
+
+async def sse(
+    http: aiohttp.ClientSession,
+    url: str,
+    method: str,
+    params: dict[str, Any],
+    rid: Any = 1,
+) -> list[Any]:
+    """POST with Accept: text/event-stream; return decoded events ('[DONE]' kept as a string)."""
+    body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if rid is not None:
+        body["id"] = rid
+    headers = {**AUTH, "Accept": "text/event-stream"}
+    async with http.post(url, data=orjson.dumps(body), headers=headers) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        raw = (await resp.read()).decode()
+    events: list[Any] = []
+    for block in raw.split("\n\n"):
+        if not block:
+            continue
+        assert block.startswith("data: "), block
+        data = block[len("data: ") :]
+        events.append("[DONE]" if data == "[DONE]" else orjson.loads(data))
+    return events
+
+
+def session_params(session_id: str, prompt: str = "hello", **extra: Any) -> dict[str, Any]:
+    return {
+        "sessionId": session_id,
+        "taskPrompt": prompt,
+        "routing": {**EXPLICIT, "explicitProviderId": "codex"},
+        **extra,
+    }

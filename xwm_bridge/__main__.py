@@ -1,0 +1,3 @@
+from xwm_bridge.cli import main
+
+main()

@@ -1,0 +1,220 @@
+"""Command line: ``xwm-bridge serve`` and ``xwm-bridge acp-stdio``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import click
+
+from xwm_bridge import __version__
+from xwm_bridge.config import (
+    CONFIG_FILE_ENV,
+    LOG_LEVELS,
+    BridgeConfig,
+    ConfigError,
+    load_config,
+)
+from xwm_bridge.observability.logging import setup_logging
+
+log = logging.getLogger("xwm_bridge")
+
+EXIT_CONFIG = 2
+EXIT_LISTEN = 1
+# The original accepted Go-style single-dash flags (-listen ADDR, -listen=ADDR).
+_SINGLE_DASH = re.compile(r"^-(listen|config|log-level|allow-unauthenticated)(=.*)?$")
+
+CONFIG_OPTION = click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    envvar=CONFIG_FILE_ENV,
+    help=f"YAML config file (env {CONFIG_FILE_ENV}). Precedence: defaults < file < env < flags.",
+)
+LOG_LEVEL_OPTION = click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level for the JSON log lines on stderr (env XWM_LOG_LEVEL; default info).",
+)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"xwm-bridge: {message}", err=True)
+    sys.exit(code)
+
+
+def _load(config_file: str | None, **flags: Any) -> BridgeConfig:
+    try:
+        return load_config(config_file=config_file, flags=flags).config
+    except ConfigError as exc:
+        _fail(f"config error: {exc}", EXIT_CONFIG)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="xwm-bridge")
+def cli() -> None:
+    """xwm-bridge routes coding-agent sessions.
+
+    Clients speak one JSON-RPC contract (acp.capabilities, session.start,
+    session.message, session.cancel, session.close); the bridge forwards each
+    turn to an upstream ACP provider and streams progress back.
+    """
+
+
+@cli.command()
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    default=None,
+    help="Listen address (env ACP_LISTEN_ADDR; default 127.0.0.1:8787). Port 0 picks a free port.",
+)
+@click.option(
+    "--allow-unauthenticated",
+    is_flag=True,
+    default=None,
+    help="Allow a non-loopback listen address without ACP_AUTH_TOKEN (any bearer is accepted). "
+    "Off by default: the bridge refuses to start that way.",
+)
+@CONFIG_OPTION
+@LOG_LEVEL_OPTION
+def serve(
+    listen: str | None,
+    allow_unauthenticated: bool | None,
+    config_file: str | None,
+    log_level: str | None,
+) -> None:
+    """Serve the bridge over HTTP and WebSocket.
+
+    \b
+    Routes:
+      POST /acp/rpc   JSON-RPC; SSE stream when Accept: text/event-stream
+      GET  /acp       JSON-RPC over WebSocket
+      /, /api/ping, /bridge/bootstrap/health, /bridge/bootstrap/consume
+
+    \b
+    Security: bearer token ACP_AUTH_TOKEN (constant-time check), origin
+    allow-list ACP_ALLOWED_ORIGINS, body and message limits from the config.
+    Upstream credentials: INTERNAL_SERVICE_TOKEN, else BRIDGE_AUTH_TOKEN.
+    Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace).
+    """
+    from xwm_bridge.transport.security import is_loopback_host, parse_listen
+
+    cfg = _load(
+        config_file,
+        listen=listen,
+        allow_unauthenticated=allow_unauthenticated,
+        log_level=log_level,
+    )
+    host, port = parse_listen(cfg.listen)
+    if not is_loopback_host(host) and not cfg.auth_token and not cfg.allow_unauthenticated:
+        _fail(
+            f"refusing to listen on {cfg.listen} without ACP_AUTH_TOKEN: set a token, "
+            "or pass --allow-unauthenticated if a proxy in front authenticates clients",
+            EXIT_CONFIG,
+        )
+    setup_logging(cfg.log_level, cfg.secrets())
+    code = asyncio.run(_serve(cfg, host, port))
+    sys.exit(code)
+
+
+async def _serve(cfg: BridgeConfig, host: str, port: int) -> int:
+    from aiohttp import web
+
+    from xwm_bridge.core.bridge import Bridge
+    from xwm_bridge.transport.http import HttpTransport
+
+    bridge = Bridge(cfg)
+    await bridge.start()
+    app = HttpTransport(bridge).app()
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        keepalive_timeout=cfg.limits.keepalive_timeout,
+        shutdown_timeout=5.0,
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, host or None, port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        click.echo(f"ACP server failed: {exc}", err=True)
+        await runner.cleanup()
+        await bridge.close(0)
+        return EXIT_LISTEN
+    bound = [s.getsockname() for s in ((runner.server and site._server.sockets) or [])]  # type: ignore[union-attr]
+    actual_port = bound[0][1] if bound else port
+    log.info(
+        "listening",
+        extra={
+            "host": host,
+            "port": actual_port,
+            "providers": [p.id for p in cfg.available_providers],
+        },
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down", extra={"grace_s": cfg.limits.shutdown_grace})
+    await site.stop()
+    await bridge.close()
+    await runner.cleanup()
+    log.info("stopped")
+    return 0
+
+
+@cli.command("acp-stdio")
+@CONFIG_OPTION
+@LOG_LEVEL_OPTION
+def acp_stdio(config_file: str | None, log_level: str | None) -> None:
+    """Serve the bridge contract on stdin/stdout (for use as a child process).
+
+    Input: newline-delimited JSON or Content-Length framed messages. Output: one
+    compact JSON object per line (responses and session.update notifications).
+    Requests run concurrently, so session.cancel interrupts a running turn.
+    Logs go to stderr. Exits 0 at end of input once running requests finish.
+    """
+    cfg = _load(config_file, log_level=log_level)
+    setup_logging(cfg.log_level, cfg.secrets())
+    sys.exit(asyncio.run(_acp_stdio(cfg)))
+
+
+async def _acp_stdio(cfg: BridgeConfig) -> int:
+    from xwm_bridge.core.bridge import Bridge
+    from xwm_bridge.transport.stdio import StdioServer, stdin_reader, stdout_writer
+
+    bridge = Bridge(cfg)
+    await bridge.start()
+    server = StdioServer(
+        bridge.dispatcher,
+        stdin_reader(),
+        stdout_writer(),
+        max_message=cfg.limits.max_body_bytes,
+        send_timeout=cfg.limits.notification_send_timeout,
+    )
+    task = asyncio.get_running_loop().create_task(server.serve())
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await bridge.close()
+    return 0
+
+
+def _normalize_argv(argv: Sequence[str]) -> list[str]:
+    return [("-" + a) if _SINGLE_DASH.match(a) else a for a in argv]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _normalize_argv(sys.argv[1:] if argv is None else argv)
+    cli.main(args=args, prog_name="xwm-bridge")

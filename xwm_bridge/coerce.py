@@ -1,0 +1,99 @@
+"""The spec's lenient value-coercion rules (spec README, "Input value coercion").
+
+Pure functions; every parameter read from the wire goes through one of these.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import orjson
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_LEADING_INT = re.compile(r"^\s*[+-]?\d+")
+
+
+def _number_text(value: float | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e21:
+        return str(int(value))
+    text = repr(value)
+    # Go's shortest form writes exponents as e+21 / e-07.
+    if "e" in text:
+        mantissa, _, exp = text.partition("e")
+        sign = "-" if exp.startswith("-") else "+"
+        digits = exp.lstrip("+-").rjust(2, "0")
+        text = f"{mantissa}e{sign}{digits}"
+    return text
+
+
+def text(value: Any, default: str = "") -> str:
+    """**text**: strings trimmed; numbers/bools rendered; blank → default."""
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        out = "true" if value else "false"
+    elif isinstance(value, str):
+        out = value
+    elif isinstance(value, (int, float)):
+        out = _number_text(value)
+    else:
+        out = orjson.dumps(value).decode()
+    out = out.strip()
+    return out if out else default
+
+
+def flag(value: Any, default: bool) -> bool:
+    """**flag**: 1/true/yes/on and 0/false/no/off, else the default."""
+    word = text(value).lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    return default
+
+
+def loose_bool(value: Any) -> bool:
+    """**loose bool**: bools as-is, strings via flag (default false), numbers non-zero."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return flag(value, False)
+    if isinstance(value, (int, float)):
+        return value != 0
+    return False
+
+
+def positive_int(value: Any, default: int = 0) -> int:
+    """**positive int**: number > 0 (truncated) or a string with a leading integer > 0."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            return default
+        n = int(value)
+        return n if n > 0 else default
+    if isinstance(value, str):
+        m = _LEADING_INT.match(value)
+        if m:
+            n = int(m.group(0))
+            return n if n > 0 else default
+    return default
+
+
+def string_list(value: Any) -> list[str] | None:
+    """**string list**: array elements through text, blanks dropped; non-array → None."""
+    if not isinstance(value, list):
+        return None
+    out = [text(v) for v in value]
+    return [v for v in out if v]
+
+
+def env_text(env: dict[str, str] | Any, name: str) -> str:
+    """Environment rule: trimmed; blank means unset."""
+    raw = env.get(name)
+    return raw.strip() if isinstance(raw, str) else ""

@@ -1,0 +1,364 @@
+"""One typed, frozen configuration: defaults < YAML file < environment < flags.
+
+The YAML file is optional (``--config`` or ``XWM_BRIDGE_CONFIG``); strings in it
+may use ``${VAR}`` / ``${VAR:-default}`` interpolation. Every environment
+variable of the original keeps its name and default (spec ``config.md`` §2.1).
+A bad value raises :class:`ConfigError` whose message names the key and the
+problem in one line; the CLI prints it and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from xwm_bridge import coerce
+
+DEFAULT_LISTEN = "127.0.0.1:8787"
+DEFAULT_ALLOWED_ORIGINS = (
+    "https://xworkmate.svc.plus",
+    "http://localhost:*",
+    "http://127.0.0.1:*",
+)
+MIB = 1024 * 1024
+
+
+class ConfigError(Exception):
+    """A configuration problem, phrased as one line naming the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """One upstream ACP provider of the catalog."""
+
+    id: str
+    label: str = ""
+    endpoint: str = ""
+    enabled: bool = True
+    #: ``Authorization`` value sent upstream; ``None`` = the shared default
+    #: derived from INTERNAL_SERVICE_TOKEN / BRIDGE_AUTH_TOKEN; ``""`` = none.
+    auth_header: str | None = None
+    #: ask HTTP upstreams for SSE so their notifications stream through.
+    stream: bool = True
+    connect_timeout: float = 10.0
+    #: longest silence allowed while waiting for upstream bytes or frames.
+    read_timeout: float = 120.0
+    #: hard cap on one forwarded turn.
+    total_timeout: float = 600.0
+
+    @property
+    def available(self) -> bool:
+        return self.enabled and bool(self.endpoint.strip())
+
+
+DEFAULT_PROVIDERS = (
+    ProviderConfig("codex", "Codex", "https://acp-server.svc.plus/codex/acp/rpc"),
+    ProviderConfig("opencode", "OpenCode", "https://acp-server.svc.plus/opencode/acp/rpc"),
+    ProviderConfig("gemini", "Gemini", "https://acp-server.svc.plus/gemini/acp/rpc"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on everything a client can make the bridge hold or wait for."""
+
+    max_body_bytes: int = 4 * MIB
+    max_ws_message_bytes: int = 4 * MIB
+    #: turns allowed to wait behind the running one on a thread.
+    max_queue_depth: int = 32
+    #: a session with no turn for this long is forgotten.
+    session_idle_ttl: float = 3600.0
+    request_read_timeout: float = 30.0
+    keepalive_timeout: float = 120.0
+    #: a client that cannot take a notification within this is dropped from the stream.
+    notification_send_timeout: float = 30.0
+    ws_heartbeat: float = 30.0
+    artifact_max_files: int = 24
+    artifact_max_file_bytes: int = 2 * MIB
+    artifact_max_total_bytes: int = 16 * MIB
+    upstream_cancel_timeout: float = 5.0
+    bootstrap_requests_per_minute: int = 10
+    bootstrap_timeout: float = 10.0
+    shutdown_grace: float = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeConfig:
+    listen: str = DEFAULT_LISTEN
+    auth_token: str = ""
+    allow_unauthenticated: bool = False
+    allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS
+    internal_service_token: str = ""
+    bridge_auth_token: str = ""
+    multi_agent_enabled: bool = True
+    multi_agent_model: str = "gpt-4o"
+    routing_model: str = "gpt-4o"
+    image: str = ""
+    public_base_url: str = "https://xworkmate-bridge.svc.plus"
+    accounts_base_url: str = "https://accounts.svc.plus"
+    openclaw_url: str = "wss://openclaw.svc.plus:443"
+    #: directories whose files may be read (artifacts); empty = none.
+    allowed_roots: tuple[str, ...] = ()
+    log_level: str = "info"
+    limits: Limits = field(default_factory=Limits)
+    providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
+
+    @property
+    def upstream_authorization(self) -> str:
+        """Normalized outbound ``Authorization`` (forwarding.md §2)."""
+        token = self.internal_service_token or self.bridge_auth_token
+        if not token:
+            return ""
+        return token if " " in token else f"Bearer {token}"
+
+    def provider_authorization(self, provider: ProviderConfig) -> str:
+        if provider.auth_header is not None:
+            return provider.auth_header
+        return self.upstream_authorization
+
+    @property
+    def available_providers(self) -> tuple[ProviderConfig, ...]:
+        return tuple(p for p in self.providers if p.available)
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every configured secret value, for log redaction."""
+        values = [self.auth_token, self.internal_service_token, self.bridge_auth_token]
+        values += [p.auth_header or "" for p in self.providers]
+        out: list[str] = []
+        for value in values:
+            out.append(value)
+            if " " in value:  # also the bare credential of "Bearer x"
+                out.append(value.split(" ", 1)[1].strip())
+        return tuple(v for v in out if len(v) >= 4)
+
+
+# --- environment mapping (config.md §2.1) ------------------------------------------------
+
+ENV_VARS: dict[str, str] = {
+    "listen": "ACP_LISTEN_ADDR",
+    "auth_token": "ACP_AUTH_TOKEN",
+    "allowed_origins": "ACP_ALLOWED_ORIGINS",
+    "internal_service_token": "INTERNAL_SERVICE_TOKEN",
+    "bridge_auth_token": "BRIDGE_AUTH_TOKEN",
+    "multi_agent_enabled": "ACP_MULTI_AGENT_ENABLED",
+    "multi_agent_model": "ACP_MULTI_AGENT_MODEL",
+    "routing_model": "ACP_ROUTING_MODEL",
+    "image": "IMAGE",
+    "public_base_url": "BRIDGE_PUBLIC_BASE_URL",
+    "accounts_base_url": "ACCOUNTS_BASE_URL",
+    "openclaw_url": "XWM_OPENCLAW_URL",
+    "allowed_roots": "XWM_ALLOWED_ROOTS",
+    "log_level": "XWM_LOG_LEVEL",
+}
+CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
+_LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":"}
+_INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def provider_env_var(provider_id: str) -> str:
+    return "XWM_PROVIDER_" + re.sub(r"[^A-Za-z0-9]", "_", provider_id).upper() + "_URL"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    config: BridgeConfig
+    #: dotted key → where its value came from ("default", "file", "env:NAME", "flag").
+    sources: Mapping[str, str]
+
+
+def load_config(
+    *,
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> LoadedConfig:
+    """Build the effective config; raise :class:`ConfigError` on any bad value."""
+    env = dict(os.environ if env is None else env)
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    sources: dict[str, str] = {}
+    data: dict[str, Any] = {}
+
+    path = config_file or coerce.env_text(env, CONFIG_FILE_ENV)
+    if path:
+        data = _read_yaml(Path(path), env)
+        for key in data:
+            sources[key] = "file"
+
+    for key, var in ENV_VARS.items():
+        value = coerce.env_text(env, var)
+        if not value:
+            continue
+        sep = _LIST_SEPARATORS.get(key)
+        if sep is not None:
+            data[key] = [v.strip() for v in value.split(sep) if v.strip()]
+        else:
+            data[key] = value
+        sources[key] = f"env:{var}"
+
+    for key, value in flags.items():
+        data[key] = value
+        sources[key] = "flag"
+
+    config = _build(BridgeConfig, data, "")
+    config = _apply_provider_env(config, env, sources)
+    _validate(config)
+    for f in dataclasses.fields(BridgeConfig):
+        sources.setdefault(f.name, "default")
+    return LoadedConfig(config=config, sources=sources)
+
+
+def _read_yaml(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        doc = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"config file {path}: {problem}{where}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path}: top level must be a mapping")
+    result = _interpolate(doc, env, "")
+    assert isinstance(result, dict)
+    return result
+
+
+def _interpolate(value: Any, env: Mapping[str, str], key: str) -> Any:
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{key}: environment variable {name} is not set")
+
+        return _INTERP.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _interpolate(v, env, _join(key, str(k))) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, env, f"{key}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _build(cls: type[Any], data: Any, key: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{key or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(map(str, data)) - names)
+    if unknown:
+        raise ConfigError(f"{_join(key, unknown[0])}: unknown key")
+    kwargs = {name: _convert(hints[name], data[name], _join(key, name)) for name in data}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        raise ConfigError(f"{key or 'config'}: {exc}") from None
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(args[0], value, key)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value if value is not None else {}, key)  # type: ignore[arg-type]
+    if origin is tuple:
+        (item_tp, _) = get_args(tp)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {type(value).__name__}")
+        return tuple(_convert(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        word = coerce.text(value).lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int or tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        try:
+            number = tp(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+        if number < 0:
+            raise ConfigError(f"{key}: must not be negative, got {value!r}")
+        return number
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{key}: expected a string, got {type(value).__name__}")
+        return "" if value is None else str(value).strip()
+    raise ConfigError(f"{key}: unsupported type")  # pragma: no cover - schema bug
+
+
+def _apply_provider_env(
+    config: BridgeConfig, env: Mapping[str, str], sources: dict[str, str]
+) -> BridgeConfig:
+    providers = []
+    for i, p in enumerate(config.providers):
+        var = provider_env_var(p.id)
+        url = coerce.env_text(env, var)
+        if url:
+            p = dataclasses.replace(p, endpoint=url)
+            sources[f"providers[{i}].endpoint"] = f"env:{var}"
+        providers.append(p)
+    return dataclasses.replace(config, providers=tuple(providers))
+
+
+def _validate(config: BridgeConfig) -> None:
+    from xwm_bridge.providers.endpoint import EndpointError, derive_endpoint
+    from xwm_bridge.transport.security import parse_listen
+
+    try:
+        parse_listen(config.listen)
+    except ValueError as exc:
+        raise ConfigError(f"listen: {exc}") from None
+    if config.log_level.lower() not in LOG_LEVELS:
+        raise ConfigError(f"log_level: must be one of {', '.join(LOG_LEVELS)}")
+    seen: set[str] = set()
+    for i, p in enumerate(config.providers):
+        key = f"providers[{i}]"
+        if not p.id.strip():
+            raise ConfigError(f"{key}.id: must not be empty")
+        if p.id.lower() in seen:
+            raise ConfigError(f"{key}.id: duplicate provider id {p.id!r}")
+        seen.add(p.id.lower())
+        if p.available:
+            try:
+                derive_endpoint(p.endpoint)
+            except EndpointError as exc:
+                raise ConfigError(f"{key}.endpoint: {exc}") from None
+        for name in ("connect_timeout", "read_timeout", "total_timeout"):
+            if getattr(p, name) <= 0:
+                raise ConfigError(f"{key}.{name}: must be greater than 0")
+    for i, root in enumerate(config.allowed_roots):
+        if not os.path.isabs(root):
+            raise ConfigError(f"allowed_roots[{i}]: must be an absolute path, got {root!r}")
+    if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
+        raise ConfigError("limits: size limits must be greater than 0")

@@ -1,0 +1,146 @@
+"""The one method table every transport hands its requests to (contract.md §11)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from xwm_bridge import jsonrpc
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.core.context import Notify
+from xwm_bridge.core.params import SessionParams, session_id_of
+from xwm_bridge.core.queues import QueueFullError, ThreadQueues
+from xwm_bridge.core.sessions import SessionRegistry
+from xwm_bridge.core.supervisor import Supervisor
+from xwm_bridge.core.turns import TurnRunner
+from xwm_bridge.jsonrpc import RpcError
+
+log = logging.getLogger("xwm_bridge.dispatch")
+
+#: Backends present in this build; capabilities never advertise the others.
+MULTI_AGENT_AVAILABLE = False
+GATEWAY_PROVIDERS: list[dict[str, str]] = []
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Per-request facts from the transport."""
+
+    notify: Notify | None
+    transport: str
+
+
+Handler = Callable[[dict[str, Any], CallContext, str], Awaitable[dict[str, Any]]]
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: BridgeConfig,
+        sessions: SessionRegistry,
+        queues: ThreadQueues,
+        runner: TurnRunner,
+        supervisor: Supervisor,
+    ) -> None:
+        self._config = config
+        self._sessions = sessions
+        self._queues = queues
+        self._runner = runner
+        self._supervisor = supervisor
+        self._methods: dict[str, Handler] = {
+            "acp.capabilities": self._capabilities,
+            "session.start": self._session_turn,
+            "session.message": self._session_turn,
+            "session.cancel": self._session_cancel,
+            "session.close": self._session_close,
+        }
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(self._methods)
+
+    async def handle(self, request: jsonrpc.Request, call: CallContext) -> dict[str, Any] | None:
+        """Run one request; return the response envelope, or None for a notification."""
+        started = time.monotonic()
+        handler = self._methods.get(request.method)
+        outcome = "ok"
+        try:
+            if handler is None:
+                raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"unknown method: {request.method}")
+            value = await handler(request.params, call, request.method)
+            response = jsonrpc.result(request.id, value)
+        except RpcError as exc:
+            outcome = "error"
+            response = jsonrpc.error(request.id, exc.code, exc.message)
+        except Exception:
+            outcome = "internal_error"
+            log.exception("method failed", extra={"method": request.method})
+            response = jsonrpc.error(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
+        log.debug(
+            "request handled",
+            extra={
+                "method": request.method,
+                "transport": call.transport,
+                "outcome": outcome,
+                "duration_ms": round((time.monotonic() - started) * 1000, 1),
+            },
+        )
+        return None if request.is_notification else response
+
+    async def _capabilities(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        catalog = [
+            {"providerId": p.id, "label": p.label or p.id} for p in self._config.available_providers
+        ]
+        single = bool(catalog)
+        multi = self._config.multi_agent_enabled and MULTI_AGENT_AVAILABLE
+        gateways = list(GATEWAY_PROVIDERS)
+        return {
+            "singleAgent": single,
+            "multiAgent": multi,
+            "providerCatalog": catalog,
+            "gatewayProviders": gateways,
+            "capabilities": {
+                "single_agent": single,
+                "multi_agent": multi,
+                "providerCatalog": catalog,
+                "gatewayProviders": gateways,
+            },
+        }
+
+    async def _session_turn(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        sp = SessionParams.parse(params)
+        if self._supervisor.closing:
+            raise RpcError(
+                jsonrpc.SHUTTING_DOWN, "bridge is shutting down; retry on another replica"
+            )
+        if method == "session.start":
+            self._sessions.reset(sp.session_id, sp.thread_id)
+        self._sessions.turn_queued(sp.session_id)
+        try:
+            result: dict[str, Any] = await self._queues.submit(
+                sp.thread_id, lambda: self._runner.run(method, sp, call.notify)
+            )
+        except QueueFullError as exc:
+            raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
+        finally:
+            self._sessions.turn_dequeued(sp.session_id)
+        return result
+
+    async def _session_cancel(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        session_id = session_id_of(params)
+        return {"accepted": True, "cancelled": self._sessions.cancel(session_id)}
+
+    async def _session_close(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        session_id = session_id_of(params)
+        return {"accepted": True, "closed": self._sessions.close(session_id)}

@@ -1,0 +1,45 @@
+"""Typed views of method params, parsed once at the dispatcher (contract.md §11)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from xwm_bridge import coerce
+from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+
+SESSION_ID_REQUIRED = "sessionId is required"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionParams:
+    session_id: str
+    thread_id: str
+    task_prompt: str
+    working_directory: str
+    #: ``None`` when missing, not an object, or empty (→ ROUTING_REQUIRED).
+    routing: dict[str, Any] | None
+    #: every key the client sent; unknown keys are forwarded (forwarding.md §4.2).
+    raw: dict[str, Any]
+
+    @classmethod
+    def parse(cls, params: dict[str, Any]) -> SessionParams:
+        session_id = coerce.text(params.get("sessionId"))
+        if not session_id:
+            raise RpcError(INVALID_PARAMS, SESSION_ID_REQUIRED)
+        routing = params.get("routing")
+        return cls(
+            session_id=session_id,
+            thread_id=coerce.text(params.get("threadId"), session_id),
+            task_prompt=coerce.text(params.get("taskPrompt")),
+            working_directory=coerce.text(params.get("workingDirectory")),
+            routing=routing if isinstance(routing, dict) and routing else None,
+            raw=dict(params),
+        )
+
+
+def session_id_of(params: dict[str, Any]) -> str:
+    session_id = coerce.text(params.get("sessionId"))
+    if not session_id:
+        raise RpcError(INVALID_PARAMS, SESSION_ID_REQUIRED)
+    return session_id

@@ -1,0 +1,99 @@
+"""Per-thread FIFO queues (contract.md §12.2), bounded and self-reaping.
+
+Turns of one thread run one at a time in arrival order; different threads run
+in parallel. Fixes of the original: at most ``max_depth`` turns may wait on a
+thread (overflow is refused at once with :class:`QueueFullError`), a queue and
+its worker disappear as soon as the thread is idle, and a turn whose caller
+went away before it started is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from xwm_bridge.core.supervisor import Supervisor
+
+Job = Callable[[], Awaitable[Any]]
+
+
+class QueueFullError(Exception):
+    def __init__(self, thread_id: str, depth: int) -> None:
+        super().__init__(
+            f"thread queue is full: {depth} turns already waiting on thread {thread_id}; "
+            "retry when one finishes"
+        )
+        self.thread_id = thread_id
+        self.depth = depth
+
+
+@dataclass(slots=True)
+class _Thread:
+    waiting: deque[tuple[Job, asyncio.Future[Any]]] = field(default_factory=deque)
+    worker: asyncio.Task[None] | None = None
+    running: bool = False
+
+
+class ThreadQueues:
+    def __init__(self, supervisor: Supervisor, *, max_depth: int = 32) -> None:
+        self._supervisor = supervisor
+        self._max_depth = max_depth
+        self._threads: dict[str, _Thread] = {}
+
+    def __len__(self) -> int:
+        """Threads with a running or waiting turn."""
+        return len(self._threads)
+
+    def depth(self, thread_id: str) -> int:
+        th = self._threads.get(thread_id)
+        return len(th.waiting) if th else 0
+
+    def total_waiting(self) -> int:
+        return sum(len(th.waiting) for th in self._threads.values())
+
+    async def submit(self, thread_id: str, job: Job) -> Any:
+        """Run ``job`` after every earlier job of ``thread_id``; return its result."""
+        th = self._threads.get(thread_id)
+        if th is None:
+            th = self._threads[thread_id] = _Thread()
+        if len(th.waiting) >= self._max_depth:
+            raise QueueFullError(thread_id, self._max_depth)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        th.waiting.append((job, fut))
+        if th.worker is None:
+            th.worker = self._supervisor.spawn(
+                self._work(thread_id, th), name=f"thread:{thread_id}"
+            )
+        return await fut
+
+    async def _work(self, thread_id: str, th: _Thread) -> None:
+        try:
+            while th.waiting:
+                job, fut = th.waiting.popleft()
+                if fut.done():  # the caller gave up before the turn started
+                    continue
+                th.running = True
+                try:
+                    value = await job()
+                except asyncio.CancelledError:
+                    fut.cancel()
+                    raise
+                except Exception as exc:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                else:
+                    if not fut.done():
+                        fut.set_result(value)
+                finally:
+                    th.running = False
+        finally:
+            # No await between the emptiness check above and this removal, so a
+            # concurrent submit either lands before (and is run) or finds no worker.
+            if self._threads.get(thread_id) is th:
+                del self._threads[thread_id]
+            for _, fut in th.waiting:
+                fut.cancel()
+            th.waiting.clear()

@@ -1,0 +1,124 @@
+"""Session records and running-turn handles (contract.md §12.1), reaped when idle.
+
+A running turn is tracked by session id separately from the record, so a
+``session.start`` that resets the record while an older turn still runs does
+not lose that turn's cancel handle (weakness 3 of the original).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+MAX_HISTORY = 64
+
+
+@dataclass(slots=True)
+class Session:
+    session_id: str
+    thread_id: str
+    provider: str = ""
+    history: list[str] = field(default_factory=list)
+    seq: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def add_prompt(self, prompt: str) -> None:
+        if prompt:
+            self.history.append(prompt)
+            del self.history[:-MAX_HISTORY]
+
+
+@dataclass(slots=True, eq=False)
+class TurnHandle:
+    session_id: str
+    turn_id: str
+    task: asyncio.Task[object] | None = None
+    cancel_requested: bool = False
+
+    def cancel(self) -> bool:
+        """Cancel the turn; one not yet executing is cancelled before it starts."""
+        if self.task is not None and self.task.done():
+            return False
+        self.cancel_requested = True
+        if self.task is not None:
+            self.task.cancel()
+        return True
+
+
+class SessionRegistry:
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._running: dict[str, TurnHandle] = {}
+        self._pending: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def reset(self, session_id: str, thread_id: str) -> Session:
+        session = self._sessions[session_id] = Session(session_id, thread_id)
+        return session
+
+    def get_or_create(self, session_id: str, thread_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = Session(session_id, thread_id)
+        if thread_id:
+            session.thread_id = thread_id
+        session.last_used = time.monotonic()
+        return session
+
+    # queued-turn accounting keeps a session alive while its turns wait
+    def turn_queued(self, session_id: str) -> None:
+        self._pending[session_id] = self._pending.get(session_id, 0) + 1
+
+    def turn_dequeued(self, session_id: str) -> None:
+        left = self._pending.get(session_id, 0) - 1
+        if left > 0:
+            self._pending[session_id] = left
+        else:
+            self._pending.pop(session_id, None)
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.last_used = time.monotonic()
+
+    def turn_started(self, handle: TurnHandle) -> None:
+        self._running[handle.session_id] = handle
+
+    def turn_finished(self, handle: TurnHandle) -> None:
+        if self._running.get(handle.session_id) is handle:
+            del self._running[handle.session_id]
+
+    def running(self, session_id: str) -> TurnHandle | None:
+        return self._running.get(session_id)
+
+    def running_count(self) -> int:
+        return len(self._running)
+
+    def cancel(self, session_id: str) -> bool:
+        handle = self._running.get(session_id)
+        return handle.cancel() if handle is not None else False
+
+    def close(self, session_id: str) -> bool:
+        existed = self._sessions.pop(session_id, None) is not None
+        self.cancel(session_id)
+        return existed
+
+    def reap(self, ttl: float, now: float | None = None) -> int:
+        """Forget sessions idle for ``ttl`` seconds with nothing running or queued."""
+        now = time.monotonic() if now is None else now
+        stale = [
+            sid
+            for sid, s in self._sessions.items()
+            if now - s.last_used >= ttl and sid not in self._running and sid not in self._pending
+        ]
+        for sid in stale:
+            del self._sessions[sid]
+        return len(stale)

@@ -1,0 +1,139 @@
+"""The turn pipeline run at the head of a thread queue (forwarding.md §3)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from xwm_bridge import coerce
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.core.context import STARTED_UPDATE, Notify, TurnContext
+from xwm_bridge.core.executors import Executor
+from xwm_bridge.core.params import SessionParams
+from xwm_bridge.core.sessions import SessionRegistry, TurnHandle
+from xwm_bridge.core.supervisor import Supervisor
+from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+from xwm_bridge.router.resolver import GATEWAY, MULTI_AGENT, RoutingDecision, resolve
+
+log = logging.getLogger("xwm_bridge.turns")
+ROUTING_REQUIRED = "ROUTING_REQUIRED"
+MODE_OF_TARGET = {GATEWAY: "gateway-chat", MULTI_AGENT: "multi-agent"}
+
+_last_turn_ns = 0
+
+
+def new_turn_id() -> str:
+    """``turn-<unix-nanoseconds>``, strictly increasing within the process."""
+    global _last_turn_ns
+    now = max(time.time_ns(), _last_turn_ns + 1)
+    _last_turn_ns = now
+    return f"turn-{now}"
+
+
+def execution_params(params: dict[str, Any], decision: RoutingDecision) -> dict[str, Any]:
+    """§3.4: the request params extended with the routing decision."""
+    out = dict(params)
+    out["mode"] = MODE_OF_TARGET.get(decision.execution_target, "single-agent")
+    if decision.provider_id:
+        out["provider"] = decision.provider_id
+    if decision.gateway_provider_id:
+        out["gatewayProvider"] = decision.gateway_provider_id
+    if decision.model:
+        out["model"] = decision.model
+    if decision.skills:
+        out["selectedSkills"] = list(decision.skills)
+    fields = decision.fields()
+    for key in (
+        "resolvedExecutionTarget",
+        "resolvedProviderId",
+        "resolvedGatewayProviderId",
+        "resolvedModel",
+        "resolvedSkills",
+    ):
+        out[key] = fields[key]
+    return out
+
+
+class TurnRunner:
+    def __init__(
+        self,
+        config: BridgeConfig,
+        sessions: SessionRegistry,
+        supervisor: Supervisor,
+        executors: Mapping[str, Executor],
+    ) -> None:
+        self._config = config
+        self._sessions = sessions
+        self._supervisor = supervisor
+        self._executors = executors
+
+    async def run(self, method: str, sp: SessionParams, notify: Notify | None) -> dict[str, Any]:
+        if sp.routing is None:
+            raise RpcError(INVALID_PARAMS, ROUTING_REQUIRED)
+        available = [p.id for p in self._config.available_providers]
+        decision = resolve(sp.routing, available)
+        if decision.unavailable:
+            return {
+                "success": False,
+                "error": decision.unavailable_message,
+                **decision.fields(),
+            }
+        exec_params = execution_params(sp.raw, decision)
+        session = self._sessions.get_or_create(sp.session_id, sp.thread_id)
+        provider = coerce.text(exec_params.get("provider"))
+        if provider:
+            session.provider = provider
+        session.add_prompt(sp.task_prompt)
+        turn_id = new_turn_id()
+        ctx = TurnContext(
+            method=method,
+            session=session,
+            session_id=sp.session_id,
+            turn_id=turn_id,
+            exec_params=exec_params,
+            notify=notify,
+            supervisor=self._supervisor,
+        )
+        executor = self._executors[exec_params["mode"]]
+        handle = TurnHandle(sp.session_id, turn_id)
+        self._sessions.turn_started(handle)
+        started = time.monotonic()
+        try:
+            await ctx.emit(dict(STARTED_UPDATE))
+            result = await self._execute(executor, ctx, handle)
+        finally:
+            self._sessions.turn_finished(handle)
+            session.last_used = time.monotonic()
+        log.info(
+            "turn finished",
+            extra={
+                "turn_id": turn_id,
+                "session_id": sp.session_id,
+                "mode": exec_params["mode"],
+                "provider": provider,
+                "success": result.get("success"),
+                "duration_ms": round((time.monotonic() - started) * 1000, 1),
+            },
+        )
+        result.update(decision.fields())
+        return result
+
+    async def _execute(
+        self, executor: Executor, ctx: TurnContext, handle: TurnHandle
+    ) -> dict[str, Any]:
+        if handle.cancel_requested:
+            return await executor.cancelled(ctx)
+        task = asyncio.get_running_loop().create_task(
+            executor.execute(ctx), name=f"turn:{ctx.turn_id}"
+        )
+        handle.task = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if (current is not None and current.cancelling()) or not handle.cancel_requested:
+                raise  # shutdown, not a client's session.cancel
+            return await executor.cancelled(ctx)

@@ -1,0 +1,102 @@
+"""Sans-I/O stdio framing (contract.md §14): newline JSON and ``Content-Length`` in.
+
+Feed bytes, get back complete message bodies or :class:`FramingError` items
+(each answered with ``-32700`` by the transport). Output is always one compact
+JSON object per line, written by the transport.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+_HEADER = re.compile(rb"^(?:Content-Length|content-length):\s*(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class FramingError:
+    message: str
+
+
+class _State(enum.Enum):
+    LINE = enum.auto()
+    HEADERS = enum.auto()
+    BODY = enum.auto()
+    SKIP_BODY = enum.auto()
+    DISCARD_LINE = enum.auto()
+
+
+class StdioDecoder:
+    def __init__(self, *, max_message: int = 4 * 1024 * 1024) -> None:
+        self._buf = bytearray()
+        self._state = _State.LINE
+        self._need = 0
+        self._max = max_message
+
+    def feed(self, data: bytes) -> list[bytes | FramingError]:
+        self._buf += data
+        out: list[bytes | FramingError] = []
+        while self._step(out):
+            pass
+        return out
+
+    def eof(self) -> list[bytes | FramingError]:
+        """End of input: a partial line is dropped (as the original), a partial body is an error."""
+        out: list[bytes | FramingError] = []
+        if self._state in (_State.BODY, _State.HEADERS):
+            out.append(FramingError("unexpected end of input inside a Content-Length message"))
+        self._buf.clear()
+        self._state = _State.LINE
+        return out
+
+    def _step(self, out: list[bytes | FramingError]) -> bool:
+        state = self._state
+        if state in (_State.BODY, _State.SKIP_BODY):
+            if len(self._buf) < self._need:
+                if state is _State.SKIP_BODY and self._buf:
+                    self._need -= len(self._buf)
+                    self._buf.clear()
+                return False
+            body = bytes(self._buf[: self._need])
+            del self._buf[: self._need]
+            if state is _State.BODY:
+                out.append(body)
+            self._state = _State.LINE
+            return True
+
+        nl = self._buf.find(b"\n")
+        if nl < 0:
+            if len(self._buf) > self._max and state is not _State.DISCARD_LINE:
+                out.append(FramingError(f"message too large: limit is {self._max} bytes"))
+                self._state = _State.DISCARD_LINE
+            if self._state is _State.DISCARD_LINE:
+                self._buf.clear()
+            return False
+        line = bytes(self._buf[:nl]).strip()
+        del self._buf[: nl + 1]
+
+        if state is _State.DISCARD_LINE:
+            self._state = _State.LINE
+            return True
+        if state is _State.HEADERS:
+            if not line:
+                self._state = _State.BODY if self._need <= self._max else _State.SKIP_BODY
+                if self._state is _State.SKIP_BODY:
+                    out.append(FramingError(f"message too large: limit is {self._max} bytes"))
+            return True
+        if not line:
+            return True
+        if line[:15].lower() == b"content-length:":
+            m = _HEADER.match(line)
+            if m is None:
+                out.append(FramingError("invalid content-length header"))
+                return True
+            self._need = int(m.group(1))
+            self._state = _State.HEADERS
+            return True
+        if len(line) > self._max:
+            out.append(FramingError(f"message too large: limit is {self._max} bytes"))
+            return True
+        out.append(line)
+        return True

@@ -1,0 +1,115 @@
+"""Sans-I/O JSON-RPC 2.0 envelopes as the bridge speaks them (contract.md §8).
+
+Decoding never raises anything but :class:`DecodeError`; encoders return bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+# Error codes (contract.md §10, plus the additive codes of this implementation).
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+UNAUTHORIZED: Final = -32001
+QUEUE_FULL: Final = -32004
+ORIGIN_NOT_ALLOWED: Final = -32003
+SHUTTING_DOWN: Final = -32005
+
+MISSING_METHOD: Final = "missing method"
+
+
+class DecodeError(Exception):
+    """A frame that is not a valid request; ``message`` is the wire text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RpcError(Exception):
+    """A method-level error answered as a JSON-RPC error envelope."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+    id: Any = None
+
+    @property
+    def is_notification(self) -> bool:
+        return self.id is None
+
+
+def _member(obj: dict[str, Any], name: str) -> tuple[bool, Any]:
+    """Exact name first, then a case-insensitive match (the original matched both)."""
+    if name in obj:
+        return True, obj[name]
+    for key, value in obj.items():
+        if key.lower() == name:
+            return True, value
+    return False, None
+
+
+def decode_request(data: bytes | str) -> Request:
+    """Decode one request frame or raise :class:`DecodeError` with the spec's message."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"invalid json: {exc}") from None
+    if not isinstance(obj, dict):
+        raise DecodeError(f"invalid json: expected a JSON object, got {_json_type(obj)}")
+    _, method = _member(obj, "method")
+    if method is not None and not isinstance(method, str):
+        raise DecodeError(f"invalid json: method must be a string, got {_json_type(method)}")
+    _, params = _member(obj, "params")
+    if params is None:
+        params = {}
+    elif not isinstance(params, dict):
+        raise DecodeError(f"invalid json: params must be an object, got {_json_type(params)}")
+    _, rid = _member(obj, "id")
+    method_name = (method or "").strip()
+    if not method_name:
+        raise DecodeError(MISSING_METHOD)
+    return Request(method=method_name, params=params, id=rid)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if value is None:
+        return "null"
+    return "object"
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj)
+
+
+def result(rid: Any, value: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "result": value}
+
+
+def error(rid: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
+
+
+def notification(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}

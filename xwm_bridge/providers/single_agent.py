@@ -1,0 +1,136 @@
+"""Single-agent turns: forward to an upstream ACP provider (forwarding.md §4)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from xwm_bridge import coerce
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.core.context import TurnContext
+from xwm_bridge.providers import artifacts
+from xwm_bridge.providers.collector import Collector, remote_fields, result_object
+from xwm_bridge.providers.endpoint import EndpointError, derive_endpoint
+from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
+
+log = logging.getLogger("xwm_bridge.single_agent")
+
+MODE = "single-agent"
+NOT_ADVERTISED = "provider is not advertised by the bridge"
+CANCELLED = "turn cancelled"
+#: keys never forwarded upstream (§4.2).
+STRIPPED_KEYS = frozenset(
+    {
+        "metadata",
+        "resolvedExecutionTarget",
+        "resolvedProviderId",
+        "resolvedGatewayProviderId",
+        "resolvedModel",
+        "resolvedSkills",
+        "bridgeAuthorizationHeader",
+        "executionTarget",
+        "agentId",
+    }
+)
+
+
+def sanitize(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in STRIPPED_KEYS}
+
+
+class SingleAgentExecutor:
+    def __init__(self, config: BridgeConfig, upstream: UpstreamClient) -> None:
+        self._config = config
+        self._upstream = upstream
+        self._limits = artifacts.ArtifactLimits(
+            allowed_roots=config.allowed_roots,
+            max_files=config.limits.artifact_max_files,
+            max_file_bytes=config.limits.artifact_max_file_bytes,
+            max_total_bytes=config.limits.artifact_max_total_bytes,
+        )
+
+    def _provider_id(self, ctx: TurnContext) -> str:
+        return (
+            ctx.session.provider or coerce.text(ctx.exec_params.get("provider")) or "codex"
+        ).lower()
+
+    def failure(self, ctx: TurnContext, message: str) -> dict[str, Any]:
+        return {
+            "success": False,
+            "error": message,
+            "turnId": ctx.turn_id,
+            "mode": MODE,
+            "provider": self._provider_id(ctx),
+        }
+
+    async def execute(self, ctx: TurnContext) -> dict[str, Any]:
+        provider_id = self._provider_id(ctx)
+        provider = next(
+            (p for p in self._config.available_providers if p.id.lower() == provider_id), None
+        )
+        if provider is None:
+            await ctx.emit_error(NOT_ADVERTISED)
+            return self.failure(ctx, NOT_ADVERTISED)
+        forwarded = sanitize(ctx.exec_params)
+        collector = Collector()
+
+        async def on_notification(frame: dict[str, Any]) -> None:
+            collector.observe(frame)
+            await ctx.relay(frame)
+
+        authorization = self._config.provider_authorization(provider)
+        try:
+            endpoint = derive_endpoint(provider.endpoint)
+        except EndpointError as exc:
+            await ctx.emit_error(str(exc))
+            return self.failure(ctx, str(exc))
+        try:
+            response = await self._upstream.call(
+                provider, endpoint, authorization, ctx.method, forwarded, on_notification
+            )
+        except UpstreamError as exc:
+            message = str(exc)
+            log.warning("upstream call failed", extra={"provider": provider.id, "error": message})
+            await ctx.emit_error(message)
+            return self.failure(ctx, message)
+        except asyncio.CancelledError:
+            cancel_params = {"sessionId": ctx.session_id, "threadId": ctx.session.thread_id}
+            cancel = ctx.supervisor.spawn(
+                self._upstream.send_cancel(
+                    provider,
+                    endpoint,
+                    authorization,
+                    cancel_params,
+                    self._config.limits.upstream_cancel_timeout,
+                ),
+                name=f"upstream-cancel:{ctx.session_id}",
+            )
+            await asyncio.shield(cancel)
+            raise
+
+        result = result_object(response)
+        collector.apply(result)
+        inner = result.get("result")
+        if isinstance(inner, dict) and inner:
+            result = dict(inner)
+        result.setdefault("provider", provider.id)
+        result.setdefault("mode", MODE)
+        result.setdefault("turnId", ctx.turn_id)
+        wd = coerce.text(ctx.exec_params.get("workingDirectory"))
+        if wd:
+            result.setdefault("effectiveWorkingDirectory", wd)
+        remote_fields(result, wd)
+        upstream_artifacts = result.get("artifacts")
+        if not (isinstance(upstream_artifacts, list) and upstream_artifacts):
+            roots = [
+                wd,
+                coerce.text(result.get("resolvedWorkingDirectory")),
+                coerce.text(result.get("effectiveWorkingDirectory")),
+            ]
+            result["artifacts"] = await asyncio.to_thread(artifacts.collect, roots, self._limits)
+        return result
+
+    async def cancelled(self, ctx: TurnContext) -> dict[str, Any]:
+        await ctx.emit_error(CANCELLED)
+        return {**self.failure(ctx, CANCELLED), "cancelled": True}

@@ -1,0 +1,147 @@
+"""Pairing endpoints ``/bridge/bootstrap/health`` and ``/consume`` (adapters.md §5).
+
+Unauthenticated by design (the app has no token yet), so: rate-limited per
+client address, and the client's ``bridge`` must name this bridge's public URL
+(the original relayed any value to the accounts service).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from xwm_bridge.core.bridge import Bridge
+
+ISSUED_BY = "xworkmate-bridge"
+CONSUME_PATH = "/api/internal/xworkmate/bridge/bootstrap/consume"
+MAX_TRACKED_CLIENTS = 10_000
+
+
+def _text(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status, text=message + "\n", content_type="text/plain", headers=headers
+    )
+
+
+class RateLimiter:
+    """Sliding one-minute window per key, with a bounded number of keys."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._hits: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def allow(self, key: str, now: float | None = None) -> bool:
+        if self.per_minute <= 0:
+            return True
+        now = time.monotonic() if now is None else now
+        hits = self._hits.pop(key, None) or deque()
+        while hits and now - hits[0] >= 60.0:
+            hits.popleft()
+        allowed = len(hits) < self.per_minute
+        if allowed:
+            hits.append(now)
+        self._hits[key] = hits
+        while len(self._hits) > MAX_TRACKED_CLIENTS:
+            self._hits.popitem(last=False)
+        return allowed
+
+
+class BootstrapHandlers:
+    def __init__(self, bridge: Bridge) -> None:
+        self._bridge = bridge
+        self._limiter = RateLimiter(bridge.config.limits.bootstrap_requests_per_minute)
+
+    @property
+    def public_base_url(self) -> str:
+        return self._bridge.config.public_base_url.rstrip("/")
+
+    async def health(self, request: web.Request) -> web.Response:
+        if request.method != "GET":
+            return _text(405, "method not allowed")
+        body = {"ok": True, "bridgeOrigin": self.public_base_url, "issuedBy": ISSUED_BY}
+        return web.Response(body=orjson.dumps(body) + b"\n", content_type="application/json")
+
+    async def consume(self, request: web.Request) -> web.Response:
+        if request.method != "POST":
+            return _text(405, "method not allowed")
+        if not self._limiter.allow(request.remote or "unknown"):
+            return _text(
+                429, "too many bootstrap requests; retry in a minute", {"Retry-After": "60"}
+            )
+        cfg = self._bridge.config
+        try:
+            raw = await request.read()
+            body = orjson.loads(raw)
+        except (web.HTTPRequestEntityTooLarge, orjson.JSONDecodeError):
+            return _text(400, "invalid request body")
+        if not isinstance(body, dict) or any(
+            k in body and not isinstance(body[k], str) for k in ("ticket", "bridge")
+        ):
+            return _text(400, "invalid request body")
+        ticket = str(body.get("ticket", "")).strip()
+        if not ticket:
+            return _text(400, "ticket is required")
+        bridge = str(body.get("bridge", "")).strip().rstrip("/") or self.public_base_url
+        if bridge != self.public_base_url:
+            return _text(400, "bridge does not match this bridge's public URL")
+        token = cfg.internal_service_token
+        if not token:
+            return _text(500, "internal service token is not configured")
+        url = cfg.accounts_base_url.rstrip("/") + CONSUME_PATH
+        try:
+            async with self._bridge.http.post(
+                url,
+                data=orjson.dumps({"ticket": ticket, "bridge": bridge}),
+                headers={"Content-Type": "application/json", "X-Service-Token": token},
+                timeout=aiohttp.ClientTimeout(total=cfg.limits.bootstrap_timeout),
+            ) as resp:
+                status = resp.status
+                payload = await resp.content.read(1024 * 1024)
+        except (aiohttp.ClientError, TimeoutError):
+            return _text(502, "failed to contact accounts service")
+        if not 200 <= status < 300:
+            return _text(status, "accounts bootstrap consume failed")
+        try:
+            accounts = orjson.loads(payload)
+            if not isinstance(accounts, dict):
+                raise ValueError
+        except (orjson.JSONDecodeError, ValueError):
+            return _text(502, "failed to decode accounts bootstrap response")
+        return web.Response(
+            body=orjson.dumps(self._answer(accounts, bridge)) + b"\n",
+            content_type="application/json",
+        )
+
+    @staticmethod
+    def _answer(accounts: dict[str, Any], bridge: str) -> dict[str, Any]:
+        def s(key: str) -> str:
+            value = accounts.get(key)
+            return value if isinstance(value, str) else ""
+
+        token, url = s("BRIDGE_AUTH_TOKEN"), s("BRIDGE_SERVER_URL")
+        scopes = accounts.get("scopes")
+        scopes = [x for x in scopes if isinstance(x, str)] if isinstance(scopes, list) else None
+        setup = {
+            "BRIDGE_AUTH_TOKEN": token,
+            "BRIDGE_SERVER_URL": url,
+            "authMode": s("authMode"),
+            "bridgeOrigin": bridge,
+            "expiresAt": s("expiresAt"),
+            "issuedBy": ISSUED_BY,
+            "token": token,
+            "url": url,
+        }
+        return {
+            "setupCode": orjson.dumps(setup).decode(),
+            "bridgeOrigin": bridge,
+            "authMode": s("authMode"),
+            "expiresAt": s("expiresAt"),
+            "issuedBy": ISSUED_BY,
+            "scopes": scopes,
+        }

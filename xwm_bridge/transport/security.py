@@ -1,0 +1,114 @@
+"""Origin allow-list, bearer authentication and bind policy (contract.md §3).
+
+Fixes of the original: tokens compared in constant time; origin rules are
+parsed (scheme + host exact, ``:*`` = any port) instead of string prefixes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def parse_listen(addr: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) → (host, port); ValueError if malformed."""
+    value = addr.strip()
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {addr!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port out of range in {addr!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, port
+
+
+def is_loopback_host(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class OriginRule:
+    scheme: str
+    host: str
+    port: int | None  # None = any port
+
+    @classmethod
+    def parse(cls, entry: str) -> OriginRule | None:
+        text = entry.strip()
+        any_port = text.endswith(":*")
+        if any_port:
+            text = text[:-2]
+        try:
+            parts = urlsplit(text)
+            port = parts.port
+        except ValueError:
+            return None
+        scheme = parts.scheme.lower()
+        if not scheme or not parts.hostname:
+            return None
+        if any_port:
+            return cls(scheme, parts.hostname.lower(), None)
+        return cls(scheme, parts.hostname.lower(), port or _DEFAULT_PORTS.get(scheme))
+
+    def matches(self, scheme: str, host: str, port: int | None) -> bool:
+        if scheme != self.scheme or host != self.host:
+            return False
+        return self.port is None or self.port == port
+
+
+class OriginPolicy:
+    def __init__(self, entries: tuple[str, ...]) -> None:
+        self.rules = tuple(r for r in (OriginRule.parse(e) for e in entries) if r is not None)
+
+    def allows(self, origin: str | None) -> bool:
+        value = (origin or "").strip()
+        if not value:
+            return True  # non-browser clients send no Origin
+        try:
+            parts = urlsplit(value)
+            port = parts.port
+        except ValueError:
+            return False
+        if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+            return False
+        scheme = parts.scheme.lower()
+        host = (parts.hostname or "").lower()
+        if not scheme or not host:
+            return False
+        port = port or _DEFAULT_PORTS.get(scheme)
+        return any(rule.matches(scheme, host, port) for rule in self.rules)
+
+
+class BearerAuth:
+    """contract.md §3.3, with a constant-time comparison."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.strip().encode()
+
+    def check(self, header: str | None) -> bool:
+        value = (header or "").strip()
+        if not value:
+            return False
+        credential: str | None = None
+        if value[:7].lower() == "bearer ":
+            credential = value[7:].strip()
+        if not self._token:
+            return bool(credential)
+        candidates = [value.encode()]
+        if credential is not None:
+            candidates.append(credential.encode())
+        ok = False
+        for candidate in candidates:
+            ok |= hmac.compare_digest(candidate, self._token)
+        return ok

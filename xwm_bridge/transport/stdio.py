@@ -1,0 +1,117 @@
+"""``acp-stdio``: the bridge contract on stdin/stdout (contract.md §14).
+
+Unlike the original, requests are handled concurrently, so ``session.cancel``
+overtakes a running turn; responses carry their ids and may interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Awaitable, Callable
+
+from xwm_bridge import jsonrpc
+from xwm_bridge.core.dispatcher import CallContext, Dispatcher
+from xwm_bridge.framing import FramingError, StdioDecoder
+from xwm_bridge.transport.notify import OrderedSender
+
+log = logging.getLogger("xwm_bridge.stdio")
+MAX_INFLIGHT = 256
+READ_CHUNK = 64 * 1024
+
+
+class StdioServer:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        read: Callable[[], Awaitable[bytes]],
+        write: Callable[[bytes], Awaitable[None]],
+        *,
+        max_message: int,
+        send_timeout: float,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._read = read
+        self._sender = OrderedSender(write, timeout=send_timeout)
+        self._decoder = StdioDecoder(max_message=max_message)
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    async def _send(self, message: dict[str, object]) -> None:
+        await self._sender.send_bytes(jsonrpc.dumps(message) + b"\n")
+
+    async def _serve_one(self, req: jsonrpc.Request) -> None:
+        reply = await self._dispatcher.handle(req, CallContext(self._send, "stdio"))
+        if reply is not None:
+            await self._send(reply)
+
+    async def _handle_frame(self, item: bytes | FramingError) -> None:
+        if isinstance(item, FramingError):
+            await self._send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message))
+            return
+        try:
+            req = jsonrpc.decode_request(item)
+        except jsonrpc.DecodeError as exc:
+            await self._send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message))
+            return
+        while len(self._inflight) >= MAX_INFLIGHT:  # backpressure: stop reading
+            await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
+        task = asyncio.get_running_loop().create_task(self._serve_one(req))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def serve(self) -> None:
+        """Read until end of input, then wait for every request still running."""
+        try:
+            while True:
+                chunk = await self._read()
+                items = self._decoder.feed(chunk) if chunk else self._decoder.eof()
+                for item in items:
+                    await self._handle_frame(item)
+                if not chunk:
+                    break
+            while self._inflight:
+                await asyncio.wait(set(self._inflight))
+        finally:
+            for task in self._inflight:
+                task.cancel()
+
+
+def stdin_reader(fd: int = 0) -> Callable[[], Awaitable[bytes]]:
+    """Read ``fd`` on a daemon thread (works for pipes, ttys and files alike).
+
+    A daemon thread, not the default executor: a read blocked on stdin must not
+    keep the process alive at shutdown.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=16)
+
+    def pump() -> None:
+        while True:
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except OSError:
+                chunk = b""
+            try:
+                asyncio.run_coroutine_threadsafe(queue.put(chunk), loop).result()
+            except RuntimeError:  # loop closed
+                return
+            if not chunk:
+                return
+
+    threading.Thread(target=pump, name="stdin-reader", daemon=True).start()
+    return queue.get
+
+
+def stdout_writer(fd: int = 1) -> Callable[[bytes], Awaitable[None]]:
+    def write_all(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+    async def write(data: bytes) -> None:
+        await asyncio.to_thread(write_all, data)
+
+    return write
