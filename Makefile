@@ -17,12 +17,15 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check xwm_bridge internal tests
+	$(BIN)/ruff format --check xwm_bridge internal tests
 	$(BIN)/mypy
+	$(BIN)/hadolint Dockerfile
 	$(BIN)/pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check xwm_bridge internal tests
 	$(BIN)/ruff format --check xwm_bridge internal tests
+	$(BIN)/hadolint Dockerfile
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -225,3 +225,112 @@ def session_params(session_id: str, prompt: str = "hello", **extra: Any) -> dict
         "routing": {**EXPLICIT, "explicitProviderId": "codex"},
         **extra,
     }
+
+
+# --- helpers for the turn / queue / cancel / upstream / artifact suites -------------------
+
+MakeUpstream = Callable[..., Awaitable[FakeUpstream]]
+
+
+@pytest.fixture
+async def make_fake_upstream() -> AsyncIterator[MakeUpstream]:
+    """Factory for extra in-process fake upstreams (each on its own port)."""
+    servers: list[TestServer] = []
+
+    async def make(latency_ms: float = 0, chunks: int = 3) -> FakeUpstream:
+        server = TestServer(
+            create_app(latency_ms=latency_ms, chunks=chunks), host="127.0.0.1", port=0
+        )
+        await server.start_server()
+        servers.append(server)
+        return FakeUpstream(server)
+
+    yield make
+    for server in servers:
+        await server.close()
+
+
+ServeApp = Callable[[Any], Awaitable[str]]
+
+
+@pytest.fixture
+async def serve_app() -> AsyncIterator[ServeApp]:
+    """Serve an arbitrary aiohttp ``web.Application`` on loopback; returns its base URL."""
+    servers: list[TestServer] = []
+
+    async def serve(app: Any) -> str:
+        server = TestServer(app, host="127.0.0.1", port=0)
+        await server.start_server()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.port}"
+
+    yield serve
+    for server in servers:
+        await server.close()
+
+
+def closed_port() -> int:
+    """A loopback port with nothing listening on it (connection refused)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def wait_until(
+    predicate: Callable[[], bool], within: float = 5.0, interval: float = 0.01
+) -> None:
+    """Poll ``predicate`` until true; fail the test after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s")
+        await asyncio.sleep(interval)
+
+
+def providers_config(*providers: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A YAML-config dict with the given provider entries (and any other top-level keys)."""
+    return {"providers": list(providers), **extra}
+
+
+def updates(events: list[Any]) -> list[dict[str, Any]]:
+    """The ``params`` of every bridge-generated ``session.update`` (those with ``threadId``)."""
+    return [
+        e["params"]
+        for e in events
+        if isinstance(e, dict)
+        and e.get("method") == "session.update"
+        and "threadId" in e.get("params", {})
+    ]
+
+
+Reply = Callable[[dict[str, Any]], Any]
+
+
+def scripted_app(reply: Reply, seen: list[dict[str, Any]]) -> Any:
+    """A one-handler upstream: every POST is recorded in ``seen`` (path, headers, body)
+    and answered by ``reply(body)``: a dict is sent as JSON, bytes as a text/plain body,
+    a ``web.StreamResponse`` as is; an awaitable result is awaited first."""
+    import inspect
+
+    from aiohttp import web
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        body = orjson.loads(raw)
+        seen.append({"path": request.path, "headers": dict(request.headers), "body": body})
+        out = reply(body)
+        if inspect.isawaitable(out):
+            out = await out
+        if isinstance(out, web.StreamResponse):
+            return out
+        if isinstance(out, bytes):
+            return web.Response(body=out, content_type="text/plain")
+        return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    return app

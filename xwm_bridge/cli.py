@@ -139,6 +139,9 @@ async def _serve(cfg: BridgeConfig, host: str, port: int) -> int:
         handle_signals=False,
         keepalive_timeout=cfg.limits.keepalive_timeout,
         shutdown_timeout=5.0,
+        # A client that goes away abandons its request: a turn still waiting in its
+        # thread queue is then skipped (a running turn keeps going), as on WebSocket.
+        handler_cancellation=True,
     )
     await runner.setup()
     site = web.TCPSite(runner, host or None, port, reuse_address=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -20,7 +21,9 @@ def _number_text(value: float | int) -> str:
     if isinstance(value, int):
         return str(value)
     if math.isfinite(value) and value == int(value) and abs(value) < 1e21:
-        return str(int(value))
+        # the shortest round-trip digits, not the exact binary value:
+        # 1.2345678901234567e19 renders as 12345678901234567000, not …567168
+        return format(Decimal(repr(value)).to_integral_value(), "f") if value else "0"
     text = repr(value)
     # Go's shortest form writes exponents as e+21 / e-07.
     if "e" in text:

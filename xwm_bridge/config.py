@@ -160,6 +160,11 @@ ENV_VARS: dict[str, str] = {
 }
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
 _LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":"}
+_ENV_FLAGS = {
+    f.name: f.default
+    for f in dataclasses.fields(BridgeConfig)
+    if f.type in (bool, "bool") and isinstance(f.default, bool)
+}
 _INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -200,6 +205,9 @@ def load_config(
         sep = _LIST_SEPARATORS.get(key)
         if sep is not None:
             data[key] = [v.strip() for v in value.split(sep) if v.strip()]
+        elif key in _ENV_FLAGS:
+            # the spec's **flag** rule: an unrecognized word means the default
+            data[key] = coerce.flag(value, _ENV_FLAGS[key])
         else:
             data[key] = value
         sources[key] = f"env:{var}"
@@ -242,8 +250,11 @@ def _interpolate(value: Any, env: Mapping[str, str], key: str) -> Any:
 
         def sub(m: re.Match[str]) -> str:
             name, default = m.group(1), m.group(2)
-            if name in env:
-                return env[name]
+            # config.md §2: values are trimmed and a blank one counts as unset,
+            # so ${VAR:-default} falls back for VAR="" just as the shell does.
+            current = coerce.env_text(env, name)
+            if current:
+                return current
             if default is not None:
                 return default
             raise ConfigError(f"{key}: environment variable {name} is not set")
@@ -268,6 +279,10 @@ def _build(cls: type[Any], data: Any, key: str) -> Any:
     unknown = sorted(set(map(str, data)) - names)
     if unknown:
         raise ConfigError(f"{_join(key, unknown[0])}: unknown key")
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in data:
+            raise ConfigError(f"{_join(key, f.name)}: required key is missing")
     kwargs = {name: _convert(hints[name], data[name], _join(key, name)) for name in data}
     try:
         return cls(**kwargs)
@@ -287,7 +302,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if origin is tuple:
         (item_tp, _) = get_args(tp)
         if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
+            sep = _LIST_SEPARATORS.get(key, ",")
+            value = [v.strip() for v in value.split(sep) if v.strip()]
         if not isinstance(value, list):
             raise ConfigError(f"{key}: expected a list, got {type(value).__name__}")
         return tuple(_convert(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value))
@@ -303,10 +319,14 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if tp is int or tp is float:
         if isinstance(value, bool):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if tp is int and isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
         try:
             number = tp(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+        if number != number:  # NaN
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
         if number < 0:
             raise ConfigError(f"{key}: must not be negative, got {value!r}")
         return number

@@ -33,6 +33,8 @@ class StdioDecoder:
         self._state = _State.LINE
         self._need = 0
         self._max = max_message
+        #: state to return to once an over-long line has been discarded
+        self._resume = _State.LINE
 
     def feed(self, data: bytes) -> list[bytes | FramingError]:
         self._buf += data
@@ -65,10 +67,17 @@ class StdioDecoder:
             self._state = _State.LINE
             return True
 
+        # The raw line (one trailing "\r" allowed beyond the limit) is measured the
+        # same way whether or not its newline has arrived yet, so the outcome does
+        # not depend on how the input was split into chunks. An over-long line is
+        # an error in LINE state; an over-long extra header line is just dropped.
+        line_limit = self._max + 1
         nl = self._buf.find(b"\n")
         if nl < 0:
-            if len(self._buf) > self._max and state is not _State.DISCARD_LINE:
-                out.append(FramingError(f"message too large: limit is {self._max} bytes"))
+            if len(self._buf) > line_limit and state is not _State.DISCARD_LINE:
+                if state is _State.LINE:
+                    out.append(FramingError(f"message too large: limit is {self._max} bytes"))
+                self._resume = state
                 self._state = _State.DISCARD_LINE
             if self._state is _State.DISCARD_LINE:
                 self._buf.clear()
@@ -77,7 +86,11 @@ class StdioDecoder:
         del self._buf[: nl + 1]
 
         if state is _State.DISCARD_LINE:
-            self._state = _State.LINE
+            self._state = self._resume
+            return True
+        if nl > line_limit:
+            if state is _State.LINE:
+                out.append(FramingError(f"message too large: limit is {self._max} bytes"))
             return True
         if state is _State.HEADERS:
             if not line:

@@ -38,6 +38,8 @@ class SSEDecoder:
                 if len(self._buf) > self._max_line:
                     raise SSEDecodeError(f"SSE line longer than {self._max_line} bytes")
                 return events
+            if nl > self._max_line:  # same verdict whether or not the "\n" came in this chunk
+                raise SSEDecodeError(f"SSE line longer than {self._max_line} bytes")
             line = bytes(self._buf[:nl]).rstrip(b"\r")
             del self._buf[: nl + 1]
             if not line:

@@ -272,10 +272,10 @@ async def _main(args: argparse.Namespace) -> None:
         create_app(latency_ms=args.latency_ms, chunks=args.chunks), access_log=None
     )
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", args.port)
+    site = web.TCPSite(runner, args.host, args.port)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    print(f"listening 127.0.0.1:{port}", flush=True)
+    print(f"listening {args.host}:{port}", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
@@ -284,6 +284,7 @@ async def _main(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="fake upstream ACP provider (tests only)")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (compose uses 0.0.0.0)")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency-ms", type=float, default=0.0)
     parser.add_argument("--chunks", type=int, default=3)

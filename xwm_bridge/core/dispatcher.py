@@ -120,6 +120,11 @@ class Dispatcher:
             raise RpcError(
                 jsonrpc.SHUTTING_DOWN, "bridge is shutting down; retry on another replica"
             )
+        try:
+            # refuse an overflowing turn before it has any effect (no session.start reset)
+            self._queues.check_capacity(sp.thread_id)
+        except QueueFullError as exc:
+            raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
         if method == "session.start":
             self._sessions.reset(sp.session_id, sp.thread_id)
         self._sessions.turn_queued(sp.session_id)

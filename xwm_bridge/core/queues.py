@@ -54,13 +54,23 @@ class ThreadQueues:
     def total_waiting(self) -> int:
         return sum(len(th.waiting) for th in self._threads.values())
 
+    def check_capacity(self, thread_id: str) -> None:
+        """Raise :class:`QueueFullError` if a turn submitted now would have to wait behind
+        ``max_depth`` others. A turn that can start at once is always accepted."""
+        th = self._threads.get(thread_id)
+        if th is None:
+            return
+        # Not running yet means the worker is about to start the first queued job.
+        ahead = len(th.waiting) if th.running else len(th.waiting) - 1
+        if ahead >= self._max_depth:
+            raise QueueFullError(thread_id, self._max_depth)
+
     async def submit(self, thread_id: str, job: Job) -> Any:
         """Run ``job`` after every earlier job of ``thread_id``; return its result."""
+        self.check_capacity(thread_id)
         th = self._threads.get(thread_id)
         if th is None:
             th = self._threads[thread_id] = _Thread()
-        if len(th.waiting) >= self._max_depth:
-            raise QueueFullError(thread_id, self._max_depth)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         th.waiting.append((job, fut))
         if th.worker is None:

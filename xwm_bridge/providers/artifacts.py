@@ -92,7 +92,9 @@ def _content_type(name: str) -> str:
 def scan(root: Path, limits: ArtifactLimits) -> list[dict[str, Any]]:
     """Newest files first, at most ``max_files``, each ≤ ``max_file_bytes``."""
     candidates = [c for c in _walk(root) if c[2] <= limits.max_file_bytes]
-    candidates.sort(key=lambda c: c[1])  # lexical order, then stable by mtime
+    # the original's walk order (lexical per directory, depth first: "a/x" before
+    # "a-b"), then stable by mtime; comparing path components gives exactly that
+    candidates.sort(key=lambda c: c[1].split("/"))
     candidates.sort(key=lambda c: c[0], reverse=True)
     out: list[dict[str, Any]] = []
     total = 0

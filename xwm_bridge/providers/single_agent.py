@@ -85,6 +85,21 @@ class SingleAgentExecutor:
         except EndpointError as exc:
             await ctx.emit_error(str(exc))
             return self.failure(ctx, str(exc))
+
+        async def cancel_upstream() -> None:
+            # owned by the supervisor so it survives this task's cancellation; bounded
+            cancel = ctx.supervisor.spawn(
+                self._upstream.send_cancel(
+                    provider,
+                    endpoint,
+                    authorization,
+                    {"sessionId": ctx.session_id, "threadId": ctx.session.thread_id},
+                    self._config.limits.upstream_cancel_timeout,
+                ),
+                name=f"upstream-cancel:{ctx.session_id}",
+            )
+            await asyncio.shield(cancel)
+
         try:
             response = await self._upstream.call(
                 provider, endpoint, authorization, ctx.method, forwarded, on_notification
@@ -92,21 +107,12 @@ class SingleAgentExecutor:
         except UpstreamError as exc:
             message = str(exc)
             log.warning("upstream call failed", extra={"provider": provider.id, "error": message})
+            if exc.timed_out:  # the upstream may still be working on it
+                await cancel_upstream()
             await ctx.emit_error(message)
             return self.failure(ctx, message)
         except asyncio.CancelledError:
-            cancel_params = {"sessionId": ctx.session_id, "threadId": ctx.session.thread_id}
-            cancel = ctx.supervisor.spawn(
-                self._upstream.send_cancel(
-                    provider,
-                    endpoint,
-                    authorization,
-                    cancel_params,
-                    self._config.limits.upstream_cancel_timeout,
-                ),
-                name=f"upstream-cancel:{ctx.session_id}",
-            )
-            await asyncio.shield(cancel)
+            await cancel_upstream()
             raise
 
         result = result_object(response)

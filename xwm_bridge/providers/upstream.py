@@ -33,6 +33,10 @@ _counter = itertools.count(1)
 class UpstreamError(Exception):
     """A failed upstream call; ``str()`` is the error text put in the result."""
 
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
 
 def new_request_id() -> str:
     # unique even when two calls share a nanosecond (the original used the clock only)
@@ -83,7 +87,8 @@ class UpstreamClient:
                 )
         except TimeoutError:
             raise UpstreamError(
-                f"upstream {provider.id} timed out (no answer within the configured deadline)"
+                f"upstream {provider.id} timed out (no answer within the configured deadline)",
+                timed_out=True,
             ) from None
 
     async def _call_http(
@@ -118,9 +123,13 @@ class UpstreamClient:
                     raise UpstreamError("upstream response too large")
                 return self._decode_body(body, resp.status)
         except aiohttp.ClientError as exc:
-            raise UpstreamError(f"POST {url}: {_describe(exc)}") from None
+            raise UpstreamError(
+                f"POST {url}: {_describe(exc)}", timed_out=isinstance(exc, TimeoutError)
+            ) from None
         except TimeoutError:
-            raise UpstreamError(f"POST {url}: upstream did not answer in time") from None
+            raise UpstreamError(
+                f"POST {url}: upstream did not answer in time", timed_out=True
+            ) from None
 
     @staticmethod
     def _decode_body(body: bytes, status: int) -> dict[str, Any]:
@@ -202,7 +211,8 @@ class UpstreamClient:
                         raw = await asyncio.wait_for(ws.recv(), provider.read_timeout)
                     except TimeoutError:
                         raise UpstreamError(
-                            f"{url}: no message from upstream for {provider.read_timeout:g}s"
+                            f"{url}: no message from upstream for {provider.read_timeout:g}s",
+                            timed_out=True,
                         ) from None
                     try:
                         obj = orjson.loads(raw)

@@ -1,0 +1,17 @@
+# syntax=docker/dockerfile:1
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY xwm_bridge ./xwm_bridge
+RUN pip install --no-cache-dir --prefix=/install .
+
+FROM python:3.11-slim
+RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin bridge
+COPY --from=build /install /usr/local
+USER 10001
+EXPOSE 8787
+# The bridge refuses a non-loopback address without ACP_AUTH_TOKEN: pass it at run time.
+ENV ACP_LISTEN_ADDR=0.0.0.0:8787
+HEALTHCHECK --interval=30s --timeout=3s CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8787/api/ping', timeout=2).status == 200 else 1)"]
+ENTRYPOINT ["xwm-bridge"]
+CMD ["serve"]

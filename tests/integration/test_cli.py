@@ -1,0 +1,226 @@
+"""Command line and configuration errors of the real executable (contract.md §1, §14)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.conftest import AUTH, ROOT, StartBridge, base_env
+
+CONSOLE_SCRIPT = Path(sys.executable).with_name("xwm-bridge")
+
+
+def run(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 20
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "xwm_bridge", *args],
+        env=env if env is not None else base_env(),
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bridge.yaml"
+    path.write_text(text)
+    return path
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["serve", "acp-stdio"])
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("limits: {max_queue_depth: abc}\n", "limits.max_queue_depth"),
+        ("limits: {max_body_bytes: -5}\n", "limits.max_body_bytes"),
+        ("multi_agent_enabled: maybe\n", "multi_agent_enabled"),
+        ("no_such_key: 1\n", "no_such_key"),
+        ("limits: {no_such_limit: 1}\n", "limits.no_such_limit"),
+        ("providers: [{label: X}]\n", "providers[0].id: required key is missing"),
+        ("listen: nonsense\n", "listen"),
+        ("limits: 5\n", "limits"),
+    ],
+    ids=[
+        "bad-int",
+        "negative",
+        "bad-bool",
+        "unknown-key",
+        "unknown-nested-key",
+        "provider-without-id",
+        "bad-listen",
+        "not-a-mapping",
+    ],
+)
+def test_bad_config_exits_2_with_one_line_naming_the_key(
+    tmp_path: Path, command: str, text: str, key: str
+) -> None:
+    path = write_config(tmp_path, text)
+    proc = run(command, "--config", str(path))
+    assert_one_line_error(proc, key)
+
+
+def test_bad_config_via_env_variable(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "limits: {max_queue_depth: abc}\n")
+    proc = run("serve", env=base_env(XWM_BRIDGE_CONFIG=str(path)))
+    assert_one_line_error(proc, "limits.max_queue_depth")
+
+
+@pytest.mark.parametrize("command", ["serve", "acp-stdio"])
+def test_missing_config_file_exits_2(tmp_path: Path, command: str) -> None:
+    missing = tmp_path / "nope.yaml"
+    proc = run(command, "--config", str(missing))
+    assert_one_line_error(proc, str(missing))
+
+
+def test_invalid_yaml_exits_2(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "limits: [unclosed\n")
+    proc = run("serve", "--config", str(path))
+    assert_one_line_error(proc, str(path))
+
+
+def test_unset_interpolated_variable_exits_2(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "public_base_url: ${XWM_TEST_UNSET_VARIABLE}\n")
+    proc = run("serve", "--config", str(path))
+    assert_one_line_error(proc, "public_base_url", "XWM_TEST_UNSET_VARIABLE")
+
+
+def test_serve_help_mentions_every_option() -> None:
+    proc = run("serve", "--help")
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--listen", "--allow-unauthenticated", "--config", "--log-level", "--help"):
+        assert option in proc.stdout, option
+    assert "ACP_AUTH_TOKEN" in proc.stdout
+
+
+def test_acp_stdio_help_mentions_every_option() -> None:
+    proc = run("acp-stdio", "--help")
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--config", "--log-level", "--help"):
+        assert option in proc.stdout, option
+
+
+@pytest.mark.skipif(not CONSOLE_SCRIPT.exists(), reason="console script not installed")
+def test_console_script_help_lists_commands() -> None:
+    proc = subprocess.run(
+        [str(CONSOLE_SCRIPT), "--help"],
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "serve" in proc.stdout
+    assert "acp-stdio" in proc.stdout
+    proc = subprocess.run(
+        [str(CONSOLE_SCRIPT), "serve", "--help"],
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert proc.returncode == 0
+    assert "--listen" in proc.stdout
+
+
+def test_unknown_flag_exits_2() -> None:
+    proc = run("serve", "--no-such-flag")
+    assert proc.returncode == 2
+    assert "no-such-flag" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_busy_port_exits_1() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        proc = run("serve", "--listen", f"127.0.0.1:{port}", env=base_env(ACP_AUTH_TOKEN="t"))
+    assert proc.returncode == 1, proc.stderr
+    assert "ACP server failed:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize("style", ["separate", "equals"])
+async def test_go_style_single_dash_listen_flag(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, style: str
+) -> None:
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    # start_bridge passes --listen 127.0.0.1:0 first; the later -listen wins
+    args = ("-listen", addr) if style == "separate" else (f"-listen={addr}",)
+    bridge = await start_bridge(*args)
+    assert bridge.port == port
+    async with http.post(
+        bridge.rpc_url, data=b'{"jsonrpc":"2.0","id":1,"method":"acp.capabilities"}', headers=AUTH
+    ) as resp:
+        assert resp.status == 200
+        assert orjson.loads(await resp.read())["id"] == 1
+
+
+async def test_config_file_values_apply(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    config = {
+        "public_base_url": "https://from-file.example.test",
+        "providers": [{"id": "solo", "label": "Solo", "endpoint": "http://127.0.0.1:9/acp/rpc"}],
+    }
+    bridge = await start_bridge(config=config, tmp=tmp_path)
+    async with http.get(bridge.url + "/bridge/bootstrap/health") as resp:
+        assert orjson.loads(await resp.read())["bridgeOrigin"] == "https://from-file.example.test"
+    async with http.post(
+        bridge.rpc_url, data=b'{"jsonrpc":"2.0","id":1,"method":"acp.capabilities"}', headers=AUTH
+    ) as resp:
+        result = orjson.loads(await resp.read())["result"]
+    assert result["providerCatalog"] == [{"providerId": "solo", "label": "Solo"}]
+
+
+async def test_env_overrides_config_file(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    env = base_env(ACP_AUTH_TOKEN="tok", BRIDGE_PUBLIC_BASE_URL="https://from-env.example.test")
+    bridge = await start_bridge(
+        env=env, config={"public_base_url": "https://from-file.example.test"}, tmp=tmp_path
+    )
+    async with http.get(bridge.url + "/bridge/bootstrap/health") as resp:
+        assert orjson.loads(await resp.read())["bridgeOrigin"] == "https://from-env.example.test"
+
+
+async def test_flag_overrides_config_file(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    port = free_port()
+    # the file says one port, the (last) --listen flag another: the flag wins
+    bridge = await start_bridge(
+        "--listen", f"127.0.0.1:{port}", config={"listen": "127.0.0.1:1"}, tmp=tmp_path
+    )
+    assert bridge.port == port

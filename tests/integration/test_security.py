@@ -1,0 +1,332 @@
+"""Bearer auth, origin allow-list and bind policy (contract.md §3, §7; ARCHITECTURE.md §2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.conftest import AUTH, ROOT, TOKEN, StartBridge, base_env
+
+CAPS = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "acp.capabilities"})
+UNAUTHORIZED = {
+    "jsonrpc": "2.0",
+    "id": None,
+    "error": {"code": -32001, "message": "missing bearer authorization"},
+}
+WS_UPGRADE = {
+    "Connection": "Upgrade",
+    "Upgrade": "websocket",
+    "Sec-WebSocket-Version": "13",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+}
+
+
+def forbidden(origin: str) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32003, "message": f"origin not allowed: {origin}"},
+    }
+
+
+async def post_caps(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str]
+) -> tuple[int, Any, bytes]:
+    async with http.post(url, data=CAPS, headers=headers) as resp:
+        return resp.status, resp.headers, await resp.read()
+
+
+async def assert_auth_table(
+    http: aiohttp.ClientSession, url: str, cases: list[tuple[str | None, int]]
+) -> None:
+    for header, expected in cases:
+        headers = {} if header is None else {"Authorization": header}
+        status, _, body = await post_caps(http, url, headers)
+        assert status == expected, f"Authorization {header!r}: {status} {body!r}"
+        if expected == 401:
+            assert orjson.loads(body) == UNAUTHORIZED
+        else:
+            assert orjson.loads(body)["result"]["singleAgent"] is True
+
+
+# --- bearer authentication ------------------------------------------------------------------
+
+
+async def test_auth_with_token_configured(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge(env=base_env(ACP_AUTH_TOKEN="tok"))
+    await assert_auth_table(
+        http,
+        bridge.rpc_url,
+        [
+            ("tok", 200),  # raw token without a scheme (compatibility)
+            ("Bearer tok", 200),
+            ("bearer tok", 200),
+            ("BEARER tok", 200),
+            ("Bearer  tok", 200),  # remainder is trimmed
+            (None, 401),
+            ("Bearer wrong", 401),
+            ("Bearer tokk", 401),
+            ("Bearer to", 401),
+            ("to", 401),
+            ("Basic tok", 401),
+            ("Bearer", 401),
+            ("Bearertok", 401),
+            ("Token tok", 401),
+        ],
+    )
+
+
+async def test_auth_token_from_env_is_trimmed(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge(env=base_env(ACP_AUTH_TOKEN="  tok  "))
+    await assert_auth_table(http, bridge.rpc_url, [("Bearer tok", 200), ("tok", 200)])
+
+
+async def test_auth_without_token_on_loopback_accepts_any_bearer(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge(env=base_env())
+    await assert_auth_table(
+        http,
+        bridge.rpc_url,
+        [
+            ("Bearer anything", 200),
+            ("bearer x", 200),
+            (None, 401),
+            ("Basic x", 401),
+            ("Bearer", 401),
+            ("anything", 401),
+        ],
+    )
+
+
+# --- origin allow-list ------------------------------------------------------------------------
+
+DEFAULT_ALLOWED = [
+    "http://localhost:5173",
+    "http://localhost:3000",
+    "http://127.0.0.1:8080",
+    "https://xworkmate.svc.plus",
+]
+DEFAULT_REJECTED = [
+    "http://localhost:evil",  # the original's string-prefix rule let this through
+    "http://localhost:5173.evil.com",
+    "http://localhost.evil.com:5173",
+    "http://127.0.0.1.nip.io:80",
+    "https://localhost:5173",
+    "https://evil.example.com",
+    "https://xworkmate.svc.plus.evil.com",
+    "http://xworkmate.svc.plus",
+    "https://xworkmate.svc.plus:8443",
+    "null",
+]
+
+
+async def assert_origins(
+    http: aiohttp.ClientSession, url: str, allowed: list[str], rejected: list[str]
+) -> None:
+    for origin in allowed:
+        status, headers, body = await post_caps(http, url, {**AUTH, "Origin": origin})
+        assert status == 200, f"{origin}: {status} {body!r}"
+        assert headers["Access-Control-Allow-Origin"] == origin
+    for origin in rejected:
+        status, headers, body = await post_caps(http, url, {**AUTH, "Origin": origin})
+        assert status == 403, f"{origin}: {status} {body!r}"
+        assert headers["Content-Type"].startswith("application/json")
+        assert orjson.loads(body) == forbidden(origin)
+        assert "Access-Control-Allow-Origin" not in headers
+
+
+async def test_default_origin_allow_list(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge()
+    await assert_origins(http, bridge.rpc_url, DEFAULT_ALLOWED, DEFAULT_REJECTED)
+    # no Origin at all (non-browser client) is always allowed
+    status, headers, _ = await post_caps(http, bridge.rpc_url, AUTH)
+    assert status == 200
+    assert "Access-Control-Allow-Origin" not in headers
+
+
+async def test_allowed_origins_override(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    env = base_env(
+        ACP_AUTH_TOKEN=TOKEN,
+        ACP_ALLOWED_ORIGINS=" https://app.example.com , ,http://dev.example.com:* ",
+    )
+    bridge = await start_bridge(env=env)
+    await assert_origins(
+        http,
+        bridge.rpc_url,
+        allowed=["https://app.example.com", "http://dev.example.com:9000"],
+        rejected=[
+            "http://localhost:5173",
+            "https://xworkmate.svc.plus",
+            "http://app.example.com",
+            "https://dev.example.com:9000",
+            "http://dev.example.com:evil",
+        ],
+    )
+
+
+async def test_blank_allowed_origins_means_default(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge(env=base_env(ACP_AUTH_TOKEN=TOKEN, ACP_ALLOWED_ORIGINS="   "))
+    await assert_origins(
+        http,
+        bridge.rpc_url,
+        allowed=["http://localhost:5173", "https://xworkmate.svc.plus"],
+        rejected=["https://evil.example.com"],
+    )
+
+
+# --- the same checks on the WebSocket upgrade /acp -------------------------------------------
+
+
+async def get_acp(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str], method: str = "GET"
+) -> tuple[int, Any, bytes]:
+    async with http.request(method, url, headers=headers) as resp:
+        return resp.status, resp.headers, await resp.read()
+
+
+async def test_ws_upgrade_rejects_disallowed_origin_before_upgrade(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge()
+    url = bridge.url + "/acp"
+    for origin in ("https://evil.example.com", "http://localhost:evil"):
+        status, headers, body = await get_acp(http, url, {**WS_UPGRADE, **AUTH, "Origin": origin})
+        assert status == 403
+        assert headers["Content-Type"].startswith("application/json")
+        assert orjson.loads(body) == forbidden(origin)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await http.ws_connect(bridge.ws_url, headers={**AUTH, "Origin": "https://evil.example"})
+    assert info.value.status == 403
+
+
+async def test_ws_upgrade_requires_bearer(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge()
+    url = bridge.url + "/acp"
+    for auth in ({}, {"Authorization": "Bearer wrong"}):
+        status, headers, body = await get_acp(
+            http, url, {**WS_UPGRADE, **auth, "Origin": "http://localhost:5173"}
+        )
+        assert status == 401
+        assert headers["Content-Type"].startswith("application/json")
+        assert orjson.loads(body) == UNAUTHORIZED
+        assert "Access-Control-Allow-Origin" not in headers  # /acp never emits CORS
+    with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+        await http.ws_connect(bridge.ws_url)
+    assert info.value.status == 401
+    # origin is checked before auth
+    status, _, body = await get_acp(http, url, {**WS_UPGRADE, "Origin": "https://evil.example"})
+    assert status == 403
+    assert orjson.loads(body)["error"]["code"] == -32003
+
+
+async def test_ws_upgrade_accepts_allowed_origin_and_token(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge()
+    async with http.ws_connect(
+        bridge.ws_url, headers={**AUTH, "Origin": "http://localhost:5173"}
+    ) as ws:
+        await ws.send_str('{"jsonrpc":"2.0","id":1,"method":"acp.capabilities"}')
+        reply = orjson.loads(await ws.receive_str(timeout=5))
+        assert reply["id"] == 1
+        assert reply["result"]["singleAgent"] is True
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+async def test_non_get_on_acp_is_405_text(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, method: str
+) -> None:
+    bridge = await start_bridge()
+    status, headers, body = await get_acp(http, bridge.url + "/acp", AUTH, method=method)
+    assert status == 405
+    assert headers["Content-Type"].startswith("text/plain")
+    assert b"method not allowed" in body
+
+
+async def test_get_acp_without_upgrade_headers_is_400_text(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge()
+    status, headers, body = await get_acp(http, bridge.url + "/acp", AUTH)
+    assert status == 400
+    assert headers["Content-Type"].startswith("text/plain")
+    assert body.endswith(b"\n") and body.startswith(b"400 ")
+
+
+# --- bind policy: no non-loopback listener without a token -----------------------------------
+
+
+def run_serve(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "xwm_bridge", "serve", *args],
+        env=env,
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "extra_env"),
+    [
+        (("--listen", "0.0.0.0:0"), {}),
+        (("--listen", "0.0.0.0:0"), {"ACP_AUTH_TOKEN": "   "}),
+        ((), {"ACP_LISTEN_ADDR": "0.0.0.0:0"}),
+    ],
+    ids=["flag", "blank-token", "env-listen"],
+)
+def test_non_loopback_bind_without_token_is_refused(
+    args: tuple[str, ...], extra_env: dict[str, str]
+) -> None:
+    proc = run_serve(*args, env=base_env(**extra_env))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "ACP_AUTH_TOKEN" in lines[0]
+    assert "0.0.0.0:0" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+async def test_non_loopback_bind_with_allow_unauthenticated_starts(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge("--listen", "0.0.0.0:0", "--allow-unauthenticated", env=base_env())
+    listening = [orjson.loads(line) for line in bridge.logs if '"listening"' in line]
+    assert listening and listening[0]["host"] == "0.0.0.0"
+    status, _, body = await post_caps(http, bridge.rpc_url, {"Authorization": "Bearer any"})
+    assert status == 200, body
+    status, _, _ = await post_caps(http, bridge.rpc_url, {})
+    assert status == 401
+
+
+async def test_non_loopback_bind_with_token_starts(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge("--listen", "0.0.0.0:0", env=base_env(ACP_AUTH_TOKEN=TOKEN))
+    status, _, _ = await post_caps(http, bridge.rpc_url, AUTH)
+    assert status == 200
+    status, _, body = await post_caps(http, bridge.rpc_url, {"Authorization": "Bearer any"})
+    assert status == 401
+    assert orjson.loads(body) == UNAUTHORIZED

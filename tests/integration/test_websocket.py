@@ -1,0 +1,255 @@
+"""JSON-RPC over WebSocket ``/acp`` (contract.md §7, §8; examples.md §17).
+
+Fixed behaviour (ARCHITECTURE.md §2): requests on one connection run concurrently,
+so ``session.cancel`` overtakes a running turn and reaches the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from tests.conftest import AUTH, FakeUpstream, StartBridge, provider_env, session_params
+
+
+async def recv(ws: aiohttp.ClientWebSocketResponse, wait_s: float = 10) -> dict[str, Any]:
+    msg = await ws.receive(timeout=wait_s)
+    assert msg.type == aiohttp.WSMsgType.TEXT, msg
+    assert msg.data.count("\n") <= 1 and msg.data.rstrip("\n").count("\n") == 0
+    decoded: dict[str, Any] = orjson.loads(msg.data)
+    return decoded
+
+
+async def recv_until_id(
+    ws: aiohttp.ClientWebSocketResponse, rid: Any, wait_s: float = 10
+) -> list[dict[str, Any]]:
+    """Every message up to and including the response with id ``rid``."""
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + wait_s
+    while True:
+        msg = await recv(ws, max(0.1, deadline - time.monotonic()))
+        out.append(msg)
+        if "method" not in msg and msg.get("id") == rid:
+            return out
+
+
+async def wait_for(predicate: Any, wait_s: float = 5) -> None:
+    deadline = time.monotonic() + wait_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+def req(method: str, params: dict[str, Any] | None = None, rid: Any = None) -> str:
+    body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if rid is not None:
+        body["id"] = rid
+    if params is not None:
+        body["params"] = params
+    return orjson.dumps(body).decode()
+
+
+async def test_capabilities_round_trip(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge()
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("acp.capabilities", rid="cap-1"))
+        reply = await recv(ws)
+        assert set(reply) == {"jsonrpc", "id", "result"}
+        assert reply["jsonrpc"] == "2.0"
+        assert reply["id"] == "cap-1"
+        assert reply["result"]["singleAgent"] is True
+        assert reply["result"]["multiAgent"] is False
+        assert [p["providerId"] for p in reply["result"]["providerCatalog"]] == [
+            "codex",
+            "opencode",
+            "gemini",
+        ]
+        # binary frames carry requests too
+        await ws.send_bytes(req("acp.capabilities", rid=2).encode())
+        reply = await recv(ws)
+        assert reply["id"] == 2 and "result" in reply
+
+
+async def test_invalid_frames_answer_parse_error_and_connection_stays_usable(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge()
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str("not json")
+        reply = await recv(ws)
+        assert set(reply) == {"jsonrpc", "id", "error"}
+        assert reply["id"] is None
+        assert reply["error"]["code"] == -32700
+        assert reply["error"]["message"].startswith("invalid json: ")
+
+        await ws.send_str('{"jsonrpc":"2.0","id":5}')
+        assert await recv(ws) == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32700, "message": "missing method"},
+        }
+        await ws.send_str("[1,2]")
+        reply = await recv(ws)
+        assert reply["error"]["code"] == -32700 and reply["id"] is None
+
+        await ws.send_str(req("xworkmate.providers.sync", rid=9))
+        assert await recv(ws) == {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "error": {"code": -32601, "message": "unknown method: xworkmate.providers.sync"},
+        }
+        await ws.send_str(req("acp.capabilities", rid="after"))
+        reply = await recv(ws)
+        assert reply["id"] == "after" and reply["result"]["singleAgent"] is True
+
+
+async def test_notifications_get_no_reply(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge()
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("acp.capabilities"))
+        await ws.send_str(req("session.close", {"sessionId": "x"}))
+        await ws.send_str(req("session.close", {"sessionId": "x"}, rid="last"))
+        reply = await recv(ws)
+        assert reply == {
+            "jsonrpc": "2.0",
+            "id": "last",
+            "result": {"accepted": True, "closed": False},
+        }
+        try:
+            extra = await ws.receive(timeout=0.3)
+        except TimeoutError:
+            extra = None
+        assert extra is None, extra
+
+
+async def test_turn_streams_notifications_then_result(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("session.start", session_params("ws-1", "hi"), rid="t1"))
+        messages = await recv_until_id(ws, "t1")
+        started = messages[0]
+        assert started["method"] == "session.update"
+        assert started["params"]["event"] == "started"
+        assert started["params"]["seq"] == 1
+        assert started["params"]["sessionId"] == "ws-1"
+        deltas = [m["params"]["delta"] for m in messages[1:-1]]
+        assert "".join(deltas) == "echo: hi"
+        assert messages[-1]["result"]["success"] is True
+        assert messages[-1]["result"]["output"] == "echo: hi"
+    # the inbound Authorization reached the bridge but is not forwarded upstream verbatim
+    assert fake_upstream.state.requests[0]["method"] == "session.start"
+
+
+async def test_cancel_on_same_socket_overtakes_running_turn(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        began = time.monotonic()
+        await ws.send_str(req("session.start", session_params("s1", "slow:3000 hi"), rid="t1"))
+        started = await recv(ws)
+        assert started["method"] == "session.update"
+        assert started["params"]["event"] == "started"
+        await wait_for(lambda: "s1" in fake_upstream.state.active)
+
+        await ws.send_str(req("session.cancel", {"sessionId": "s1"}, rid="x1"))
+        messages = await recv_until_id(ws, "t1", wait_s=10)
+        elapsed = time.monotonic() - began
+
+    responses = [m for m in messages if "method" not in m]
+    assert [r["id"] for r in responses] == ["x1", "t1"]  # cancel answered first
+    assert responses[0] == {
+        "jsonrpc": "2.0",
+        "id": "x1",
+        "result": {"accepted": True, "cancelled": True},
+    }
+    turn = responses[1]["result"]
+    assert turn["success"] is False
+    assert elapsed < 2.5, f"turn was not interrupted ({elapsed:.2f}s)"
+    assert [c["sessionId"] for c in fake_upstream.state.cancels] == ["s1"]
+    assert fake_upstream.state.completed == 0  # the upstream never finished the turn
+
+
+async def test_responses_carry_their_ids_when_they_overtake(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("session.start", session_params("a", "slow:600 one"), rid="ta"))
+        await ws.send_str(req("session.start", session_params("b", "two"), rid="tb"))
+        await ws.send_str(req("acp.capabilities", rid="c"))
+        responses: dict[Any, dict[str, Any]] = {}
+        order: list[Any] = []
+        while len(responses) < 3:
+            msg = await recv(ws)
+            if "method" in msg:
+                continue
+            responses[msg["id"]] = msg
+            order.append(msg["id"])
+    assert order[-1] == "ta"  # the slow turn of another thread finishes last
+    assert set(order) == {"ta", "tb", "c"}
+    assert responses["ta"]["result"]["output"] == "echo: one"
+    assert responses["tb"]["result"]["output"] == "echo: two"
+    assert responses["c"]["result"]["singleAgent"] is True
+
+
+async def test_turns_of_one_thread_stay_in_order(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("session.start", session_params("q", "slow:300 first"), rid=1))
+        await ws.send_str(req("session.message", session_params("q", "second"), rid=2))
+        results = []
+        while len(results) < 2:
+            msg = await recv(ws)
+            if "method" not in msg:
+                results.append(msg)
+    assert [r["id"] for r in results] == [1, 2]
+    assert [r["result"]["output"] for r in results] == ["echo: first", "echo: second"]
+
+
+async def test_oversized_message_closes_with_1009(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bridge = await start_bridge(config={"limits": {"max_ws_message_bytes": 1024}}, tmp=tmp_path)
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("acp.capabilities", {"pad": "x" * 500}, rid=1))
+        assert (await recv(ws))["id"] == 1  # under the limit: served
+        await ws.send_str(req("acp.capabilities", {"pad": "x" * 2048}, rid=2))
+        msg = await ws.receive(timeout=5)
+        assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), msg
+        await asyncio.sleep(0)
+        assert ws.close_code == 1009
+    # the bridge keeps serving new connections
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("acp.capabilities", rid=3))
+        assert (await recv(ws))["id"] == 3
+
+
+async def test_sigterm_lets_running_turn_finish_then_closes_with_1001(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("session.start", session_params("g", "slow:500 bye"), rid="t"))
+        assert (await recv(ws))["params"]["event"] == "started"
+        bridge.proc.send_signal(signal.SIGTERM)
+        messages = await recv_until_id(ws, "t")
+        assert messages[-1]["result"]["output"] == "echo: bye"
+        closing = await ws.receive(timeout=5)
+        assert closing.type == aiohttp.WSMsgType.CLOSE, closing
+        assert closing.data == 1001
+    assert await bridge.stop() == 0

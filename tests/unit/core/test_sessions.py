@@ -1,0 +1,274 @@
+"""xwm_bridge.core.sessions: records, running-turn handles, idle reaping (contract.md §12)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from xwm_bridge.core.sessions import MAX_HISTORY, Session, SessionRegistry, TurnHandle
+
+# --- Session --------------------------------------------------------------------------
+
+
+def test_new_session_defaults() -> None:
+    s = Session("s1", "t1")
+    assert (s.session_id, s.thread_id, s.provider, s.history, s.seq) == ("s1", "t1", "", [], 0)
+    assert s.last_used <= time.monotonic()
+
+
+def test_seq_starts_at_one() -> None:
+    s = Session("s", "t")
+    assert [s.next_seq() for _ in range(3)] == [1, 2, 3]
+    assert s.seq == 3
+
+
+def test_history_ignores_blank_and_is_capped() -> None:
+    s = Session("s", "t")
+    s.add_prompt("")
+    assert s.history == []
+    for i in range(MAX_HISTORY + 10):
+        s.add_prompt(f"p{i}")
+    assert len(s.history) == MAX_HISTORY
+    assert s.history[0] == "p10"
+    assert s.history[-1] == f"p{MAX_HISTORY + 9}"
+
+
+def test_history_under_cap_keeps_everything() -> None:
+    s = Session("s", "t")
+    for p in ("a", "b", "c"):
+        s.add_prompt(p)
+    assert s.history == ["a", "b", "c"]
+
+
+# --- registry: reset / get_or_create / close ------------------------------------------
+
+
+def test_get_or_create_creates_once() -> None:
+    reg = SessionRegistry()
+    assert reg.get("s") is None
+    s = reg.get_or_create("s", "t")
+    assert reg.get("s") is s
+    assert reg.get_or_create("s", "t") is s
+    assert len(reg) == 1
+
+
+def test_get_or_create_updates_thread_only_when_non_blank() -> None:
+    reg = SessionRegistry()
+    s = reg.get_or_create("s", "t1")
+    reg.get_or_create("s", "t2")
+    assert s.thread_id == "t2"
+    reg.get_or_create("s", "")
+    assert s.thread_id == "t2"
+
+
+def test_get_or_create_touches_last_used() -> None:
+    reg = SessionRegistry()
+    s = reg.get_or_create("s", "t")
+    s.last_used = 0.0
+    reg.get_or_create("s", "t")
+    assert s.last_used > 0.0
+
+
+def test_reset_replaces_the_record() -> None:
+    reg = SessionRegistry()
+    old = reg.get_or_create("s", "t1")
+    old.next_seq()
+    old.add_prompt("hello")
+    old.provider = "codex"
+    new = reg.reset("s", "t2")
+    assert new is not old
+    assert reg.get("s") is new
+    assert (new.thread_id, new.seq, new.history, new.provider) == ("t2", 0, [], "")
+    assert new.next_seq() == 1
+    # the old record is untouched (a still-running turn keeps writing to it)
+    assert old.seq == 1 and old.history == ["hello"]
+
+
+def test_reset_creates_when_missing() -> None:
+    reg = SessionRegistry()
+    s = reg.reset("s", "t")
+    assert reg.get("s") is s and len(reg) == 1
+
+
+def test_close() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "t")
+    assert reg.close("s") is True
+    assert reg.get("s") is None
+    assert reg.close("s") is False
+    assert len(reg) == 0
+
+
+def test_recreated_after_close_is_fresh() -> None:
+    reg = SessionRegistry()
+    s = reg.get_or_create("s", "t")
+    s.next_seq()
+    reg.close("s")
+    again = reg.get_or_create("s", "t")
+    assert again is not s and again.seq == 0 and again.next_seq() == 1
+
+
+# --- TurnHandle -----------------------------------------------------------------------
+
+
+def test_cancel_before_task_exists() -> None:
+    handle = TurnHandle("s", "turn-1")
+    assert handle.cancel() is True
+    assert handle.cancel_requested is True
+    assert handle.task is None
+
+
+async def test_cancel_running_task() -> None:
+    gate = asyncio.Event()
+    task: asyncio.Task[object] = asyncio.ensure_future(gate.wait())
+    handle = TurnHandle("s", "turn-1", task=task)
+    assert handle.cancel() is True
+    assert handle.cancel_requested
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+
+
+async def test_cancel_finished_task_is_a_no_op() -> None:
+    async def done() -> str:
+        return "ok"
+
+    task: asyncio.Task[object] = asyncio.ensure_future(done())
+    await task
+    handle = TurnHandle("s", "turn-1", task=task)
+    assert handle.cancel() is False
+    assert handle.cancel_requested is False
+    assert task.result() == "ok"
+
+
+# --- registry: running turns and cancel -----------------------------------------------
+
+
+def test_cancel_without_running_turn() -> None:
+    reg = SessionRegistry()
+    assert reg.cancel("missing") is False
+    reg.get_or_create("s", "t")
+    assert reg.cancel("s") is False
+
+
+def test_cancel_running_turn_before_its_task_starts() -> None:
+    reg = SessionRegistry()
+    handle = TurnHandle("s", "turn-1")
+    reg.turn_started(handle)
+    assert reg.running("s") is handle
+    assert reg.running_count() == 1
+    assert reg.cancel("s") is True
+    assert handle.cancel_requested
+
+
+async def test_cancel_running_turn_task() -> None:
+    reg = SessionRegistry()
+    task: asyncio.Task[object] = asyncio.ensure_future(asyncio.Event().wait())
+    handle = TurnHandle("s", "turn-1", task=task)
+    reg.turn_started(handle)
+    assert reg.cancel("s") is True
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_turn_finished_clears_only_its_own_handle() -> None:
+    reg = SessionRegistry()
+    old = TurnHandle("s", "turn-old")
+    new = TurnHandle("s", "turn-new")
+    reg.turn_started(old)
+    reg.turn_started(new)
+    reg.turn_finished(old)  # a stale finish must not clear the newer turn
+    assert reg.running("s") is new
+    reg.turn_finished(new)
+    assert reg.running("s") is None
+    assert reg.running_count() == 0
+
+
+def test_reset_keeps_the_running_turn_cancellable() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "t")
+    handle = TurnHandle("s", "turn-1")
+    reg.turn_started(handle)
+    reg.reset("s", "t")
+    assert reg.cancel("s") is True
+    assert handle.cancel_requested
+
+
+def test_close_cancels_running_turn() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "t")
+    handle = TurnHandle("s", "turn-1")
+    reg.turn_started(handle)
+    assert reg.close("s") is True
+    assert handle.cancel_requested
+
+
+def test_close_without_record_still_cancels_but_reports_false() -> None:
+    reg = SessionRegistry()
+    handle = TurnHandle("s", "turn-1")
+    reg.turn_started(handle)
+    assert reg.close("s") is False
+    assert handle.cancel_requested
+
+
+# --- reaping --------------------------------------------------------------------------
+
+
+def test_reap_idle_sessions() -> None:
+    reg = SessionRegistry()
+    old = reg.get_or_create("old", "t")
+    fresh = reg.get_or_create("fresh", "t")
+    old.last_used = 100.0
+    fresh.last_used = 190.0
+    assert reg.reap(60, now=200.0) == 1
+    assert reg.get("old") is None
+    assert reg.get("fresh") is fresh
+
+
+def test_reap_boundary_is_inclusive() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "t").last_used = 100.0
+    assert reg.reap(60, now=159.9) == 0
+    assert reg.reap(60, now=160.0) == 1
+
+
+def test_reap_skips_running_sessions() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "t").last_used = 0.0
+    handle = TurnHandle("s", "turn-1")
+    reg.turn_started(handle)
+    assert reg.reap(1, now=1000.0) == 0
+    reg.turn_finished(handle)
+    assert reg.reap(1, now=1000.0) == 1
+
+
+def test_reap_skips_queued_sessions() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "t").last_used = 0.0
+    reg.turn_queued("s")
+    reg.turn_queued("s")
+    assert reg.reap(1, now=1000.0) == 0
+    reg.turn_dequeued("s")
+    assert reg.reap(1, now=1000.0) == 0  # one still queued
+    reg.turn_dequeued("s")
+    # dequeuing touches the session, so its idle time starts again
+    session = reg.get("s")
+    assert session is not None and session.last_used > 0.0
+    assert reg.reap(1, now=session.last_used + 0.5) == 0
+    assert reg.reap(1, now=session.last_used + 1.0) == 1
+
+
+def test_turn_dequeued_without_queued_is_harmless() -> None:
+    reg = SessionRegistry()
+    reg.turn_dequeued("nobody")
+    reg.get_or_create("s", "t").last_used = 0.0
+    assert reg.reap(1, now=1000.0) == 1
+
+
+def test_reap_with_real_clock() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "t")
+    assert reg.reap(3600) == 0
+    assert reg.reap(0) == 1

@@ -1,0 +1,98 @@
+"""xwm_bridge.core.supervisor.Supervisor: owner of background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from xwm_bridge.core.supervisor import Supervisor
+
+
+async def test_spawned_task_is_tracked_until_done() -> None:
+    sup = Supervisor()
+    gate = asyncio.Event()
+
+    async def work() -> str:
+        await gate.wait()
+        return "done"
+
+    task = sup.spawn(work(), name="worker")
+    assert task.get_name() == "worker"
+    assert len(sup) == 1
+    gate.set()
+    assert await task == "done"
+    await asyncio.sleep(0)
+    assert len(sup) == 0
+
+
+async def test_failure_is_logged_not_lost(caplog: pytest.LogCaptureFixture) -> None:
+    sup = Supervisor()
+
+    async def boom() -> None:
+        raise RuntimeError("kaput")
+
+    task = sup.spawn(boom(), name="boomer")
+    with caplog.at_level(logging.ERROR, logger="xwm_bridge.tasks"):
+        with pytest.raises(RuntimeError):
+            await task
+        await asyncio.sleep(0)
+    assert len(sup) == 0
+    records = [r for r in caplog.records if r.name == "xwm_bridge.tasks"]
+    assert len(records) == 1
+    assert records[0].getMessage() == "background task failed"
+    assert getattr(records[0], "task", None) == "boomer"
+
+
+async def test_cancelled_task_is_not_logged(caplog: pytest.LogCaptureFixture) -> None:
+    sup = Supervisor()
+    task = sup.spawn(asyncio.Event().wait(), name="idle")
+    await asyncio.sleep(0)
+    with caplog.at_level(logging.ERROR, logger="xwm_bridge.tasks"):
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)
+    assert not [r for r in caplog.records if r.name == "xwm_bridge.tasks"]
+    assert len(sup) == 0
+
+
+async def test_shutdown_lets_quick_tasks_finish() -> None:
+    sup = Supervisor()
+    finished: list[str] = []
+
+    async def quick() -> None:
+        await asyncio.sleep(0.01)
+        finished.append("quick")
+
+    task = sup.spawn(quick(), name="quick")
+    assert not sup.closing
+    await sup.shutdown(grace=5)
+    assert sup.closing
+    assert finished == ["quick"]
+    assert task.done() and not task.cancelled()
+
+
+async def test_shutdown_cancels_after_grace() -> None:
+    sup = Supervisor()
+    task = sup.spawn(asyncio.Event().wait(), name="stuck")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await sup.shutdown(grace=0.05)
+    assert task.cancelled()
+    assert loop.time() - started < 5
+    assert len(sup) == 0
+
+
+async def test_shutdown_with_zero_grace_cancels_at_once() -> None:
+    sup = Supervisor()
+    task = sup.spawn(asyncio.Event().wait(), name="stuck")
+    await sup.shutdown(grace=0)
+    assert task.cancelled()
+
+
+async def test_shutdown_with_nothing_running() -> None:
+    sup = Supervisor()
+    await sup.shutdown(grace=10)
+    assert sup.closing

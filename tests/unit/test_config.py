@@ -1,0 +1,554 @@
+"""xwm_bridge.config.load_config: defaults < YAML < env < flags, validation, secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xwm_bridge.config import (
+    DEFAULT_ALLOWED_ORIGINS,
+    BridgeConfig,
+    ConfigError,
+    LoadedConfig,
+    ProviderConfig,
+    load_config,
+    provider_env_var,
+)
+
+
+def load(
+    tmp_path: Path | None = None,
+    yaml_text: str | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    flags: dict[str, Any] | None = None,
+) -> LoadedConfig:
+    config_file = None
+    if yaml_text is not None:
+        assert tmp_path is not None
+        path = tmp_path / "bridge.yaml"
+        path.write_text(yaml_text)
+        config_file = str(path)
+    return load_config(config_file=config_file, env=env or {}, flags=flags)
+
+
+def config_error(tmp_path: Path | None, yaml_text: str | None = None, **kw: Any) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, yaml_text, **kw)
+    return str(info.value)
+
+
+# --- defaults -------------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    loaded = load()
+    cfg = loaded.config
+    assert cfg.listen == "127.0.0.1:8787"
+    assert cfg.allowed_origins == (
+        "https://xworkmate.svc.plus",
+        "http://localhost:*",
+        "http://127.0.0.1:*",
+    )
+    assert cfg.allowed_origins == DEFAULT_ALLOWED_ORIGINS
+    assert cfg.auth_token == ""
+    assert cfg.allow_unauthenticated is False
+    assert cfg.multi_agent_enabled is True
+    assert cfg.multi_agent_model == "gpt-4o"
+    assert cfg.routing_model == "gpt-4o"
+    assert cfg.public_base_url == "https://xworkmate-bridge.svc.plus"
+    assert cfg.accounts_base_url == "https://accounts.svc.plus"
+    assert cfg.openclaw_url == "wss://openclaw.svc.plus:443"
+    assert cfg.allowed_roots == ()
+    assert cfg.log_level == "info"
+    assert cfg.limits.max_queue_depth == 32
+    assert cfg.limits.artifact_max_files == 24
+    assert cfg.limits.artifact_max_file_bytes == 2 * 1024 * 1024
+    assert cfg.upstream_authorization == ""
+    assert set(loaded.sources.values()) == {"default"}
+    assert "listen" in loaded.sources and "providers" in loaded.sources
+
+
+def test_default_provider_catalog() -> None:
+    cfg = load().config
+    assert [(p.id, p.label, p.endpoint) for p in cfg.providers] == [
+        ("codex", "Codex", "https://acp-server.svc.plus/codex/acp/rpc"),
+        ("opencode", "OpenCode", "https://acp-server.svc.plus/opencode/acp/rpc"),
+        ("gemini", "Gemini", "https://acp-server.svc.plus/gemini/acp/rpc"),
+    ]
+    assert all(p.enabled and p.available and p.auth_header is None for p in cfg.providers)
+    assert [p.id for p in cfg.available_providers] == ["codex", "opencode", "gemini"]
+
+
+def test_provider_availability() -> None:
+    assert not ProviderConfig("x", endpoint="http://h", enabled=False).available
+    assert not ProviderConfig("x", endpoint="   ").available
+    assert ProviderConfig("x", endpoint="http://h").available
+
+
+def test_config_is_frozen() -> None:
+    cfg = load().config
+    with pytest.raises(AttributeError):
+        cfg.listen = "0.0.0.0:1"  # type: ignore[misc]
+
+
+# --- precedence -----------------------------------------------------------------------
+
+
+def test_yaml_overrides_defaults(tmp_path: Path) -> None:
+    loaded = load(
+        tmp_path,
+        "listen: 0.0.0.0:9000\nlog_level: debug\nlimits:\n  max_queue_depth: 4\n",
+    )
+    assert loaded.config.listen == "0.0.0.0:9000"
+    assert loaded.config.log_level == "debug"
+    assert loaded.config.limits.max_queue_depth == 4
+    assert loaded.config.limits.max_body_bytes == 4 * 1024 * 1024  # untouched default
+    assert loaded.sources["listen"] == "file"
+    assert loaded.sources["limits"] == "file"
+    assert loaded.sources["auth_token"] == "default"
+
+
+def test_env_overrides_yaml(tmp_path: Path) -> None:
+    loaded = load(
+        tmp_path,
+        "listen: 0.0.0.0:9000\nauth_token: from-file\n",
+        env={"ACP_LISTEN_ADDR": "127.0.0.1:9100"},
+    )
+    assert loaded.config.listen == "127.0.0.1:9100"
+    assert loaded.sources["listen"] == "env:ACP_LISTEN_ADDR"
+    assert loaded.config.auth_token == "from-file"
+    assert loaded.sources["auth_token"] == "file"
+
+
+def test_flags_override_env(tmp_path: Path) -> None:
+    loaded = load(
+        tmp_path,
+        "listen: 0.0.0.0:9000\n",
+        env={"ACP_LISTEN_ADDR": "127.0.0.1:9100", "XWM_LOG_LEVEL": "warning"},
+        flags={"listen": "127.0.0.1:9200", "log_level": None},
+    )
+    assert loaded.config.listen == "127.0.0.1:9200"
+    assert loaded.sources["listen"] == "flag"
+    # a None flag means "not given"
+    assert loaded.config.log_level == "warning"
+    assert loaded.sources["log_level"] == "env:XWM_LOG_LEVEL"
+
+
+def test_flag_allow_unauthenticated() -> None:
+    loaded = load(flags={"allow_unauthenticated": True})
+    assert loaded.config.allow_unauthenticated is True
+    assert loaded.sources["allow_unauthenticated"] == "flag"
+
+
+def test_unknown_flag_key_rejected() -> None:
+    assert config_error(None, flags={"bogus": 1}) == "bogus: unknown key"
+
+
+def test_config_file_from_env_variable(tmp_path: Path) -> None:
+    path = tmp_path / "other.yaml"
+    path.write_text("listen: 127.0.0.1:9999\n")
+    loaded = load_config(env={"XWM_BRIDGE_CONFIG": str(path)})
+    assert loaded.config.listen == "127.0.0.1:9999"
+    assert loaded.sources["listen"] == "file"
+
+
+def test_explicit_config_file_wins_over_env_variable(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("listen: 127.0.0.1:1111\n")
+    (tmp_path / "b.yaml").write_text("listen: 127.0.0.1:2222\n")
+    loaded = load_config(
+        config_file=str(tmp_path / "a.yaml"), env={"XWM_BRIDGE_CONFIG": str(tmp_path / "b.yaml")}
+    )
+    assert loaded.config.listen == "127.0.0.1:1111"
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(config_file=str(tmp_path / "nope.yaml"), env={})
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+def test_empty_yaml_is_defaults(tmp_path: Path, text: str) -> None:
+    assert load(tmp_path, text).config == BridgeConfig()
+
+
+def test_env_does_not_leak_from_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACP_LISTEN_ADDR", "127.0.0.1:4444")
+    assert load(env={}).config.listen == "127.0.0.1:8787"
+    assert load_config(env=None).config.listen == "127.0.0.1:4444"
+
+
+# --- environment variables ------------------------------------------------------------
+
+
+def test_env_mapping() -> None:
+    env = {
+        "ACP_AUTH_TOKEN": " tok ",
+        "INTERNAL_SERVICE_TOKEN": "ist",
+        "BRIDGE_AUTH_TOKEN": "bat",
+        "ACP_MULTI_AGENT_ENABLED": "off",
+        "ACP_MULTI_AGENT_MODEL": "m1",
+        "ACP_ROUTING_MODEL": "m2",
+        "IMAGE": "ghcr.io/x/y:1",
+        "BRIDGE_PUBLIC_BASE_URL": "https://pub.example",
+        "ACCOUNTS_BASE_URL": "https://acc.example",
+        "XWM_OPENCLAW_URL": "wss://claw.example",
+        "XWM_LOG_LEVEL": "error",
+    }
+    loaded = load(env=env)
+    cfg = loaded.config
+    assert cfg.auth_token == "tok"
+    assert cfg.internal_service_token == "ist"
+    assert cfg.bridge_auth_token == "bat"
+    assert cfg.multi_agent_enabled is False
+    assert cfg.multi_agent_model == "m1"
+    assert cfg.routing_model == "m2"
+    assert cfg.image == "ghcr.io/x/y:1"
+    assert cfg.public_base_url == "https://pub.example"
+    assert cfg.accounts_base_url == "https://acc.example"
+    assert cfg.openclaw_url == "wss://claw.example"
+    assert cfg.log_level == "error"
+    assert loaded.sources["auth_token"] == "env:ACP_AUTH_TOKEN"
+    assert loaded.sources["multi_agent_enabled"] == "env:ACP_MULTI_AGENT_ENABLED"
+
+
+@pytest.mark.parametrize("value", ["", "   ", "\t\n"])
+def test_blank_env_is_unset(tmp_path: Path, value: str) -> None:
+    loaded = load(
+        tmp_path,
+        "auth_token: from-file\n",
+        env={"ACP_AUTH_TOKEN": value, "ACP_LISTEN_ADDR": value, "ACP_ALLOWED_ORIGINS": value},
+    )
+    assert loaded.config.auth_token == "from-file"
+    assert loaded.sources["auth_token"] == "file"
+    assert loaded.config.listen == "127.0.0.1:8787"
+    assert loaded.sources["listen"] == "default"
+    assert loaded.config.allowed_origins == DEFAULT_ALLOWED_ORIGINS
+
+
+def test_allowed_origins_comma_split() -> None:
+    cfg = load(env={"ACP_ALLOWED_ORIGINS": " https://a.example , ,http://b:*,, "}).config
+    assert cfg.allowed_origins == ("https://a.example", "http://b:*")
+
+
+def test_allowed_roots_colon_split(tmp_path: Path) -> None:
+    loaded = load(env={"XWM_ALLOWED_ROOTS": f" {tmp_path}/a : :/srv/b:"})
+    assert loaded.config.allowed_roots == (f"{tmp_path}/a", "/srv/b")
+    assert loaded.sources["allowed_roots"] == "env:XWM_ALLOWED_ROOTS"
+
+
+def test_relative_allowed_root_rejected() -> None:
+    message = config_error(None, env={"XWM_ALLOWED_ROOTS": "/ok:relative/dir"})
+    assert message.startswith("allowed_roots[1]:")
+    assert "absolute" in message
+
+
+def test_relative_allowed_root_in_yaml_rejected(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "allowed_roots: [./here]\n")
+    assert message.startswith("allowed_roots[0]:")
+
+
+def test_provider_url_env_override() -> None:
+    loaded = load(env={"XWM_PROVIDER_CODEX_URL": " http://127.0.0.1:9010 "})
+    codex = loaded.config.providers[0]
+    assert codex.id == "codex"
+    assert codex.endpoint == "http://127.0.0.1:9010"
+    assert loaded.sources["providers[0].endpoint"] == "env:XWM_PROVIDER_CODEX_URL"
+    assert loaded.config.providers[1].endpoint == "https://acp-server.svc.plus/opencode/acp/rpc"
+    assert "providers[1].endpoint" not in loaded.sources
+
+
+def test_provider_url_env_applies_to_yaml_providers(tmp_path: Path) -> None:
+    loaded = load(
+        tmp_path,
+        "providers:\n  - id: my-agent.v2\n    endpoint: http://a\n",
+        env={"XWM_PROVIDER_MY_AGENT_V2_URL": "ws://b:1/acp"},
+    )
+    assert loaded.config.providers[0].endpoint == "ws://b:1/acp"
+
+
+def test_provider_env_var_name() -> None:
+    assert provider_env_var("codex") == "XWM_PROVIDER_CODEX_URL"
+    assert provider_env_var("my-agent.v2") == "XWM_PROVIDER_MY_AGENT_V2_URL"
+
+
+def test_provider_url_env_with_bad_scheme_rejected() -> None:
+    message = config_error(None, env={"XWM_PROVIDER_GEMINI_URL": "ftp://x/y"})
+    assert message == "providers[2].endpoint: unsupported external ACP scheme: ftp"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("maybe", True), ("off", False), ("0", False), ("YES", True)]
+)
+def test_env_bool_follows_the_flag_rule(value: str, expected: bool) -> None:
+    # config.md §2.1: ACP_MULTI_AGENT_ENABLED unrecognized → the default (true)
+    cfg = load_config(env={"ACP_MULTI_AGENT_ENABLED": value}).config
+    assert cfg.multi_agent_enabled is expected
+
+
+def test_bad_listen_rejected() -> None:
+    assert config_error(None, env={"ACP_LISTEN_ADDR": "nohost"}).startswith("listen:")
+    assert config_error(None, flags={"listen": "h:99999"}).startswith("listen:")
+
+
+def test_bad_log_level_rejected() -> None:
+    assert config_error(None, flags={"log_level": "loud"}).startswith("log_level:")
+
+
+# --- upstream authorization and secrets -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, ""),
+        ({"BRIDGE_AUTH_TOKEN": "bat"}, "Bearer bat"),
+        ({"INTERNAL_SERVICE_TOKEN": "ist"}, "Bearer ist"),
+        ({"INTERNAL_SERVICE_TOKEN": "ist", "BRIDGE_AUTH_TOKEN": "bat"}, "Bearer ist"),
+        ({"INTERNAL_SERVICE_TOKEN": " ", "BRIDGE_AUTH_TOKEN": "bat"}, "Bearer bat"),
+        ({"INTERNAL_SERVICE_TOKEN": "Token abc"}, "Token abc"),
+        ({"INTERNAL_SERVICE_TOKEN": "Bearer xyz"}, "Bearer xyz"),
+        ({"BRIDGE_AUTH_TOKEN": "  spaced  "}, "Bearer spaced"),
+    ],
+)
+def test_upstream_authorization(env: dict[str, str], expected: str) -> None:
+    assert load(env=env).config.upstream_authorization == expected
+
+
+def test_provider_authorization(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        "providers:\n"
+        "  - {id: a, endpoint: 'http://a'}\n"
+        "  - {id: b, endpoint: 'http://b', auth_header: 'Basic zzzz'}\n"
+        "  - {id: c, endpoint: 'http://c', auth_header: ''}\n",
+        env={"INTERNAL_SERVICE_TOKEN": "ist"},
+    ).config
+    a, b, c = cfg.providers
+    assert cfg.provider_authorization(a) == "Bearer ist"
+    assert cfg.provider_authorization(b) == "Basic zzzz"
+    assert cfg.provider_authorization(c) == ""
+
+
+def test_secrets_contain_configured_tokens(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        "providers:\n  - {id: a, endpoint: 'http://a', auth_header: 'Bearer provider-secret'}\n",
+        env={
+            "ACP_AUTH_TOKEN": "client-token",
+            "INTERNAL_SERVICE_TOKEN": "service-token",
+            "BRIDGE_AUTH_TOKEN": "Bearer bridge-token",
+        },
+    ).config
+    secrets = cfg.secrets()
+    for value in (
+        "client-token",
+        "service-token",
+        "Bearer bridge-token",
+        "bridge-token",
+        "Bearer provider-secret",
+        "provider-secret",
+    ):
+        assert value in secrets
+    assert "" not in secrets
+
+
+def test_secrets_skip_empty_and_tiny_values() -> None:
+    assert load().config.secrets() == ()
+    assert load(env={"ACP_AUTH_TOKEN": "abc"}).config.secrets() == ()
+
+
+# --- interpolation --------------------------------------------------------------------
+
+
+def test_interpolation(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        "listen: ${HOST}:${PORT}\n"
+        "auth_token: ${TOKEN:-fallback-token}\n"
+        "image: 'img-${TAG:-latest}'\n"
+        "providers:\n  - id: a\n    endpoint: ${A_URL}\n",
+        env={"HOST": "127.0.0.1", "PORT": "7001", "A_URL": "http://up:1"},
+    ).config
+    assert cfg.listen == "127.0.0.1:7001"
+    assert cfg.auth_token == "fallback-token"
+    assert cfg.image == "img-latest"
+    assert cfg.providers[0].endpoint == "http://up:1"
+
+
+def test_interpolation_default_used_for_blank_var(tmp_path: Path) -> None:
+    cfg = load(tmp_path, "image: ${TAG:-latest}\n", env={"TAG": "  "}).config
+    assert cfg.image == "latest"
+
+
+def test_interpolation_empty_default(tmp_path: Path) -> None:
+    assert load(tmp_path, "image: x${NOPE:-}y\n").config.image == "xy"
+
+
+def test_interpolation_set_var_beats_default(tmp_path: Path) -> None:
+    cfg = load(tmp_path, "image: ${TAG:-latest}\n", env={"TAG": "v2"}).config
+    assert cfg.image == "v2"
+
+
+def test_interpolation_is_not_recursive(tmp_path: Path) -> None:
+    cfg = load(tmp_path, "image: ${A}\n", env={"A": "${B}", "B": "nope"}).config
+    assert cfg.image == "${B}"
+
+
+def test_interpolation_into_numbers(tmp_path: Path) -> None:
+    cfg = load(tmp_path, "limits:\n  max_queue_depth: ${DEPTH}\n", env={"DEPTH": "5"}).config
+    assert cfg.limits.max_queue_depth == 5
+
+
+def test_missing_variable_names_the_key(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "limits:\n  bootstrap_timeout: ${NOT_SET_ANYWHERE}\n")
+    assert message.startswith("limits.bootstrap_timeout:")
+    assert "NOT_SET_ANYWHERE" in message
+
+
+def test_missing_variable_in_list_names_the_index(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "providers:\n  - id: a\n    endpoint: ${NOPE}\n")
+    assert message.startswith("providers[0].endpoint:")
+    assert "NOPE" in message
+
+
+def test_blank_variable_counts_as_missing(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "image: ${EMPTY}\n", env={"EMPTY": ""})
+    assert message.startswith("image:")
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("bogus: 1\n", "bogus"),
+        ("limits:\n  nope: 1\n", "limits.nope"),
+        ("providers:\n  - id: a\n    endpoint: http://a\n    colour: red\n", "providers[0].colour"),
+    ],
+)
+def test_unknown_key_names_dotted_path(tmp_path: Path, yaml_text: str, key: str) -> None:
+    assert config_error(tmp_path, yaml_text) == f"{key}: unknown key"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "prefix"),
+    [
+        ('limits:\n  max_queue_depth: "abc"\n', "limits.max_queue_depth:"),
+        ("limits:\n  max_queue_depth: 1.5\n", "limits.max_queue_depth:"),
+        ("limits:\n  max_queue_depth: true\n", "limits.max_queue_depth:"),
+        ("limits:\n  max_queue_depth: -1\n", "limits.max_queue_depth:"),
+        ("limits:\n  session_idle_ttl: .nan\n", "limits.session_idle_ttl:"),
+        ("limits:\n  max_queue_depth: [1]\n", "limits.max_queue_depth:"),
+        ("limits: 5\n", "limits:"),
+        ("providers:\n  - id: a\n    enabled: maybe\n", "providers[0].enabled:"),
+        ("providers: codex\n", "providers[0]:"),
+        ("providers: {id: a}\n", "providers:"),
+        ("providers: 3\n", "providers:"),
+        ("auth_token: {a: 1}\n", "auth_token:"),
+        ("allowed_origins: {a: 1}\n", "allowed_origins:"),
+        ("allow_unauthenticated: 2\n", "allow_unauthenticated:"),
+        ("providers:\n  - endpoint: http://a\n", "providers[0]"),
+        ("providers:\n  - id: ' '\n", "providers[0].id:"),
+        ("providers:\n  - {id: a, endpoint: 'http://a', read_timeout: 0}\n", "providers[0]."),
+    ],
+)
+def test_wrong_types_name_the_key(tmp_path: Path, yaml_text: str, prefix: str) -> None:
+    assert config_error(tmp_path, yaml_text).startswith(prefix)
+
+
+def test_bool_words_accepted(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        "multi_agent_enabled: 'no'\n"
+        "allow_unauthenticated: 'on'\n"
+        "providers:\n  - {id: a, endpoint: 'http://a', enabled: 0, stream: 'yes'}\n",
+    ).config
+    assert cfg.multi_agent_enabled is False
+    assert cfg.allow_unauthenticated is True
+    assert cfg.providers[0].enabled is False
+    assert cfg.providers[0].stream is True
+    assert cfg.available_providers == ()
+
+
+def test_numbers_from_strings_and_integral_floats(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        "limits:\n  max_queue_depth: '7'\n  artifact_max_files: 3.0\n  session_idle_ttl: 5\n",
+    ).config
+    assert cfg.limits.max_queue_depth == 7
+    assert cfg.limits.artifact_max_files == 3
+    assert isinstance(cfg.limits.artifact_max_files, int)
+    assert cfg.limits.session_idle_ttl == 5.0
+    assert isinstance(cfg.limits.session_idle_ttl, float)
+
+
+def test_yaml_lists_and_comma_strings(tmp_path: Path) -> None:
+    cfg = load(tmp_path, "allowed_origins: 'https://a, https://b'\n").config
+    assert cfg.allowed_origins == ("https://a", "https://b")
+    cfg = load(tmp_path, "allowed_origins: [https://c]\n").config
+    assert cfg.allowed_origins == ("https://c",)
+
+
+def test_invalid_yaml_reports_line(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "listen: 127.0.0.1:1\nlimits:\n  a: [1, 2\n  b: 3\n")
+    assert message.startswith("config file ")
+    assert "line " in message
+    assert "(line 4," in message or "(line 3," in message
+
+
+def test_invalid_yaml_tab_indent_reports_line(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "limits:\n\tmax_queue_depth: 1\n")
+    assert "(line 2, column 1)" in message
+
+
+def test_top_level_not_a_mapping(tmp_path: Path) -> None:
+    assert "top level must be a mapping" in config_error(tmp_path, "- a\n- b\n")
+
+
+def test_duplicate_provider_ids_rejected(tmp_path: Path) -> None:
+    message = config_error(
+        tmp_path,
+        "providers:\n  - {id: codex, endpoint: 'http://a'}\n  - {id: Codex, endpoint: 'http://b'}\n",
+    )
+    assert message.startswith("providers[1].id:")
+    assert "duplicate" in message
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "detail"),
+    [
+        ("ftp://host/x", "unsupported external ACP scheme: ftp"),
+        ("file:///etc/passwd", "absolute URI"),
+        ("not a url", "absolute URI"),
+    ],
+)
+def test_bad_endpoint_rejected(tmp_path: Path, endpoint: str, detail: str) -> None:
+    message = config_error(tmp_path, f"providers:\n  - {{id: a, endpoint: '{endpoint}'}}\n")
+    assert message.startswith("providers[0].endpoint:")
+    assert detail in message
+
+
+def test_disabled_or_blank_endpoint_not_validated(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        "providers:\n  - {id: a, endpoint: 'ftp://x', enabled: false}\n  - {id: b, endpoint: ''}\n",
+    ).config
+    assert [p.available for p in cfg.providers] == [False, False]
+
+
+def test_providers_replace_the_catalog(tmp_path: Path) -> None:
+    cfg = load(tmp_path, "providers:\n  - {id: solo, label: Solo, endpoint: 'ws://h/acp'}\n").config
+    assert [p.id for p in cfg.providers] == ["solo"]
+    assert cfg.providers[0].label == "Solo"
+
+
+def test_empty_providers_list(tmp_path: Path) -> None:
+    assert load(tmp_path, "providers: []\n").config.providers == ()
+
+
+def test_zero_size_limit_rejected(tmp_path: Path) -> None:
+    assert config_error(tmp_path, "limits:\n  max_body_bytes: 0\n").startswith("limits")

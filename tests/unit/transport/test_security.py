@@ -1,0 +1,250 @@
+"""xwm_bridge.transport.security: origin policy, bearer auth, listen parsing (contract.md §3)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xwm_bridge.config import DEFAULT_ALLOWED_ORIGINS
+from xwm_bridge.transport.security import (
+    BearerAuth,
+    OriginPolicy,
+    OriginRule,
+    is_loopback_host,
+    parse_listen,
+)
+
+PROPS = settings(max_examples=200, deadline=None)
+DEFAULT = OriginPolicy(DEFAULT_ALLOWED_ORIGINS)
+
+
+# --- origin policy --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("origin", [None, "", "   ", "\t"])
+def test_empty_origin_is_allowed(origin: str | None) -> None:
+    assert DEFAULT.allows(origin)
+    assert OriginPolicy(()).allows(origin)
+
+
+@pytest.mark.parametrize(
+    ("origin", "allowed"),
+    [
+        ("https://xworkmate.svc.plus", True),
+        ("  https://xworkmate.svc.plus  ", True),
+        ("https://xworkmate.svc.plus:443", True),  # default port normalized
+        ("https://XWORKMATE.svc.plus", True),  # host names are case-insensitive
+        ("HTTPS://xworkmate.svc.plus", True),
+        ("https://xworkmate.svc.plus:8443", False),
+        ("http://xworkmate.svc.plus", False),
+        ("https://evil.xworkmate.svc.plus", False),
+        ("https://xworkmate.svc.plus.evil.com", False),
+        ("http://localhost:3000", True),
+        ("http://localhost:1", True),
+        ("http://localhost:65535", True),
+        ("http://localhost", True),  # `:*` means any port, the default one included
+        ("http://localhost:80", True),
+        ("http://LOCALHOST:5173", True),
+        ("http://localhost:evil", False),
+        ("http://localhost:3000evil", False),
+        ("http://localhost.evil.com:80", False),
+        ("http://localhost.evil.com", False),
+        ("http://localhostevil:80", False),
+        ("https://localhost:3000", False),
+        ("ws://localhost:3000", False),
+        ("http://127.0.0.1:8080", True),
+        ("http://127.0.0.1", True),
+        ("http://127.0.0.2:8080", False),
+        ("http://127.0.0.1.evil.com:8080", False),
+        ("http://[::1]:3000", False),
+        # garbage and non-origin shapes
+        ("null", False),
+        ("localhost:3000", False),
+        ("http://", False),
+        ("http://:3000", False),
+        ("*", False),
+        ("http://localhost:99999", False),
+        ("http://[::1", False),
+        ("http://localhost:3000/path", False),
+        ("http://localhost:3000?q=1", False),
+        ("http://localhost:3000#f", False),
+        ("http://user@localhost:3000", False),
+        ("http://user:pw@localhost:3000", False),
+        ("file://", False),
+    ],
+)
+def test_default_policy(origin: str, allowed: bool) -> None:
+    assert DEFAULT.allows(origin) is allowed
+
+
+def test_exact_entries_with_explicit_port() -> None:
+    policy = OriginPolicy(("http://app.example:8080", "https://secure.example"))
+    assert policy.allows("http://app.example:8080")
+    assert not policy.allows("http://app.example")
+    assert not policy.allows("http://app.example:8081")
+    assert policy.allows("https://secure.example")
+    assert policy.allows("https://secure.example:443")
+    assert not policy.allows("https://secure.example:444")
+
+
+def test_default_port_normalization_in_entry() -> None:
+    policy = OriginPolicy(("http://app.example:80", "https://s.example:443"))
+    assert policy.allows("http://app.example")
+    assert policy.allows("https://s.example")
+    assert not policy.allows("https://app.example")
+
+
+def test_ipv6_entries() -> None:
+    policy = OriginPolicy(("http://[::1]:*",))
+    assert policy.allows("http://[::1]:3000")
+    assert policy.allows("http://[::1]")
+    assert not policy.allows("http://[::2]:3000")
+
+
+def test_empty_policy_denies_every_browser_origin() -> None:
+    assert not OriginPolicy(()).allows("http://localhost:3000")
+
+
+@pytest.mark.parametrize("entry", ["garbage", "", "*", ":*", "http://", "https://a:99999", "a.b"])
+def test_unparsable_entries_are_dropped(entry: str) -> None:
+    assert OriginRule.parse(entry) is None
+    policy = OriginPolicy((entry, "https://ok.example"))
+    assert len(policy.rules) == 1
+    assert policy.allows("https://ok.example")
+
+
+def test_rule_parse() -> None:
+    assert OriginRule.parse("http://localhost:*") == OriginRule("http", "localhost", None)
+    assert OriginRule.parse(" HTTPS://Example.COM ") == OriginRule("https", "example.com", 443)
+    assert OriginRule.parse("http://x:8080") == OriginRule("http", "x", 8080)
+    assert OriginRule.parse("custom://x") == OriginRule("custom", "x", None)
+
+
+@PROPS
+@given(st.text(max_size=60))
+def test_random_origins_never_raise(origin: str) -> None:
+    assert isinstance(DEFAULT.allows(origin), bool)
+
+
+@PROPS
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz.-:/0123456789", max_size=30))
+def test_localhost_wildcard_only_admits_localhost(suffix: str) -> None:
+    origin = "http://localhost" + suffix
+    if DEFAULT.allows(origin):
+        rest = suffix.removesuffix("/")  # an empty path is tolerated
+        assert rest == "" or rest.startswith(":")
+        port = rest[1:]
+        assert port == "" or port.isdigit()
+
+
+# --- bearer auth (contract.md §3.3 table, with the rewrite's constant-time compare) ----
+
+
+@pytest.mark.parametrize(
+    ("header", "ok"),
+    [
+        ("tok", True),  # raw token without scheme
+        ("  tok  ", True),
+        ("Bearer tok", True),
+        ("bearer tok", True),
+        ("BEARER tok", True),
+        ("Bearer   tok  ", True),
+        ("Bearer wrong", False),
+        ("wrong", False),
+        ("tok2", False),
+        ("Bearer tok2", False),
+        ("Bearer  ", False),
+        ("Basic x", False),
+        ("Basic tok", False),
+        ("Bearertok", False),
+        ("Bearer\ttok", False),
+        ("", False),
+        ("   ", False),
+        (None, False),
+    ],
+)
+def test_with_token(header: str | None, ok: bool) -> None:
+    assert BearerAuth("tok").check(header) is ok
+
+
+def test_configured_token_is_trimmed() -> None:
+    assert BearerAuth("  tok \n").check("Bearer tok")
+
+
+@pytest.mark.parametrize(
+    ("header", "ok"),
+    [
+        ("Bearer anything", True),
+        ("bearer x", True),
+        ("BEARER   spaced  ", True),
+        ("Bearer   ", False),
+        ("Bearer", False),
+        ("Basic x", False),
+        ("rawtoken", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_without_token(header: str | None, ok: bool) -> None:
+    assert BearerAuth("").check(header) is ok
+    assert BearerAuth("   ").check(header) is ok
+
+
+@PROPS
+@given(st.text(max_size=30), st.text(max_size=30))
+def test_only_the_token_is_accepted(token: str, header: str) -> None:
+    auth = BearerAuth(token)
+    expected_token = token.strip()
+    value = header.strip()
+    ok = auth.check(header)
+    if expected_token:
+        credential = value[7:].strip() if value[:7].lower() == "bearer " else None
+        assert ok == (bool(value) and (value == expected_token or credential == expected_token))
+    else:
+        assert ok == (value[:7].lower() == "bearer " and bool(value[7:].strip()))
+
+
+# --- listen address -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("addr", "expected"),
+    [
+        ("127.0.0.1:8787", ("127.0.0.1", 8787)),
+        (" 0.0.0.0:0 ", ("0.0.0.0", 0)),
+        ("localhost:65535", ("localhost", 65535)),
+        ("[::1]:9000", ("::1", 9000)),
+        ("[::]:80", ("::", 80)),
+        (":8787", ("", 8787)),
+    ],
+)
+def test_parse_listen(addr: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(addr) == expected
+
+
+@pytest.mark.parametrize(
+    "addr", ["", "8787", "host", "host:", "host:abc", "host:-1", "host:65536", "h:1.5"]
+)
+def test_parse_listen_rejects(addr: str) -> None:
+    with pytest.raises(ValueError):
+        parse_listen(addr)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("", False),
+        ("10.0.0.1", False),
+        ("example.com", False),
+        ("localhost.evil.com", False),
+    ],
+)
+def test_is_loopback_host(host: str, loopback: bool) -> None:
+    assert is_loopback_host(host) is loopback
