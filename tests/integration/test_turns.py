@@ -148,8 +148,9 @@ async def test_examples_3_result_and_forwarded_request(
     headers = lower_headers(sent["headers"])
     assert headers["authorization"] == "Bearer svc-secret-token"
     assert headers["content-type"].startswith("application/json")
-    assert "application/json" in headers["accept"]
-    assert "text/event-stream" in headers["accept"]
+    # a plain-JSON client cannot receive notifications: the upstream is asked for JSON,
+    # exactly as the original asks (forwarding.md §4.4)
+    assert headers["accept"] == "application/json"
 
 
 async def test_defaults_filled_when_upstream_omits_them(
@@ -362,7 +363,7 @@ async def test_outbound_authorization(
     assert reply["result"]["success"] is True
     headers = lower_headers(fake_upstream.state.requests[0]["headers"])
     assert headers.get("authorization") == expected
-    assert "text/event-stream" in headers["accept"]
+    assert headers["accept"] == "application/json"
 
 
 # --- provider selection ------------------------------------------------------------------
@@ -523,6 +524,9 @@ async def test_sse_events_and_relayed_upstream_notifications(
     assert final["result"]["turnId"] == upstream_turn  # upstream's turnId wins in the result
     assert events[0]["params"]["turnId"] != upstream_turn
     assert "[DONE]" not in events
+    # a client that can receive notifications makes the bridge ask the upstream for SSE
+    accept = {k.lower(): v for k, v in fake_upstream.state.requests[-1]["headers"].items()}
+    assert accept["accept"] == "application/json, text/event-stream"
 
     # an id-less SSE request ends with the [DONE] sentinel instead of a result
     events = await sse(http, bridge.rpc_url, "session.message", params, rid=None)

@@ -79,15 +79,16 @@ class Dispatcher:
             outcome = "internal_error"
             log.exception("method failed", extra={"method": request.method})
             response = jsonrpc.error(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
-        log.debug(
-            "request handled",
-            extra={
-                "method": request.method,
-                "transport": call.transport,
-                "outcome": outcome,
-                "duration_ms": round((time.monotonic() - started) * 1000, 1),
-            },
-        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "request handled",
+                extra={
+                    "method": request.method,
+                    "transport": call.transport,
+                    "outcome": outcome,
+                    "duration_ms": round((time.monotonic() - started) * 1000, 1),
+                },
+            )
         return None if request.is_notification else response
 
     async def _capabilities(

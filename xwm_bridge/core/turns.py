@@ -69,12 +69,12 @@ class TurnRunner:
         self._sessions = sessions
         self._supervisor = supervisor
         self._executors = executors
+        self._available = [p.id for p in config.available_providers]
 
     async def run(self, method: str, sp: SessionParams, notify: Notify | None) -> dict[str, Any]:
         if sp.routing is None:
             raise RpcError(INVALID_PARAMS, ROUTING_REQUIRED)
-        available = [p.id for p in self._config.available_providers]
-        decision = resolve(sp.routing, available)
+        decision = resolve(sp.routing, self._available)
         if decision.unavailable:
             return {
                 "success": False,

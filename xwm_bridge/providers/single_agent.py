@@ -49,6 +49,7 @@ class SingleAgentExecutor:
             max_file_bytes=config.limits.artifact_max_file_bytes,
             max_total_bytes=config.limits.artifact_max_total_bytes,
         )
+        self._providers = {p.id.lower(): p for p in config.available_providers}
 
     def _provider_id(self, ctx: TurnContext) -> str:
         return (
@@ -66,9 +67,7 @@ class SingleAgentExecutor:
 
     async def execute(self, ctx: TurnContext) -> dict[str, Any]:
         provider_id = self._provider_id(ctx)
-        provider = next(
-            (p for p in self._config.available_providers if p.id.lower() == provider_id), None
-        )
+        provider = self._providers.get(provider_id)
         if provider is None:
             await ctx.emit_error(NOT_ADVERTISED)
             return self.failure(ctx, NOT_ADVERTISED)
@@ -102,7 +101,14 @@ class SingleAgentExecutor:
 
         try:
             response = await self._upstream.call(
-                provider, endpoint, authorization, ctx.method, forwarded, on_notification
+                provider,
+                endpoint,
+                authorization,
+                ctx.method,
+                forwarded,
+                on_notification,
+                # ask for SSE only when someone can receive the notifications
+                stream=provider.stream and ctx.notify is not None,
             )
         except UpstreamError as exc:
             message = str(exc)
@@ -134,7 +140,12 @@ class SingleAgentExecutor:
                 coerce.text(result.get("resolvedWorkingDirectory")),
                 coerce.text(result.get("effectiveWorkingDirectory")),
             ]
-            result["artifacts"] = await asyncio.to_thread(artifacts.collect, roots, self._limits)
+            # no thread hop when nothing may be read (the common server deployment)
+            result["artifacts"] = (
+                await asyncio.to_thread(artifacts.collect, roots, self._limits)
+                if self._limits.allowed_roots
+                else []
+            )
         return result
 
     async def cancelled(self, ctx: TurnContext) -> dict[str, Any]:

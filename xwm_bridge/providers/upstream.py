@@ -74,8 +74,13 @@ class UpstreamClient:
         method: str,
         params: dict[str, Any],
         on_notification: OnNotification,
+        *,
+        stream: bool = True,
     ) -> dict[str, Any]:
-        """Send one request; return the upstream response envelope or raise UpstreamError."""
+        """Send one request; return the upstream response envelope or raise UpstreamError.
+
+        ``stream`` asks an HTTP upstream for SSE (``Accept: text/event-stream``).
+        """
         try:
             async with asyncio.timeout(provider.total_timeout):
                 if endpoint.transport == "ws":
@@ -83,7 +88,13 @@ class UpstreamClient:
                         provider, endpoint.ws_url, authorization, method, params, on_notification
                     )
                 return await self._call_http(
-                    provider, endpoint.http_url, authorization, method, params, on_notification
+                    provider,
+                    endpoint.http_url,
+                    authorization,
+                    method,
+                    params,
+                    on_notification,
+                    stream,
                 )
         except TimeoutError:
             raise UpstreamError(
@@ -99,13 +110,12 @@ class UpstreamClient:
         method: str,
         params: dict[str, Any],
         on_notification: OnNotification,
+        stream: bool,
     ) -> dict[str, Any]:
         rid = new_request_id()
         headers = {
             "Content-Type": "application/json; charset=utf-8",
-            "Accept": "application/json, text/event-stream"
-            if provider.stream
-            else "application/json",
+            "Accept": "application/json, text/event-stream" if stream else "application/json",
         }
         if authorization:
             headers["Authorization"] = authorization
@@ -254,7 +264,9 @@ class UpstreamClient:
             total_timeout=deadline,
         )
         with contextlib.suppress(UpstreamError):
-            await self.call(limited, endpoint, authorization, "session.cancel", params, noop)
+            await self.call(
+                limited, endpoint, authorization, "session.cancel", params, noop, stream=False
+            )
 
 
 def _describe(exc: BaseException) -> str:
