@@ -161,7 +161,7 @@ async def _serve(cfg: BridgeConfig, host: str, port: int) -> int:
         await runner.cleanup()
         await bridge.close(0)
         return EXIT_LISTEN
-    bound = [s.getsockname() for s in ((runner.server and site._server.sockets) or [])]  # type: ignore[union-attr]
+    bound = runner.addresses  # the real port when --listen asked for port 0
     actual_port = bound[0][1] if bound else port
     log.info(
         "listening",
