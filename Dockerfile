@@ -14,6 +14,6 @@ USER 10001
 EXPOSE 8787
 # The bridge refuses a non-loopback address without ACP_AUTH_TOKEN: pass it at run time.
 ENV ACP_LISTEN_ADDR=0.0.0.0:8787
-HEALTHCHECK --interval=30s --timeout=3s CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8787/api/ping', timeout=2).status == 200 else 1)"]
+HEALTHCHECK --interval=30s --timeout=3s CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8787/livez', timeout=2).status == 200 else 1)"]
 ENTRYPOINT ["xwm-bridge"]
 CMD ["serve"]

@@ -141,7 +141,8 @@ async def _serve(cfg: BridgeConfig, host: str, port: int) -> int:
 
     bridge = Bridge(cfg)
     await bridge.start()
-    app = HttpTransport(bridge).app()
+    transport = HttpTransport(bridge)
+    app = transport.app()
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -180,6 +181,7 @@ async def _serve(cfg: BridgeConfig, host: str, port: int) -> int:
     log.info("shutting down", extra={"grace_s": cfg.limits.shutdown_grace})
     await site.stop()
     await bridge.close()
+    await transport.close_websockets()
     await runner.cleanup()
     log.info("stopped")
     return 0
@@ -222,6 +224,34 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
         await task
     await bridge.close()
     return 0
+
+
+@cli.command()
+@CONFIG_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
+def doctor(config_file: str | None, as_json: bool) -> None:
+    """Show the effective config (secrets masked, with where each value came from)
+    and check that every enabled provider answers acp.capabilities.
+
+    Exits 1 if an enabled provider is unusable or the auth policy would refuse
+    to start, 2 on a config error, else 0.
+    """
+    import orjson
+
+    from xwm_bridge.doctor import masked_config, render_text, run_checks
+
+    try:
+        loaded = load_config(config_file=config_file)
+    except ConfigError as exc:
+        _fail(f"config error: {exc}", EXIT_CONFIG)
+    checks = asyncio.run(run_checks(loaded.config))
+    config = masked_config(loaded)
+    if as_json:
+        doc = {"config": config, "sources": dict(loaded.sources), "checks": checks}
+        click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(render_text(config, loaded.sources, checks))
+    sys.exit(0 if all(c["ok"] for c in checks) else 1)
 
 
 def _normalize_argv(argv: Sequence[str]) -> list[str]:

@@ -108,6 +108,8 @@ class BridgeConfig:
     #: directories whose files may be read (artifacts); empty = none.
     allowed_roots: tuple[str, ...] = ()
     log_level: str = "info"
+    #: /readyz also requires every enabled provider to accept a TCP connection.
+    ready_requires_providers: bool = False
     limits: Limits = field(default_factory=Limits)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 

@@ -35,6 +35,7 @@ DESCRIPTIONS: dict[str, str] = {
     "openclaw_url": "OpenClaw gateway endpoint (used once the gateway runtime lands)",
     "allowed_roots": "absolute directories whose files may be returned as artifacts; empty = none",
     "log_level": "debug, info, warning or error",
+    "ready_requires_providers": "`/readyz` answers 503 unless every enabled provider accepts a TCP connection",
     "limits.max_body_bytes": "largest HTTP request body (413 above) and stdio message",
     "limits.max_ws_message_bytes": "largest WebSocket message (close 1009 above)",
     "limits.max_queue_depth": "turns allowed to wait behind the running one on a thread (-32004 above)",

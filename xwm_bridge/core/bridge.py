@@ -15,6 +15,7 @@ from xwm_bridge.core.queues import ThreadQueues
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
+from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
 from xwm_bridge.providers.upstream import UpstreamClient
 
@@ -29,6 +30,13 @@ class Bridge:
         self.supervisor = Supervisor()
         self.sessions = SessionRegistry()
         self.queues = ThreadQueues(self.supervisor, max_depth=config.limits.max_queue_depth)
+        self.metrics = Metrics()
+        self.metrics.bind_state(
+            active_turns=self.sessions.running_count,
+            queue_depth=self.queues.total_waiting,
+            threads=lambda: len(self.queues),
+            sessions=lambda: len(self.sessions),
+        )
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._dispatcher: Dispatcher | None = None
@@ -55,13 +63,14 @@ class Bridge:
             self.sessions,
             self.supervisor,
             {
-                "single-agent": SingleAgentExecutor(self.config, upstream),
+                "single-agent": SingleAgentExecutor(self.config, upstream, self.metrics),
                 "multi-agent": MultiAgentUnavailableExecutor(),
                 "gateway-chat": GatewayUnavailableExecutor(),
             },
+            self.metrics,
         )
         self._dispatcher = Dispatcher(
-            self.config, self.sessions, self.queues, runner, self.supervisor
+            self.config, self.sessions, self.queues, runner, self.supervisor, self.metrics
         )
         self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
 
@@ -75,13 +84,22 @@ class Bridge:
                 log.debug("reaped idle sessions", extra={"count": reaped})
 
     async def close(self, grace: float | None = None) -> None:
-        """Let running turns finish within ``grace`` seconds, cancel the rest, close upstreams."""
+        """Drain: refuse new and waiting turns, let running turns finish within ``grace``
+        seconds, then cancel them (their callers get a cancelled result and the
+        upstream a ``session.cancel``), and close the upstream connection pool."""
+        grace = self.config.limits.shutdown_grace if grace is None else grace
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
-        await self.supervisor.shutdown(
-            self.config.limits.shutdown_grace if grace is None else grace
-        )
+        self.supervisor.begin_shutdown()
+        refused = self.queues.close()
+        running = self.sessions.running_count()
+        log.info("draining", extra={"running_turns": running, "refused_waiting": refused})
+        if not await self.supervisor.wait(grace):
+            cancelled = self.sessions.cancel_all()
+            log.warning("grace period over; cancelling turns", extra={"cancelled": cancelled})
+            await self.supervisor.wait(self.config.limits.upstream_cancel_timeout + 2)
+        await self.supervisor.shutdown(0)
         if self._http is not None:
             await self._http.close()

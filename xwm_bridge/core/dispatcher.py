@@ -8,21 +8,24 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xwm_bridge import jsonrpc
+from xwm_bridge import coerce, jsonrpc
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import Notify
 from xwm_bridge.core.params import SessionParams, session_id_of
-from xwm_bridge.core.queues import QueueFullError, ThreadQueues
+from xwm_bridge.core.queues import QueueFullError, ShuttingDownError, ThreadQueues
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
 from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.observability import context as obs
+from xwm_bridge.observability.metrics import Metrics
 
 log = logging.getLogger("xwm_bridge.dispatch")
 
 #: Backends present in this build; capabilities never advertise the others.
 MULTI_AGENT_AVAILABLE = False
 GATEWAY_PROVIDERS: list[dict[str, str]] = []
+SHUTTING_DOWN_MESSAGE = "bridge is shutting down; retry on another replica"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,7 @@ class Dispatcher:
         queues: ThreadQueues,
         runner: TurnRunner,
         supervisor: Supervisor,
+        metrics: Metrics | None = None,
     ) -> None:
         self._config = config
         self._sessions = sessions
@@ -57,38 +61,68 @@ class Dispatcher:
             "session.cancel": self._session_cancel,
             "session.close": self._session_close,
         }
+        self.metrics = metrics or Metrics()
+        self.metrics.set_known_methods(tuple(self._methods))
 
     @property
     def methods(self) -> tuple[str, ...]:
         return tuple(self._methods)
 
     async def handle(self, request: jsonrpc.Request, call: CallContext) -> dict[str, Any] | None:
-        """Run one request; return the response envelope, or None for a notification."""
+        """Run one request; return the response envelope, or None for a notification.
+
+        Emits one audit log line per request with an allowlist of fields (ids,
+        method, outcome, duration, target, provider, counts) — never params,
+        prompts, outputs, headers or tokens.
+        """
+        token = obs.request_id.set(obs.new_request_id())
         started = time.monotonic()
         handler = self._methods.get(request.method)
-        outcome = "ok"
+        notes = 0
+        if call.notify is not None:
+            inner = call.notify
+
+            async def counted(message: dict[str, Any]) -> None:
+                nonlocal notes
+                notes += 1
+                await inner(message)
+
+            call = CallContext(counted, call.transport)
+        outcome, code = "ok", 0
+        value: dict[str, Any] = {}
         try:
             if handler is None:
                 raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"unknown method: {request.method}")
             value = await handler(request.params, call, request.method)
             response = jsonrpc.result(request.id, value)
         except RpcError as exc:
-            outcome = "error"
+            outcome, code = "error", exc.code
             response = jsonrpc.error(request.id, exc.code, exc.message)
         except Exception:
-            outcome = "internal_error"
+            outcome, code = "internal_error", jsonrpc.INTERNAL_ERROR
             log.exception("method failed", extra={"method": request.method})
             response = jsonrpc.error(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "request handled",
-                extra={
-                    "method": request.method,
-                    "transport": call.transport,
-                    "outcome": outcome,
-                    "duration_ms": round((time.monotonic() - started) * 1000, 1),
-                },
-            )
+        method = self.metrics.method_label(request.method)
+        self.metrics.requests.labels(method, call.transport, outcome).inc()
+        audit: dict[str, Any] = {
+            "audit": True,
+            "transport": call.transport,
+            "method": method,
+            "outcome": outcome,
+            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+            "notifications": notes,
+        }
+        if code:
+            audit["code"] = code
+        session_id = coerce.text(request.params.get("sessionId"))
+        if session_id:
+            audit["session_id"] = session_id[:128]
+        if "resolvedExecutionTarget" in value:
+            audit["target"] = value.get("resolvedExecutionTarget")
+            audit["provider"] = value.get("resolvedProviderId")
+            audit["success"] = value.get("success")
+        log.info("request", extra=audit)
+        obs.request_id.reset(token)
         return None if request.is_notification else response
 
     async def _capabilities(
@@ -118,9 +152,7 @@ class Dispatcher:
     ) -> dict[str, Any]:
         sp = SessionParams.parse(params)
         if self._supervisor.closing:
-            raise RpcError(
-                jsonrpc.SHUTTING_DOWN, "bridge is shutting down; retry on another replica"
-            )
+            raise RpcError(jsonrpc.SHUTTING_DOWN, SHUTTING_DOWN_MESSAGE)
         try:
             # refuse an overflowing turn before it has any effect (no session.start reset)
             self._queues.check_capacity(sp.thread_id)
@@ -129,12 +161,16 @@ class Dispatcher:
         if method == "session.start":
             self._sessions.reset(sp.session_id, sp.thread_id)
         self._sessions.turn_queued(sp.session_id)
+        request_id = obs.request_id.get()
         try:
             result: dict[str, Any] = await self._queues.submit(
-                sp.thread_id, lambda: self._runner.run(method, sp, call.notify)
+                sp.thread_id,
+                lambda: self._runner.run(method, sp, call.notify, request_id=request_id),
             )
         except QueueFullError as exc:
             raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
+        except ShuttingDownError:
+            raise RpcError(jsonrpc.SHUTTING_DOWN, SHUTTING_DOWN_MESSAGE) from None
         finally:
             self._sessions.turn_dequeued(sp.session_id)
         return result

@@ -30,6 +30,10 @@ class QueueFullError(Exception):
         self.depth = depth
 
 
+class ShuttingDownError(Exception):
+    """The bridge is draining: this turn will not start."""
+
+
 @dataclass(slots=True)
 class _Thread:
     waiting: deque[tuple[Job, asyncio.Future[Any]]] = field(default_factory=deque)
@@ -42,6 +46,7 @@ class ThreadQueues:
         self._supervisor = supervisor
         self._max_depth = max_depth
         self._threads: dict[str, _Thread] = {}
+        self._closed = False
 
     def __len__(self) -> int:
         """Threads with a running or waiting turn."""
@@ -65,8 +70,26 @@ class ThreadQueues:
         if ahead >= self._max_depth:
             raise QueueFullError(thread_id, self._max_depth)
 
+    def close(self) -> int:
+        """Refuse new turns and fail every waiting one with :class:`ShuttingDownError`.
+
+        Running turns are not touched (the caller drains or cancels them).
+        Returns how many waiting turns were refused.
+        """
+        self._closed = True
+        refused = 0
+        for th in self._threads.values():
+            for _, fut in th.waiting:
+                if not fut.done():
+                    fut.set_exception(ShuttingDownError())
+                    refused += 1
+            th.waiting.clear()
+        return refused
+
     async def submit(self, thread_id: str, job: Job) -> Any:
         """Run ``job`` after every earlier job of ``thread_id``; return its result."""
+        if self._closed:
+            raise ShuttingDownError()
         self.check_capacity(thread_id)
         th = self._threads.get(thread_id)
         if th is None:

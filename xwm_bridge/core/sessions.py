@@ -106,6 +106,10 @@ class SessionRegistry:
         handle = self._running.get(session_id)
         return handle.cancel() if handle is not None else False
 
+    def cancel_all(self) -> int:
+        """Cancel every running turn (shutdown after the grace period)."""
+        return sum(handle.cancel() for handle in list(self._running.values()))
+
     def close(self, session_id: str) -> bool:
         existed = self._sessions.pop(session_id, None) is not None
         self.cancel(session_id)

@@ -44,12 +44,25 @@ class Supervisor:
                 extra={"task": task.get_name()},
             )
 
+    def begin_shutdown(self) -> None:
+        self._closing = True
+
+    async def wait(self, within: float) -> bool:
+        """Wait up to ``within`` seconds for every task (including ones spawned meanwhile)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while self._tasks:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await asyncio.wait(set(self._tasks), timeout=remaining)
+        return True
+
     async def shutdown(self, grace: float) -> None:
         """Let tasks finish for ``grace`` seconds, then cancel and await the rest."""
         self._closing = True
+        await self.wait(grace)
         pending = set(self._tasks)
-        if pending and grace > 0:
-            _, pending = await asyncio.wait(pending, timeout=grace)
         for task in pending:
             task.cancel()
         if pending:

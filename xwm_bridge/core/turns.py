@@ -16,6 +16,8 @@ from xwm_bridge.core.params import SessionParams
 from xwm_bridge.core.sessions import SessionRegistry, TurnHandle
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+from xwm_bridge.observability import context as obs
+from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.router.resolver import GATEWAY, MULTI_AGENT, RoutingDecision, resolve
 
 log = logging.getLogger("xwm_bridge.turns")
@@ -64,14 +66,22 @@ class TurnRunner:
         sessions: SessionRegistry,
         supervisor: Supervisor,
         executors: Mapping[str, Executor],
+        metrics: Metrics,
     ) -> None:
         self._config = config
         self._sessions = sessions
         self._supervisor = supervisor
         self._executors = executors
+        self._metrics = metrics
         self._available = [p.id for p in config.available_providers]
 
-    async def run(self, method: str, sp: SessionParams, notify: Notify | None) -> dict[str, Any]:
+    async def run(
+        self, method: str, sp: SessionParams, notify: Notify | None, *, request_id: str = ""
+    ) -> dict[str, Any]:
+        """Run one turn at the head of its thread queue (in the thread's worker task)."""
+        # the worker serves many requests in turn: label its log lines with this one
+        obs.request_id.set(request_id)
+        obs.turn_id.set("")
         if sp.routing is None:
             raise RpcError(INVALID_PARAMS, ROUTING_REQUIRED)
         decision = resolve(sp.routing, self._available)
@@ -88,6 +98,7 @@ class TurnRunner:
             session.provider = provider
         session.add_prompt(sp.task_prompt)
         turn_id = new_turn_id()
+        obs.turn_id.set(turn_id)
         ctx = TurnContext(
             method=method,
             session=session,
@@ -107,15 +118,16 @@ class TurnRunner:
         finally:
             self._sessions.turn_finished(handle)
             session.last_used = time.monotonic()
+        elapsed = time.monotonic() - started
+        self._metrics.turn_seconds.labels(decision.execution_target, provider).observe(elapsed)
         log.info(
             "turn finished",
             extra={
-                "turn_id": turn_id,
                 "session_id": sp.session_id,
                 "mode": exec_params["mode"],
                 "provider": provider,
                 "success": result.get("success"),
-                "duration_ms": round((time.monotonic() - started) * 1000, 1),
+                "duration_ms": round(elapsed * 1000, 1),
             },
         )
         result.update(decision.fields())

@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from xwm_bridge.observability.context import request_id, turn_id
+
 _STANDARD = frozenset(
     vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None)).keys()
 ) | {"message", "asctime", "taskName"}
@@ -36,6 +38,11 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        rid, tid = request_id.get(), turn_id.get()
+        if rid:
+            entry["request_id"] = rid
+        if tid:
+            entry["turn_id"] = tid
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 entry[key] = value

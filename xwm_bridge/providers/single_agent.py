@@ -9,6 +9,7 @@ from typing import Any
 from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import TurnContext
+from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers import artifacts
 from xwm_bridge.providers.collector import Collector, remote_fields, result_object
 from xwm_bridge.providers.endpoint import EndpointError, derive_endpoint
@@ -40,9 +41,12 @@ def sanitize(params: dict[str, Any]) -> dict[str, Any]:
 
 
 class SingleAgentExecutor:
-    def __init__(self, config: BridgeConfig, upstream: UpstreamClient) -> None:
+    def __init__(
+        self, config: BridgeConfig, upstream: UpstreamClient, metrics: Metrics | None = None
+    ) -> None:
         self._config = config
         self._upstream = upstream
+        self._metrics = metrics or Metrics()
         self._limits = artifacts.ArtifactLimits(
             allowed_roots=config.allowed_roots,
             max_files=config.limits.artifact_max_files,
@@ -113,11 +117,13 @@ class SingleAgentExecutor:
         except UpstreamError as exc:
             message = str(exc)
             log.warning("upstream call failed", extra={"provider": provider.id, "error": message})
+            self._metrics.upstream_errors.labels(provider.id, exc.kind).inc()
             if exc.timed_out:  # the upstream may still be working on it
                 await cancel_upstream()
             await ctx.emit_error(message)
             return self.failure(ctx, message)
         except asyncio.CancelledError:
+            self._metrics.upstream_errors.labels(provider.id, "cancelled").inc()
             await cancel_upstream()
             raise
 

@@ -33,9 +33,11 @@ _counter = itertools.count(1)
 class UpstreamError(Exception):
     """A failed upstream call; ``str()`` is the error text put in the result."""
 
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+    def __init__(self, message: str, *, timed_out: bool = False, kind: str = "") -> None:
         super().__init__(message)
         self.timed_out = timed_out
+        #: metrics label: timeout, transport, http_status, protocol or remote_error
+        self.kind = kind or ("timeout" if timed_out else "protocol")
 
 
 def new_request_id() -> str:
@@ -134,7 +136,9 @@ class UpstreamClient:
                 return self._decode_body(body, resp.status)
         except aiohttp.ClientError as exc:
             raise UpstreamError(
-                f"POST {url}: {_describe(exc)}", timed_out=isinstance(exc, TimeoutError)
+                f"POST {url}: {_describe(exc)}",
+                timed_out=isinstance(exc, TimeoutError),
+                kind="" if isinstance(exc, TimeoutError) else "transport",
             ) from None
         except TimeoutError:
             raise UpstreamError(
@@ -148,13 +152,15 @@ class UpstreamClient:
         except orjson.JSONDecodeError as exc:
             if not 200 <= status < 300:
                 snippet = body[:200].decode("utf-8", "replace").strip()
-                raise UpstreamError(f"upstream answered HTTP {status}: {snippet}") from None
+                raise UpstreamError(
+                    f"upstream answered HTTP {status}: {snippet}", kind="http_status"
+                ) from None
             raise UpstreamError(f"invalid upstream response: {exc}") from None
         if not isinstance(obj, dict):
             raise UpstreamError("invalid upstream response: not a JSON object")
         err = _error_of(obj)
         if err is not None:
-            raise UpstreamError(err)
+            raise UpstreamError(err, kind="remote_error")
         return obj
 
     async def _read_sse(
@@ -189,7 +195,7 @@ class UpstreamClient:
         if _is_response(obj, rid) or (("result" in obj or "error" in obj) and "method" not in obj):
             err = _error_of(obj)
             if err is not None:
-                raise UpstreamError(err)
+                raise UpstreamError(err, kind="remote_error")
             return obj
         if _is_notification(obj):
             await on_notification(obj)
@@ -233,14 +239,14 @@ class UpstreamClient:
                     if _is_response(obj, rid):
                         err = _error_of(obj)
                         if err is not None:
-                            raise UpstreamError(err)
+                            raise UpstreamError(err, kind="remote_error")
                         return obj
                     if coerce.text(obj.get("method")):
                         await on_notification(obj)
         except websockets.exceptions.WebSocketException as exc:
-            raise UpstreamError(f"{url}: {_describe(exc)}") from None
+            raise UpstreamError(f"{url}: {_describe(exc)}", kind="transport") from None
         except OSError as exc:
-            raise UpstreamError(f"{url}: {_describe(exc)}") from None
+            raise UpstreamError(f"{url}: {_describe(exc)}", kind="transport") from None
 
     async def send_cancel(
         self,

@@ -16,6 +16,7 @@ from xwm_bridge.core.dispatcher import CallContext
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
+from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import OrderedSender
 from xwm_bridge.transport.security import BearerAuth, OriginPolicy
 
@@ -58,6 +59,8 @@ class HttpTransport:
         self.auth = BearerAuth(cfg.auth_token)
         self.limits = cfg.limits
         self.bootstrap = bootstrap.BootstrapHandlers(bridge)
+        self.health = HealthHandlers(bridge)
+        self.metrics = bridge.metrics
         self._ws_connections: set[web.WebSocketResponse] = set()
 
     def app(self) -> web.Application:
@@ -67,12 +70,15 @@ class HttpTransport:
         )
         app[BRIDGE_KEY] = self.bridge
         app.router.add_route("*", "/", self.root)
+        app.router.add_get("/livez", self.health.livez)
+        app.router.add_get("/readyz", self.health.readyz)
+        app.router.add_get("/metrics", self.health.metrics)
         app.router.add_route("*", "/api/ping", self.ping)
         app.router.add_route("*", "/bridge/bootstrap/health", self.bootstrap.health)
         app.router.add_route("*", "/bridge/bootstrap/consume", self.bootstrap.consume)
         app.router.add_route("*", "/acp/rpc", self.rpc)
         app.router.add_route("*", "/acp", self.websocket)
-        app.on_shutdown.append(self._close_websockets)
+        app.on_shutdown.append(self._on_shutdown)
         return app
 
     @web.middleware
@@ -133,6 +139,7 @@ class HttpTransport:
             return denied
         try:
             body = await asyncio.wait_for(request.read(), self.limits.request_read_timeout)
+            self.metrics.bytes_in.labels("http").inc(len(body))
         except web.HTTPRequestEntityTooLarge:
             return _rpc_error_response(
                 413,
@@ -151,7 +158,9 @@ class HttpTransport:
             reply = await self.bridge.dispatcher.handle(req, CallContext(None, "http"))
             if reply is None:
                 return web.Response(status=200)
-            return _json_response(200, reply)
+            response = _json_response(200, reply)
+            self.metrics.bytes_out.labels("http").inc(len(response.body))  # type: ignore[arg-type]
+            return response
         return await self._rpc_sse(request, req, cors)
 
     async def _rpc_sse(
@@ -172,6 +181,7 @@ class HttpTransport:
             if not stream.prepared:
                 await stream.prepare(request)
             await stream.write(data)
+            self.metrics.bytes_out.labels("sse").inc(len(data))
 
         sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
 
@@ -209,9 +219,11 @@ class HttpTransport:
             )
         await ws.prepare(request)
         self._ws_connections.add(ws)
+        self.metrics.ws_connections.inc()
 
         async def write(data: bytes) -> None:
             await ws.send_str(data.decode())
+            self.metrics.bytes_out.labels("ws").inc(len(data))
 
         sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
         call = CallContext(sender.send, "ws")
@@ -229,6 +241,7 @@ class HttpTransport:
                         log.info("websocket error", extra={"error": repr(ws.exception())})
                     break
                 try:
+                    self.metrics.bytes_in.labels("ws").inc(len(msg.data))
                     req = jsonrpc.decode_request(msg.data)
                 except jsonrpc.DecodeError as exc:
                     await sender.send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message))
@@ -249,6 +262,7 @@ class HttpTransport:
                 task.add_done_callback(inflight.discard)
         finally:
             self._ws_connections.discard(ws)
+            self.metrics.ws_connections.dec()
             # The connection owns its requests: they end with it. A turn already
             # running keeps going in its thread worker; queued ones are dropped.
             for task in inflight:
@@ -257,7 +271,12 @@ class HttpTransport:
                 await asyncio.wait(inflight, timeout=5)
         return ws
 
-    async def _close_websockets(self, app: web.Application) -> None:
+    async def _on_shutdown(self, app: web.Application) -> None:
+        await self.close_websockets()
+
+    async def close_websockets(self) -> None:
+        """Close every client WebSocket with 1001 (going away); call before the runner's
+        cleanup, which otherwise drops the connections without a close frame."""
         for ws in list(self._ws_connections):
             with contextlib.suppress(Exception):
                 await ws.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"server shutting down")

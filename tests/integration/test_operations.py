@@ -1,0 +1,257 @@
+"""Operations: health, metrics, structured logs with redaction, graceful shutdown, doctor."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from tests.conftest import (
+    AUTH,
+    ROOT,
+    TOKEN,
+    FakeUpstream,
+    ServeApp,
+    StartBridge,
+    base_env,
+    closed_port,
+    provider_env,
+    rpc,
+    scripted_app,
+    session_params,
+    sse,
+    wait_until,
+)
+
+
+async def test_livez_readyz_and_metrics_unauthenticated(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    async with http.get(f"{bridge.url}/livez") as resp:
+        assert resp.status == 200 and await resp.json() == {"status": "ok"}
+    async with http.get(f"{bridge.url}/readyz") as resp:
+        assert resp.status == 200 and await resp.json() == {"status": "ready"}
+
+    await rpc(http, bridge.rpc_url, "session.start", session_params("m1", "hi"))
+    await rpc(http, bridge.rpc_url, "no.such.method")
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str('{"jsonrpc":"2.0","id":1,"method":"acp.capabilities"}')
+        await ws.receive()
+        async with http.get(f"{bridge.url}/metrics") as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/plain")
+            text = await resp.text()
+    assert 'xwm_requests_total{method="session.start",outcome="ok",transport="http"} 1.0' in text
+    # unknown method names collapse into one label value: the label set stays bounded
+    assert 'xwm_requests_total{method="other",outcome="error",transport="http"} 1.0' in text
+    assert 'xwm_turn_duration_seconds_count{provider="codex",target="single-agent"} 1.0' in text
+    assert "xwm_websocket_connections 1.0" in text
+    assert "xwm_active_turns 0.0" in text
+    assert "xwm_sessions_alive 1.0" in text
+    assert 'xwm_bytes_received_total{transport="http"}' in text
+
+
+async def test_readyz_requires_providers_when_configured(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    down = f"http://127.0.0.1:{closed_port()}"
+    config = {
+        "ready_requires_providers": True,
+        "providers": [
+            {"id": "codex", "endpoint": fake_upstream.url},
+            {"id": "gemini", "endpoint": down},
+        ],
+    }
+    bridge = await start_bridge(config=config, tmp=tmp_path)
+    async with http.get(f"{bridge.url}/readyz") as resp:
+        assert resp.status == 503
+        body = await resp.json()
+    assert body["status"] == "unready"
+    assert set(body["providers"]) == {"gemini"}
+
+
+async def test_upstream_error_metric(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    env = provider_env(f"http://127.0.0.1:{closed_port()}")
+    bridge = await start_bridge(env=env)
+    reply = await rpc(http, bridge.rpc_url, "session.start", session_params("m2", "hi"))
+    assert reply["result"]["success"] is False
+    async with http.get(f"{bridge.url}/metrics") as resp:
+        text = await resp.text()
+    assert 'xwm_upstream_errors_total{kind="transport",provider="codex"} 1.0' in text
+
+
+async def test_json_logs_audit_ids_and_no_secret_anywhere(
+    start_bridge: StartBridge, serve_app: ServeApp, http: aiohttp.ClientSession
+) -> None:
+    service_token = "svc-SECRET-7f3a9c"
+    prompt_marker = "PROMPT-MARKER-do-not-log"
+
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        # a hostile upstream echoes our credential in its error: it must not reach a log line
+        message = f"denied for Bearer {service_token}"
+        return {"jsonrpc": "2.0", "id": body["id"], "error": {"code": -1, "message": message}}
+
+    upstream = await serve_app(scripted_app(reply, []))
+    env = base_env(
+        ACP_AUTH_TOKEN=TOKEN,
+        INTERNAL_SERVICE_TOKEN=service_token,
+        XWM_PROVIDER_CODEX_URL=upstream,
+        XWM_LOG_LEVEL="debug",
+    )
+    bridge = await start_bridge(env=env)
+    await sse(http, bridge.rpc_url, "session.start", session_params("log-1", prompt_marker))
+    await rpc(http, bridge.rpc_url, "acp.capabilities")
+    async with http.post(
+        bridge.rpc_url, data=b"{}", headers={"Authorization": "Bearer wrong-" + TOKEN}
+    ):
+        pass
+    assert await bridge.stop() == 0
+
+    entries = [orjson.loads(line) for line in bridge.logs]  # every line is one JSON object
+    whole = "\n".join(bridge.logs)
+    for secret in (TOKEN, service_token):
+        assert secret not in whole
+    assert prompt_marker not in whole
+    audits = [e for e in entries if e.get("audit")]
+    assert {a["method"] for a in audits} >= {"session.start", "acp.capabilities"}
+    turn_audit = next(a for a in audits if a["method"] == "session.start")
+    assert turn_audit["session_id"] == "log-1" and turn_audit["target"] == "single-agent"
+    assert turn_audit["provider"] == "codex" and turn_audit["success"] is False
+    assert turn_audit["notifications"] == 2  # started + completed-error
+    allowed = {
+        "ts",
+        "level",
+        "logger",
+        "msg",
+        "audit",
+        "transport",
+        "method",
+        "outcome",
+        "duration_ms",
+        "notifications",
+        "code",
+        "session_id",
+        "target",
+        "provider",
+        "success",
+        "request_id",
+    }
+    assert set().union(*(a.keys() for a in audits)) <= allowed
+    # every line of the turn carries its request id and turn id
+    failed = next(e for e in entries if e["msg"] == "upstream call failed")
+    finished = next(e for e in entries if e["msg"] == "turn finished")
+    assert failed["request_id"] == finished["request_id"] == turn_audit["request_id"]
+    assert failed["turn_id"] == finished["turn_id"] and failed["turn_id"].startswith("turn-")
+    assert "[REDACTED]" in failed["error"]
+
+
+async def test_sigterm_drains_then_cancels_and_exits_zero(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    config = {
+        "limits": {"shutdown_grace": 1.5},
+        "providers": [{"id": "codex", "endpoint": fake_upstream.url}],
+    }
+    env = base_env(ACP_AUTH_TOKEN=TOKEN)
+    bridge = await start_bridge(config=config, tmp=tmp_path, env=env)
+
+    quick = asyncio.create_task(
+        sse(http, bridge.rpc_url, "session.start", session_params("q", "slow:500 a"))
+    )
+    slow_sse = asyncio.create_task(
+        sse(http, bridge.rpc_url, "session.start", session_params("s", "slow:20000 b"))
+    )
+    queued = asyncio.create_task(
+        rpc(http, bridge.rpc_url, "session.message", session_params("s", "never runs"))
+    )
+    ws = await http.ws_connect(bridge.ws_url, headers=AUTH)
+    await ws.send_bytes(
+        orjson.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": "w",
+                "method": "session.start",
+                "params": session_params("w", "slow:20000 c"),
+            }
+        )
+    )
+    await wait_until(lambda: len(fake_upstream.state.active) == 3)
+
+    bridge.proc.send_signal(signal.SIGTERM)
+    quick_events = await asyncio.wait_for(quick, 10)
+    assert quick_events[-1]["result"]["success"] is True  # finished within the grace period
+    slow_events = await asyncio.wait_for(slow_sse, 10)
+    final = slow_events[-1]["result"]
+    assert (
+        final["success"] is False
+        and final["cancelled"] is True
+        and final["error"] == "turn cancelled"
+    )
+    queued_reply = await asyncio.wait_for(queued, 10)
+    assert queued_reply["error"]["code"] == -32005
+    ws_final: dict[str, Any] | None = None
+    close_code = None
+    while True:
+        msg = await asyncio.wait_for(ws.receive(), 10)
+        if msg.type == aiohttp.WSMsgType.TEXT:
+            frame = orjson.loads(msg.data)
+            if frame.get("id") == "w":
+                ws_final = frame["result"]
+        else:
+            assert msg.type == aiohttp.WSMsgType.CLOSE, msg
+            close_code = msg.data  # the code in the server's close frame
+            break
+    assert ws_final is not None and ws_final["cancelled"] is True
+    assert close_code == 1001
+    assert await bridge.stop() == 0
+    assert {c["sessionId"] for c in fake_upstream.state.cancels} == {"s", "w"}
+
+
+async def test_doctor_reports_and_masks(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    async def doctor(env: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "xwm_bridge",
+            "doctor",
+            "--json",
+            env=env,
+            cwd=str(ROOT),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode is not None
+        return proc.returncode, orjson.loads(out)
+
+    good = provider_env(fake_upstream.url, INTERNAL_SERVICE_TOKEN="svc-doctor-secret")
+    code, doc = await doctor(good)
+    assert code == 0
+    assert all(c["ok"] for c in doc["checks"])
+    assert doc["config"]["auth_token"] == "********"
+    assert doc["config"]["internal_service_token"] == "********"
+    assert "svc-doctor-secret" not in orjson.dumps(doc).decode()
+    assert doc["sources"]["auth_token"] == "env:ACP_AUTH_TOKEN"
+    assert doc["sources"]["providers[0].endpoint"] == "env:XWM_PROVIDER_CODEX_URL"
+    # the upstream received the deploy probe with the bridge's credential
+    probe = fake_upstream.state.requests[-1]
+    assert probe["method"] == "acp.capabilities"
+
+    bad = provider_env(f"http://127.0.0.1:{closed_port()}")
+    code, doc = await doctor(bad)
+    assert code == 1
+    assert [c["ok"] for c in doc["checks"] if c["check"] == "provider"] == [False, False, False]

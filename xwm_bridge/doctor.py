@@ -1,0 +1,132 @@
+"""``xwm-bridge doctor``: the effective config (secrets masked, with sources) and a
+reachability check of every enabled provider, using the deploy probe's request
+(``acp.capabilities``, config.md §4)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig
+from xwm_bridge.providers.endpoint import EndpointError, derive_endpoint
+from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
+from xwm_bridge.transport.security import is_loopback_host, parse_listen
+
+MASK = "********"
+SECRET_KEYS = frozenset(
+    {"auth_token", "internal_service_token", "bridge_auth_token", "auth_header"}
+)
+CHECK_TIMEOUT = 5.0
+
+
+def masked_config(loaded: LoadedConfig) -> dict[str, Any]:
+    def walk(value: Any) -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {
+                f.name: (
+                    MASK
+                    if f.name in SECRET_KEYS and getattr(value, f.name)
+                    else walk(getattr(value, f.name))
+                )
+                for f in dataclasses.fields(value)
+            }
+        if isinstance(value, tuple):
+            return [walk(v) for v in value]
+        return value
+
+    out = walk(loaded.config)
+    assert isinstance(out, dict)
+    return out
+
+
+async def check_provider(
+    client: UpstreamClient, cfg: BridgeConfig, p: ProviderConfig
+) -> dict[str, Any]:
+    try:
+        endpoint = derive_endpoint(p.endpoint)
+    except EndpointError as exc:
+        return {"provider": p.id, "ok": False, "error": str(exc)}
+    probe = dataclasses.replace(
+        p,
+        stream=False,
+        connect_timeout=CHECK_TIMEOUT,
+        read_timeout=CHECK_TIMEOUT,
+        total_timeout=CHECK_TIMEOUT,
+    )
+
+    async def ignore(_: dict[str, Any]) -> None:
+        return None
+
+    try:
+        reply = await client.call(
+            probe,
+            endpoint,
+            cfg.provider_authorization(p),
+            "acp.capabilities",
+            {},
+            ignore,
+            stream=False,
+        )
+    except UpstreamError as exc:
+        return {"provider": p.id, "url": endpoint.url, "ok": False, "error": str(exc)}
+    if reply.get("jsonrpc") != "2.0" or "result" not in reply:
+        return {
+            "provider": p.id,
+            "url": endpoint.url,
+            "ok": False,
+            "error": "not a JSON-RPC result",
+        }
+    return {"provider": p.id, "url": endpoint.url, "ok": True}
+
+
+async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
+    checks: list[dict[str, Any]] = []
+    host, _ = parse_listen(cfg.listen)
+    exposed = not is_loopback_host(host)
+    checks.append(
+        {
+            "check": "auth",
+            "ok": bool(cfg.auth_token) or not exposed or cfg.allow_unauthenticated,
+            "detail": "token set"
+            if cfg.auth_token
+            else (
+                "no token: any bearer accepted"
+                + (" on a non-loopback address" if exposed else " (loopback)")
+            ),
+        }
+    )
+    async with aiohttp.ClientSession(trust_env=False) as http:
+        client = UpstreamClient(http)
+        results = await asyncio.gather(
+            *(check_provider(client, cfg, p) for p in cfg.available_providers)
+        )
+    checks += [{"check": "provider", **r} for r in results]
+    for p in cfg.providers:
+        if not p.available:
+            checks.append({"check": "provider", "provider": p.id, "ok": True, "detail": "disabled"})
+    return checks
+
+
+def render_text(
+    config: Mapping[str, Any], sources: Mapping[str, str], checks: list[dict[str, Any]]
+) -> str:
+    lines = ["effective configuration (secrets masked):"]
+    for key, value in config.items():
+        if key in ("limits", "providers"):
+            continue
+        lines.append(f"  {key} = {value!r}  [{sources.get(key, 'default')}]")
+    lines.append(f"  limits = {config['limits']!r}  [{sources.get('limits', 'default')}]")
+    for i, p in enumerate(config["providers"]):
+        src = sources.get(f"providers[{i}].endpoint", sources.get("providers", "default"))
+        lines.append(f"  providers[{i}] = {p!r}  [{src}]")
+    lines.append("checks:")
+    for c in checks:
+        mark = "ok  " if c["ok"] else "FAIL"
+        what = c.get("provider", c["check"])
+        detail = c.get("error") or c.get("detail") or c.get("url", "")
+        lines.append(f"  [{mark}] {c['check']} {what}: {detail}")
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""Prometheus metrics for ``/metrics`` (prometheus-client, one registry per process)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+TURN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    """Counters and histograms updated by the core; gauges read live state on scrape."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._known: frozenset[str] = frozenset()
+        r = self.registry
+        self.requests = Counter(
+            "xwm_requests",
+            "JSON-RPC requests by method, transport and outcome",
+            ["method", "transport", "outcome"],
+            registry=r,
+        )
+        self.turn_seconds = Histogram(
+            "xwm_turn_duration_seconds",
+            "Turn latency from the head of the thread queue to the result",
+            ["target", "provider"],
+            buckets=TURN_BUCKETS,
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "xwm_upstream_errors",
+            "Failed upstream calls by provider and kind",
+            ["provider", "kind"],
+            registry=r,
+        )
+        self.bytes_in = Counter(
+            "xwm_bytes_received", "Request bytes received by transport", ["transport"], registry=r
+        )
+        self.bytes_out = Counter(
+            "xwm_bytes_sent", "Response and notification bytes sent", ["transport"], registry=r
+        )
+        self.ws_connections = Gauge(
+            "xwm_websocket_connections", "Open client WebSocket connections", registry=r
+        )
+        self._active_turns = Gauge("xwm_active_turns", "Turns executing now", registry=r)
+        self._queue_depth = Gauge(
+            "xwm_queue_depth", "Turns waiting behind a running turn, all threads", registry=r
+        )
+        self._threads = Gauge(
+            "xwm_threads_alive", "Threads with a running or waiting turn", registry=r
+        )
+        self._sessions = Gauge("xwm_sessions_alive", "Session records held in memory", registry=r)
+
+    def set_known_methods(self, methods: tuple[str, ...]) -> None:
+        self._known = frozenset(methods)
+
+    def method_label(self, method: str) -> str:
+        """Bounded label values: unknown method names collapse to ``other``."""
+        return method if method in self._known else "other"
+
+    def bind_state(
+        self,
+        *,
+        active_turns: Callable[[], float],
+        queue_depth: Callable[[], float],
+        threads: Callable[[], float],
+        sessions: Callable[[], float],
+    ) -> None:
+        self._active_turns.set_function(active_turns)
+        self._queue_depth.set_function(queue_depth)
+        self._threads.set_function(threads)
+        self._sessions.set_function(sessions)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
