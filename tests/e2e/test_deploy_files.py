@@ -1,0 +1,69 @@
+"""The deploy files agree with the daemon: probes, drain time, compose validity."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from xwm_bridge.config import Limits
+
+DEPLOY = ROOT / "deploy"
+
+
+def test_k8s_probes_and_grace_period(tmp_path: Path) -> None:
+    docs = list(yaml.safe_load_all((DEPLOY / "k8s" / "xwm-bridge.yaml").read_text()))
+    kinds = {d["kind"] for d in docs}
+    assert kinds == {"Secret", "ConfigMap", "Deployment", "Service"}
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    limits = Limits()
+    assert (
+        pod["terminationGracePeriodSeconds"]
+        > limits.shutdown_grace + limits.upstream_cancel_timeout
+    )
+    config = next(d for d in docs if d["kind"] == "ConfigMap")
+    from xwm_bridge.config import load_config
+
+    path = tmp_path / "config.yaml"
+    path.write_text(config["data"]["config.yaml"])
+    loaded = load_config(config_file=str(path), env={"ACP_AUTH_TOKEN": "x"})
+    assert loaded.config.listen == "0.0.0.0:8787"
+
+
+def test_dockerfile_healthcheck_and_exec_entrypoint() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "/livez" in text
+    assert 'ENTRYPOINT ["xwm-bridge"]' in text
+    assert "USER 10001" in text
+
+
+def test_compose_file_is_valid() -> None:
+    tool = shutil.which("docker-compose")
+    if tool is None:
+        if os.environ.get("CI") == "true":
+            raise AssertionError("docker-compose is required in CI (.ci/run installs it)")
+        pytest.skip("docker-compose is not installed (apt-get install docker-compose)")
+    env = {**os.environ, "ACP_AUTH_TOKEN": "x"}
+    out = subprocess.run(
+        [tool, "-f", str(ROOT / "docker-compose.yml"), "config"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    services = yaml.safe_load(out.stdout)["services"]
+    assert set(services) == {"fake-upstream", "bridge", "nginx"}
+    for mount in services["nginx"]["volumes"]:
+        source = mount["source"] if isinstance(mount, dict) else mount.split(":")[0]
+        assert os.path.exists(source), source
