@@ -21,7 +21,7 @@ from xwm_bridge.jsonrpc import RpcError
 log = logging.getLogger("xwm_bridge.dispatch")
 
 #: Backends present in this build; capabilities never advertise the others.
-MULTI_AGENT_AVAILABLE = False
+MULTI_AGENT_AVAILABLE = True
 GATEWAY_PROVIDERS: list[dict[str, str]] = []
 
 
