@@ -36,7 +36,8 @@ elif prompt == "flood":
     sys.stdout.write("x" * 200000)
 else:
     print("progress line")
-    print(json.dumps({{"type": "result", "is_error": False, "result": "  reviewed: " + prompt + "  "}}))
+    text = "  reviewed: " + prompt + "  "
+    print(json.dumps({{"type": "result", "is_error": False, "result": text}}))
 """
 
 
