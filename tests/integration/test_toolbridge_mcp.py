@@ -23,6 +23,7 @@ import json, os, sys, time
 args = sys.argv[1:]
 with open(os.environ["FAKE_CLAUDE_LOG"], "a") as log:
     log.write(json.dumps(args) + "\\n")
+    log.write(json.dumps(sorted(k for k in os.environ if k.startswith(("VAULT_", "LLM_")))) + "\\n")
 prompt = args[args.index("-p") + 1]
 if prompt == "sleep":
     time.sleep(30)
@@ -142,7 +143,12 @@ async def test_unknown_tool_and_bad_params() -> None:
 async def test_claude_review(fake_claude: tuple[Path, Path]) -> None:
     script, log = fake_claude
     env = toolbridge_env(
-        CLAUDE_BIN=str(script), CLAUDE_REVIEW_MODEL="opus", FAKE_CLAUDE_LOG=str(log)
+        CLAUDE_BIN=str(script),
+        CLAUDE_REVIEW_MODEL="opus",
+        FAKE_CLAUDE_LOG=str(log),
+        LLM_API_KEY="sk-secret",
+        LLM_MODEL="m",
+        VAULT_SERVER_ROOT_ACCESS_TOKEN="hvs.secret",
     )
     async with mcp_session(env) as session:
         ok = await session.call_tool("claude_review", {"prompt": "diff", "tools": "Read"})
@@ -158,7 +164,8 @@ async def test_claude_review(fake_claude: tuple[Path, Path]) -> None:
             "Error: claude CLI did not return JSON output. stderr: warn"
         )
         assert _text(await session.call_tool("claude_review", {})) == "Error: prompt is required"
-    first = json.loads(log.read_text().splitlines()[0])
+    first, child_env = (json.loads(line) for line in log.read_text().splitlines()[:2])
+    assert child_env == ["LLM_MODEL"]  # the toolbridge's secrets stay out of the CLI's env
     assert first == [
         "-p",
         "diff",
