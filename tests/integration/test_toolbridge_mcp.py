@@ -280,3 +280,26 @@ async def test_cancelled_notification_abandons_call(llm_url: str) -> None:
     replies = await _raw(payload, env)
     assert [r["id"] for r in replies] == ["p"]
     assert asyncio.get_running_loop().time() - started < 2.5
+
+
+async def test_cli_lists_toolbridge_and_rejects_unknown_mode() -> None:
+    """`--help` still works; a typo no longer silently starts the toolbridge (weakness 1)."""
+    for argv, code, needle in (
+        (["--help"], 0, b"toolbridge"),
+        (["toolbridge", "--help"], 0, b"MCP"),
+        (["tolbridge"], 2, b"No such command"),
+    ):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "xwm_bridge",
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=toolbridge_env(),
+            cwd=str(ROOT),
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 20)
+        assert proc.returncode == code, out
+        assert needle in out

@@ -7,6 +7,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from xwm_bridge.config import ToolbridgeConfig
 from xwm_bridge.jsonrpc import RpcError
@@ -179,3 +181,19 @@ def test_vault_call_errors(cfg: ToolbridgeConfig, args: dict[str, Any], message:
     with pytest.raises(ToolError) as err:
         VaultCall.parse(cfg, args)
     assert str(err.value) == message
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["name", "arguments", "x"]),
+        st.one_of(st.none(), st.integers(), st.text(), st.lists(st.integers()), st.just({})),
+    )
+)
+def test_tool_call_parse_is_total(params: dict[str, Any]) -> None:
+    """Any params either parse or raise a clean RpcError (never a traceback)."""
+    try:
+        call = protocol.ToolCall.parse(params)
+    except RpcError as exc:
+        assert exc.code in (-32601, -32602)
+    else:
+        assert call.name in protocol.TOOL_NAMES
