@@ -81,10 +81,12 @@ async def complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
     try:
         async with asyncio.timeout(req.timeout):
             async with http.post(url, data=orjson.dumps(req.body()), headers=headers) as resp:
-                raw = await resp.content.read(MAX_RESPONSE_BYTES + 1)
-                if len(raw) > MAX_RESPONSE_BYTES:
-                    raise LLMError(f"response larger than {MAX_RESPONSE_BYTES} bytes")
-                return parse_completion(resp.status, raw)
+                raw = bytearray()
+                async for chunk in resp.content.iter_chunked(64 * 1024):
+                    raw += chunk
+                    if len(raw) > MAX_RESPONSE_BYTES:
+                        raise LLMError(f"response larger than {MAX_RESPONSE_BYTES} bytes")
+                return parse_completion(resp.status, bytes(raw))
     except TimeoutError:
         raise LLMError(f"llm request timed out after {req.timeout:g}s") from None
     except aiohttp.ClientError as exc:

@@ -81,7 +81,9 @@ async def test_default_mode_is_toolbridge() -> None:
 async def test_chat_against_fake_llm(llm_url: str, http: aiohttp.ClientSession) -> None:
     env = toolbridge_env(LLM_API_KEY="sk-server-key", LLM_BASE_URL=llm_url, LLM_MODEL="m-env")
     async with mcp_session(env) as session:
-        result = await session.call_tool("chat", {"prompt": "hello there", "system": "be brief"})
+        # a client cannot redirect the server's key: URL-like arguments are ignored
+        args = {"prompt": "hello there", "system": "be brief", "baseUrl": "http://127.0.0.1:9"}
+        result = await session.call_tool("chat", {**args, "base_url": "http://127.0.0.1:9"})
         assert result.is_error is not True
         assert _text(result) == "FAKE-LLM says: hello there"
         other = await session.call_tool("chat", {"prompt": "again", "model": "m-arg"})

@@ -114,13 +114,11 @@ def resolve_binary(name: str) -> str:
 
 
 async def _read_capped(stream: asyncio.StreamReader, cap: int) -> bytes:
-    data = await stream.read(cap + 1)
-    buf = bytearray(data)
-    while data and len(buf) <= cap:
-        data = await stream.read(cap + 1 - len(buf))
-        buf += data
-    if len(buf) > cap:
-        raise ToolError(f"claude review output exceeded {cap} bytes")
+    buf = bytearray()
+    while chunk := await stream.read(64 * 1024):
+        buf += chunk
+        if len(buf) > cap:
+            raise ToolError(f"claude review output exceeded {cap} bytes")
     return bytes(buf)
 
 
@@ -144,11 +142,15 @@ async def claude_review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
     cap = cfg.claude_output_max_bytes
     try:
         async with asyncio.timeout(cfg.claude_review_timeout):
-            out, err = await asyncio.gather(
-                _read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap)
-            )
+            # a TaskGroup, not gather: when one stream overflows the other reader is cancelled
+            async with asyncio.TaskGroup() as group:
+                out_task = group.create_task(_read_capped(proc.stdout, cap))
+                err_task = group.create_task(_read_capped(proc.stderr, cap))
             code = await proc.wait()
-    except TimeoutError:
+        out, err = out_task.result(), err_task.result()
+    except* ToolError as eg:
+        raise eg.exceptions[0] from None
+    except* TimeoutError:
         raise ToolError(
             f"claude review timed out after {go_duration(cfg.claude_review_timeout)}"
         ) from None
