@@ -17,11 +17,11 @@ import aiohttp
 from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import TurnContext
+from xwm_bridge.core.executors import CANCELLED
 from xwm_bridge.llm import ChatRequest, LLMError, complete
 from xwm_bridge.multiagent import protocol as p
 
 log = logging.getLogger("xwm_bridge.multi_agent")
-CANCELLED = "turn cancelled"
 
 
 class MultiAgentExecutor:
