@@ -215,3 +215,22 @@ async def test_cancel_mid_loop(
         sse(http, bridge.rpc_url, "session.message", params("ma-6", llm_url)), 20
     )
     assert again[-1]["result"]["success"] is True
+
+
+async def test_each_call_has_a_deadline(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, tmp_path: Path
+) -> None:
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV), config={"multi_agent": {"call_timeout": 0.5}}, tmp=tmp_path
+    )
+    await script(http, llm_url, "plan", {"content": "never in time", "delay_ms": 10000})
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-7", llm_url)), 20
+    )
+    assert loop.time() - started < 5
+    result = events[-1]["result"]
+    assert result["success"] is False
+    assert result["error"] == "llm request timed out after 0.5s"
+    assert updates(events)[-1]["message"] == "llm request timed out after 0.5s"
