@@ -1,4 +1,4 @@
-"""Command line: ``xwm-bridge serve`` and ``xwm-bridge acp-stdio``."""
+"""Command line: ``xwm-bridge serve``, ``acp-stdio`` and ``toolbridge`` (the default)."""
 
 from __future__ import annotations
 
@@ -254,10 +254,53 @@ def doctor(config_file: str | None, as_json: bool) -> None:
     sys.exit(0 if all(c["ok"] for c in checks) else 1)
 
 
+@cli.command("toolbridge")
+@CONFIG_OPTION
+@LOG_LEVEL_OPTION
+def toolbridge(config_file: str | None, log_level: str | None) -> None:
+    """Serve the MCP tool bridge on stdin/stdout (also the mode when no command is given).
+
+    \b
+    Tools: chat (OpenAI-compatible; LLM_API_KEY, LLM_BASE_URL, LLM_MODEL),
+    claude_review (the Claude CLI; CLAUDE_BIN, CLAUDE_REVIEW_*),
+    vault_kv (KV v2; VAULT_SERVER_URL, VAULT_SERVER_ROOT_ACCESS_TOKEN, VAULT_NAMESPACE).
+    Input: newline JSON or Content-Length frames; output: one JSON object per line.
+    Logs go to stderr. Exits 0 at end of input once running calls finish.
+    """
+    cfg = _load(config_file, log_level=log_level)
+    setup_logging(cfg.log_level, cfg.secrets())
+    sys.exit(_run(_toolbridge(cfg)))
+
+
+async def _toolbridge(cfg: BridgeConfig) -> int:
+    import aiohttp
+
+    from xwm_bridge.toolbridge.server import ToolbridgeServer
+    from xwm_bridge.transport.stdio import stdin_reader, stdout_writer
+
+    async with aiohttp.ClientSession(trust_env=False) as http:
+        server = ToolbridgeServer(
+            cfg.toolbridge,
+            http,
+            stdin_reader(),
+            stdout_writer(),
+            max_message=cfg.limits.max_body_bytes,
+        )
+        task = asyncio.get_running_loop().create_task(server.serve())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return 0
+
+
 def _normalize_argv(argv: Sequence[str]) -> list[str]:
     return [("-" + a) if _SINGLE_DASH.match(a) else a for a in argv]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _normalize_argv(sys.argv[1:] if argv is None else argv)
+    if not args:  # the original runs the toolbridge when no mode is given (config.md §1)
+        args = ["toolbridge"]
     cli.main(args=args, prog_name="xwm-bridge")

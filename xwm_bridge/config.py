@@ -91,6 +91,49 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class MultiAgentConfig:
+    """The planner → worker → reviewer loop of multi-agent turns."""
+
+    #: worker/reviewer rounds at most (the planner runs once).
+    max_iterations: int = 3
+    #: reviewer score (0-10) at or above which a draft is accepted.
+    score_threshold: float = 8.0
+    #: workers drafting in parallel per iteration.
+    workers: int = 1
+    #: deadline for each model call, in seconds.
+    call_timeout: float = 120.0
+    max_tokens: int = 4096
+    #: server-side model endpoint used when the client sends no aiGatewayApiKey;
+    #: the server key only ever goes to this URL, never to a client-chosen one.
+    base_url: str = ""
+    api_key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolbridgeConfig:
+    """``xwm-bridge toolbridge`` (MCP over stdio); env names as in config.md §2.3."""
+
+    llm_api_key: str = ""
+    llm_base_url: str = "https://api.openai.com/v1"
+    llm_model: str = "gpt-4o"
+    chat_timeout: float = 120.0
+    claude_bin: str = "claude"
+    claude_review_model: str = ""
+    claude_review_system: str = ""
+    claude_review_tools: str = ""
+    claude_review_timeout: float = 600.0
+    claude_output_max_bytes: int = 4 * MIB
+    vault_url: str = ""
+    vault_token: str = ""
+    vault_namespace: str = ""
+    vault_timeout: float = 30.0
+    #: ``mount/path`` prefixes vault_kv may touch; empty = any path.
+    vault_allowed_paths: tuple[str, ...] = ()
+    #: tool calls running at once; further requests wait (stdin is not read meanwhile).
+    max_concurrent_calls: int = 8
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: str = ""
@@ -111,6 +154,8 @@ class BridgeConfig:
     #: /readyz also requires every enabled provider to accept a TCP connection.
     ready_requires_providers: bool = False
     limits: Limits = field(default_factory=Limits)
+    multi_agent: MultiAgentConfig = field(default_factory=MultiAgentConfig)
+    toolbridge: ToolbridgeConfig = field(default_factory=ToolbridgeConfig)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 
     @property
@@ -134,6 +179,8 @@ class BridgeConfig:
         """Every configured secret value, for log redaction."""
         values = [self.auth_token, self.internal_service_token, self.bridge_auth_token]
         values += [p.auth_header or "" for p in self.providers]
+        values += [self.multi_agent.api_key, self.toolbridge.llm_api_key]
+        values.append(self.toolbridge.vault_token)
         out: list[str] = []
         for value in values:
             out.append(value)
@@ -159,6 +206,23 @@ ENV_VARS: dict[str, str] = {
     "openclaw_url": "XWM_OPENCLAW_URL",
     "allowed_roots": "XWM_ALLOWED_ROOTS",
     "log_level": "XWM_LOG_LEVEL",
+}
+#: nested keys set from the environment (config.md §2.3 for the toolbridge)
+NESTED_ENV_VARS: dict[str, str] = {
+    "toolbridge.llm_api_key": "LLM_API_KEY",
+    "toolbridge.llm_base_url": "LLM_BASE_URL",
+    "toolbridge.llm_model": "LLM_MODEL",
+    "toolbridge.claude_bin": "CLAUDE_BIN",
+    "toolbridge.claude_review_model": "CLAUDE_REVIEW_MODEL",
+    "toolbridge.claude_review_system": "CLAUDE_REVIEW_SYSTEM",
+    "toolbridge.claude_review_tools": "CLAUDE_REVIEW_TOOLS",
+    "toolbridge.claude_review_timeout": "CLAUDE_REVIEW_TIMEOUT_SEC",
+    "toolbridge.vault_url": "VAULT_SERVER_URL",
+    "toolbridge.vault_token": "VAULT_SERVER_ROOT_ACCESS_TOKEN",
+    "toolbridge.vault_namespace": "VAULT_NAMESPACE",
+    "multi_agent.max_iterations": "XWM_MULTI_AGENT_MAX_ITERATIONS",
+    "multi_agent.base_url": "XWM_MULTI_AGENT_BASE_URL",
+    "multi_agent.api_key": "XWM_MULTI_AGENT_API_KEY",
 }
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
 _LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":"}
@@ -213,6 +277,19 @@ def load_config(
         else:
             data[key] = value
         sources[key] = f"env:{var}"
+
+    for dotted, var in NESTED_ENV_VARS.items():
+        value = coerce.env_text(env, var)
+        if not value:
+            continue
+        section, name = dotted.split(".", 1)
+        current = data.get(section)
+        if not isinstance(current, dict):
+            current = {} if current is None else current
+            data[section] = current
+        if isinstance(current, dict):
+            current[name] = value
+        sources[dotted] = f"env:{var}"
 
     for key, value in flags.items():
         data[key] = value
@@ -382,5 +459,23 @@ def _validate(config: BridgeConfig) -> None:
     for i, root in enumerate(config.allowed_roots):
         if not os.path.isabs(root):
             raise ConfigError(f"allowed_roots[{i}]: must be an absolute path, got {root!r}")
+    ma, tb = config.multi_agent, config.toolbridge
+    if not 1 <= ma.max_iterations <= 20:
+        raise ConfigError("multi_agent.max_iterations: must be between 1 and 20")
+    if not 1 <= ma.workers <= 8:
+        raise ConfigError("multi_agent.workers: must be between 1 and 8")
+    if ma.score_threshold > 10:
+        raise ConfigError("multi_agent.score_threshold: must be between 0 and 10")
+    for key, value in (
+        ("multi_agent.call_timeout", ma.call_timeout),
+        ("multi_agent.max_tokens", ma.max_tokens),
+        ("toolbridge.chat_timeout", tb.chat_timeout),
+        ("toolbridge.claude_review_timeout", tb.claude_review_timeout),
+        ("toolbridge.claude_output_max_bytes", tb.claude_output_max_bytes),
+        ("toolbridge.vault_timeout", tb.vault_timeout),
+        ("toolbridge.max_concurrent_calls", tb.max_concurrent_calls),
+    ):
+        if value <= 0:
+            raise ConfigError(f"{key}: must be greater than 0")
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")

@@ -13,9 +13,12 @@ from xwm_bridge.config import (
     CONFIG_FILE_ENV,
     DEFAULT_PROVIDERS,
     ENV_VARS,
+    NESTED_ENV_VARS,
     BridgeConfig,
     Limits,
+    MultiAgentConfig,
     ProviderConfig,
+    ToolbridgeConfig,
     provider_env_var,
 )
 
@@ -26,8 +29,8 @@ DESCRIPTIONS: dict[str, str] = {
     "allowed_origins": "browser origins allowed on `/acp/rpc` and `/acp`; `scheme://host:*` = any port",
     "internal_service_token": "upstream `Authorization` (normalized to `Bearer …`); accounts `X-Service-Token`",
     "bridge_auth_token": "fallback upstream `Authorization` when `internal_service_token` is empty",
-    "multi_agent_enabled": "advertise multi-agent (only once that backend exists in the build)",
-    "multi_agent_model": "model for multi-agent turns (used once that backend exists)",
+    "multi_agent_enabled": "advertise `multiAgent` in `acp.capabilities` (multi-agent turns run either way)",
+    "multi_agent_model": "model for multi-agent turns when the request and the router name none",
     "routing_model": "model for the LLM routing classifier (used once the router lands)",
     "image": "container image reference reported by `/api/ping`",
     "public_base_url": "this bridge's public URL (bootstrap `bridgeOrigin`, the only accepted `bridge`)",
@@ -51,6 +54,29 @@ DESCRIPTIONS: dict[str, str] = {
     "limits.bootstrap_requests_per_minute": "bootstrap consume calls per client address per minute (0 = unlimited)",
     "limits.bootstrap_timeout": "seconds for the accounts service call",
     "limits.shutdown_grace": "seconds running turns may finish after SIGTERM before being cancelled",
+    "multi_agent.max_iterations": "worker/reviewer rounds at most per turn (the planner runs once)",
+    "multi_agent.score_threshold": "reviewer score (0-10) at or above which a draft is accepted; below it the workers rework it",
+    "multi_agent.workers": "workers drafting in parallel each round (1-8)",
+    "multi_agent.call_timeout": "deadline for each planner/worker/reviewer model call, in seconds",
+    "multi_agent.max_tokens": "`max_tokens` of each model call",
+    "multi_agent.base_url": "server-side model endpoint, used only when the client sends no `aiGatewayApiKey`",
+    "multi_agent.api_key": "server-side key for `base_url` (never sent to a client-chosen URL); empty = client key required",
+    "toolbridge.llm_api_key": "key for the `chat` tool (secret)",
+    "toolbridge.llm_base_url": "`chat` base URL (normalized to end in `/v1`); clients cannot change it",
+    "toolbridge.llm_model": "`chat` model when the call names none",
+    "toolbridge.chat_timeout": "deadline for one `chat` call, in seconds",
+    "toolbridge.claude_bin": "Claude CLI executable for `claude_review` (looked up on `PATH`, run without a shell)",
+    "toolbridge.claude_review_model": "default `--model` for `claude_review`",
+    "toolbridge.claude_review_system": "default `--system-prompt` for `claude_review`",
+    "toolbridge.claude_review_tools": "default `--tools` for `claude_review`",
+    "toolbridge.claude_review_timeout": "deadline for one `claude_review` run, in seconds (process group killed after it)",
+    "toolbridge.claude_output_max_bytes": "largest stdout/stderr kept from the Claude CLI (the run fails above it)",
+    "toolbridge.vault_url": "Vault/OpenBao address for `vault_kv`",
+    "toolbridge.vault_token": "Vault token for `vault_kv` (secret; prefer a narrowly scoped one)",
+    "toolbridge.vault_namespace": "optional `X-Vault-Namespace`",
+    "toolbridge.vault_timeout": "deadline for one Vault request, in seconds",
+    "toolbridge.vault_allowed_paths": "`mount/path` prefixes `vault_kv` may touch (e.g. `secret/app`); empty = any",
+    "toolbridge.max_concurrent_calls": "MCP requests handled at once; more wait (stdin is not read meanwhile)",
     "providers[].id": "provider id (unique, compared case-insensitively)",
     "providers[].label": "label shown in `acp.capabilities`",
     "providers[].endpoint": "`http(s)://` (HTTP, SSE when offered) or `ws(s)://` (WebSocket) ACP endpoint",
@@ -79,7 +105,7 @@ def _rows(cls: type[Any], prefix: str) -> list[tuple[str, str, str]]:
     rows = []
     instance = cls() if cls is not ProviderConfig else ProviderConfig(id="x")
     for f in dataclasses.fields(cls):
-        if f.name in ("limits", "providers"):
+        if f.name in ("limits", "providers", "multi_agent", "toolbridge"):
             continue
         key = f"{prefix}{f.name}"
         value = getattr(instance, f.name)
@@ -114,6 +140,17 @@ def render() -> str:
     out += ["", "## `limits`", "", "| Key | Default | Meaning |", "| --- | --- | --- |"]
     for key, default, doc in _rows(Limits, "limits."):
         out.append(f"| `{key}` | {default} | {doc} |")
+    for section, cls in (("multi_agent", MultiAgentConfig), ("toolbridge", ToolbridgeConfig)):
+        out += [
+            "",
+            f"## `{section}`",
+            "",
+            "| Key | Env var | Default | Meaning |",
+            "| --- | --- | --- | --- |",
+        ]
+        for key, default, doc in _rows(cls, f"{section}."):
+            env = f"`{NESTED_ENV_VARS[key]}`" if key in NESTED_ENV_VARS else "—"
+            out.append(f"| `{key}` | {env} | {default} | {doc} |")
     out += [
         "",
         "## `providers` (list; order is the catalog order)",

@@ -15,7 +15,8 @@ Hooks:
 * ``POST /_script`` with ``{"replies": [...]}`` queues replies used (FIFO) by the
   next calls instead of the echo; an item is a string (the content) or an
   object ``{"content": str, "tool_calls": [{"name": str, "arguments": {...}}]}``
-  or ``{"status": int, "body": str}`` for an HTTP error;
+  or ``{"status": int, "body": str}`` for an HTTP error; any item object may add
+  ``"delay_ms": int`` to answer only after that delay (cancel-mid-loop tests);
 * ``GET /_requests`` lists what was received (path, headers, body);
   ``POST /_reset`` clears requests and script.
 
@@ -126,6 +127,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(int(slow.group(1)) / 1000)
         text = text[slow.end() :]
     reply = _reply_for(state, text)
+    delay = reply.get("delay_ms")
+    if isinstance(delay, (int, float)) and delay > 0:
+        await asyncio.sleep(delay / 1000)
     if "status" in reply:
         return web.Response(status=int(reply["status"]), text=str(reply.get("body", "error")))
     content = str(reply.get("content", ""))

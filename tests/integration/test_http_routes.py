@@ -449,19 +449,19 @@ async def test_cors_headers_on_post_responses_for_allowed_origin(
 async def test_capabilities_shape(start_bridge: StartBridge, http: aiohttp.ClientSession) -> None:
     bridge = await start_bridge()
     reply = await rpc(http, bridge.rpc_url, "acp.capabilities", rid="cap-1")
-    # multiAgent false and gatewayProviders [] on purpose: those backends are not built
-    # in this build, and unimplemented features are not advertised.
+    # gatewayProviders [] on purpose: that backend is not built in this build, and
+    # unimplemented features are not advertised; multi-agent is (ACP_MULTI_AGENT_ENABLED).
     assert reply == {
         "jsonrpc": "2.0",
         "id": "cap-1",
         "result": {
             "singleAgent": True,
-            "multiAgent": False,
+            "multiAgent": True,
             "providerCatalog": CATALOG,
             "gatewayProviders": [],
             "capabilities": {
                 "single_agent": True,
-                "multi_agent": False,
+                "multi_agent": True,
                 "providerCatalog": CATALOG,
                 "gatewayProviders": [],
             },

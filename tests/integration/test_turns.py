@@ -674,21 +674,24 @@ async def test_explicit_gateway_target_not_connected(
     assert fake_upstream.state.requests == []
 
 
-async def test_explicit_multi_agent_target_not_available(
+async def test_explicit_multi_agent_target_without_key(
     start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
 ) -> None:
+    """forwarding.md §6.4-5: planner step, then the missing-key error; nothing forwarded."""
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
     route = {"routingMode": "explicit", "explicitExecutionTarget": "multiAgent"}
     params = {"sessionId": "session-m", "taskPrompt": "plan it", "routing": route}
     events = await asyncio.wait_for(sse(http, bridge.rpc_url, "session.start", params), 10)
-    started, failed = updates(events)
+    started, planner, failed = updates(events)
     assert started["event"] == "started" and started["seq"] == 1
-    message = "multi-agent execution is not available in this bridge build"
+    assert planner["type"] == "step" and planner["role"] == "architect"
+    assert planner["message"] == "Preparing multi-agent run"
+    message = "aiGatewayApiKey is required for multi-agent mode"
     assert failed == {
         "sessionId": "session-m",
         "threadId": "session-m",
         "turnId": started["turnId"],
-        "seq": 2,
+        "seq": 3,
         "type": "status",
         "mode": "multi-agent",
         "message": message,
@@ -702,5 +705,5 @@ async def test_explicit_multi_agent_target_not_available(
     assert result["turnId"] == started["turnId"]
     assert result["resolvedExecutionTarget"] == "multi-agent"
     caps = (await rpc(http, bridge.rpc_url, "acp.capabilities"))["result"]
-    assert caps["multiAgent"] is False
+    assert caps["multiAgent"] is True
     assert fake_upstream.state.requests == []

@@ -66,7 +66,7 @@ async def test_capabilities_round_trip(
         assert reply["jsonrpc"] == "2.0"
         assert reply["id"] == "cap-1"
         assert reply["result"]["singleAgent"] is True
-        assert reply["result"]["multiAgent"] is False
+        assert reply["result"]["multiAgent"] is True
         assert [p["providerId"] for p in reply["result"]["providerCatalog"]] == [
             "codex",
             "opencode",

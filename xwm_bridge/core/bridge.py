@@ -10,11 +10,12 @@ import aiohttp
 
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.dispatcher import Dispatcher
-from xwm_bridge.core.executors import GatewayUnavailableExecutor, MultiAgentUnavailableExecutor
+from xwm_bridge.core.executors import GatewayUnavailableExecutor
 from xwm_bridge.core.queues import ThreadQueues
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
+from xwm_bridge.multiagent.executor import MultiAgentExecutor
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
 from xwm_bridge.providers.upstream import UpstreamClient
@@ -64,7 +65,7 @@ class Bridge:
             self.supervisor,
             {
                 "single-agent": SingleAgentExecutor(self.config, upstream, self.metrics),
-                "multi-agent": MultiAgentUnavailableExecutor(),
+                "multi-agent": MultiAgentExecutor(self.config, self.http),
                 "gateway-chat": GatewayUnavailableExecutor(),
             },
             self.metrics,

@@ -23,7 +23,7 @@ from xwm_bridge.observability.metrics import Metrics
 log = logging.getLogger("xwm_bridge.dispatch")
 
 #: Backends present in this build; capabilities never advertise the others.
-MULTI_AGENT_AVAILABLE = False
+MULTI_AGENT_AVAILABLE = True
 GATEWAY_PROVIDERS: list[dict[str, str]] = []
 SHUTTING_DOWN_MESSAGE = "bridge is shutting down; retry on another replica"
 

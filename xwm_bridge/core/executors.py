@@ -1,4 +1,4 @@
-"""Executors for targets whose backend is not part of this build.
+"""The executor interface, and executors for targets whose backend is not part of this build.
 
 They answer exactly as the original does when that backend is absent
 (forwarding.md §6-7), so a client sees a clean ``success:false`` result and
@@ -32,38 +32,6 @@ class GatewayUnavailableExecutor:
 
     async def cancelled(self, ctx: TurnContext) -> dict[str, Any]:
         await ctx.emit_error(CANCELLED)
-        return {
-            "success": False,
-            "error": CANCELLED,
-            "cancelled": True,
-            "turnId": ctx.turn_id,
-            "mode": self.MODE,
-        }
-
-
-class MultiAgentUnavailableExecutor:
-    """Multi-agent turn in a build without the planner/worker/reviewer loop."""
-
-    MODE = "multi-agent"
-    MESSAGE = "multi-agent execution is not available in this bridge build"
-
-    async def _error(self, ctx: TurnContext, message: str) -> None:
-        await ctx.emit(
-            {
-                "type": "status",
-                "mode": self.MODE,
-                "message": message,
-                "pending": False,
-                "error": True,
-            }
-        )
-
-    async def execute(self, ctx: TurnContext) -> dict[str, Any]:
-        await self._error(ctx, self.MESSAGE)
-        return {"success": False, "error": self.MESSAGE, "turnId": ctx.turn_id, "mode": self.MODE}
-
-    async def cancelled(self, ctx: TurnContext) -> dict[str, Any]:
-        await self._error(ctx, CANCELLED)
         return {
             "success": False,
             "error": CANCELLED,

@@ -1,0 +1,236 @@
+"""Multi-agent turns: a real planner → worker → reviewer loop against the fake LLM
+(forwarding.md §6, ARCHITECTURE.md §2 fix), streamed as ``step`` updates."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from internal.peers.fake_llm import create_app
+from tests.conftest import ServeApp, StartBridge, base_env, rpc, sse, updates
+
+TOKEN_ENV = {"ACP_AUTH_TOKEN": "test-token-0123456789"}
+ROUTE = {"routingMode": "explicit", "explicitExecutionTarget": "multiAgent"}
+
+
+@pytest.fixture
+async def llm_url(serve_app: ServeApp) -> str:
+    return await serve_app(create_app())
+
+
+def params(session_id: str, llm_url: str, prompt: str = "write a haiku", **extra: Any) -> Any:
+    return {
+        "sessionId": session_id,
+        "taskPrompt": prompt,
+        "routing": ROUTE,
+        "aiGatewayApiKey": "sk-client",
+        "aiGatewayBaseUrl": llm_url,
+        "model": "team-model",
+        **extra,
+    }
+
+
+async def script(http: aiohttp.ClientSession, llm_url: str, *replies: Any) -> None:
+    async with http.post(f"{llm_url}/_script", json={"replies": list(replies)}) as resp:
+        assert resp.status == 200
+
+
+async def seen(http: aiohttp.ClientSession, llm_url: str) -> list[dict[str, Any]]:
+    async with http.get(f"{llm_url}/_requests") as resp:
+        out: list[dict[str, Any]] = orjson.loads(await resp.read())
+        return out
+
+
+def steps(events: list[Any]) -> list[tuple[str, str, int, float]]:
+    return [
+        (u["title"], u["role"], u["iteration"], u["score"])
+        for u in updates(events)
+        if u.get("type") == "step"
+    ]
+
+
+async def test_reviewer_rejects_then_accepts(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str
+) -> None:
+    bridge = await start_bridge(env=base_env(**TOKEN_ENV))
+    await script(
+        http,
+        llm_url,
+        "1. pick a season\n2. write three lines",
+        "draft one",
+        "Too long and no season word.\nSCORE: 4/10",
+        "draft two",
+        "Good now.\n**Score:** 9 / 10",
+    )
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-1", llm_url)), 20
+    )
+    assert steps(events) == [
+        ("Planner", "architect", 1, 0),
+        ("Planner", "architect", 1, 0),
+        ("Worker", "engineer", 1, 0),
+        ("Reviewer", "tester", 1, 4),
+        ("Worker", "engineer", 2, 0),
+        ("Reviewer", "tester", 2, 9),
+    ]
+    ups = updates(events)
+    assert ups[1]["message"] == "Preparing multi-agent run"
+    assert [u["seq"] for u in ups] == list(range(1, len(ups) + 1))
+    assert all(u["mode"] == "multi-agent" and u["pending"] is False for u in ups[1:])
+    result = events[-1]["result"]
+    assert result["success"] is True
+    assert result["summary"] == "draft two"
+    assert result["finalScore"] == 9
+    assert result["iterations"] == 2
+    assert result["approved"] is True
+    assert result["mode"] == "multi-agent"
+    assert result["turnId"] == ups[0]["turnId"]
+    assert result["resolvedExecutionTarget"] == "multi-agent"
+
+    requests = await seen(http, llm_url)
+    assert len(requests) == 5
+    assert all(r["headers"]["Authorization"] == "Bearer sk-client" for r in requests)
+    assert all(r["body"]["model"] == "team-model" for r in requests)
+    planner, _, _, rework, _ = (r["body"]["messages"] for r in requests)
+    assert planner[1]["content"] == "## User Turn 1\nwrite a haiku"  # §6.1 history form
+    # the rework carries the previous draft and the reviewer's feedback
+    assert "draft one" in rework[1]["content"]
+    assert "Too long and no season word." in rework[1]["content"]
+
+
+async def test_bounded_iterations_keep_best_draft(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, tmp_path: Path
+) -> None:
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV),
+        config={"multi_agent": {"max_iterations": 2, "score_threshold": 7}},
+        tmp=tmp_path,
+    )
+    await script(http, llm_url, "plan", "d1", "meh SCORE: 5/10", "d2", "worse. Score: 3")
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-2", llm_url)), 20
+    )
+    result = events[-1]["result"]
+    assert result["success"] is True
+    assert result["approved"] is False
+    assert result["iterations"] == 2
+    assert result["summary"] == "d1"
+    assert result["finalScore"] == 5
+    assert len(await seen(http, llm_url)) == 5
+
+
+async def test_parallel_workers(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, tmp_path: Path
+) -> None:
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV), config={"multi_agent": {"workers": 2}}, tmp=tmp_path
+    )
+    # both workers take 1 s each: run in parallel the turn takes ~1 s, not 2 s
+    slow_a = {"content": "part A", "delay_ms": 1000}
+    slow_b = {"content": "part B", "delay_ms": 1000}
+    await script(http, llm_url, "1. a\n2. b", slow_a, slow_b, "fine SCORE: 10/10")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-3", llm_url)), 20
+    )
+    assert loop.time() - started < 1.9
+    workers = [u for u in updates(events) if u.get("title") == "Worker"]
+    assert sorted(u["worker"] for u in workers) == [1, 2]
+    result = events[-1]["result"]
+    assert result["success"] is True and result["finalScore"] == 10
+    assert result["summary"].startswith("## Worker 1\n")
+    assert "## Worker 2\n" in result["summary"]
+    assert {"part A", "part B"} <= set(result["summary"].split("\n"))
+
+
+async def test_llm_error_is_a_failure_result(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str
+) -> None:
+    bridge = await start_bridge(env=base_env(**TOKEN_ENV))
+    await script(http, llm_url, "plan", {"status": 500, "body": "boom\n"})
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-4", llm_url)), 20
+    )
+    last = updates(events)[-1]
+    assert last == {**last, "type": "status", "message": "api error 500: boom", "error": True}
+    assert "event" not in last
+    result = events[-1]["result"]
+    assert result["success"] is False
+    assert result["error"] == "api error 500: boom"
+    assert result["mode"] == "multi-agent"
+
+
+async def test_server_key_only_goes_to_server_url(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, tmp_path: Path
+) -> None:
+    """No client key: the server's key is used with the server's URL, never the client's."""
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV, XWM_MULTI_AGENT_API_KEY="sk-server"),
+        config={"multi_agent": {"base_url": llm_url, "max_iterations": 1}},
+        tmp=tmp_path,
+    )
+    p = params("ma-5", "http://127.0.0.1:9/evil")
+    del p["aiGatewayApiKey"]
+    await script(http, llm_url, "plan", "draft", "SCORE: 8/10")
+    events = await asyncio.wait_for(sse(http, bridge.rpc_url, "session.start", p), 20)
+    assert events[-1]["result"]["success"] is True
+    requests = await seen(http, llm_url)
+    assert len(requests) == 3
+    assert {r["headers"]["Authorization"] for r in requests} == {"Bearer sk-server"}
+
+
+async def test_cancel_mid_loop(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str
+) -> None:
+    bridge = await start_bridge(env=base_env(**TOKEN_ENV))
+    # the worker's call hangs: the cancel must abort it
+    await script(http, llm_url, "plan", {"content": "late draft", "delay_ms": 30000})
+    task = asyncio.create_task(sse(http, bridge.rpc_url, "session.start", params("ma-6", llm_url)))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while len(await seen(http, llm_url)) < 2:
+        assert loop.time() < deadline
+        await asyncio.sleep(0.02)
+    started = loop.time()
+    reply = await rpc(http, bridge.rpc_url, "session.cancel", {"sessionId": "ma-6"}, rid=9)
+    assert reply["result"] == {"accepted": True, "cancelled": True}
+    events = await asyncio.wait_for(task, 10)
+    assert loop.time() - started < 5
+    assert [s[0] for s in steps(events)] == ["Planner", "Planner"]
+    last = updates(events)[-1]
+    assert last["message"] == "turn cancelled" and last["error"] is True
+    result = events[-1]["result"]
+    assert result["success"] is False
+    assert result["cancelled"] is True
+    assert result["mode"] == "multi-agent"
+    # the session works again afterwards
+    await script(http, llm_url, "plan", "d", "SCORE: 9/10")
+    again = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.message", params("ma-6", llm_url)), 20
+    )
+    assert again[-1]["result"]["success"] is True
+
+
+async def test_each_call_has_a_deadline(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, tmp_path: Path
+) -> None:
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV), config={"multi_agent": {"call_timeout": 0.5}}, tmp=tmp_path
+    )
+    await script(http, llm_url, "plan", {"content": "never in time", "delay_ms": 10000})
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-7", llm_url)), 20
+    )
+    assert loop.time() - started < 5
+    result = events[-1]["result"]
+    assert result["success"] is False
+    assert result["error"] == "llm request timed out after 0.5s"
+    assert updates(events)[-1]["message"] == "llm request timed out after 0.5s"

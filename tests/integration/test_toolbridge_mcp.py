@@ -1,0 +1,307 @@
+"""``xwm-bridge toolbridge`` driven by the official MCP Python client (adapters.md §2)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from internal.peers.fake_llm import create_app
+from tests.conftest import ROOT, ServeApp
+from tests.mcp_client import mcp_session, toolbridge_env
+
+FAKE_CLAUDE = """#!{python}
+import json, os, sys, time
+args = sys.argv[1:]
+with open(os.environ["FAKE_CLAUDE_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\\n")
+    log.write(json.dumps(sorted(k for k in os.environ if k.startswith(("VAULT_", "LLM_")))) + "\\n")
+prompt = args[args.index("-p") + 1]
+if prompt == "sleep":
+    time.sleep(30)
+elif prompt == "fail":
+    sys.stderr.write("bad flag\\n"); sys.exit(3)
+elif prompt == "is-error":
+    print(json.dumps({{"type": "result", "is_error": True, "result": "quota exhausted"}}))
+elif prompt == "no-json":
+    print("plain text"); sys.stderr.write("warn\\n")
+elif prompt == "flood":
+    sys.stdout.write("x" * 200000)
+else:
+    print("progress line")
+    text = "  reviewed: " + prompt + "  "
+    print(json.dumps({{"type": "result", "is_error": False, "result": text}}))
+"""
+
+
+def _text(result: Any) -> str:
+    assert len(result.content) == 1
+    text: str = result.content[0].text
+    return text
+
+
+@pytest.fixture
+async def llm_url(serve_app: ServeApp) -> str:
+    return await serve_app(create_app())
+
+
+@pytest.fixture
+def fake_claude(tmp_path: Path) -> tuple[Path, Path]:
+    script = tmp_path / "claude"
+    script.write_text(FAKE_CLAUDE.format(python=sys.executable))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script, tmp_path / "claude.log"
+
+
+async def test_initialize_list_ping(llm_url: str) -> None:
+    async with mcp_session(toolbridge_env()) as session:
+        await session.send_ping()
+        tools = (await session.list_tools()).tools
+        assert [t.name for t in tools] == ["chat", "claude_review", "vault_kv"]
+        chat = tools[0]
+        assert chat.input_schema["required"] == ["prompt"]
+        assert chat.input_schema["properties"]["prompt"] == {"type": "string"}
+        assert tools[2].input_schema["required"] == ["operation", "path"]
+
+
+async def test_default_mode_is_toolbridge() -> None:
+    """config.md §1: no mode at all runs the toolbridge."""
+    async with mcp_session(toolbridge_env(), mode=()) as session:
+        assert len((await session.list_tools()).tools) == 3
+
+
+async def test_chat_against_fake_llm(llm_url: str, http: aiohttp.ClientSession) -> None:
+    env = toolbridge_env(LLM_API_KEY="sk-server-key", LLM_BASE_URL=llm_url, LLM_MODEL="m-env")
+    async with mcp_session(env) as session:
+        # a client cannot redirect the server's key: URL-like arguments are ignored
+        args = {"prompt": "hello there", "system": "be brief", "baseUrl": "http://127.0.0.1:9"}
+        result = await session.call_tool("chat", {**args, "base_url": "http://127.0.0.1:9"})
+        assert result.is_error is not True
+        assert _text(result) == "FAKE-LLM says: hello there"
+        other = await session.call_tool("chat", {"prompt": "again", "model": "m-arg"})
+        assert _text(other) == "FAKE-LLM says: again"
+    async with http.get(f"{llm_url}/_requests") as resp:
+        seen = orjson.loads(await resp.read())
+    assert [r["path"] for r in seen] == ["/v1/chat/completions"] * 2
+    assert seen[0]["headers"]["Authorization"] == "Bearer sk-server-key"
+    assert seen[0]["body"] == {
+        "model": "m-env",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hello there"},
+        ],
+        "max_tokens": 4096,
+        "stream": False,
+    }
+    assert seen[1]["body"]["model"] == "m-arg"
+
+
+async def test_chat_errors(llm_url: str, http: aiohttp.ClientSession) -> None:
+    async with mcp_session(toolbridge_env()) as session:
+        result = await session.call_tool("chat", {"prompt": "x"})
+        assert result.is_error is True
+        assert _text(result) == "Error: LLM_API_KEY environment variable not set"
+    env = toolbridge_env(LLM_API_KEY="sk-1", LLM_BASE_URL=llm_url)
+    script = {"replies": [{"status": 503, "body": " overloaded \n"}, "   "]}
+    async with http.post(f"{llm_url}/_script", json=script):
+        pass
+    async with mcp_session(env) as session:
+        missing = await session.call_tool("chat", {"system": "s"})
+        assert _text(missing) == "Error: prompt is required"
+        failed = await session.call_tool("chat", {"prompt": "p"})
+        assert failed.is_error is True
+        assert _text(failed) == "Error: api error 503: overloaded"
+        empty = await session.call_tool("chat", {"prompt": "p"})
+        assert _text(empty) == "Error: empty response content"
+
+
+async def test_chat_deadline(llm_url: str, tmp_path: Path) -> None:
+    config = tmp_path / "tb.yaml"
+    config.write_text("toolbridge:\n  chat_timeout: 0.5\n")
+    env = toolbridge_env(LLM_API_KEY="sk-1", LLM_BASE_URL=llm_url)
+    async with mcp_session(env, "--config", str(config)) as session:
+        started = asyncio.get_running_loop().time()
+        result = await session.call_tool("chat", {"prompt": "slow:5000 wait"})
+        assert asyncio.get_running_loop().time() - started < 4
+        assert _text(result) == "Error: llm request timed out after 0.5s"
+
+
+async def test_unknown_tool_and_bad_params() -> None:
+    async with mcp_session(toolbridge_env()) as session:
+        with pytest.raises(MCPError) as err:
+            await session.call_tool("nope", {})
+        assert err.value.error.code == -32601
+        assert err.value.error.message == "unknown tool: nope"
+
+
+async def test_claude_review(fake_claude: tuple[Path, Path]) -> None:
+    script, log = fake_claude
+    env = toolbridge_env(
+        CLAUDE_BIN=str(script),
+        CLAUDE_REVIEW_MODEL="opus",
+        FAKE_CLAUDE_LOG=str(log),
+        LLM_API_KEY="sk-secret",
+        LLM_MODEL="m",
+        VAULT_SERVER_ROOT_ACCESS_TOKEN="hvs.secret",
+    )
+    async with mcp_session(env) as session:
+        ok = await session.call_tool("claude_review", {"prompt": "diff", "tools": "Read"})
+        assert ok.is_error is not True
+        assert _text(ok) == "reviewed: diff"
+        assert _text(await session.call_tool("claude_review", {"prompt": "is-error"})) == (
+            "Error: quota exhausted"
+        )
+        assert _text(await session.call_tool("claude_review", {"prompt": "fail"})) == (
+            "Error: claude review failed: bad flag"
+        )
+        assert _text(await session.call_tool("claude_review", {"prompt": "no-json"})) == (
+            "Error: claude CLI did not return JSON output. stderr: warn"
+        )
+        assert _text(await session.call_tool("claude_review", {})) == "Error: prompt is required"
+    first, child_env = (json.loads(line) for line in log.read_text().splitlines()[:2])
+    assert child_env == ["LLM_MODEL"]  # the toolbridge's secrets stay out of the CLI's env
+    assert first == [
+        "-p",
+        "diff",
+        "--output-format",
+        "json",
+        "--permission-mode",
+        "plan",
+        "--model",
+        "opus",
+        "--tools",
+        "Read",
+    ]
+
+
+async def test_claude_review_deadline_and_cap(
+    fake_claude: tuple[Path, Path], tmp_path: Path
+) -> None:
+    script, log = fake_claude
+    config = tmp_path / "tb.yaml"
+    config.write_text("toolbridge:\n  claude_output_max_bytes: 100000\n")
+    env = toolbridge_env(
+        CLAUDE_BIN=str(script), CLAUDE_REVIEW_TIMEOUT_SEC="1", FAKE_CLAUDE_LOG=str(log)
+    )
+    async with mcp_session(env, "--config", str(config)) as session:
+        started = asyncio.get_running_loop().time()
+        slow = await session.call_tool("claude_review", {"prompt": "sleep"})
+        assert asyncio.get_running_loop().time() - started < 10
+        assert _text(slow) == "Error: claude review timed out after 1s"
+        flood = await session.call_tool("claude_review", {"prompt": "flood"})
+        assert _text(flood) == "Error: claude review output exceeded 100000 bytes"
+
+
+async def test_claude_cli_missing() -> None:
+    env = toolbridge_env(CLAUDE_BIN="no-such-claude-cli")
+    async with mcp_session(env) as session:
+        result = await session.call_tool("claude_review", {"prompt": "x"})
+        assert result.is_error is True
+        assert _text(result) == "Error: claude CLI not found: no-such-claude-cli"
+
+
+async def test_vault_kv_needs_server_config() -> None:
+    async with mcp_session(toolbridge_env()) as session:
+        result = await session.call_tool("vault_kv", {"operation": "get", "path": "a"})
+        assert _text(result) == "Error: VAULT_SERVER_URL environment variable not set"
+
+
+# --- raw framing (no MCP client): what the original's clients send ----------------------
+
+
+async def _raw(payload: bytes, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "xwm_bridge",
+        "toolbridge",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env or toolbridge_env(),
+        cwd=str(ROOT),
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(payload), 20)
+    assert proc.returncode == 0
+    return [orjson.loads(line) for line in out.splitlines()]
+
+
+async def test_raw_framing_and_errors() -> None:
+    body = b'{"jsonrpc":"2.0","id":2,"method":"ping"}'
+    payload = b"".join(
+        [
+            b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05"}}\n',
+            b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n',
+            b'{"jsonrpc":"2.0","method":"no/such/notification"}\n',
+            b"Content-Length: %d\r\n\r\n" % len(body) + body,
+            b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":5}}\n',
+            b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"chat","arguments":[]}}\n',
+            b'{"jsonrpc":"2.0","id":5,"method":"resources/list"}\n',
+            b"{broken\n",
+            b'{"jsonrpc":"2.0","id":6,"method":"initialize","params":{"protocolVersion":"1999-01-01"}}\n',
+        ]
+    )
+    replies = {r.get("id"): r for r in await _raw(payload)}
+    assert replies[1]["result"] == {
+        "protocolVersion": "2024-11-05",
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "xworkmate-go-core", "version": "0.2.0"},
+    }
+    assert replies[2]["result"] == {}
+    assert replies[3]["error"] == {
+        "code": -32602,
+        "message": "invalid tool params: name must be a string, got number",
+    }
+    assert replies[4]["error"]["code"] == -32602
+    assert replies[5]["error"] == {"code": -32601, "message": "unknown method: resources/list"}
+    assert replies[None]["error"]["code"] == -32700
+    assert replies[6]["result"]["protocolVersion"] == "2025-11-25"
+    assert len(replies) == 7  # notifications got no output at all
+
+
+async def test_cancelled_notification_abandons_call(llm_url: str) -> None:
+    """A long call does not block ping, and notifications/cancelled drops its response."""
+    env = toolbridge_env(LLM_API_KEY="sk-1", LLM_BASE_URL=llm_url)
+    payload = b"".join(
+        [
+            b'{"jsonrpc":"2.0","id":"slow","method":"tools/call",'
+            b'"params":{"name":"chat","arguments":{"prompt":"slow:3000 x"}}}\n',
+            b'{"jsonrpc":"2.0","id":"p","method":"ping"}\n',
+            b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow"}}\n',
+        ]
+    )
+    started = asyncio.get_running_loop().time()
+    replies = await _raw(payload, env)
+    assert [r["id"] for r in replies] == ["p"]
+    assert asyncio.get_running_loop().time() - started < 2.5
+
+
+async def test_cli_lists_toolbridge_and_rejects_unknown_mode() -> None:
+    """`--help` still works; a typo no longer silently starts the toolbridge (weakness 1)."""
+    for argv, code, needle in (
+        (["--help"], 0, b"toolbridge"),
+        (["toolbridge", "--help"], 0, b"MCP"),
+        (["tolbridge"], 2, b"No such command"),
+    ):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "xwm_bridge",
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=toolbridge_env(),
+            cwd=str(ROOT),
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 20)
+        assert proc.returncode == code, out
+        assert needle in out

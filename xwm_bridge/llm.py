@@ -1,0 +1,93 @@
+"""A minimal OpenAI-compatible chat-completions client (routing.md §3, adapters.md §2.5).
+
+Shared by the toolbridge ``chat`` tool and multi-agent turns. Errors carry the
+original's texts (``api error <status>: <body>``, ``missing choices in
+response``, ``empty response content``). Every call has a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+MAX_TOKENS = 4096
+#: an error body quoted in a message is cut to this many characters
+MAX_ERROR_BODY = 2000
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+
+
+class LLMError(Exception):
+    """A failed completion, phrased as the original phrases it."""
+
+
+def normalize_base_url(value: str) -> str:
+    """Empty → the OpenAI default; ``…/v1`` kept; otherwise ``/v1`` appended."""
+    url = value.strip()
+    if not url:
+        return DEFAULT_BASE_URL
+    if url.endswith("/v1"):
+        return url
+    return url.rstrip("/") + "/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    base_url: str
+    api_key: str
+    model: str
+    messages: list[dict[str, str]]
+    timeout: float
+    max_tokens: int = MAX_TOKENS
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "messages": self.messages,
+            "max_tokens": self.max_tokens,
+            "stream": False,
+        }
+
+
+def parse_completion(status: int, raw: bytes) -> str:
+    """Sans-I/O: the trimmed ``choices[0].message.content`` or :class:`LLMError`."""
+    if not 200 <= status < 300:
+        body = raw.decode("utf-8", errors="replace").strip()[:MAX_ERROR_BODY]
+        raise LLMError(f"api error {status}: {body}")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise LLMError(f"invalid JSON response: {exc}") from None
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise LLMError("missing choices in response")
+    first = choices[0] if isinstance(choices[0], dict) else {}
+    message = first.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    text = content.strip() if isinstance(content, str) else ""
+    if not text:
+        raise LLMError("empty response content")
+    return text
+
+
+async def complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
+    """POST ``<base>/chat/completions``; the whole exchange is bounded by ``req.timeout``."""
+    url = normalize_base_url(req.base_url) + "/chat/completions"
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {req.api_key}"}
+    try:
+        async with asyncio.timeout(req.timeout):
+            async with http.post(url, data=orjson.dumps(req.body()), headers=headers) as resp:
+                raw = bytearray()
+                async for chunk in resp.content.iter_chunked(64 * 1024):
+                    raw += chunk
+                    if len(raw) > MAX_RESPONSE_BYTES:
+                        raise LLMError(f"response larger than {MAX_RESPONSE_BYTES} bytes")
+                return parse_completion(resp.status, bytes(raw))
+    except TimeoutError:
+        raise LLMError(f"llm request timed out after {req.timeout:g}s") from None
+    except aiohttp.ClientError as exc:
+        raise LLMError(f"llm request failed: {exc}") from None

@@ -1,0 +1,126 @@
+"""The multi-agent executor: planner once, then up to N rounds of workers → reviewer.
+
+Each model call has its own deadline (``multi_agent.call_timeout``); the whole
+turn runs in the task the turn runner cancels on ``session.cancel``, so a cancel
+aborts the call in flight (the HTTP request is torn down) or stops the loop
+between steps. Parallel workers run in a TaskGroup owned by the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+
+from xwm_bridge import coerce
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.core.context import TurnContext
+from xwm_bridge.core.executors import CANCELLED
+from xwm_bridge.llm import ChatRequest, LLMError, complete
+from xwm_bridge.multiagent import protocol as p
+
+log = logging.getLogger("xwm_bridge.multi_agent")
+
+
+class MultiAgentExecutor:
+    MODE = p.MODE
+
+    def __init__(self, config: BridgeConfig, http: aiohttp.ClientSession) -> None:
+        self._config = config
+        self._http = http
+
+    def _endpoint(self, params: dict[str, Any]) -> tuple[str, str]:
+        """(base URL, key): the client's pair, else the server's; never mixed."""
+        key = coerce.text(params.get("aiGatewayApiKey"))
+        if key:
+            return coerce.text(params.get("aiGatewayBaseUrl")), key
+        ma = self._config.multi_agent
+        return ma.base_url, ma.api_key
+
+    async def execute(self, ctx: TurnContext) -> dict[str, Any]:
+        params = ctx.exec_params
+        ma = self._config.multi_agent
+        prompt = p.task_prompt(
+            ctx.session.history, coerce.text(params.get("taskPrompt")), params.get("attachments")
+        )
+        await ctx.emit(p.preparing().update())
+        base_url, key = self._endpoint(params)
+        if not key:
+            return await self._fail(ctx, p.MISSING_KEY)
+        if not prompt:
+            return await self._fail(ctx, p.NO_PROMPT)
+        model = coerce.text(params.get("model")) or self._config.multi_agent_model or "gpt-4o"
+
+        async def call(messages: list[dict[str, str]]) -> str:
+            req = ChatRequest(base_url, key, model, messages, ma.call_timeout, ma.max_tokens)
+            return await complete(self._http, req)
+
+        try:
+            plan = await call(p.planner_messages(prompt))
+            await ctx.emit(p.Step("Planner", "architect", plan, 1).update())
+            best_draft, best_score, draft, feedback = "", -1.0, "", ""
+            for iteration in range(1, ma.max_iterations + 1):
+                drafts = await self._work(ctx, call, prompt, plan, iteration, draft, feedback)
+                draft = p.merge_drafts(drafts)
+                review = await call(p.reviewer_messages(prompt, plan, draft))
+                parsed = p.parse_score(review)
+                score = 0.0 if parsed is None else parsed
+                await ctx.emit(p.Step("Reviewer", "tester", review, iteration, score).update())
+                if score > best_score:
+                    best_draft, best_score = draft, score
+                if score >= ma.score_threshold:
+                    return p.success_result(
+                        ctx.turn_id, draft, score, iteration, approved=True, plan=plan
+                    )
+                feedback = review
+            return p.success_result(
+                ctx.turn_id,
+                best_draft,
+                best_score,
+                ma.max_iterations,
+                approved=False,
+                plan=plan,
+            )
+        except LLMError as exc:
+            return await self._fail(ctx, str(exc))
+
+    async def _work(
+        self,
+        ctx: TurnContext,
+        call: Any,
+        prompt: str,
+        plan: str,
+        iteration: int,
+        previous: str,
+        feedback: str,
+    ) -> list[str]:
+        workers = self._config.multi_agent.workers
+
+        async def one(worker: int) -> str:
+            messages = p.worker_messages(
+                prompt, plan, worker=worker, workers=workers, previous=previous, feedback=feedback
+            )
+            draft: str = await call(messages)
+            step = p.Step("Worker", "engineer", draft, iteration, worker=worker)
+            await ctx.emit(step.update())
+            return draft
+
+        if workers == 1:
+            return [await one(1)]
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(i)) for i in range(1, workers + 1)]
+        except* LLMError as eg:
+            raise eg.exceptions[0] from None
+        return [t.result() for t in tasks]
+
+    async def _fail(self, ctx: TurnContext, message: str) -> dict[str, Any]:
+        log.info("multi-agent turn failed", extra={"turn_id": ctx.turn_id, "error": message})
+        await ctx.emit(p.error_update(message))
+        return p.failure_result(ctx.turn_id, message)
+
+    async def cancelled(self, ctx: TurnContext) -> dict[str, Any]:
+        await ctx.emit(p.error_update(CANCELLED))
+        return p.failure_result(ctx.turn_id, CANCELLED, cancelled=True)

@@ -1,0 +1,138 @@
+"""Sans-I/O MCP server protocol (adapters.md §2): version negotiation, tool list, call params.
+
+The server loop (``server.py``) decodes frames and runs tools; every decision
+about what goes on the wire is made here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from xwm_bridge import jsonrpc
+from xwm_bridge.jsonrpc import RpcError
+
+#: protocol revisions negotiable through ``initialize``, oldest to newest.
+SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_VERSION = SUPPORTED_VERSIONS[-1]
+SERVER_INFO = {"name": "xworkmate-go-core", "version": "0.2.0"}
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "chat",
+        "description": "OpenAI-compatible reviewer chat bridge",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string"},
+                "model": {"type": "string"},
+                "system": {"type": "string"},
+            },
+            "required": ["prompt"],
+        },
+    },
+    {
+        "name": "claude_review",
+        "description": "Review-only bridge over Claude CLI",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string"},
+                "model": {"type": "string"},
+                "system": {"type": "string"},
+                "tools": {"type": "string"},
+            },
+            "required": ["prompt"],
+        },
+    },
+    {
+        "name": "vault_kv",
+        "description": "HashiCorp Vault K/V v2 bridge",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "operation": {"type": "string"},
+                "mount": {"type": "string"},
+                "path": {"type": "string"},
+                "data": {"type": "object"},
+                "cas": {"type": "number"},
+            },
+            "required": ["operation", "path"],
+        },
+    },
+]
+TOOL_NAMES = frozenset(t["name"] for t in TOOLS)
+
+
+def negotiate(params: dict[str, Any]) -> str:
+    """The client's version when we speak it, else our latest (the client decides)."""
+    requested = params.get("protocolVersion")
+    if isinstance(requested, str) and requested in SUPPORTED_VERSIONS:
+        return requested
+    return LATEST_VERSION
+
+
+def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "protocolVersion": negotiate(params),
+        "capabilities": {"tools": {}},
+        "serverInfo": dict(SERVER_INFO),
+    }
+
+
+def tools_list_result() -> dict[str, Any]:
+    return {"tools": TOOLS}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+    @classmethod
+    def parse(cls, params: dict[str, Any]) -> ToolCall:
+        """§2.4: wrong types → -32602 ``invalid tool params``; unknown tool → -32601."""
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise RpcError(
+                jsonrpc.INVALID_PARAMS,
+                f"invalid tool params: name must be a string, got {_kind(name)}",
+            )
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise RpcError(
+                jsonrpc.INVALID_PARAMS,
+                f"invalid tool params: arguments must be an object, got {_kind(arguments)}",
+            )
+        if name not in TOOL_NAMES:
+            raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"unknown tool: {name}")
+        return cls(name, arguments)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def tool_result(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}]}
+
+
+def tool_error(message: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": f"Error: {message}"}], "isError": True}
+
+
+def request_id_of_cancel(params: dict[str, Any]) -> Any:
+    """``notifications/cancelled`` names the request to abandon."""
+    return params.get("requestId")

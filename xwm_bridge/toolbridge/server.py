@@ -1,0 +1,158 @@
+"""The toolbridge stdio loop: frames in (newline JSON or Content-Length), JSON lines out.
+
+Unlike the original, requests run concurrently (bounded by
+``toolbridge.max_concurrent_calls``) so a long tool call does not block
+``ping`` or a ``notifications/cancelled`` that abandons it. Requests without an
+id get no output at all (adapters.md §2.1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+
+from xwm_bridge import jsonrpc
+from xwm_bridge.config import ToolbridgeConfig
+from xwm_bridge.framing import FramingError, StdioDecoder
+from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.toolbridge import protocol
+from xwm_bridge.toolbridge.tools import ToolError, chat, claude_review
+from xwm_bridge.toolbridge.vault import vault_kv
+
+log = logging.getLogger("xwm_bridge.toolbridge")
+Write = Callable[[bytes], Awaitable[None]]
+
+
+class ToolbridgeServer:
+    def __init__(
+        self,
+        cfg: ToolbridgeConfig,
+        http: aiohttp.ClientSession,
+        read: Callable[[], Awaitable[bytes]],
+        write: Write,
+        *,
+        max_message: int,
+    ) -> None:
+        self._cfg = cfg
+        self._http = http
+        self._read = read
+        self._write = write
+        self._write_lock = asyncio.Lock()
+        self._decoder = StdioDecoder(max_message=max_message)
+        self._slots = asyncio.Semaphore(cfg.max_concurrent_calls)
+        self._inflight: dict[Any, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        async with self._write_lock:
+            await self._write(jsonrpc.dumps(message) + b"\n")
+
+    async def handle(self, req: jsonrpc.Request) -> dict[str, Any] | None:
+        """One request → its response (``None`` for a notification)."""
+        try:
+            value = await self._dispatch(req)
+            response = jsonrpc.result(req.id, value)
+        except RpcError as exc:
+            response = jsonrpc.error(req.id, exc.code, exc.message)
+        except Exception:
+            log.exception("toolbridge method failed", extra={"method": req.method})
+            response = jsonrpc.error(req.id, jsonrpc.INTERNAL_ERROR, "internal error")
+        return None if req.is_notification else response
+
+    async def _dispatch(self, req: jsonrpc.Request) -> dict[str, Any]:
+        method, params = req.method, req.params
+        if method == "initialize":
+            return protocol.initialize_result(params)
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            return protocol.tools_list_result()
+        if method == "tools/call":
+            return await self.call_tool(protocol.ToolCall.parse(params))
+        raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"unknown method: {method}")
+
+    async def call_tool(self, call: protocol.ToolCall) -> dict[str, Any]:
+        started = asyncio.get_running_loop().time()
+        try:
+            if call.name == "chat":
+                text = await chat(self._http, self._cfg, call.arguments)
+            elif call.name == "claude_review":
+                text = await claude_review(self._cfg, call.arguments)
+            else:
+                text = await vault_kv(self._cfg, call.arguments)
+        except ToolError as exc:
+            outcome, result = "error", protocol.tool_error(str(exc))
+        else:
+            outcome, result = "ok", protocol.tool_result(text)
+        log.info(
+            "tool call",
+            extra={
+                "tool": call.name,
+                "outcome": outcome,
+                "duration_ms": round((asyncio.get_running_loop().time() - started) * 1000, 1),
+            },
+        )
+        return result
+
+    def _on_notification(self, req: jsonrpc.Request) -> bool:
+        """Handle the notifications we act on; True when consumed."""
+        if req.method == "notifications/cancelled":
+            rid = protocol.request_id_of_cancel(req.params)
+            task = self._inflight.get(rid) if _trackable(rid) else None
+            if task is not None:
+                task.cancel()
+            return True
+        return req.is_notification and req.method.startswith("notifications/")
+
+    async def _serve_one(self, req: jsonrpc.Request) -> None:
+        try:
+            reply = await self.handle(req)
+        except asyncio.CancelledError:
+            return  # cancelled by the client: MCP sends no response
+        finally:
+            self._slots.release()
+            if _trackable(req.id) and self._inflight.get(req.id) is asyncio.current_task():
+                del self._inflight[req.id]
+        if reply is not None:
+            await self._send(reply)
+
+    async def _frame(self, item: bytes | FramingError) -> None:
+        if isinstance(item, FramingError):
+            await self._send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message))
+            return
+        try:
+            req = jsonrpc.decode_request(item)
+        except jsonrpc.DecodeError as exc:
+            await self._send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message))
+            return
+        if self._on_notification(req):
+            return
+        await self._slots.acquire()  # backpressure: stop reading while all slots are busy
+        task = asyncio.get_running_loop().create_task(self._serve_one(req))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if _trackable(req.id):
+            self._inflight[req.id] = task
+
+    async def serve(self) -> None:
+        """Read until end of input, then let running calls finish."""
+        try:
+            while True:
+                chunk = await self._read()
+                for item in self._decoder.feed(chunk) if chunk else self._decoder.eof():
+                    await self._frame(item)
+                if not chunk:
+                    break
+            while self._tasks:
+                await asyncio.wait(set(self._tasks))
+        finally:
+            for task in self._tasks:
+                task.cancel()
+
+
+def _trackable(rid: Any) -> bool:
+    return isinstance(rid, (str, int, float)) and not isinstance(rid, bool)

@@ -1,0 +1,167 @@
+"""Tools ``chat`` and ``claude_review`` (adapters.md §2.5-2.6), hardened.
+
+``chat`` only ever sends the server's key to the configured base URL (no tool
+argument can change the URL). ``claude_review`` runs the CLI without a shell in
+its own process group, with a deadline and a cap on what it may print.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+from typing import Any
+
+import aiohttp
+import orjson
+
+from xwm_bridge import coerce
+from xwm_bridge.config import ToolbridgeConfig
+from xwm_bridge.llm import ChatRequest, LLMError, complete
+
+#: the toolbridge's own secrets are not handed to the Claude CLI it runs
+CHILD_ENV_DENYLIST = frozenset({"LLM_API_KEY", "VAULT_SERVER_ROOT_ACCESS_TOKEN"})
+
+
+class ToolError(Exception):
+    """A tool failure; its text becomes ``Error: <text>`` with ``isError: true``."""
+
+
+async def chat(http: aiohttp.ClientSession, cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
+    if not cfg.llm_api_key:
+        raise ToolError("LLM_API_KEY environment variable not set")
+    prompt = coerce.text(args.get("prompt"))
+    if not prompt:
+        raise ToolError("prompt is required")
+    model = coerce.text(args.get("model")) or cfg.llm_model or "gpt-4o"
+    messages = []
+    system = coerce.text(args.get("system"))
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": prompt})
+    req = ChatRequest(cfg.llm_base_url, cfg.llm_api_key, model, messages, cfg.chat_timeout)
+    try:
+        return await complete(http, req)
+    except LLMError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def go_duration(seconds: float) -> str:
+    """Render like Go's ``time.Duration.String`` for whole-ms values: ``10m0s``, ``1.5s``."""
+    ms = round(seconds * 1000)
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def claude_argv(binary: str, cfg: ToolbridgeConfig, args: dict[str, Any]) -> list[str]:
+    prompt = coerce.text(args.get("prompt"))
+    if not prompt:
+        raise ToolError("prompt is required")
+    argv = [binary, "-p", prompt, "--output-format", "json", "--permission-mode", "plan"]
+    for flag, key, default in (
+        ("--model", "model", cfg.claude_review_model),
+        ("--system-prompt", "system", cfg.claude_review_system),
+        ("--tools", "tools", cfg.claude_review_tools),
+    ):
+        value = coerce.text(args.get(key)) or default
+        if value:
+            argv += [flag, value]
+    return argv
+
+
+def parse_claude_output(stdout: str, stderr: str) -> str:
+    """Sans-I/O: the last stdout line that is a JSON object is the payload (§2.6)."""
+    payload: dict[str, Any] | None = None
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(doc, dict):
+            payload = doc
+            break
+    if payload is None:
+        message = "claude CLI did not return JSON output"
+        if stderr.strip():
+            message += f". stderr: {stderr.strip()}"
+        raise ToolError(message)
+    text = coerce.text(payload.get("result"))
+    if payload.get("is_error") is True:
+        raise ToolError(text or "claude review failed")
+    if not text:
+        raise ToolError("claude review returned empty output")
+    return text
+
+
+def resolve_binary(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise ToolError(f"claude CLI not found: {name}")
+    return found
+
+
+async def _read_capped(stream: asyncio.StreamReader, cap: int) -> bytes:
+    buf = bytearray()
+    while chunk := await stream.read(64 * 1024):
+        buf += chunk
+        if len(buf) > cap:
+            raise ToolError(f"claude review output exceeded {cap} bytes")
+    return bytes(buf)
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def claude_review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
+    argv = claude_argv(cfg.claude_bin, cfg, args)
+    argv[0] = resolve_binary(cfg.claude_bin)
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,  # its own process group, killed as a whole
+        env={k: v for k, v in os.environ.items() if k not in CHILD_ENV_DENYLIST},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    cap = cfg.claude_output_max_bytes
+    try:
+        async with asyncio.timeout(cfg.claude_review_timeout):
+            # a TaskGroup, not gather: when one stream overflows the other reader is cancelled
+            async with asyncio.TaskGroup() as group:
+                out_task = group.create_task(_read_capped(proc.stdout, cap))
+                err_task = group.create_task(_read_capped(proc.stderr, cap))
+            code = await proc.wait()
+        out, err = out_task.result(), err_task.result()
+    except* ToolError as eg:
+        raise eg.exceptions[0] from None
+    except* TimeoutError:
+        raise ToolError(
+            f"claude review timed out after {go_duration(cfg.claude_review_timeout)}"
+        ) from None
+    finally:
+        if proc.returncode is None:
+            _kill_group(proc)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+    stdout = out.decode("utf-8", errors="replace")
+    stderr = err.decode("utf-8", errors="replace")
+    if code != 0:
+        raise ToolError(f"claude review failed: {stderr.strip() or f'exit status {code}'}")
+    return parse_claude_output(stdout, stderr)

@@ -1,0 +1,178 @@
+"""Tool ``vault_kv``: KV v2 get/put/list/delete through ``hvac`` (adapters.md §3).
+
+Address and token come from the config/environment only, never from a tool
+argument. Mount and path are validated (no empty, ``.`` or ``..`` segments, no
+URL metacharacters) and checked against ``toolbridge.vault_allowed_paths``.
+hvac is synchronous: each call runs in a worker thread and carries hvac's own
+request timeout, so the thread never outlives ``vault_timeout`` by much.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import hvac
+import hvac.exceptions
+import orjson
+import requests
+
+from xwm_bridge import coerce
+from xwm_bridge.config import ToolbridgeConfig
+from xwm_bridge.toolbridge.tools import ToolError
+
+OPERATIONS = {"read": "read", "get": "read", "write": "write", "put": "write"}
+OPERATIONS |= {"list": "list", "delete": "delete"}
+_SEGMENT = re.compile(r"^[A-Za-z0-9_.@+=,:~ -]+$")
+MAX_PATH = 512
+
+
+@dataclass(frozen=True, slots=True)
+class VaultCall:
+    operation: str
+    mount: str
+    path: str
+    data: dict[str, Any]
+    cas: int | None
+
+    @classmethod
+    def parse(cls, cfg: ToolbridgeConfig, args: dict[str, Any]) -> VaultCall:
+        """§3.1, in the spec's order, then this project's path rules."""
+        if not cfg.vault_url:
+            raise ToolError("VAULT_SERVER_URL environment variable not set")
+        if not cfg.vault_token:
+            raise ToolError("VAULT_SERVER_ROOT_ACCESS_TOKEN environment variable not set")
+        raw_op = coerce.text(args.get("operation")).lower()
+        if not raw_op:
+            raise ToolError("operation is required")
+        path = coerce.text(args.get("path")).strip("/")
+        if not path and OPERATIONS.get(raw_op) != "list":
+            raise ToolError("path is required")
+        data = _data(args.get("data"))
+        mount = coerce.text(args.get("mount")).strip("/") or "secret"
+        cas = _cas(args.get("cas"))
+        operation = OPERATIONS.get(raw_op)
+        if operation is None:
+            raise ToolError(f"unsupported operation: {raw_op}")
+        _check_segment(mount, "mount")
+        if len(path) > MAX_PATH:
+            raise ToolError(f"path is longer than {MAX_PATH} characters")
+        for segment in path.split("/") if path else ():
+            _check_segment(segment, "path")
+        _check_allowed(cfg.vault_allowed_paths, mount, path)
+        if operation == "write" and not data:
+            raise ToolError("data is required for write operations")
+        return cls(operation, mount, path, data, cas)
+
+
+def _data(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            doc = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise ToolError("data must be a JSON object") from None
+        if not isinstance(doc, dict):
+            raise ToolError("data must be a JSON object")
+        return doc
+    raise ToolError("data must be an object")
+
+
+def _cas(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = int(value)
+    else:
+        try:
+            number = int(float(coerce.text(value)))
+        except ValueError:
+            return None
+    return number if number > 0 else None
+
+
+def _check_segment(segment: str, what: str) -> None:
+    if segment in ("", ".", "..") or not _SEGMENT.match(segment):
+        raise ToolError(f"invalid {what}: {segment!r}")
+
+
+def _check_allowed(allowed: tuple[str, ...], mount: str, path: str) -> None:
+    if not allowed:
+        return
+    target = f"{mount}/{path}".rstrip("/")
+    for prefix in allowed:
+        prefix = prefix.strip("/")
+        if target == prefix or target.startswith(prefix + "/"):
+            return
+    raise ToolError(f"path not allowed: {target}")
+
+
+def _client(cfg: ToolbridgeConfig) -> hvac.Client:
+    return hvac.Client(
+        url=cfg.vault_url.rstrip("/"),
+        token=cfg.vault_token,
+        namespace=cfg.vault_namespace or None,
+        timeout=max(1, math.ceil(cfg.vault_timeout)),
+    )
+
+
+def _error_text(exc: hvac.exceptions.VaultError) -> str:
+    status = {
+        hvac.exceptions.InvalidRequest: 400,
+        hvac.exceptions.Unauthorized: 401,
+        hvac.exceptions.Forbidden: 403,
+        hvac.exceptions.InvalidPath: 404,
+    }
+    code = next((c for t, c in status.items() if isinstance(exc, t)), None)
+    detail = ", ".join(exc.errors) if exc.errors else (exc.args[0] if exc.args else "")
+    if code is None:
+        return f"vault api error: {detail or type(exc).__name__}"
+    return f"vault api error {code}: {detail}".rstrip(": ")
+
+
+def _run(cfg: ToolbridgeConfig, call: VaultCall) -> dict[str, Any]:
+    kv = _client(cfg).secrets.kv.v2
+    out: dict[str, Any] = {"operation": call.operation, "mount": call.mount, "path": call.path}
+    if call.operation == "read":
+        resp = kv.read_secret_version(
+            path=call.path, mount_point=call.mount, raise_on_deleted_version=True
+        )
+        body = resp.get("data") or {}
+        out["data"] = body.get("data") or {}
+        out["metadata"] = body.get("metadata") or {}
+    elif call.operation == "write":
+        resp = kv.create_or_update_secret(
+            path=call.path, secret=call.data, cas=call.cas, mount_point=call.mount
+        )
+        out["data"] = call.data
+        # Vault puts version/created_time directly under data (weakness in §3.4 fixed)
+        out["metadata"] = (resp or {}).get("data") or {}
+    elif call.operation == "list":
+        resp = kv.list_secrets(path=call.path, mount_point=call.mount)
+        keys = (resp.get("data") or {}).get("keys") or []
+        out["keys"] = [str(k) for k in keys]
+    else:
+        kv.delete_latest_version_of_secret(path=call.path, mount_point=call.mount)
+    return {k: v for k, v in out.items() if v or k in ("operation", "mount", "path")}
+
+
+async def vault_kv(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
+    call = VaultCall.parse(cfg, args)
+    try:
+        async with asyncio.timeout(cfg.vault_timeout + 5):
+            result = await asyncio.to_thread(_run, cfg, call)
+    except hvac.exceptions.VaultError as exc:
+        raise ToolError(_error_text(exc)) from None
+    except requests.RequestException as exc:
+        raise ToolError(f"vault request failed: {type(exc).__name__}") from None
+    except TimeoutError:
+        raise ToolError(f"vault request timed out after {cfg.vault_timeout:g}s") from None
+    return orjson.dumps(result, option=orjson.OPT_INDENT_2).decode()
