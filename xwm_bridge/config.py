@@ -91,6 +91,45 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class RouterConfig:
+    """Routing classifier, memory and skill commands (routing.md; issue 3)."""
+
+    #: the classifier endpoint used with ``llm_api_key`` (the server key never
+    #: goes to a client-chosen URL).
+    llm_base_url: str = "https://api.openai.com/v1"
+    llm_api_key: str = ""
+    classifier_timeout: float = 10.0
+    classifier_cache_ttl: float = 300.0
+    classifier_cache_entries: int = 1024
+    classifier_max_concurrency: int = 4
+    memory_enabled: bool = True
+    #: directory holding ``self-improving/``; empty = ``$HOME``.
+    memory_home: str = ""
+    #: absolute roots under which ``<workingDirectory>/.xworkmate/memory.md`` may be used.
+    memory_project_roots: tuple[str, ...] = ()
+    memory_max_bytes: int = 256 * 1024
+    skill_commands_enabled: bool = False
+    find_skills_bin: str = ""
+    install_skill_bin: str = ""
+    skill_command_timeout: float = 45.0
+    skill_command_max_output: int = 1 * MIB
+
+
+@dataclass(frozen=True, slots=True)
+class MountsConfig:
+    """``xworkmate.mounts.reconcile`` (adapters.md §4; issue 3)."""
+
+    #: tool homes; empty = ``$HOME/.codex`` etc. Client-sent homes are used only
+    #: when they are one of these or inside one.
+    codex_home: str = ""
+    opencode_home: str = ""
+    openclaw_home: str = ""
+    #: run ``claude mcp list`` / ``gemini mcp list`` for discovery.
+    cli_discovery_enabled: bool = False
+    cli_timeout: float = 4.0
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: str = ""
@@ -109,6 +148,8 @@ class BridgeConfig:
     allowed_roots: tuple[str, ...] = ()
     log_level: str = "info"
     limits: Limits = field(default_factory=Limits)
+    router: RouterConfig = field(default_factory=RouterConfig)
+    mounts: MountsConfig = field(default_factory=MountsConfig)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 
     @property
@@ -131,6 +172,7 @@ class BridgeConfig:
     def secrets(self) -> tuple[str, ...]:
         """Every configured secret value, for log redaction."""
         values = [self.auth_token, self.internal_service_token, self.bridge_auth_token]
+        values.append(self.router.llm_api_key)
         values += [p.auth_header or "" for p in self.providers]
         out: list[str] = []
         for value in values:
@@ -157,6 +199,13 @@ ENV_VARS: dict[str, str] = {
     "openclaw_url": "XWM_OPENCLAW_URL",
     "allowed_roots": "XWM_ALLOWED_ROOTS",
     "log_level": "XWM_LOG_LEVEL",
+}
+#: environment variables of nested keys (section, key) → name.
+NESTED_ENV_VARS: dict[tuple[str, str], str] = {
+    ("router", "llm_base_url"): "LLM_BASE_URL",
+    ("router", "llm_api_key"): "LLM_API_KEY",
+    ("router", "find_skills_bin"): "ACP_FIND_SKILLS_BIN",
+    ("router", "install_skill_bin"): "ACP_INSTALL_SKILL_BIN",
 }
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
 _LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":"}
@@ -211,6 +260,13 @@ def load_config(
         else:
             data[key] = value
         sources[key] = f"env:{var}"
+
+    for (section, key), var in NESTED_ENV_VARS.items():
+        value = coerce.env_text(env, var)
+        if value:
+            nested = data.get(section)
+            data[section] = {**(nested if isinstance(nested, dict) else {}), key: value}
+            sources[f"{section}.{key}"] = f"env:{var}"
 
     for key, value in flags.items():
         data[key] = value
@@ -380,5 +436,12 @@ def _validate(config: BridgeConfig) -> None:
     for i, root in enumerate(config.allowed_roots):
         if not os.path.isabs(root):
             raise ConfigError(f"allowed_roots[{i}]: must be an absolute path, got {root!r}")
+    for i, root in enumerate(config.router.memory_project_roots):
+        if not os.path.isabs(root):
+            raise ConfigError(f"router.memory_project_roots[{i}]: must be an absolute path")
+    if config.router.classifier_timeout <= 0 or config.router.skill_command_timeout <= 0:
+        raise ConfigError("router: timeouts must be greater than 0")
+    if config.router.classifier_max_concurrency <= 0:
+        raise ConfigError("router.classifier_max_concurrency: must be greater than 0")
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")

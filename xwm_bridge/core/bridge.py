@@ -17,6 +17,7 @@ from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
 from xwm_bridge.providers.upstream import UpstreamClient
+from xwm_bridge.router.service import Router
 
 log = logging.getLogger("xwm_bridge.bridge")
 
@@ -50,6 +51,7 @@ class Bridge:
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, ttl_dns_cache=60)
         self._http = aiohttp.ClientSession(connector=connector, trust_env=False)
         upstream = UpstreamClient(self._http)
+        router = Router(self.config, self._http)
         runner = TurnRunner(
             self.config,
             self.sessions,
@@ -59,9 +61,10 @@ class Bridge:
                 "multi-agent": MultiAgentUnavailableExecutor(),
                 "gateway-chat": GatewayUnavailableExecutor(),
             },
+            router=router,
         )
         self._dispatcher = Dispatcher(
-            self.config, self.sessions, self.queues, runner, self.supervisor
+            self.config, self.sessions, self.queues, runner, self.supervisor, router=router
         )
         self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
 

@@ -16,7 +16,8 @@ from xwm_bridge.core.params import SessionParams
 from xwm_bridge.core.sessions import SessionRegistry, TurnHandle
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
-from xwm_bridge.router.resolver import GATEWAY, MULTI_AGENT, RoutingDecision, resolve
+from xwm_bridge.router.resolver import GATEWAY, MULTI_AGENT, RoutingDecision, RoutingRequest
+from xwm_bridge.router.service import Router
 
 log = logging.getLogger("xwm_bridge.turns")
 ROUTING_REQUIRED = "ROUTING_REQUIRED"
@@ -64,17 +65,19 @@ class TurnRunner:
         sessions: SessionRegistry,
         supervisor: Supervisor,
         executors: Mapping[str, Executor],
+        router: Router | None = None,
     ) -> None:
         self._config = config
         self._sessions = sessions
         self._supervisor = supervisor
         self._executors = executors
-        self._available = [p.id for p in config.available_providers]
+        self._router = router or Router(config, None)
 
     async def run(self, method: str, sp: SessionParams, notify: Notify | None) -> dict[str, Any]:
-        if sp.routing is None:
+        req = RoutingRequest.parse(sp.raw)
+        if req is None:
             raise RpcError(INVALID_PARAMS, ROUTING_REQUIRED)
-        decision = resolve(sp.routing, self._available)
+        decision = await self._router.resolve(req)
         if decision.unavailable:
             return {
                 "success": False,
@@ -119,6 +122,8 @@ class TurnRunner:
             },
         )
         result.update(decision.fields())
+        # routing.md §6.5, with the fix: a failed write is logged, the result stands
+        await self._router.record(req, decision, result)
         return result
 
     async def _execute(
