@@ -2,7 +2,7 @@
 
 The lists are the documented ones. Matching fixes weakness §9.2: a Latin
 keyword matches only as whole words (an optional plural ``s``/``es`` is
-allowed), so ``want`` no longer contains ``wan``, ``excellent`` no longer
+allowed, and a digit may follow), so ``want`` no longer contains ``wan``, ``excellent`` no longer
 contains ``excel``, ``research`` no longer contains ``search`` and
 ``password`` no longer contains ``word``. Keywords containing CJK characters
 match as substrings, since those scripts have no word separators.
@@ -59,7 +59,8 @@ def _pattern(keyword: str) -> re.Pattern[str] | None:
         return re.compile(re.escape(kw))
     body = r"[\s_]+".join(re.escape(part) for part in kw.split())
     # ``end-to-end`` also matches ``end to end`` and vice versa is listed separately
-    return re.compile(rf"(?<![{_WORD_CHAR}]){body}(?:s|es)?(?![{_WORD_CHAR}])")
+    # a digit may follow (``wan2.1``, ``pdf2``) but not a letter (``want``, ``newsletter``)
+    return re.compile(rf"(?<![{_WORD_CHAR}]){body}(?:s|es)?(?![a-z])")
 
 
 def contains(text: str, keyword: str) -> bool:
