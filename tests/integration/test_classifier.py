@@ -156,5 +156,7 @@ async def test_unreachable_endpoint_is_no_answer(client: aiohttp.ClientSession) 
     from tests.conftest import closed_port
 
     c = make(client, timeout=2)
-    assert await c.classify("x gateway", Endpoint(f"http://127.0.0.1:{closed_port()}/v1", "K")) == ""
+    assert (
+        await c.classify("x gateway", Endpoint(f"http://127.0.0.1:{closed_port()}/v1", "K")) == ""
+    )
     assert await c.classify("x", None) == ""

@@ -62,7 +62,9 @@ def test_nothing_installed(env: dict[str, Path]) -> None:
     assert result["arisCompatStatus"] == "missing" and result["arisBundleVersion"] == ""
     t = targets(result)
     assert t["aris"]["detail"] == "Embedded ARIS bundle is unavailable."
-    assert t["codex"]["syncState"] == "missing" and t["codex"]["detail"] == "LLM API not configured."
+    assert (
+        t["codex"]["syncState"] == "missing" and t["codex"]["detail"] == "LLM API not configured."
+    )
     assert t["claude"]["syncState"] == "disabled"
     assert t["openclaw"]["supportsMcp"] is False
     assert not env["codex"].exists()  # nothing written
@@ -107,7 +109,10 @@ def test_example_13_codex_rewrite(env: dict[str, Path]) -> None:
     }  # fmt: skip
     text = config_file.read_text()
     assert text.startswith(USER_CONFIG.rstrip("\n") + "\n\n" + BEGIN + "\n")
-    assert '[mcp_servers.xworkmate_server]\ncommand = "xworkmate-mcp"\nargs = ["--port", "7777"]\n' in text
+    assert (
+        '[mcp_servers.xworkmate_server]\ncommand = "xworkmate-mcp"\nargs = ["--port", "7777"]\n'
+        in text
+    )
     assert text.endswith(END + "\n")
     doc = tomllib.loads(text)
     assert set(doc["mcp_servers"]) == {"user_server", "xworkmate_server"}
@@ -227,7 +232,10 @@ def test_cli_discovery_only_when_enabled(env: dict[str, Path]) -> None:
     assert marker.exists()
     assert t["claude"]["discoveredMcpCount"] == 2
     assert t["gemini"]["discoveredMcpCount"] == 0
-    assert t["gemini"]["detail"] == "MCP discovery uses `gemini mcp list`; LLM API stays launch-scoped."
+    assert (
+        t["gemini"]["detail"]
+        == "MCP discovery uses `gemini mcp list`; LLM API stays launch-scoped."
+    )
 
 
 def test_cli_discovery_deadline(env: dict[str, Path]) -> None:

@@ -267,7 +267,11 @@ def test_local_skill_match_example_11_1() -> None:
         {"id": "pptx", "label": "PPTX", "description": "slides", "installed": True},
         {"id": "docx", "label": "DOCX", "description": "docs", "installed": True},
     ]
-    routing = {"routingMode": "auto", "preferredGatewayProviderId": "local", "availableSkills": skills}
+    routing = {
+        "routingMode": "auto",
+        "preferredGatewayProviderId": "local",
+        "availableSkills": skills,
+    }
     decision, _ = run("create a powerpoint deck for this launch", routing)
     assert {"ok": True, **decision.fields()} == {
         "ok": True,

@@ -71,7 +71,11 @@ def test_qwen_only_has_null_default_args() -> None:
 
 
 def test_sorting_preference_and_capabilities() -> None:
-    providers = [{"id": "b", "capabilities": ["X"]}, {"id": "a"}, {"id": "B", "capabilities": ["x"]}]
+    providers = [
+        {"id": "b", "capabilities": ["X"]},
+        {"id": "a"},
+        {"id": "B", "capabilities": ["x"]},
+    ]
     assert resolve_dispatch({"providers": providers})["providerId"] == "B"  # byte order
     required = {"providers": providers, "requiredCapabilities": [" x "]}
     assert resolve_dispatch(required)["providerId"] == "B"

@@ -11,6 +11,7 @@ import stat
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,13 @@ def skills(
 ):  # type: ignore[no-untyped-def]
     return asyncio.run(
         resolve_skills(
-            prompt, explicit, available or [], allow, approval or InstallApproval(), finder, installer
+            prompt,
+            explicit,
+            available or [],
+            allow,
+            approval or InstallApproval(),
+            finder,
+            installer,
         )
     )
 
@@ -169,6 +176,12 @@ print(json.dumps([dict(c, installed=True) for c in req["candidates"]]))
 """
 
 
+def seen(executable: str) -> Any:
+    """What a scripted command recorded, or None if it never ran."""
+    path = Path(executable + ".seen")
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def commands(tmp_path: Path, find: str, install: str = "", enabled: bool = True) -> SkillCommands:
     return SkillCommands(
         enabled=enabled, find_bin=find, install_bin=install, timeout=2.0, max_output=4096
@@ -179,20 +192,19 @@ async def test_finder_command_gets_prompt_on_stdin(tmp_path: Path) -> None:
     find = script(tmp_path, "finder", FINDER)
     found = await commands(tmp_path, find).find("  dub it  ")
     assert [c.description for c in found] == ["translate video"]
-    seen = json.loads(Path(find + ".seen").read_text())
-    assert seen == {"stdin": {"prompt": "dub it"}, "argv": []}
+    assert seen(find) == {"stdin": {"prompt": "dub it"}, "argv": []}
 
 
 async def test_commands_disabled_do_not_run(tmp_path: Path) -> None:
     find = script(tmp_path, "finder", FINDER)
     assert await commands(tmp_path, find, enabled=False).find("x") == []
-    assert not Path(find + ".seen").exists()
+    assert seen(find) is None
 
 
 async def test_missing_or_failing_commands(tmp_path: Path) -> None:
     assert await commands(tmp_path, str(tmp_path / "nope")).find("x") == []
     assert await commands(tmp_path, "no-such-binary-xwm").find("x") == []
-    failing = script(tmp_path, "fail", "print('{\"id\":\"a\"}'); sys.exit(3)")
+    failing = script(tmp_path, "fail", 'print(\'{"id":"a"}\'); sys.exit(3)')
     assert await commands(tmp_path, failing).find("x") == []
     big = script(tmp_path, "big", "print(json.dumps({'id': 'a' * 10000}))")
     assert await commands(tmp_path, big).find("x") == []
@@ -224,13 +236,13 @@ async def test_approved_install_flow_example_11_3(tmp_path: Path) -> None:
     params = {"taskPrompt": "translate and dub this video with subtitles", "routing": routing}
     first = await router.resolve(RoutingRequest.parse(params))  # type: ignore[arg-type]
     assert first.install_request_id == "skill-install:video-translator"
-    assert first.needs_skill_install and not Path(install + ".seen").exists()
+    assert first.needs_skill_install and seen(install) is None
     routing["installApproval"] = {
         "requestId": first.install_request_id,
         "approvedSkillKeys": ["video-translator"],
     }
     second = await router.resolve(RoutingRequest.parse(params))  # type: ignore[arg-type]
-    assert json.loads(Path(install + ".seen").read_text()) == {
+    assert seen(install) == {
         "candidates": [
             {
                 "id": "video-translator",
