@@ -50,28 +50,34 @@ def _has_cjk(text: str) -> bool:
     return any(ord(ch) > 0x2E7F for ch in text)
 
 
+def _body(keyword: str) -> str:
+    return r"[\s_]+".join(re.escape(part) for part in keyword.split())
+
+
 @functools.lru_cache(maxsize=4096)
-def _pattern(keyword: str) -> re.Pattern[str] | None:
-    kw = keyword.strip().lower()
-    if not kw:
-        return None
-    if _has_cjk(kw):
-        return re.compile(re.escape(kw))
-    body = r"[\s_]+".join(re.escape(part) for part in kw.split())
-    # ``end-to-end`` also matches ``end to end`` and vice versa is listed separately
-    # a digit may follow (``wan2.1``, ``pdf2``) but not a letter (``want``, ``newsletter``)
-    return re.compile(rf"(?<![{_WORD_CHAR}]){body}(?:s|es)?(?![a-z])")
+def _pattern(keywords: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One regex matching any of ``keywords`` (blank ones never match)."""
+    words = [k.strip().lower() for k in keywords if k.strip()]
+    cjk = [re.escape(k) for k in words if _has_cjk(k)]
+    latin = [_body(k) for k in words if not _has_cjk(k)]
+    parts = []
+    if latin:
+        # a digit may follow (``wan2.1``, ``pdf2``) but not a letter (``want``, ``newsletter``);
+        # alternation backtracks, so ``ppt`` failing on ``pptx`` still lets ``pptx`` match
+        parts.append(rf"(?<![{_WORD_CHAR}])(?:{'|'.join(latin)})(?:s|es)?(?![a-z])")
+    if cjk:
+        parts.append("|".join(cjk))
+    return re.compile("|".join(parts)) if parts else None
 
 
 def contains(text: str, keyword: str) -> bool:
-    """True if ``keyword`` occurs in the lower-cased ``text`` as a token (or CJK substring)."""
-    pattern = _pattern(keyword)
-    return pattern is not None and pattern.search(text.lower()) is not None
+    """True if ``keyword`` occurs in ``text`` (any case) as a token (or CJK substring)."""
+    return any_of(text, (keyword,))
 
 
 def any_of(text: str, keywords: tuple[str, ...] | list[str]) -> bool:
-    lowered = text.lower()
-    return any(contains(lowered, kw) for kw in keywords)
+    pattern = _pattern(tuple(keywords))
+    return pattern is not None and pattern.search(text.lower()) is not None
 
 
 def looks_local(prompt: str) -> bool:

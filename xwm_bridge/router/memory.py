@@ -17,9 +17,12 @@ All functions block on the filesystem; the async callers run them in a thread.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
+import functools
 import os
+import stat
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -79,18 +82,24 @@ def project_name(working_directory: str) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=64)
+def _real_dir(path: str) -> Path:
+    # configured directories are resolved once; client paths are resolved every time
+    return Path(os.path.realpath(path))
+
+
 def locate(
     working_directory: str, memory_home: str, project_roots: tuple[str, ...]
 ) -> MemoryLocations:
     home = memory_home.strip() or os.environ.get("HOME", "").strip()
-    memory_dir = Path(os.path.realpath(home)) / "self-improving" if os.path.isabs(home) else None
+    memory_dir = _real_dir(home) / "self-improving" if os.path.isabs(home) else None
     wd = working_directory.strip()
     project = project_name(wd) if wd else ""
     local_dir: Path | None = None
-    if wd and os.path.isabs(wd):
+    if wd and os.path.isabs(wd) and project_roots:
         resolved = Path(os.path.realpath(wd))
         for root in project_roots:
-            if _inside(resolved, Path(os.path.realpath(root))):
+            if _inside(resolved, _real_dir(root)):
                 local_dir = resolved / ".xworkmate"
                 break
     return MemoryLocations(memory_dir, project, local_dir)
@@ -142,15 +151,24 @@ def _read_text(path: Path, cap: int) -> str:
         return fh.read(cap).decode("utf-8", errors="replace")
 
 
+def _read_sanitized(path: Path, max_bytes: int) -> str:
+    try:
+        return sanitize(_read_text(path, max_bytes * _READ_CAP_FACTOR))
+    except (OSError, ValueError):
+        return ""
+
+
 def load(locations: MemoryLocations, max_bytes: int) -> Preferences:
+    """Read every location now (blocking)."""
+    return merge([(s, p, _read_sanitized(p, max_bytes)) for s, p in locations.reads()])
+
+
+def merge(entries: list[tuple[str, Path, str]]) -> Preferences:
+    """§6.4 across files in scope order; blank (sanitized) files do not contribute."""
     route = model = provider = ""
     skills: tuple[str, ...] = ()
     sources: list[MemorySource] = []
-    for scope, path in locations.reads():
-        try:
-            text = sanitize(_read_text(path, max_bytes * _READ_CAP_FACTOR))
-        except (OSError, ValueError):
-            continue
+    for scope, path, text in entries:
         if not text:
             continue
         sources.append(MemorySource(str(path), scope))
@@ -161,6 +179,52 @@ def load(locations: MemoryLocations, max_bytes: int) -> Preferences:
         if part.skills:
             skills = tuple(part.skills)
     return Preferences(route, model, skills, provider, tuple(sources))
+
+
+_Signature = tuple[int, int, int, int]
+
+
+class MemoryReader:
+    """Loads memory on every resolution, re-reading only files that changed.
+
+    Each file is ``lstat``-ed inline (a few microseconds; a missing file is the
+    common case); a file whose (device, inode, mtime, size) differs from the
+    cached one is read in a worker thread. This keeps the "read on every
+    resolution" semantics without a thread hop per turn.
+    """
+
+    def __init__(self, max_bytes: int, entries: int = 1024) -> None:
+        self._max_bytes = max_bytes
+        self._entries = entries
+        self._cache: dict[str, tuple[_Signature, str]] = {}
+
+    async def load(self, locations: MemoryLocations) -> Preferences:
+        found: list[tuple[str, Path, _Signature]] = []
+        for scope, path in locations.reads():
+            try:
+                st = os.lstat(path)
+            except (OSError, ValueError):
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.append((scope, path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)))
+        stale = [(p, sig) for _, p, sig in found if self._cached(p, sig) is None]
+        if stale:
+            texts = await asyncio.to_thread(
+                lambda: [_read_sanitized(p, self._max_bytes) for p, _ in stale]
+            )
+            for (path, sig), text in zip(stale, texts, strict=True):
+                self._store(path, sig, text)
+        return merge([(s, p, self._cached(p, sig) or "") for s, p, sig in found])
+
+    def _cached(self, path: Path, sig: _Signature) -> str | None:
+        hit = self._cache.get(str(path))
+        return hit[1] if hit is not None and hit[0] == sig else None
+
+    def _store(self, path: Path, sig: _Signature, text: str) -> None:
+        self._cache.pop(str(path), None)
+        self._cache[str(path)] = (sig, text)
+        while len(self._cache) > self._entries:
+            self._cache.pop(next(iter(self._cache)))
 
 
 def render_block(

@@ -40,6 +40,7 @@ class Router:
             cache_entries=rc.classifier_cache_entries,
             max_concurrency=rc.classifier_max_concurrency,
         )
+        self.memory = memory.MemoryReader(rc.memory_max_bytes)
         self.skills = SkillCommands(
             enabled=rc.skill_commands_enabled,
             find_bin=rc.find_skills_bin,
@@ -56,7 +57,7 @@ class Router:
         rc = self._config.router
         prefs = memory.Preferences()
         if rc.memory_enabled:
-            prefs = await asyncio.to_thread(memory.load, self._locations(req), rc.memory_max_bytes)
+            prefs = await self.memory.load(self._locations(req))
         endpoint = choose_endpoint(
             req.gateway_base_url, req.gateway_api_key, rc.llm_base_url, rc.llm_api_key
         )

@@ -272,3 +272,26 @@ def test_home_default_is_env_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("HOME", "relative")
     assert memory.locate("/a/b", "", ()).memory_dir is None
     assert asyncio.iscoroutinefunction(Router.record)
+
+
+async def test_reader_rereads_changed_files_only(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    path = home / "self-improving" / "memory.md"
+    write(path, "preferred-route: gateway\n")
+    reader = memory.MemoryReader(4096)
+    locs = memory.locate("", str(home), ())
+    assert (await reader.load(locs)).route == "gateway"
+    path.write_text("preferred-route: multi-agent, longer\n")  # new size → re-read
+    assert (await reader.load(locs)).route == "multi-agent, longer"
+    os.utime(path, ns=(1, 1))  # new mtime, same size → re-read
+    path.write_text("preferred-route: single-agent, longer\n")
+    os.utime(path, ns=(2, 2))
+    assert (await reader.load(locs)).route == "single-agent, longer"
+    path.unlink()
+    prefs = await reader.load(locs)
+    assert prefs.route == "" and prefs.sources == ()
+    # a symlink in place of the file is not followed
+    target = tmp_path / "elsewhere.md"
+    target.write_text("preferred-route: gateway\n")
+    path.symlink_to(target)
+    assert (await reader.load(locs)).route == ""
