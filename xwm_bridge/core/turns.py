@@ -116,6 +116,7 @@ class TurnRunner:
                 "turn_id": turn_id,
                 "session_id": sp.session_id,
                 "mode": exec_params["mode"],
+                "route": decision.reason,
                 "provider": provider,
                 "success": result.get("success"),
                 "duration_ms": round((time.monotonic() - started) * 1000, 1),
