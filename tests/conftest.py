@@ -30,7 +30,7 @@ def base_env(**extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("ACP_", "XWM_", "INTERNAL_SERVICE", "BRIDGE_", "IMAGE"))
+        if not k.startswith(("ACP_", "XWM_", "INTERNAL_SERVICE", "BRIDGE_", "IMAGE", "LLM_"))
     }
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONUNBUFFERED"] = "1"

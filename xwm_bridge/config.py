@@ -134,6 +134,45 @@ class ToolbridgeConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RouterConfig:
+    """Routing classifier, memory and skill commands (routing.md; issue 3)."""
+
+    #: the classifier endpoint used with ``llm_api_key`` (the server key never
+    #: goes to a client-chosen URL).
+    llm_base_url: str = "https://api.openai.com/v1"
+    llm_api_key: str = ""
+    classifier_timeout: float = 10.0
+    classifier_cache_ttl: float = 300.0
+    classifier_cache_entries: int = 1024
+    classifier_max_concurrency: int = 4
+    memory_enabled: bool = True
+    #: directory holding ``self-improving/``; empty = ``$HOME``.
+    memory_home: str = ""
+    #: absolute roots under which ``<workingDirectory>/.xworkmate/memory.md`` may be used.
+    memory_project_roots: tuple[str, ...] = ()
+    memory_max_bytes: int = 256 * 1024
+    skill_commands_enabled: bool = False
+    find_skills_bin: str = ""
+    install_skill_bin: str = ""
+    skill_command_timeout: float = 45.0
+    skill_command_max_output: int = 1 * MIB
+
+
+@dataclass(frozen=True, slots=True)
+class MountsConfig:
+    """``xworkmate.mounts.reconcile`` (adapters.md §4; issue 3)."""
+
+    #: tool homes; empty = ``$HOME/.codex`` etc. Client-sent homes are used only
+    #: when they are one of these or inside one.
+    codex_home: str = ""
+    opencode_home: str = ""
+    openclaw_home: str = ""
+    #: run ``claude mcp list`` / ``gemini mcp list`` for discovery.
+    cli_discovery_enabled: bool = False
+    cli_timeout: float = 4.0
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: str = ""
@@ -156,6 +195,8 @@ class BridgeConfig:
     limits: Limits = field(default_factory=Limits)
     multi_agent: MultiAgentConfig = field(default_factory=MultiAgentConfig)
     toolbridge: ToolbridgeConfig = field(default_factory=ToolbridgeConfig)
+    router: RouterConfig = field(default_factory=RouterConfig)
+    mounts: MountsConfig = field(default_factory=MountsConfig)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 
     @property
@@ -178,6 +219,7 @@ class BridgeConfig:
     def secrets(self) -> tuple[str, ...]:
         """Every configured secret value, for log redaction."""
         values = [self.auth_token, self.internal_service_token, self.bridge_auth_token]
+        values.append(self.router.llm_api_key)
         values += [p.auth_header or "" for p in self.providers]
         values += [self.multi_agent.api_key, self.toolbridge.llm_api_key]
         values.append(self.toolbridge.vault_token)
@@ -223,6 +265,10 @@ NESTED_ENV_VARS: dict[str, str] = {
     "multi_agent.max_iterations": "XWM_MULTI_AGENT_MAX_ITERATIONS",
     "multi_agent.base_url": "XWM_MULTI_AGENT_BASE_URL",
     "multi_agent.api_key": "XWM_MULTI_AGENT_API_KEY",
+    "router.llm_base_url": "LLM_BASE_URL",
+    "router.llm_api_key": "LLM_API_KEY",
+    "router.find_skills_bin": "ACP_FIND_SKILLS_BIN",
+    "router.install_skill_bin": "ACP_INSTALL_SKILL_BIN",
 }
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
 _LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":"}
@@ -477,5 +523,12 @@ def _validate(config: BridgeConfig) -> None:
     ):
         if value <= 0:
             raise ConfigError(f"{key}: must be greater than 0")
+    for i, root in enumerate(config.router.memory_project_roots):
+        if not os.path.isabs(root):
+            raise ConfigError(f"router.memory_project_roots[{i}]: must be an absolute path")
+    if config.router.classifier_timeout <= 0 or config.router.skill_command_timeout <= 0:
+        raise ConfigError("router: timeouts must be greater than 0")
+    if config.router.classifier_max_concurrency <= 0:
+        raise ConfigError("router.classifier_max_concurrency: must be greater than 0")
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")

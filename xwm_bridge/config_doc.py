@@ -7,7 +7,7 @@ fails when the committed file drifts from the schema or a key lacks a descriptio
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, get_type_hints
 
 from xwm_bridge.config import (
     CONFIG_FILE_ENV,
@@ -16,11 +16,17 @@ from xwm_bridge.config import (
     NESTED_ENV_VARS,
     BridgeConfig,
     Limits,
-    MultiAgentConfig,
     ProviderConfig,
-    ToolbridgeConfig,
     provider_env_var,
 )
+
+#: nested config sections (``limits``, ``router``, …) → their dataclass, in schema order
+NESTED_SECTIONS: dict[str, type[Any]] = {
+    f.name: hint
+    for f in dataclasses.fields(BridgeConfig)
+    if dataclasses.is_dataclass(hint := get_type_hints(BridgeConfig)[f.name])
+    and isinstance(hint, type)
+}
 
 DESCRIPTIONS: dict[str, str] = {
     "listen": "HOST:PORT to listen on (`serve`); port 0 picks a free port",
@@ -31,7 +37,7 @@ DESCRIPTIONS: dict[str, str] = {
     "bridge_auth_token": "fallback upstream `Authorization` when `internal_service_token` is empty",
     "multi_agent_enabled": "advertise `multiAgent` in `acp.capabilities` (multi-agent turns run either way)",
     "multi_agent_model": "model for multi-agent turns when the request and the router name none",
-    "routing_model": "model for the LLM routing classifier (used once the router lands)",
+    "routing_model": "model for the LLM routing classifier",
     "image": "container image reference reported by `/api/ping`",
     "public_base_url": "this bridge's public URL (bootstrap `bridgeOrigin`, the only accepted `bridge`)",
     "accounts_base_url": "accounts service for `/bridge/bootstrap/consume`",
@@ -77,6 +83,26 @@ DESCRIPTIONS: dict[str, str] = {
     "toolbridge.vault_timeout": "deadline for one Vault request, in seconds",
     "toolbridge.vault_allowed_paths": "`mount/path` prefixes `vault_kv` may touch (e.g. `secret/app`); empty = any",
     "toolbridge.max_concurrent_calls": "MCP requests handled at once; more wait (stdin is not read meanwhile)",
+    "router.llm_base_url": "classifier endpoint used with `llm_api_key` (the server key is never sent to a client-supplied URL); also the default for clients' own keys",
+    "router.llm_api_key": "server key for the LLM routing classifier (secret; redacted in logs)",
+    "router.classifier_timeout": "seconds allowed for one classifier call",
+    "router.classifier_cache_ttl": "seconds a classifier answer is reused for the same prompt (0 = no cache)",
+    "router.classifier_cache_entries": "most classifier answers kept in the cache",
+    "router.classifier_max_concurrency": "classifier calls in flight at once, process-wide",
+    "router.memory_enabled": "read routing memory and record it after successful auto-routed turns",
+    "router.memory_home": "directory holding `self-improving/` memory files; empty = `$HOME`",
+    "router.memory_project_roots": "absolute roots under which `<workingDirectory>/.xworkmate/memory.md` is read and written; empty = none",
+    "router.memory_max_bytes": "a memory file above this size is rotated to `<file>.1` before the next append",
+    "router.skill_commands_enabled": "allow running the skill finder/installer commands",
+    "router.find_skills_bin": "skill finder executable (no arguments, no shell; run only when enabled)",
+    "router.install_skill_bin": "skill installer executable (no arguments, no shell; run only when enabled)",
+    "router.skill_command_timeout": "seconds a skill command may run before it is killed",
+    "router.skill_command_max_output": "largest stdout accepted from a skill command",
+    "mounts.codex_home": "Codex home whose `config.toml` may be rewritten; empty = `$HOME/.codex`",
+    "mounts.opencode_home": "OpenCode home whose `config.toml` may be rewritten; empty = `$HOME/.opencode`",
+    "mounts.openclaw_home": "OpenClaw home inspected; empty = `$HOME/.openclaw`",
+    "mounts.cli_discovery_enabled": "run `claude mcp list` / `gemini mcp list` to count MCP servers",
+    "mounts.cli_timeout": "seconds allowed for each discovery command",
     "providers[].id": "provider id (unique, compared case-insensitively)",
     "providers[].label": "label shown in `acp.capabilities`",
     "providers[].endpoint": "`http(s)://` (HTTP, SSE when offered) or `ws(s)://` (WebSocket) ACP endpoint",
@@ -105,7 +131,7 @@ def _rows(cls: type[Any], prefix: str) -> list[tuple[str, str, str]]:
     rows = []
     instance = cls() if cls is not ProviderConfig else ProviderConfig(id="x")
     for f in dataclasses.fields(cls):
-        if f.name in ("limits", "providers", "multi_agent", "toolbridge"):
+        if f.name in NESTED_SECTIONS or f.name == "providers":
             continue
         key = f"{prefix}{f.name}"
         value = getattr(instance, f.name)
@@ -140,7 +166,9 @@ def render() -> str:
     out += ["", "## `limits`", "", "| Key | Default | Meaning |", "| --- | --- | --- |"]
     for key, default, doc in _rows(Limits, "limits."):
         out.append(f"| `{key}` | {default} | {doc} |")
-    for section, cls in (("multi_agent", MultiAgentConfig), ("toolbridge", ToolbridgeConfig)):
+    for section, cls in NESTED_SECTIONS.items():
+        if section == "limits":
+            continue
         out += [
             "",
             f"## `{section}`",

@@ -19,6 +19,7 @@ from xwm_bridge.multiagent.executor import MultiAgentExecutor
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
 from xwm_bridge.providers.upstream import UpstreamClient
+from xwm_bridge.router.service import Router
 
 log = logging.getLogger("xwm_bridge.bridge")
 
@@ -59,6 +60,7 @@ class Bridge:
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, ttl_dns_cache=60)
         self._http = aiohttp.ClientSession(connector=connector, trust_env=False)
         upstream = UpstreamClient(self._http)
+        router = Router(self.config, self._http)
         runner = TurnRunner(
             self.config,
             self.sessions,
@@ -69,9 +71,16 @@ class Bridge:
                 "gateway-chat": GatewayUnavailableExecutor(),
             },
             self.metrics,
+            router=router,
         )
         self._dispatcher = Dispatcher(
-            self.config, self.sessions, self.queues, runner, self.supervisor, self.metrics
+            self.config,
+            self.sessions,
+            self.queues,
+            runner,
+            self.supervisor,
+            self.metrics,
+            router=router,
         )
         self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
 

@@ -17,8 +17,12 @@ from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
 from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.mounts.reconcile import MountsRequest, reconcile
 from xwm_bridge.observability import context as obs
 from xwm_bridge.observability.metrics import Metrics
+from xwm_bridge.router.dispatch import resolve_dispatch
+from xwm_bridge.router.resolver import EMPTY_FIELDS, RoutingRequest
+from xwm_bridge.router.service import Router
 
 log = logging.getLogger("xwm_bridge.dispatch")
 
@@ -48,8 +52,10 @@ class Dispatcher:
         runner: TurnRunner,
         supervisor: Supervisor,
         metrics: Metrics | None = None,
+        router: Router | None = None,
     ) -> None:
         self._config = config
+        self._router = router or Router(config, None)
         self._sessions = sessions
         self._queues = queues
         self._runner = runner
@@ -60,6 +66,9 @@ class Dispatcher:
             "session.message": self._session_turn,
             "session.cancel": self._session_cancel,
             "session.close": self._session_close,
+            "xworkmate.routing.resolve": self._routing_resolve,
+            "xworkmate.dispatch.resolve": self._dispatch_resolve,
+            "xworkmate.mounts.reconcile": self._mounts_reconcile,
         }
         self.metrics = metrics or Metrics()
         self.metrics.set_known_methods(tuple(self._methods))
@@ -186,3 +195,23 @@ class Dispatcher:
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
         return {"accepted": True, "closed": self._sessions.close(session_id)}
+
+    async def _routing_resolve(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        """contract.md §11.5: a preflight; no session, no queue, no memory write."""
+        req = RoutingRequest.parse(params)
+        if req is None:
+            return {"ok": True, **EMPTY_FIELDS}
+        decision = await self._router.resolve(req)
+        return {"ok": True, **decision.fields()}
+
+    async def _dispatch_resolve(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return resolve_dispatch(params)
+
+    async def _mounts_reconcile(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await reconcile(MountsRequest.parse(params), self._config.mounts)

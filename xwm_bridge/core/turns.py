@@ -18,7 +18,8 @@ from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.observability import context as obs
 from xwm_bridge.observability.metrics import Metrics
-from xwm_bridge.router.resolver import GATEWAY, MULTI_AGENT, RoutingDecision, resolve
+from xwm_bridge.router.resolver import GATEWAY, MULTI_AGENT, RoutingDecision, RoutingRequest
+from xwm_bridge.router.service import Router
 
 log = logging.getLogger("xwm_bridge.turns")
 ROUTING_REQUIRED = "ROUTING_REQUIRED"
@@ -67,13 +68,14 @@ class TurnRunner:
         supervisor: Supervisor,
         executors: Mapping[str, Executor],
         metrics: Metrics,
+        router: Router | None = None,
     ) -> None:
         self._config = config
         self._sessions = sessions
         self._supervisor = supervisor
         self._executors = executors
         self._metrics = metrics
-        self._available = [p.id for p in config.available_providers]
+        self._router = router or Router(config, None)
 
     async def run(
         self, method: str, sp: SessionParams, notify: Notify | None, *, request_id: str = ""
@@ -82,9 +84,10 @@ class TurnRunner:
         # the worker serves many requests in turn: label its log lines with this one
         obs.request_id.set(request_id)
         obs.turn_id.set("")
-        if sp.routing is None:
+        req = RoutingRequest.parse(sp.raw)
+        if req is None:
             raise RpcError(INVALID_PARAMS, ROUTING_REQUIRED)
-        decision = resolve(sp.routing, self._available)
+        decision = await self._router.resolve(req)
         if decision.unavailable:
             return {
                 "success": False,
@@ -125,12 +128,15 @@ class TurnRunner:
             extra={
                 "session_id": sp.session_id,
                 "mode": exec_params["mode"],
+                "route": decision.reason,
                 "provider": provider,
                 "success": result.get("success"),
                 "duration_ms": round(elapsed * 1000, 1),
             },
         )
         result.update(decision.fields())
+        # routing.md §6.5, with the fix: a failed write is logged, the result stands
+        await self._router.record(req, decision, result)
         return result
 
     async def _execute(

@@ -1,31 +1,117 @@
-"""Routing decision for a turn (routing.md §2, §5).
+"""The one routing resolver (routing.md §2–§5), used by ``xworkmate.routing.resolve``
+and by every session turn.
 
-This build implements explicit routing in full (§2.3 explicit table, §2.4
-provider rules, explicit model and skills). Auto routing uses only the spec's
-final fallback — the first available provider, single-agent, else gateway —
-until the keyword/LLM classifier, memory and skill finder land; see README.
+:func:`resolve` is the algorithm with its I/O injected (memory preferences,
+the LLM classifier, the skill finder/installer), so it is tested table-driven
+without sockets; :class:`~xwm_bridge.router.service.Router` wires the real ones.
+
+Deliberate fixes (routing.md §9): keyword predicates match tokens, not
+substrings (see :mod:`keywords`); explicit targets are matched
+case-insensitively (``singleAgent``, ``single-agent``, ``SINGLE_AGENT`` …) and
+an unknown explicit target is an ``unavailable`` result with a clear message.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge import coerce
+from xwm_bridge.router import keywords
+from xwm_bridge.router.memory import MemorySource, Preferences
+from xwm_bridge.router.skills import (
+    LOCAL_MATCH,
+    NONE,
+    Finder,
+    InstallApproval,
+    Installer,
+    SkillCandidate,
+    candidate_from,
+    resolve_skills,
+)
 
 SINGLE_AGENT = "single-agent"
 MULTI_AGENT = "multi-agent"
 GATEWAY = "gateway"
 GATEWAY_PROVIDERS = ("local", "openclaw")
 PROVIDER_UNAVAILABLE = "PROVIDER_UNAVAILABLE"
+UNKNOWN_TARGET = "UNKNOWN_EXECUTION_TARGET"
 
+#: explicit target names, compared after lower-casing and dropping ``-``/``_``/spaces.
 _EXPLICIT_TARGETS = {
-    "multiAgent": MULTI_AGENT,
-    "multi-agent": MULTI_AGENT,
-    "singleAgent": SINGLE_AGENT,
-    "single-agent": SINGLE_AGENT,
+    "multiagent": MULTI_AGENT,
+    "singleagent": SINGLE_AGENT,
     "gateway": GATEWAY,
+    "gatewaychat": GATEWAY,
 }
+_SEPARATORS = re.compile(r"[-_\s]+")
+
+Classify = Callable[[str], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRequest:
+    """Typed view of the routing-relevant params (routing.md §1)."""
+
+    prompt: str = ""
+    working_directory: str = ""
+    gateway_base_url: str = ""
+    gateway_api_key: str = ""
+    routing_mode: str = ""
+    explicit_target: str = ""
+    preferred_gateway: str = ""
+    explicit_provider: str = ""
+    explicit_model: str = ""
+    explicit_skills: tuple[str, ...] = ()
+    allow_install: bool = False
+    approval: InstallApproval = field(default_factory=InstallApproval)
+    available_skills: tuple[SkillCandidate, ...] = ()
+
+    @classmethod
+    def parse(cls, params: dict[str, Any]) -> RoutingRequest | None:
+        """``None`` when ``params.routing`` is not a non-empty object."""
+        routing = params.get("routing")
+        if not isinstance(routing, dict) or not routing:
+            return None
+        approval = routing.get("installApproval")
+        approval = approval if isinstance(approval, dict) else {}
+        skills = routing.get("availableSkills")
+        return cls(
+            prompt=coerce.text(params.get("taskPrompt")),
+            working_directory=coerce.text(params.get("workingDirectory")),
+            gateway_base_url=coerce.text(params.get("aiGatewayBaseUrl")),
+            gateway_api_key=coerce.text(params.get("aiGatewayApiKey")),
+            routing_mode=coerce.text(routing.get("routingMode")),
+            explicit_target=coerce.text(routing.get("explicitExecutionTarget")),
+            preferred_gateway=coerce.text(routing.get("preferredGatewayProviderId")),
+            explicit_provider=coerce.text(routing.get("explicitProviderId")),
+            explicit_model=coerce.text(routing.get("explicitModel")),
+            explicit_skills=tuple(coerce.string_list(routing.get("explicitSkills")) or ()),
+            allow_install=coerce.loose_bool(routing.get("allowSkillInstall")),
+            approval=InstallApproval(
+                request_id=coerce.text(approval.get("requestId")),
+                approved_keys=tuple(coerce.string_list(approval.get("approvedSkillKeys")) or ()),
+            ),
+            available_skills=tuple(
+                candidate_from(item) for item in (skills if isinstance(skills, list) else [])
+            ),
+        )
+
+    @property
+    def explicit_mode(self) -> bool:
+        return self.routing_mode.lower() == "explicit"
+
+    @property
+    def auto(self) -> bool:
+        """Auto routing (memory is recorded only for these turns, §6.5)."""
+        return not self.explicit_mode
+
+    @property
+    def gateway_provider(self) -> str:
+        value = self.preferred_gateway.lower()
+        return value if value in GATEWAY_PROVIDERS else "local"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +125,11 @@ class RoutingDecision:
     needs_skill_install: bool = False
     unavailable_code: str = ""
     unavailable_message: str = ""
+    install_request_id: str = ""
+    skill_candidates: tuple[SkillCandidate, ...] = ()
+    memory_sources: tuple[MemorySource, ...] = ()
+    #: how the target was chosen: explicit, keywords, classifier, memory, fallback.
+    reason: str = ""
 
     @property
     def unavailable(self) -> bool:
@@ -60,59 +151,137 @@ class RoutingDecision:
             out["unavailableCode"] = self.unavailable_code
         if self.unavailable_message:
             out["unavailableMessage"] = self.unavailable_message
+        if self.install_request_id:
+            out["skillInstallRequestId"] = self.install_request_id
+        if self.skill_candidates:
+            out["skillCandidates"] = [c.wire() for c in self.skill_candidates]
+        if self.memory_sources:
+            out["memorySources"] = [s.wire() for s in self.memory_sources]
         return out
 
 
-def _gateway_provider(routing: dict[str, Any]) -> str:
-    value = coerce.text(routing.get("preferredGatewayProviderId")).lower()
-    return value if value in GATEWAY_PROVIDERS else "local"
+EMPTY_FIELDS: dict[str, Any] = RoutingDecision().fields()
 
 
-def _dedupe(values: list[str]) -> tuple[str, ...]:
-    seen: set[str] = set()
-    out: list[str] = []
-    for v in values:
-        key = v.lower()
-        if v and key not in seen:
-            seen.add(key)
-            out.append(v)
-    return tuple(out)
+async def _no_label(prompt: str) -> str:
+    return ""
 
 
-def resolve(routing: dict[str, Any], available: list[str]) -> RoutingDecision:
-    """Resolve a non-empty ``routing`` object against the available provider ids."""
-    available_lc = [p.strip().lower() for p in available]
-    mode = coerce.text(routing.get("routingMode")).lower()
-    explicit_target = coerce.text(routing.get("explicitExecutionTarget"))
+async def _no_candidates(prompt: str) -> list[SkillCandidate]:
+    return []
 
-    if mode == "explicit" and explicit_target:
-        target = _EXPLICIT_TARGETS.get(explicit_target, SINGLE_AGENT)
+
+async def _no_install(approved: list[SkillCandidate]) -> list[SkillCandidate]:
+    return []
+
+
+def explicit_target(value: str) -> str:
+    """Map an explicit target name (case-insensitive); ``""`` when unknown."""
+    return _EXPLICIT_TARGETS.get(_SEPARATORS.sub("", value.strip().lower()), "")
+
+
+async def auto_target(
+    prompt: str, memory: Preferences, available: list[str], classify: Classify
+) -> tuple[str, str]:
+    """§2.3 auto decision table → (target, reason)."""
+    local = keywords.looks_local(prompt)
+    online = keywords.looks_online(prompt)
+    complex_ = keywords.looks_complex(prompt)
+    if complex_ and (local or online):
+        return MULTI_AGENT, "keywords"
+    if local:
+        return SINGLE_AGENT, "keywords"
+    if online:
+        return GATEWAY, "keywords"
+    if complex_:
+        return MULTI_AGENT, "keywords"
+    label = await classify(prompt)
+    if label in (GATEWAY, "gateway-chat"):
+        return GATEWAY, "classifier"
+    if label in (MULTI_AGENT, SINGLE_AGENT):
+        return label, "classifier"
+    preferred = memory.route.strip().lower()
+    if preferred == GATEWAY:
+        return GATEWAY, "memory"
+    if preferred == MULTI_AGENT:
+        return MULTI_AGENT, "memory"
+    if preferred == SINGLE_AGENT and available:
+        return SINGLE_AGENT, "memory"
+    return (SINGLE_AGENT, "fallback") if available else (GATEWAY, "fallback")
+
+
+async def resolve(
+    req: RoutingRequest,
+    available: list[str],
+    *,
+    memory: Preferences | None = None,
+    classify: Classify = _no_label,
+    finder: Finder = _no_candidates,
+    installer: Installer = _no_install,
+) -> RoutingDecision:
+    """Resolve a routing request against the available provider ids (§2)."""
+    memory = memory or Preferences()
+    available_lc = [p.strip().lower() for p in available if p.strip()]
+
+    if req.explicit_mode and req.explicit_target:
+        target, reason = explicit_target(req.explicit_target), "explicit"
+        if not target:
+            return RoutingDecision(
+                skill_source=NONE,
+                unavailable_code=UNKNOWN_TARGET,
+                unavailable_message=(
+                    f"unknown explicit execution target {req.explicit_target!r}; "
+                    "expected singleAgent, multiAgent or gateway"
+                ),
+                memory_sources=memory.sources,
+                reason=reason,
+            )
     else:
-        target = SINGLE_AGENT if available_lc else GATEWAY
-    gateway_provider = _gateway_provider(routing) if target == GATEWAY else ""
+        target, reason = await auto_target(req.prompt, memory, available_lc, classify)
+    gateway_provider = req.gateway_provider if target == GATEWAY else ""
 
-    provider = ""
-    code = message = ""
-    explicit_provider = coerce.text(routing.get("explicitProviderId")).lower()
+    provider = code = message = ""
+    explicit_provider = req.explicit_provider.lower()
+    remembered = memory.provider.strip().lower()
     if explicit_provider:
         if explicit_provider in available_lc:
             provider = explicit_provider
         else:
             code, message = PROVIDER_UNAVAILABLE, "explicit provider is unavailable"
+    elif remembered in available_lc and remembered:
+        provider = remembered
     elif target == SINGLE_AGENT:
         if available_lc:
             provider = available_lc[0]
         else:
             code, message = PROVIDER_UNAVAILABLE, "no single-agent provider is available"
 
-    skills = _dedupe(coerce.string_list(routing.get("explicitSkills")) or [])
+    skills = await resolve_skills(
+        req.prompt,
+        req.explicit_skills,
+        list(req.available_skills),
+        req.allow_install,
+        req.approval,
+        finder,
+        installer,
+    )
+    resolved_skills, source = skills.resolved, skills.source
+    if not resolved_skills and memory.skills:
+        resolved_skills = memory.skills
+        if source in ("", NONE):
+            source = LOCAL_MATCH
     return RoutingDecision(
         execution_target=target,
         provider_id=provider,
         gateway_provider_id=gateway_provider,
-        model=coerce.text(routing.get("explicitModel")),
-        skills=skills,
-        skill_source="local_match" if skills else "none",
+        model=req.explicit_model or memory.model,
+        skills=resolved_skills,
+        skill_source=source or NONE,
+        needs_skill_install=skills.needs_install,
         unavailable_code=code,
         unavailable_message=message,
+        install_request_id=skills.install_request_id,
+        skill_candidates=skills.candidates,
+        memory_sources=memory.sources,
+        reason=reason,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -14,11 +15,17 @@ from xwm_bridge.router.resolver import (
     PROVIDER_UNAVAILABLE,
     SINGLE_AGENT,
     RoutingDecision,
-    resolve,
+    RoutingRequest,
 )
+from xwm_bridge.router.resolver import resolve as resolve_async
 
 PROPS = settings(max_examples=200, deadline=None)
 CATALOG = ["codex", "opencode", "gemini"]
+
+
+def resolve(routing: dict[str, Any], available: list[str]) -> RoutingDecision:
+    req = RoutingRequest.parse({"routing": routing}) or RoutingRequest()
+    return asyncio.run(resolve_async(req, available))
 
 
 def explicit(target: str, **extra: Any) -> dict[str, Any]:
@@ -37,18 +44,32 @@ def explicit(target: str, **extra: Any) -> dict[str, Any]:
         ("single-agent", SINGLE_AGENT),
         ("gateway", GATEWAY),
         ("  gateway  ", GATEWAY),  # trimmed
-        # anything else, comparisons are case-sensitive
-        ("gateway-chat", SINGLE_AGENT),
-        ("Gateway", SINGLE_AGENT),
+        # fix (routing.md §9.3): names are matched case-insensitively
+        ("gateway-chat", GATEWAY),
+        ("Gateway", GATEWAY),
+        ("GATEWAY_CHAT", GATEWAY),
         ("SingleAgent", SINGLE_AGENT),
-        ("MultiAgent", SINGLE_AGENT),
-        ("multi_agent", SINGLE_AGENT),
-        ("auto", SINGLE_AGENT),
+        ("SINGLE-AGENT", SINGLE_AGENT),
+        ("MultiAgent", MULTI_AGENT),
+        ("multi_agent", MULTI_AGENT),
+        ("Multi Agent", MULTI_AGENT),
     ],
 )
 def test_explicit_target_table(target: str, expected: str) -> None:
     decision = resolve(explicit(target), CATALOG)
     assert decision.execution_target == expected
+    assert not decision.unavailable
+
+
+@pytest.mark.parametrize("target", ["auto", "single", "agent", "gateways", "multi-agents", "42"])
+def test_unknown_explicit_target_is_unavailable(target: str) -> None:
+    decision = resolve(explicit(target, explicitProviderId="codex"), CATALOG)
+    fields = decision.fields()
+    assert fields["unavailable"] is True
+    assert fields["unavailableCode"] == "UNKNOWN_EXECUTION_TARGET"
+    assert repr(target) in fields["unavailableMessage"]
+    assert fields["resolvedExecutionTarget"] == ""
+    assert fields["resolvedProviderId"] == ""
 
 
 def test_routing_mode_is_case_insensitive() -> None:
@@ -303,6 +324,9 @@ def test_default_decision() -> None:
 def test_resolve_invariants(routing: dict[str, Any], available: list[str]) -> None:
     decision = resolve(routing, available)
     fields = decision.fields()
+    if fields.get("unavailableCode") == "UNKNOWN_EXECUTION_TARGET":
+        assert fields["resolvedExecutionTarget"] == ""
+        return
     assert fields["resolvedExecutionTarget"] in (SINGLE_AGENT, MULTI_AGENT, GATEWAY)
     assert fields["resolvedProviderId"] in ["", *available]
     assert (fields["resolvedGatewayProviderId"] != "") == (

@@ -1,0 +1,162 @@
+"""The LLM routing classifier (routing.md §3) against the in-repo fake
+OpenAI-compatible LLM: key/URL pairing (§9.1 fix), deadline, cache, sharing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from internal.peers.fake_llm import STATE_KEY, create_app
+from tests.conftest import ServeApp
+from xwm_bridge.router.classifier import (
+    SYSTEM_PROMPT,
+    Classifier,
+    Endpoint,
+    choose_endpoint,
+    label_from_response,
+    normalize_base_url,
+)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+def make(http: aiohttp.ClientSession, **kw: Any) -> Classifier:
+    opts: dict[str, Any] = {
+        "model": "route-model",
+        "timeout": 5.0,
+        "cache_ttl": 60.0,
+        "cache_entries": 8,
+        "max_concurrency": 4,
+    }
+    opts.update(kw)
+    return Classifier(http, **opts)
+
+
+async def llm(serve_app: ServeApp) -> tuple[str, Any]:
+    app = create_app()
+    return await serve_app(app), app[STATE_KEY]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("", "https://api.openai.com/v1"),
+        ("https://x/v1", "https://x/v1"),
+        ("https://x/", "https://x/v1"),
+        ("https://x//", "https://x/v1"),
+        ("https://x/v1/", "https://x/v1/v1"),  # kept as documented
+    ],
+)
+def test_normalize_base_url(raw: str, expected: str) -> None:
+    assert normalize_base_url(raw) == expected
+
+
+def test_server_key_never_goes_to_client_url() -> None:
+    assert choose_endpoint("https://evil", "", "https://srv", "SERVER") == Endpoint(
+        "https://srv/v1", "SERVER"
+    )
+    assert choose_endpoint("https://evil", "CLIENT", "https://srv", "SERVER") == Endpoint(
+        "https://evil/v1", "CLIENT"
+    )
+    assert choose_endpoint("", "CLIENT", "https://srv/v1", "") == Endpoint(
+        "https://srv/v1", "CLIENT"
+    )
+    assert choose_endpoint("https://evil", "", "https://srv", "") is None
+
+
+@pytest.mark.parametrize(
+    ("body", "label"),
+    [
+        (b'{"choices":[{"message":{"content":" Multi-Agent "}}]}', "multi-agent"),
+        (b'{"choices":[{"message":{"content":"single-agent or gateway"}}]}', "single-agent"),
+        (b'{"choices":[{"message":{"content":"GATEWAY"}}]}', "gateway"),
+        (b'{"choices":[{"message":{"content":"dunno"}}]}', ""),
+        (b'{"choices":[]}', ""),
+        (b'{"choices":[{"message":{"content":null}}]}', ""),
+        (b"{}", ""),
+        (b"nope", ""),
+    ],
+)
+def test_label_from_response(body: bytes, label: str) -> None:
+    assert label_from_response(body) == label
+
+
+async def test_request_shape_and_answer(serve_app: ServeApp, client: aiohttp.ClientSession) -> None:
+    url, state = await llm(serve_app)
+    state.script.append("multi-agent")
+    c = make(client)
+    assert await c.classify("  plan my week  ", Endpoint(f"{url}/v1", "KEY")) == "multi-agent"
+    (req,) = state.requests
+    assert req["path"] == "/v1/chat/completions"
+    assert req["headers"]["Authorization"] == "Bearer KEY"
+    assert req["body"] == {
+        "model": "route-model",
+        "messages": [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": "plan my week"},
+        ],
+        "max_tokens": 4096,
+        "stream": False,
+    }
+
+
+async def test_cache_per_prompt_and_ttl(serve_app: ServeApp, client: aiohttp.ClientSession) -> None:
+    url, state = await llm(serve_app)
+    c = make(client, cache_ttl=0.3)
+    ep = Endpoint(f"{url}/v1", "KEY")
+    # the fake echoes the prompt, so a prompt naming a label gets that label back
+    assert await c.classify("go gateway", ep) == "gateway"
+    assert await c.classify("go gateway", ep) == "gateway"
+    assert len(state.requests) == 1
+    assert await c.classify("go single-agent", ep) == "single-agent"
+    assert len(state.requests) == 2
+    await asyncio.sleep(0.4)
+    assert await c.classify("go gateway", ep) == "gateway"
+    assert len(state.requests) == 3
+
+
+async def test_no_answer_is_not_cached(serve_app: ServeApp, client: aiohttp.ClientSession) -> None:
+    url, state = await llm(serve_app)
+    state.script.append({"status": 500, "body": "boom"})
+    c = make(client)
+    ep = Endpoint(f"{url}/v1", "KEY")
+    assert await c.classify("go gateway", ep) == ""
+    assert await c.classify("go gateway", ep) == "gateway"
+
+
+async def test_deadline(serve_app: ServeApp, client: aiohttp.ClientSession) -> None:
+    url, _ = await llm(serve_app)
+    c = make(client, timeout=0.3)
+    started = time.monotonic()
+    assert await c.classify("slow:3000 gateway", Endpoint(f"{url}/v1", "KEY")) == ""
+    assert time.monotonic() - started < 2
+
+
+async def test_concurrent_identical_prompts_share_one_call(
+    serve_app: ServeApp, client: aiohttp.ClientSession
+) -> None:
+    url, state = await llm(serve_app)
+    c = make(client)
+    ep = Endpoint(f"{url}/v1", "KEY")
+    labels = await asyncio.gather(*(c.classify("slow:200 multi-agent", ep) for _ in range(5)))
+    assert labels == ["multi-agent"] * 5
+    assert len(state.requests) == 1
+
+
+async def test_unreachable_endpoint_is_no_answer(client: aiohttp.ClientSession) -> None:
+    from tests.conftest import closed_port
+
+    c = make(client, timeout=2)
+    assert (
+        await c.classify("x gateway", Endpoint(f"http://127.0.0.1:{closed_port()}/v1", "K")) == ""
+    )
+    assert await c.classify("x", None) == ""

@@ -1,0 +1,320 @@
+"""xworkmate.mounts.reconcile (adapters.md §4) on temp homes: every target, the
+managed block, confinement to configured homes, malformed files, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xwm_bridge.config import MountsConfig
+from xwm_bridge.mounts.managed import BEGIN, END, McpServer, merge, render_block, timestamp
+from xwm_bridge.mounts.reconcile import MountsRequest, reconcile
+
+SERVER = {"id": "xworkmate_server", "command": "xworkmate-mcp", "args": ["--port", "7777"]}
+USER_CONFIG = '# user settings\nmodel = "o3"\n\n[mcp_servers.user_server]\ncommand = "u"\n'
+
+
+def exe(path: Path, body: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{sys.executable}\nimport sys, pathlib\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    homes = {name: tmp_path / "homes" / name for name in ("codex", "opencode", "openclaw")}
+    return {"bin": bin_dir, "tmp": tmp_path, **homes}
+
+
+def cfg(env: dict[str, Path], **kw: Any) -> MountsConfig:
+    return MountsConfig(
+        codex_home=str(env["codex"]),
+        opencode_home=str(env["opencode"]),
+        openclaw_home=str(env["openclaw"]),
+        **kw,
+    )
+
+
+def run(params: dict[str, Any], config: MountsConfig) -> dict[str, Any]:
+    return asyncio.run(reconcile(MountsRequest.parse(params), config))
+
+
+def targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["targetId"]: t for t in result["mountTargets"]}
+
+
+def test_nothing_installed(env: dict[str, Path]) -> None:
+    result = run({}, cfg(env))
+    assert [t["targetId"] for t in result["mountTargets"]] == [
+        "aris", "codex", "claude", "gemini", "opencode", "openclaw",
+    ]  # fmt: skip
+    assert result["arisCompatStatus"] == "missing" and result["arisBundleVersion"] == ""
+    t = targets(result)
+    assert t["aris"]["detail"] == "Embedded ARIS bundle is unavailable."
+    assert (
+        t["codex"]["syncState"] == "missing" and t["codex"]["detail"] == "LLM API not configured."
+    )
+    assert t["claude"]["syncState"] == "disabled"
+    assert t["openclaw"]["supportsMcp"] is False
+    assert not env["codex"].exists()  # nothing written
+
+
+def test_example_13_codex_rewrite(env: dict[str, Path]) -> None:
+    cli = exe(env["tmp"] / "opt" / "codex")
+    env["codex"].mkdir(parents=True)
+    config_file = env["codex"] / "config.toml"
+    config_file.write_text(USER_CONFIG)
+    config_file.chmod(0o600)
+    params = {
+        "config": {"autoSync": True, "usesAris": True, "managedMcpServers": [SERVER]},
+        "aiGatewayUrl": "https://llm.example.com",
+        "configuredCodexCliPath": str(cli),
+        "codexHome": str(env["codex"]),
+        "aris": {
+            "available": True,
+            "bundleVersion": "2026.04.1",
+            "llmChatServerPath": "/app/aris/mcp-server.py",
+            "skillCount": 12,
+            "bridgeAvailable": True,
+        },
+    }
+    result = run(params, cfg(env))
+    assert result["arisCompatStatus"] == "ready"
+    t = targets(result)
+    assert t["aris"] == {
+        "targetId": "aris", "label": "ARIS", "available": True, "supportsSkills": True,
+        "supportsMcp": True, "supportsAiGatewayInjection": False, "discoveryState": "ready",
+        "syncState": "ready", "discoveredSkillCount": 12, "discoveredMcpCount": 1,
+        "managedMcpCount": 1,
+        "detail": "Embedded bundle 2026.04.1 ready; XWorkmate Go core manages llm-chat and "
+        "claude-review.",
+    }  # fmt: skip
+    assert t["codex"] == {
+        "targetId": "codex", "label": "Codex", "available": True, "supportsSkills": True,
+        "supportsMcp": True, "supportsAiGatewayInjection": True, "discoveryState": "ready",
+        "syncState": "ready", "discoveredSkillCount": 0, "discoveredMcpCount": 1,
+        "managedMcpCount": 1,
+        "detail": "LLM API uses launch-scoped defaults for collaboration runs.",
+    }  # fmt: skip
+    text = config_file.read_text()
+    assert text.startswith(USER_CONFIG.rstrip("\n") + "\n\n" + BEGIN + "\n")
+    assert (
+        '[mcp_servers.xworkmate_server]\ncommand = "xworkmate-mcp"\nargs = ["--port", "7777"]\n'
+        in text
+    )
+    assert text.endswith(END + "\n")
+    doc = tomllib.loads(text)
+    assert set(doc["mcp_servers"]) == {"user_server", "xworkmate_server"}
+    assert stat.S_IMODE(config_file.stat().st_mode) == 0o600  # permissions kept
+    assert (env["codex"] / "config.toml.bak").read_text() == USER_CONFIG
+    # a second run replaces the block instead of adding one
+    again = targets(run(params, cfg(env)))["codex"]
+    assert again["discoveredMcpCount"] == 2  # counted before the rewrite, managed included
+    assert config_file.read_text().count(BEGIN) == 1
+
+
+def test_codex_available_only_for_an_executable(env: dict[str, Path]) -> None:
+    plain = env["tmp"] / "notes.txt"
+    plain.write_text("x")
+    params = {"configuredCodexCliPath": str(plain), "config": {"autoSync": True,
+              "managedMcpServers": [SERVER]}}  # fmt: skip
+    assert targets(run(params, cfg(env)))["codex"]["available"] is False
+    exe(env["bin"] / "codex")
+    assert targets(run(params, cfg(env)))["codex"]["available"] is True
+
+
+def test_client_home_outside_configured_home_is_not_touched(env: dict[str, Path]) -> None:
+    exe(env["bin"] / "codex")
+    outside = env["tmp"] / "victim"
+    outside.mkdir()
+    params = {
+        "config": {"autoSync": True, "managedMcpServers": [SERVER]},
+        "codexHome": str(outside),
+    }
+    t = targets(run(params, cfg(env)))["codex"]
+    assert not (outside / "config.toml").exists()
+    assert (env["codex"] / "config.toml").exists()
+    assert "outside the configured tool home" in t["detail"]
+    # a sub-directory of the configured home is accepted
+    sub = env["codex"] / "profile"
+    run({**params, "codexHome": str(sub)}, cfg(env))
+    assert (sub / "config.toml").exists()
+
+
+@pytest.mark.parametrize(
+    "existing",
+    [
+        "this is = = not toml\n[",
+        f"{BEGIN}\n[mcp_servers.x]\ncommand = 'a'\n",  # orphan start marker
+        '[mcp_servers.xworkmate_server]\ncommand = "mine"\n',  # conflicting user table
+    ],
+)
+def test_unmergeable_existing_config_is_reported_and_untouched(
+    env: dict[str, Path], existing: str
+) -> None:
+    exe(env["bin"] / "codex")
+    env["codex"].mkdir(parents=True)
+    (env["codex"] / "config.toml").write_text(existing)
+    params = {"config": {"autoSync": True, "managedMcpServers": [SERVER]}}
+    t = targets(run(params, cfg(env)))["codex"]
+    assert t["syncState"] == "error"
+    assert "left untouched" in t["detail"]
+    assert (env["codex"] / "config.toml").read_text() == existing
+    assert not (env["codex"] / "config.toml.bak").exists()
+
+
+def test_ids_and_strings_are_escaped(env: dict[str, Path]) -> None:
+    exe(env["bin"] / "codex")
+    evil = {"id": 'x]\n[evil]\nk = "', "command": 'a"\nb', "args": ["\\", '"']}
+    run({"config": {"autoSync": True, "managedMcpServers": [evil]}}, cfg(env))
+    doc = tomllib.loads((env["codex"] / "config.toml").read_text())
+    assert list(doc) == ["mcp_servers"]
+    assert doc["mcp_servers"][evil["id"]] == {"command": 'a"\nb', "args": ["\\", '"']}
+
+
+def test_opencode_format(env: dict[str, Path]) -> None:
+    exe(env["bin"] / "opencode")
+    servers = [
+        {"id": "b", "url": "http://127.0.0.1:9/mcp"},
+        {"id": "a", "command": "run", "args": ["x"]},
+        {"id": "off", "command": "z", "enabled": "false"},
+    ]
+    t = targets(run({"config": {"autoSync": "yes", "managedMcpServers": servers}}, cfg(env)))
+    assert t["opencode"]["managedMcpCount"] == 2 and t["opencode"]["syncState"] == "ready"
+    text = (env["opencode"] / "config.toml").read_text()
+    assert text.index("[mcp_servers.a]") < text.index("[mcp_servers.b]")
+    doc = tomllib.loads(text)["mcp_servers"]
+    assert doc == {"a": {"type": "stdio", "command": "run", "args": ["x"]},
+                   "b": {"url": "http://127.0.0.1:9/mcp"}}  # fmt: skip
+
+
+def test_concurrent_double_reconcile_does_not_corrupt(env: dict[str, Path]) -> None:
+    exe(env["bin"] / "codex")
+    env["codex"].mkdir(parents=True)
+    (env["codex"] / "config.toml").write_text(USER_CONFIG)
+    config = cfg(env)
+
+    async def both() -> None:
+        params = {"config": {"autoSync": True, "managedMcpServers": [SERVER]}}
+        await asyncio.gather(*(reconcile(MountsRequest.parse(params), config) for _ in range(6)))
+
+    asyncio.run(both())
+    text = (env["codex"] / "config.toml").read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    assert set(tomllib.loads(text)["mcp_servers"]) == {"user_server", "xworkmate_server"}
+    assert [p.name for p in env["codex"].iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_cli_discovery_only_when_enabled(env: dict[str, Path]) -> None:
+    marker = env["tmp"] / "ran"
+    body = (
+        f"pathlib.Path({str(marker)!r}).touch()\n"
+        "print('┌ header'); print('srv-one: ok'); print('srv-two: ok'); print('Usage: x')"
+    )
+    exe(env["bin"] / "claude", body)
+    exe(env["bin"] / "gemini", "print('No MCP servers configured')")
+    params = {"config": {"autoSync": True, "managedMcpServers": [SERVER]}}
+    t = targets(run(params, cfg(env)))
+    assert t["claude"]["available"] and t["claude"]["syncState"] == "launch-only"
+    assert t["claude"]["discoveredMcpCount"] == 0 and not marker.exists()
+    t = targets(run(params, cfg(env, cli_discovery_enabled=True)))
+    assert marker.exists()
+    assert t["claude"]["discoveredMcpCount"] == 2
+    assert t["gemini"]["discoveredMcpCount"] == 0
+    assert (
+        t["gemini"]["detail"]
+        == "MCP discovery uses `gemini mcp list`; LLM API stays launch-scoped."
+    )
+
+
+def test_cli_discovery_deadline(env: dict[str, Path]) -> None:
+    exe(env["bin"] / "claude", "import time; time.sleep(30)")
+    import time
+
+    started = time.monotonic()
+    t = targets(run({}, cfg(env, cli_discovery_enabled=True, cli_timeout=0.5)))
+    assert time.monotonic() - started < 5
+    assert t["claude"]["discoveredMcpCount"] == 0
+
+
+def test_openclaw_inspection(env: dict[str, Path]) -> None:
+    exe(env["bin"] / "openclaw")
+    (env["openclaw"] / "skills" / "a").mkdir(parents=True)
+    (env["openclaw"] / "skills" / "b").mkdir()
+    (env["openclaw"] / "openclaw.json").write_text('{"agents":{"list":[{},{},{}]}}')
+    t = targets(run({"config": {"autoSync": True}}, cfg(env)))["openclaw"]
+    assert t["syncState"] == "launch-only" and t["discoveredSkillCount"] == 2
+    assert t["detail"] == "agents: 3 · skills: 2"
+    (env["openclaw"] / "openclaw.json").write_text("[1]")
+    t = targets(run({}, cfg(env)))["openclaw"]
+    assert t["detail"] == "OpenClaw config detected but could not be fully parsed."
+
+
+@pytest.mark.parametrize(
+    ("aris", "uses", "state", "detail"),
+    [
+        ({"error": "boom", "available": True}, True, "error", "boom"),
+        ({"available": True, "llmChatServerPath": "/p"}, False, "embedded",
+         "Embedded bundle extracted, but the XWorkmate Go core is not available yet."),
+        ({"available": "true", "skillCount": "-3"}, True, "embedded",
+         "Embedded bundle extracted, but llm-chat metadata is missing."),
+    ],
+)  # fmt: skip
+def test_aris_rules(
+    env: dict[str, Path], aris: dict[str, Any], uses: bool, state: str, detail: str
+) -> None:
+    t = targets(run({"aris": aris, "config": {"usesAris": uses}}, cfg(env)))["aris"]
+    assert (t["syncState"], t["detail"]) == (state, detail)
+    assert t["discoveredSkillCount"] == 0
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"config": "yes"},
+        {"config": {"autoSync": [1], "usesAris": {}, "managedMcpServers": "x"}},
+        {"config": {"managedMcpServers": [1, None, {"id": ""}, {"id": 7, "args": "a"}]}},
+        {"aiGatewayUrl": 5, "configuredCodexCliPath": ["x"], "codexHome": {"a": 1}},
+        {"opencodeHome": 3, "openclawHome": None},
+        {"aris": "x"},
+        {"aris": {"available": [], "bundleVersion": 1.5, "skillCount": "12abc", "error": None}},
+    ],
+)
+def test_wrong_types_are_coerced(env: dict[str, Path], params: dict[str, Any]) -> None:
+    result = run(params, cfg(env))
+    assert len(result["mountTargets"]) == 6
+
+
+def test_block_format_and_timestamp() -> None:
+    stamp = timestamp(1_700_000_000_123_456_789)
+    assert stamp.split(".")[1].startswith("123456789")
+    block = render_block([McpServer("s", command="c")], "codex", 1_700_000_000_123_456_789)
+    assert block.splitlines()[:4] == [
+        BEGIN,
+        "# Generated by XWorkmate - Managed MCP Server Configuration",
+        f"# Last updated: {stamp}",
+        "",
+    ]
+    assert merge("", [McpServer("s", command="c")], "codex").startswith(BEGIN)
+
+
+def test_home_defaults_follow_home(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(env["tmp"]))
+    exe(env["bin"] / "codex")
+    run({"config": {"autoSync": True, "managedMcpServers": [SERVER]}}, MountsConfig())
+    assert (env["tmp"] / ".codex" / "config.toml").exists()
+    monkeypatch.delenv("HOME")
+    t = targets(run({"config": {"autoSync": True, "managedMcpServers": [SERVER]}}, MountsConfig()))
+    assert t["codex"]["syncState"] == "ready"  # nothing to write to, nothing written
+    assert os.getcwd() != ""

@@ -1,0 +1,297 @@
+"""Routing memory (routing.md §6) in a temp home: locations confined to roots,
+sanitization, the case-insensitive parse fix, round trips, rotation, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xwm_bridge.config import BridgeConfig, RouterConfig
+from xwm_bridge.router import memory
+from xwm_bridge.router.resolver import RoutingRequest
+from xwm_bridge.router.service import Router
+
+
+def test_parse_fixes_capitalized_prefixes() -> None:
+    part = memory.parse(
+        "Preferred-Route: Gateway-Chat\nPREFERRED-MODEL:  gpt-5 \nProvider: Codex\n"
+        "preferred-skills: a, , b\npreferred-skills: c"
+    )
+    assert (part.route, part.model, part.provider) == ("gateway", "gpt-5", "Codex")
+    assert part.skills == ["a", "b", "c"]
+
+
+def test_later_lines_replace_earlier_ones() -> None:
+    part = memory.parse("preferred-route: gateway\n# heading\nprose\npreferred-route: multi-agent")
+    assert part.route == "multi-agent"
+
+
+def test_sanitize_drops_secret_lines() -> None:
+    text = "provider: codex\nmy api_key: x\n\nToken=abc\npassword: p\nAPI KEY here\nsecret\nok"
+    assert memory.sanitize(text) == "provider: codex\n\nok"
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_load_merges_scopes_in_order(tmp_path: Path) -> None:
+    home, projects = tmp_path / "home", tmp_path / "projects"
+    wd = projects / "app"
+    write(home / "self-improving" / "memory.md", "preferred-route: gateway\nprovider: gemini\n")
+    write(
+        home / "self-improving" / "projects" / "app.md",
+        "preferred-model: m1\npreferred-skills: a, b\n",
+    )
+    write(wd / ".xworkmate" / "memory.md", "preferred-route: single-agent\npreferred-skills: c\n")
+    locs = memory.locate(str(wd), str(home), (str(projects),))
+    prefs = memory.load(locs, 4096)
+    assert (prefs.route, prefs.model, prefs.provider) == ("single-agent", "m1", "gemini")
+    assert prefs.skills == ("c",)
+    assert [s.scope for s in prefs.sources] == ["global", "project-home", "project-local"]
+
+
+def test_project_local_requires_allowed_root(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    wd = tmp_path / "elsewhere" / "app"
+    write(wd / ".xworkmate" / "memory.md", "preferred-route: gateway\n")
+    locs = memory.locate(str(wd), str(home), (str(tmp_path / "projects"),))
+    assert locs.project_local_dir is None
+    assert memory.load(locs, 4096).route == ""
+
+
+@pytest.mark.parametrize("wd", ["", "relative/app", "/", "/x/..", "  "])
+def test_odd_working_directories_read_no_project_files(wd: str, tmp_path: Path) -> None:
+    locs = memory.locate(wd, str(tmp_path), (str(tmp_path),) if wd.startswith("/x") else ())
+    assert all(".." not in str(p) for _, p in locs.reads())
+    assert locs.project_local_dir is None or locs.project_local_dir.is_relative_to(tmp_path)
+    if not wd.strip():
+        assert [s for s, _ in locs.reads()] == ["global"]
+
+
+def test_dotdot_cannot_escape_root(tmp_path: Path) -> None:
+    root = tmp_path / "projects"
+    root.mkdir()
+    locs = memory.locate(str(root / ".." / "outside"), str(tmp_path / "h"), (str(root),))
+    assert locs.project_local_dir is None
+
+
+def test_symlink_escape_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "projects"
+    outside = tmp_path / "outside"
+    write(outside / ".xworkmate" / "memory.md", "preferred-route: gateway\n")
+    root.mkdir()
+    (root / "link").symlink_to(outside)
+    locs = memory.locate(str(root / "link"), str(tmp_path / "h"), (str(root),))
+    assert locs.project_local_dir is None
+
+
+def test_render_block_format() -> None:
+    now = datetime(2026, 4, 12, 10, 15, 30, tzinfo=timezone(timedelta(hours=8)))
+    block = memory.render_block("single-agent", "gpt-5.4", ("PPTX", "pdf"), "codex", now)
+    assert block == (
+        "\n## Auto route 2026-04-12T10:15:30+08:00\npreferred-route: single-agent\n"
+        "preferred-model: gpt-5.4\npreferred-skills: PPTX, pdf\nprovider: codex\n"
+    )
+    assert memory.render_block("multi-agent", "", (), "", now).count("\n") == 3
+
+
+def test_render_block_cannot_inject_lines() -> None:
+    block = memory.render_block("single-agent", "m\nprovider: evil", (), "")
+    assert "\nprovider: evil" not in block
+
+
+def test_append_rotates_above_cap(tmp_path: Path) -> None:
+    path = tmp_path / "p" / "memory.md"
+    for _ in range(10):
+        memory.append(path, "x" * 40 + "\n", 100)
+    assert path.stat().st_size <= 100
+    assert (tmp_path / "p" / "memory.md.1").exists()
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_concurrent_appends_do_not_interleave(tmp_path: Path) -> None:
+    path = tmp_path / "memory.md"
+    blocks = [f"\n## block {i}\n" + f"line-{i}\n" * 50 for i in range(8)]
+    threads = [threading.Thread(target=memory.append, args=(path, b, 10**7)) for b in blocks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    text = path.read_text()
+    for b in blocks:
+        assert b in text
+
+
+def test_append_refuses_symlinked_file(tmp_path: Path) -> None:
+    target = tmp_path / "victim"
+    target.write_text("")
+    link = tmp_path / "d" / "memory.md"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    with pytest.raises(OSError):
+        memory.append(link, "x\n", 1000)
+    assert target.read_text() == ""
+
+
+# --- the Router: load + record round trip ------------------------------------------------
+
+
+def router(tmp_path: Path, **overrides: Any) -> Router:
+    rc = RouterConfig(
+        memory_home=str(tmp_path / "home"),
+        memory_project_roots=(str(tmp_path / "projects"),),
+        **overrides,
+    )
+    return Router(BridgeConfig(router=rc), None)
+
+
+def request(wd: str, prompt: str = "convert the docx", mode: str = "auto") -> RoutingRequest:
+    req = RoutingRequest.parse(
+        {"taskPrompt": prompt, "workingDirectory": wd, "routing": {"routingMode": mode}}
+    )
+    assert req is not None
+    return req
+
+
+async def test_round_trip_project_local(tmp_path: Path) -> None:
+    r = router(tmp_path)
+    wd = tmp_path / "projects" / "app"
+    wd.mkdir(parents=True)
+    req = request(str(wd))
+    decision = await r.resolve(req)
+    assert await r.record(req, decision, {"success": True})
+    text = (wd / ".xworkmate" / "memory.md").read_text()
+    assert "preferred-route: single-agent\n" in text and "provider: codex\n" in text
+    again = await r.resolve(request(str(wd), prompt="hello"))
+    assert again.fields()["memorySources"] == [
+        {"path": str(wd / ".xworkmate" / "memory.md"), "scope": "project-local"}
+    ]
+
+
+async def test_record_falls_back_to_home_projects(tmp_path: Path) -> None:
+    r = router(tmp_path)
+    wd = tmp_path / "not-allowed" / "svc"
+    req = request(str(wd))
+    decision = await r.resolve(req)
+    assert await r.record(req, decision, {"success": "true"})
+    assert (tmp_path / "home" / "self-improving" / "projects" / "svc.md").exists()
+    assert not wd.exists()  # nothing created outside the roots
+
+
+@pytest.mark.parametrize(
+    ("result", "mode", "prompt", "wd_ok"),
+    [
+        ({"success": False}, "auto", "convert the docx", True),
+        ({}, "auto", "convert the docx", True),
+        ({"success": True}, "explicit", "convert the docx", True),
+        ({"success": True}, "auto", "search the web", True),  # gateway never records
+        ({"success": True}, "auto", "convert the docx", False),  # blank wd
+    ],
+)
+async def test_no_recording_when_conditions_fail(
+    tmp_path: Path, result: dict[str, Any], mode: str, prompt: str, wd_ok: bool
+) -> None:
+    r = router(tmp_path)
+    wd = tmp_path / "projects" / "app"
+    routing: dict[str, Any] = {"routingMode": mode}
+    if mode == "explicit":
+        routing["explicitExecutionTarget"] = "singleAgent"
+    req = RoutingRequest.parse(
+        {"taskPrompt": prompt, "workingDirectory": str(wd) if wd_ok else "", "routing": routing}
+    )
+    assert req is not None
+    decision = await r.resolve(req)
+    assert not await r.record(req, decision, result)
+    assert not (wd / ".xworkmate").exists()
+
+
+async def test_write_failure_is_logged_not_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = router(tmp_path)
+    wd = tmp_path / "projects" / "app"
+    wd.mkdir(parents=True)
+    (wd / ".xworkmate").write_text("a file where a directory should be")
+    req = request(str(wd))
+    decision = await r.resolve(req)
+    assert not await r.record(req, decision, {"success": True})
+    assert "memory write failed" in caplog.text
+
+
+async def test_memory_disabled_reads_and_writes_nothing(tmp_path: Path) -> None:
+    r = router(tmp_path, memory_enabled=False)
+    write(tmp_path / "home" / "self-improving" / "memory.md", "preferred-route: gateway\n")
+    req = request(str(tmp_path / "projects" / "app"), prompt="hello")
+    decision = await r.resolve(req)
+    assert decision.execution_target == "single-agent"
+    assert not await r.record(req, decision, {"success": True})
+
+
+async def test_example_11_4_explicit_gateway_with_memory(tmp_path: Path) -> None:
+    r = router(tmp_path)
+    wd = tmp_path / "projects" / "repo"
+    write(wd / ".xworkmate" / "memory.md", "preferred-model: gpt-5.4\n")
+    req = RoutingRequest.parse(
+        {
+            "taskPrompt": "help me",
+            "workingDirectory": str(wd),
+            "routing": {
+                "routingMode": "explicit",
+                "explicitExecutionTarget": "gateway",
+                "preferredGatewayProviderId": "OpenClaw",
+            },
+        }
+    )
+    assert req is not None
+    fields = (await r.resolve(req)).fields()
+    assert fields == {
+        "resolvedExecutionTarget": "gateway",
+        "resolvedProviderId": "",
+        "resolvedGatewayProviderId": "openclaw",
+        "resolvedModel": "gpt-5.4",
+        "resolvedSkills": None,
+        "skillResolutionSource": "none",
+        "needsSkillInstall": False,
+        "unavailable": False,
+        "memorySources": [{"path": str(wd / ".xworkmate" / "memory.md"), "scope": "project-local"}],
+    }
+
+
+def test_home_default_is_env_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    locs = memory.locate("/a/b", "", ())
+    assert locs.memory_dir == Path(os.path.realpath(tmp_path)) / "self-improving"
+    monkeypatch.setenv("HOME", "relative")
+    assert memory.locate("/a/b", "", ()).memory_dir is None
+    assert asyncio.iscoroutinefunction(Router.record)
+
+
+async def test_reader_rereads_changed_files_only(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    path = home / "self-improving" / "memory.md"
+    write(path, "preferred-route: gateway\n")
+    reader = memory.MemoryReader(4096)
+    locs = memory.locate("", str(home), ())
+    assert (await reader.load(locs)).route == "gateway"
+    path.write_text("preferred-route: multi-agent, longer\n")  # new size → re-read
+    assert (await reader.load(locs)).route == "multi-agent, longer"
+    os.utime(path, ns=(1, 1))  # new mtime, same size → re-read
+    path.write_text("preferred-route: single-agent, longer\n")
+    os.utime(path, ns=(2, 2))
+    assert (await reader.load(locs)).route == "single-agent, longer"
+    path.unlink()
+    prefs = await reader.load(locs)
+    assert prefs.route == "" and prefs.sources == ()
+    # a symlink in place of the file is not followed
+    target = tmp_path / "elsewhere.md"
+    target.write_text("preferred-route: gateway\n")
+    path.symlink_to(target)
+    assert (await reader.load(locs)).route == ""

@@ -1,0 +1,267 @@
+"""Skill resolution (routing.md §4): every step, plus the finder/installer
+commands run for real from scripted executables (enabled, argv from config,
+no shell, deadline, output cap)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xwm_bridge.config import BridgeConfig, RouterConfig
+from xwm_bridge.router.resolver import RoutingRequest
+from xwm_bridge.router.service import Router
+from xwm_bridge.router.skills import (
+    InstallApproval,
+    SkillCandidate,
+    SkillCommands,
+    candidate_keywords,
+    install_request_id,
+    parse_command_output,
+    resolve_skills,
+    static_find,
+)
+
+
+async def none_found(prompt: str) -> list[SkillCandidate]:
+    return []
+
+
+async def none_installed(approved: list[SkillCandidate]) -> list[SkillCandidate]:
+    return []
+
+
+def skills(
+    prompt: str,
+    explicit: tuple[str, ...] = (),
+    available: list[SkillCandidate] | None = None,
+    allow: bool = False,
+    approval: InstallApproval | None = None,
+    finder=none_found,  # type: ignore[no-untyped-def]
+    installer=none_installed,  # type: ignore[no-untyped-def]
+):  # type: ignore[no-untyped-def]
+    return asyncio.run(
+        resolve_skills(
+            prompt,
+            explicit,
+            available or [],
+            allow,
+            approval or InstallApproval(),
+            finder,
+            installer,
+        )
+    )
+
+
+def test_explicit_skills_win() -> None:
+    r = skills("make slides", explicit=(" pdf ", "PDF", "", "docx"))
+    assert (r.resolved, r.source, r.candidates) == (("pdf", "docx"), "local_match", ())
+
+
+def test_local_match_uses_catalog_keywords() -> None:
+    available = [SkillCandidate("pptx", "PPTX"), SkillCandidate("custom", "")]
+    r = skills("build a powerpoint", available=available)
+    assert (r.resolved, r.source) == (("PPTX",), "local_match")
+    assert "powerpoint" in candidate_keywords(available[0])
+
+
+def test_local_match_is_token_based() -> None:
+    r = skills("an excellent idea", available=[SkillCandidate("xlsx", "Excel")])
+    assert r.resolved == () and r.source == "none"
+
+
+def test_static_finder_and_installed_match() -> None:
+    assert [c.id for c in static_find("resize image and add subtitles")] == [
+        "image-resizer",
+        "video-translator",
+    ]
+    # the available skill's own keywords do not occur in the prompt (no local match),
+    # but they contain a keyword of the found candidate → installed match
+    r = skills("add subtitles", available=[SkillCandidate("vt-subtitles", "VT")])
+    assert (r.resolved, r.source, r.needs_install) == (("VT",), "find_skills", False)
+    assert [c.id for c in r.candidates] == ["video-translator"]
+
+
+def test_install_request_id_is_sorted_and_normalized() -> None:
+    ids = [SkillCandidate("B", ""), SkillCandidate("", "A"), SkillCandidate("b", "x")]
+    assert install_request_id(ids) == "skill-install:a,b"
+    assert install_request_id([]) == ""
+
+
+def test_needs_install_without_approval() -> None:
+    r = skills("add subtitles", allow=True)
+    assert r.needs_install and r.install_request_id == "skill-install:video-translator"
+    assert r.resolved == ()
+
+
+def test_approved_install_runs_installer() -> None:
+    calls: list[list[SkillCandidate]] = []
+
+    async def installer(approved: list[SkillCandidate]) -> list[SkillCandidate]:
+        calls.append(approved)
+        return [SkillCandidate(c.id, c.label, c.description, True) for c in approved]
+
+    approval = InstallApproval("skill-install:video-translator", ("Video-Translator",))
+    r = skills("add subtitles", allow=True, approval=approval, installer=installer)
+    assert [c.id for c in calls[0]] == ["video-translator"]
+    assert (r.resolved, r.needs_install, r.install_request_id) == (
+        ("video-translator",),
+        False,
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("allow", "approval"),
+    [
+        (False, InstallApproval("skill-install:video-translator", ("video-translator",))),
+        (True, InstallApproval("skill-install:other", ("video-translator",))),
+        (True, InstallApproval("skill-install:video-translator", ())),
+        (True, InstallApproval("skill-install:video-translator", ("pdf",))),
+    ],
+)
+def test_install_not_approved(allow: bool, approval: InstallApproval) -> None:
+    async def installer(approved: list[SkillCandidate]) -> list[SkillCandidate]:
+        raise AssertionError("installer must not run")
+
+    r = skills("add subtitles", allow=allow, approval=approval, installer=installer)
+    assert r.needs_install and r.install_request_id == "skill-install:video-translator"
+
+
+@pytest.mark.parametrize(
+    ("stdout", "ids"),
+    [
+        (b'{"candidates":[{"id":"a"},{"id":"a"},{"label":"b","installed":"true"}]}', ["a", ""]),
+        (b'[{"id":"a"}]', ["a"]),
+        (b'{"skills":[{"id":"s","label":7}]}', ["s"]),
+        (b'{"id":"one"}', ["one"]),
+        (b'{"description":"no id"}', []),
+        (b'{"candidates":[1]}', []),
+        (b'{"candidates":"x"}', []),
+        (b"not json", []),
+        (b'"str"', []),
+    ],
+)
+def test_parse_command_output(stdout: bytes, ids: list[str]) -> None:
+    assert [c.id for c in parse_command_output(stdout)] == ids
+
+
+# --- real commands ------------------------------------------------------------------------
+
+
+def script(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text(f"#!{sys.executable}\nimport json, sys, time\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+FINDER = """
+req = json.load(sys.stdin)
+open(sys.argv[0] + ".seen", "w").write(json.dumps({"stdin": req, "argv": sys.argv[1:]}))
+print(json.dumps({"candidates": [{"id": "video-translator", "label": "video-translator",
+                                  "description": "translate video", "installed": False}]}))
+"""
+INSTALLER = """
+req = json.load(sys.stdin)
+open(sys.argv[0] + ".seen", "w").write(json.dumps(req))
+print(json.dumps([dict(c, installed=True) for c in req["candidates"]]))
+"""
+
+
+def seen(executable: str) -> Any:
+    """What a scripted command recorded, or None if it never ran."""
+    path = Path(executable + ".seen")
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def commands(tmp_path: Path, find: str, install: str = "", enabled: bool = True) -> SkillCommands:
+    return SkillCommands(
+        enabled=enabled, find_bin=find, install_bin=install, timeout=2.0, max_output=4096
+    )
+
+
+async def test_finder_command_gets_prompt_on_stdin(tmp_path: Path) -> None:
+    find = script(tmp_path, "finder", FINDER)
+    found = await commands(tmp_path, find).find("  dub it  ")
+    assert [c.description for c in found] == ["translate video"]
+    assert seen(find) == {"stdin": {"prompt": "dub it"}, "argv": []}
+
+
+async def test_commands_disabled_do_not_run(tmp_path: Path) -> None:
+    find = script(tmp_path, "finder", FINDER)
+    assert await commands(tmp_path, find, enabled=False).find("x") == []
+    assert seen(find) is None
+
+
+async def test_missing_or_failing_commands(tmp_path: Path) -> None:
+    assert await commands(tmp_path, str(tmp_path / "nope")).find("x") == []
+    assert await commands(tmp_path, "no-such-binary-xwm").find("x") == []
+    failing = script(tmp_path, "fail", 'print(\'{"id":"a"}\'); sys.exit(3)')
+    assert await commands(tmp_path, failing).find("x") == []
+    big = script(tmp_path, "big", "print(json.dumps({'id': 'a' * 10000}))")
+    assert await commands(tmp_path, big).find("x") == []
+
+
+async def test_command_deadline_kills_process(tmp_path: Path) -> None:
+    slow = script(tmp_path, "slow", "time.sleep(30)")
+    cmds = SkillCommands(enabled=True, find_bin=slow, install_bin="", timeout=0.5, max_output=99)
+    started = time.monotonic()
+    assert await cmds.find("x") == []
+    assert time.monotonic() - started < 5
+
+
+async def test_approved_install_flow_example_11_3(tmp_path: Path) -> None:
+    find = script(tmp_path, "finder", FINDER)
+    install = script(tmp_path, "installer", INSTALLER)
+    rc = RouterConfig(
+        skill_commands_enabled=True,
+        find_skills_bin=find,
+        install_skill_bin=install,
+        memory_home=str(tmp_path / "home"),
+    )
+    router = Router(BridgeConfig(router=rc), None)
+    routing = {
+        "routingMode": "auto",
+        "allowSkillInstall": True,
+        "availableSkills": [{"id": "docx", "label": "docx", "description": "docs"}],
+    }
+    params = {"taskPrompt": "translate and dub this video with subtitles", "routing": routing}
+    first = await router.resolve(RoutingRequest.parse(params))  # type: ignore[arg-type]
+    assert first.install_request_id == "skill-install:video-translator"
+    assert first.needs_skill_install and seen(install) is None
+    routing["installApproval"] = {
+        "requestId": first.install_request_id,
+        "approvedSkillKeys": ["video-translator"],
+    }
+    second = await router.resolve(RoutingRequest.parse(params))  # type: ignore[arg-type]
+    assert seen(install) == {
+        "candidates": [
+            {
+                "id": "video-translator",
+                "label": "video-translator",
+                "description": "translate video",
+                "installed": False,
+            }
+        ]
+    }
+    fields = second.fields()
+    assert fields["resolvedSkills"] == ["video-translator"]
+    assert fields["needsSkillInstall"] is False
+    assert "skillInstallRequestId" not in fields
+    assert fields["skillCandidates"] == [
+        {
+            "id": "video-translator",
+            "label": "video-translator",
+            "description": "translate video",
+            "installed": False,
+        }
+    ]
+    assert os.environ.get("ACP_INSTALL_SKILL_BIN", "") != install  # argv came from config

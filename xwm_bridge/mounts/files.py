@@ -1,0 +1,93 @@
+"""Confined, atomic file replacement for mount configs."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import tempfile
+import threading
+from pathlib import Path
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def real(path: str) -> Path:
+    return Path(os.path.realpath(os.path.expanduser(path)))
+
+
+def _thread_lock(path: Path) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(str(path), threading.Lock())
+
+
+def read_text(path: Path) -> str:
+    """The file's text, ``""`` if missing; refuses symlinks and oversized files."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return ""
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise OSError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes")
+    return data.decode("utf-8")
+
+
+class Locked:
+    """Serializes edits of one file across threads and processes."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._thread = _thread_lock(path)
+        self._fd = -1
+
+    def __enter__(self) -> Locked:
+        self._thread.acquire()
+        try:
+            lock = self._path.with_name(f".{self._path.name}.xworkmate.lock")
+            self._fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+        self._thread.release()
+
+
+def replace(path: Path, text: str, previous: str | None) -> None:
+    """Write ``text`` atomically (temp file + rename), keeping the mode; back up ``previous``."""
+    try:
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    if previous is not None:
+        _write_new(path.with_name(path.name + ".bak"), previous, mode)
+    _write_new(path, text, mode)
+
+
+def _write_new(path: Path, text: str, mode: int) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8"))
+            fh.flush()
+            os.fchmod(fh.fileno(), mode)
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,343 @@
+"""``xworkmate.mounts.reconcile`` (adapters.md §4): inspect local agent tools
+and optionally rewrite their managed MCP block.
+
+Fixes of the original's weaknesses (adapters.md §4.5): only files under the
+configured tool homes are touched (a client-sent ``codexHome`` etc. is used
+only if it is that home or inside it), writes are atomic with a ``.bak``, the
+TOML is produced and checked by ``tomlkit``, a malformed file is reported and
+left untouched, and ``claude``/``gemini mcp list`` run only when enabled in
+config, with a deadline and no shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from xwm_bridge import coerce
+from xwm_bridge.config import MountsConfig
+from xwm_bridge.mounts import files
+from xwm_bridge.mounts.managed import CODEX, OPENCODE, McpServer, MergeError, count_sections, merge
+
+log = logging.getLogger("xwm_bridge.mounts")
+
+
+@dataclass(frozen=True, slots=True)
+class Aris:
+    available: bool = False
+    bundle_version: str = ""
+    llm_chat_server_path: str = ""
+    skill_count: int = 0
+    bridge_available: bool = False
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MountsRequest:
+    auto_sync: bool = False
+    uses_aris: bool = False
+    servers: tuple[McpServer, ...] = ()
+    ai_gateway_url: str = ""
+    codex_cli_path: str = ""
+    codex_home: str = ""
+    opencode_home: str = ""
+    openclaw_home: str = ""
+    aris: Aris = field(default_factory=Aris)
+
+    @classmethod
+    def parse(cls, params: dict[str, Any]) -> MountsRequest:
+        config = _obj(params.get("config"))
+        aris = _obj(params.get("aris"))
+        raw = config.get("managedMcpServers")
+        servers = []
+        for item in raw if isinstance(raw, list) else []:
+            if not isinstance(item, dict) or not coerce.text(item.get("id")):
+                continue
+            servers.append(
+                McpServer(
+                    id=coerce.text(item.get("id")),
+                    name=coerce.text(item.get("name")),
+                    transport=coerce.text(item.get("transport")),
+                    command=coerce.text(item.get("command")),
+                    url=coerce.text(item.get("url")),
+                    args=tuple(coerce.string_list(item.get("args")) or ()),
+                    enabled=coerce.flag(item.get("enabled"), True),
+                )
+            )
+        return cls(
+            auto_sync=coerce.flag(config.get("autoSync"), False),
+            uses_aris=coerce.flag(config.get("usesAris"), False),
+            servers=tuple(servers),
+            ai_gateway_url=coerce.text(params.get("aiGatewayUrl")),
+            codex_cli_path=coerce.text(params.get("configuredCodexCliPath")),
+            codex_home=coerce.text(params.get("codexHome")),
+            opencode_home=coerce.text(params.get("opencodeHome")),
+            openclaw_home=coerce.text(params.get("openclawHome")),
+            aris=Aris(
+                available=coerce.flag(aris.get("available"), False),
+                bundle_version=coerce.text(aris.get("bundleVersion")),
+                llm_chat_server_path=coerce.text(aris.get("llmChatServerPath")),
+                skill_count=coerce.positive_int(aris.get("skillCount")),
+                bridge_available=coerce.flag(aris.get("bridgeAvailable"), False),
+                error=coerce.text(aris.get("error")),
+            ),
+        )
+
+    @property
+    def enabled(self) -> list[McpServer]:
+        return sorted((s for s in self.servers if s.enabled), key=lambda s: s.id)
+
+    @property
+    def codex_servers(self) -> list[McpServer]:
+        return [s for s in self.enabled if s.command]
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _target(target_id: str, label: str, injection: bool, mcp: bool = True) -> dict[str, Any]:
+    return {
+        "targetId": target_id,
+        "label": label,
+        "available": False,
+        "supportsSkills": True,
+        "supportsMcp": mcp,
+        "supportsAiGatewayInjection": injection,
+        "discoveryState": "missing",
+        "syncState": "disabled",
+        "discoveredSkillCount": 0,
+        "discoveredMcpCount": 0,
+        "managedMcpCount": 0,
+        "detail": "",
+    }
+
+
+def aris_target(req: MountsRequest) -> dict[str, Any]:
+    t = _target("aris", "ARIS", False)
+    a = req.aris
+    if a.error:
+        t.update(discoveryState="error", syncState="error", detail=a.error)
+    elif not a.available:
+        t.update(syncState="missing", detail="Embedded ARIS bundle is unavailable.")
+    else:
+        llm_ready = bool(a.llm_chat_server_path)
+        t.update(available=True, discoveryState="ready", discoveredSkillCount=a.skill_count)
+        if req.uses_aris and llm_ready and a.bridge_available:
+            t.update(
+                syncState="ready",
+                discoveredMcpCount=1,
+                managedMcpCount=1,
+                detail=f"Embedded bundle {a.bundle_version} ready; "
+                "XWorkmate Go core manages llm-chat and claude-review.",
+            )
+        else:
+            t.update(
+                syncState="embedded",
+                discoveredMcpCount=1 if llm_ready else 0,
+                detail="Embedded bundle extracted, but the XWorkmate Go core is not available yet."
+                if llm_ready
+                else "Embedded bundle extracted, but llm-chat metadata is missing.",
+            )
+    return t
+
+
+def tool_home(configured: str, default_name: str, requested: str) -> tuple[Path | None, str]:
+    """The home to use and a note when the client's choice was refused."""
+    base = configured or (
+        os.path.join(os.environ["HOME"], default_name) if os.environ.get("HOME") else ""
+    )
+    if not base or not os.path.isabs(base):
+        return None, "tool home is not configured"
+    home = files.real(base)
+    if not requested:
+        return home, ""
+    wanted = files.real(requested)
+    if os.path.isabs(os.path.expanduser(requested)) and files.inside(wanted, home):
+        return wanted, ""
+    return home, f" ({requested} is outside the configured tool home; {home} was used)"
+
+
+def _sync_file(
+    t: dict[str, Any], home: Path | None, write: bool, servers: list[McpServer], flavor: str
+) -> None:
+    """Count and (when asked) rewrite ``<home>/config.toml``; runs in a worker thread."""
+    if home is None:
+        return
+    path = home / "config.toml"
+    if not write:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            t["discoveredMcpCount"] = count_sections(files.read_text(path))
+        return
+    try:
+        home.mkdir(mode=0o755, parents=True, exist_ok=True)
+        with files.Locked(path):
+            existing = files.read_text(path)
+            t["discoveredMcpCount"] = count_sections(existing)
+            text = merge(existing, servers, flavor)
+            files.replace(path, text, existing if path.exists() else None)
+    except MergeError as exc:
+        t.update(syncState="error", detail=f"{path} left untouched: {exc}")
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("mount config write failed", extra={"path": str(path), "error": str(exc)})
+        t.update(syncState="error", detail=f"{path} could not be updated: {exc}")
+
+
+def _codex_available(cli: str) -> bool:
+    # an executable file, not any existing path (adapters.md §4.5)
+    executable = bool(cli) and os.path.isfile(cli) and os.access(cli, os.X_OK)
+    return executable or shutil.which("codex") is not None
+
+
+async def codex_target(req: MountsRequest, cfg: MountsConfig) -> dict[str, Any]:
+    t = _target("codex", "Codex", True)
+    available = _codex_available(req.codex_cli_path)
+    home, note = tool_home(cfg.codex_home, ".codex", req.codex_home)
+    servers = req.codex_servers
+    t.update(
+        available=available,
+        discoveryState="ready" if available else "missing",
+        syncState="missing" if not available else "ready" if req.auto_sync else "disabled",
+        managedMcpCount=len(servers),
+        detail=(
+            "LLM API uses launch-scoped defaults for collaboration runs."
+            if req.ai_gateway_url
+            else "LLM API not configured."
+        )
+        + note,
+    )
+    write = available and req.auto_sync and bool(servers)
+    await asyncio.to_thread(_sync_file, t, home, write, servers, CODEX)
+    return t
+
+
+async def opencode_target(req: MountsRequest, cfg: MountsConfig) -> dict[str, Any]:
+    t = _target("opencode", "OpenCode", True)
+    available = shutil.which("opencode") is not None
+    home, note = tool_home(cfg.opencode_home, ".opencode", req.opencode_home)
+    servers = req.enabled
+    t.update(
+        available=available,
+        discoveryState="ready" if available else "missing",
+        syncState="missing" if not available else "ready" if req.auto_sync else "disabled",
+        managedMcpCount=len(servers),
+        detail="Managed MCP config is preserved in ~/.opencode/config.toml." + note,
+    )
+    write = available and req.auto_sync and bool(servers)
+    await asyncio.to_thread(_sync_file, t, home, write, servers, OPENCODE)
+    return t
+
+
+def count_cli_servers(output: str) -> int:
+    if not output.strip() or "No MCP servers configured" in output:
+        return 0
+    prefixes = ("Usage:", "┌", "│", "└")
+    return sum(1 for line in output.splitlines() if line.strip() and not line.startswith(prefixes))
+
+
+async def run_cli(exe: str, deadline: float) -> str:
+    """``<exe> mcp list``: stdout+stderr, no shell, killed at the deadline."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            exe,
+            "mcp",
+            "list",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError:
+        return ""
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), deadline)
+    except TimeoutError:
+        return ""
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 5)
+    return out[: 1024 * 1024].decode("utf-8", errors="replace")
+
+
+async def cli_target(
+    name: str, label: str, req: MountsRequest, cfg: MountsConfig
+) -> dict[str, Any]:
+    t = _target(name, label, True)
+    exe = shutil.which(name)
+    available = exe is not None
+    t.update(
+        available=available,
+        discoveryState="ready" if available else "missing",
+        syncState="launch-only" if available and req.auto_sync else "disabled",
+        managedMcpCount=len(req.enabled),
+        detail=f"MCP discovery uses `{name} mcp list`; LLM API stays launch-scoped.",
+    )
+    if exe is not None and cfg.cli_discovery_enabled:
+        t["discoveredMcpCount"] = count_cli_servers(await run_cli(exe, cfg.cli_timeout))
+    return t
+
+
+def _inspect_openclaw(t: dict[str, Any], home: Path | None) -> None:
+    if home is None:
+        return
+    try:
+        raw = files.read_text(home / "openclaw.json")
+    except (OSError, UnicodeDecodeError):
+        return
+    if not raw:
+        return
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        t["detail"] = "OpenClaw config detected but could not be fully parsed."
+        return
+    agents = _obj(doc.get("agents")).get("list")
+    n_agents = len(agents) if isinstance(agents, list) else 0
+    with contextlib.suppress(OSError):
+        t["discoveredSkillCount"] = len(os.listdir(home / "skills"))
+    t["detail"] = f"agents: {n_agents} · skills: {t['discoveredSkillCount']}"
+
+
+async def openclaw_target(req: MountsRequest, cfg: MountsConfig) -> dict[str, Any]:
+    t = _target("openclaw", "OpenClaw", True, mcp=False)
+    available = shutil.which("openclaw") is not None
+    home, _ = tool_home(cfg.openclaw_home, ".openclaw", req.openclaw_home)
+    t.update(
+        available=available,
+        discoveryState="ready" if available else "missing",
+        syncState="launch-only" if available and req.auto_sync else "disabled",
+        detail="OpenClaw acts as the host/control plane mount.",
+    )
+    await asyncio.to_thread(_inspect_openclaw, t, home)
+    return t
+
+
+async def reconcile(req: MountsRequest, cfg: MountsConfig) -> dict[str, Any]:
+    """§4.2 result; never fails at the JSON-RPC level."""
+    aris = aris_target(req)
+    codex, claude, gemini, opencode, openclaw = await asyncio.gather(
+        codex_target(req, cfg),
+        cli_target("claude", "Claude", req, cfg),
+        cli_target("gemini", "Gemini", req, cfg),
+        opencode_target(req, cfg),
+        openclaw_target(req, cfg),
+    )
+    return {
+        "mountTargets": [aris, codex, claude, gemini, opencode, openclaw],
+        "arisBundleVersion": req.aris.bundle_version,
+        "arisCompatStatus": aris["syncState"],
+    }

@@ -1,0 +1,168 @@
+"""LLM routing classifier (routing.md §3), the auto-mode fallback.
+
+Fixes weakness §9.1/§9.5: the server's ``LLM_API_KEY`` only ever goes to the
+server-configured ``router.llm_base_url``; a client-supplied
+``aiGatewayBaseUrl`` is used only together with the client's own
+``aiGatewayApiKey``. Each call has a deadline from config, answers are cached
+per (endpoint, model, prompt) hash for a TTL, identical concurrent questions
+share one call, and a process-wide semaphore bounds the calls in flight. It is
+plain async I/O, so a slow classifier only delays the thread that asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+log = logging.getLogger("xwm_bridge.classifier")
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+SYSTEM_PROMPT = (
+    "Classify the user task into exactly one label: single-agent, multi-agent, or gateway. "
+    "Return only the label."
+)
+LABELS = ("single-agent", "multi-agent", "gateway")
+_MAX_RESPONSE = 1024 * 1024
+
+
+def normalize_base_url(value: str) -> str:
+    """§3 base URL rule (kept exactly, including ``/v1/`` → ``/v1/v1``)."""
+    url = value.strip()
+    if not url:
+        return DEFAULT_BASE_URL
+    if url.endswith("/v1"):
+        return url
+    return url.rstrip("/") + "/v1"
+
+
+def parse_label(content: str) -> str:
+    text = content.strip().lower()
+    for label in LABELS:
+        if label in text:
+            return label
+    return ""
+
+
+def label_from_response(body: bytes) -> str:
+    try:
+        doc = orjson.loads(body)
+        content = doc["choices"][0]["message"]["content"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return ""
+    return parse_label(content) if isinstance(content, str) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    base_url: str
+    api_key: str
+
+
+def choose_endpoint(
+    client_base_url: str, client_api_key: str, server_base_url: str, server_api_key: str
+) -> Endpoint | None:
+    """Pair each key with its own side's URL; never the server key with a client URL."""
+    if client_api_key.strip():
+        return Endpoint(normalize_base_url(client_base_url or server_base_url), client_api_key)
+    if server_api_key.strip():
+        return Endpoint(normalize_base_url(server_base_url), server_api_key)
+    return None
+
+
+class Classifier:
+    def __init__(
+        self,
+        http: aiohttp.ClientSession | None,
+        *,
+        model: str,
+        timeout: float,
+        cache_ttl: float,
+        cache_entries: int,
+        max_concurrency: int,
+    ) -> None:
+        self._http = http
+        self._model = model
+        self._timeout = timeout
+        self._ttl = cache_ttl
+        self._entries = max(cache_entries, 0)
+        self._cache: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future[str]] = {}
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self.calls = 0  # upstream requests made (for tests and metrics)
+
+    def _key(self, endpoint: Endpoint, prompt: str) -> str:
+        h = hashlib.sha256()
+        for part in (endpoint.base_url, endpoint.api_key, self._model, prompt):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    async def classify(self, prompt: str, endpoint: Endpoint | None) -> str:
+        """A label from :data:`LABELS`, or ``""`` for no answer (never raises)."""
+        if endpoint is None or self._http is None:
+            return ""
+        prompt = prompt.strip()
+        key = self._key(endpoint, prompt)
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            self._cache.move_to_end(key)
+            return cached[1]
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        label = ""
+        try:
+            label = await self._call(prompt, endpoint)
+        finally:
+            del self._inflight[key]
+            future.set_result(label)
+        if label and self._ttl > 0 and self._entries:
+            self._cache[key] = (time.monotonic() + self._ttl, label)
+            while len(self._cache) > self._entries:
+                self._cache.popitem(last=False)
+        return label
+
+    async def _call(self, prompt: str, endpoint: Endpoint) -> str:
+        assert self._http is not None
+        body = {
+            "model": self._model,
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": prompt},
+            ],
+            "max_tokens": 4096,
+            "stream": False,
+        }
+        headers = {
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {endpoint.api_key}",
+        }
+        try:
+            async with asyncio.timeout(self._timeout), self._slots:
+                self.calls += 1
+                async with self._http.post(
+                    f"{endpoint.base_url}/chat/completions",
+                    data=orjson.dumps(body),
+                    headers=headers,
+                    allow_redirects=False,
+                ) as resp:
+                    if not 200 <= resp.status < 300:
+                        log.info("classifier answered %s", resp.status)
+                        return ""
+                    raw = await resp.content.read(_MAX_RESPONSE)
+        except TimeoutError:
+            log.info("classifier timed out")
+            return ""
+        except (aiohttp.ClientError, ValueError, OSError) as exc:
+            log.info("classifier failed: %s", type(exc).__name__)
+            return ""
+        return label_from_response(raw)

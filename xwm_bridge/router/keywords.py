@@ -1,0 +1,99 @@
+"""Keyword lists of the auto router (routing.md §2.3) and token-aware matching.
+
+The lists are the documented ones. Matching fixes weakness §9.2: a Latin
+keyword matches only as whole words (an optional plural ``s``/``es`` is
+allowed, and a digit may follow), so ``want`` no longer contains ``wan``, ``excellent`` no longer
+contains ``excel``, ``research`` no longer contains ``search`` and
+``password`` no longer contains ``word``. Keywords containing CJK characters
+match as substrings, since those scripts have no word separators.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+LOCAL = (
+    "ppt", "pptx", "powerpoint", "word", "docx", "excel", "xlsx", "pdf",
+    "image-resizer", "resize image", "compress image", "crop image",
+)  # fmt: skip
+ONLINE = (
+    "image-cog", "wan", "video-translator", "browser", "search", "news", "资讯采集",
+    "跨浏览器", "文生图", "文生视频", "图生视频", "视频翻译", "translate video", "dub video",
+    "subtitles",
+)  # fmt: skip
+STRONG = (
+    "multiple deliverables", "multiple outputs", "多个产物", "多个输出", "审阅", "复核",
+    "汇编", "end-to-end", "end to end",
+)  # fmt: skip
+REVIEW = (
+    "review", "audit", "verify", "summarize", "compare", "审阅", "复核", "汇总", "对比",
+    "整理", "整合", "汇编",
+)  # fmt: skip
+MULTI_STEP = (
+    "workflow", "pipeline", "step by step", "multi-step", "collect and", "analyze and",
+    "review and", "compare and", "summarize and", "先", "然后", "之后",
+)  # fmt: skip
+STRUCTURED = (
+    "report", "memo", "table", "spreadsheet", "document", "deck", "slides", "presentation",
+    "报告", "总结", "表格", "文档", "演示",
+)  # fmt: skip
+COLLECTION = (
+    "browser", "search", "news", "research", "crawl", "scrape", "跨浏览器", "搜索", "资讯",
+    "采集", "检索",
+)  # fmt: skip
+
+_WORD_CHAR = "a-z0-9"
+
+
+def _has_cjk(text: str) -> bool:
+    return any(ord(ch) > 0x2E7F for ch in text)
+
+
+def _body(keyword: str) -> str:
+    return r"[\s_]+".join(re.escape(part) for part in keyword.split())
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern(keywords: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One regex matching any of ``keywords`` (blank ones never match)."""
+    words = [k.strip().lower() for k in keywords if k.strip()]
+    cjk = [re.escape(k) for k in words if _has_cjk(k)]
+    latin = [_body(k) for k in words if not _has_cjk(k)]
+    parts = []
+    if latin:
+        # a digit may follow (``wan2.1``, ``pdf2``) but not a letter (``want``, ``newsletter``);
+        # alternation backtracks, so ``ppt`` failing on ``pptx`` still lets ``pptx`` match
+        parts.append(rf"(?<![{_WORD_CHAR}])(?:{'|'.join(latin)})(?:s|es)?(?![a-z])")
+    if cjk:
+        parts.append("|".join(cjk))
+    return re.compile("|".join(parts)) if parts else None
+
+
+def contains(text: str, keyword: str) -> bool:
+    """True if ``keyword`` occurs in ``text`` (any case) as a token (or CJK substring)."""
+    return any_of(text, (keyword,))
+
+
+def any_of(text: str, keywords: tuple[str, ...] | list[str]) -> bool:
+    pattern = _pattern(tuple(keywords))
+    return pattern is not None and pattern.search(text.lower()) is not None
+
+
+def looks_local(prompt: str) -> bool:
+    return any_of(prompt, LOCAL)
+
+
+def looks_online(prompt: str) -> bool:
+    return any_of(prompt, ONLINE)
+
+
+def looks_complex(prompt: str) -> bool:
+    if any_of(prompt, STRONG):
+        return True
+    review = any_of(prompt, REVIEW)
+    multi = any_of(prompt, MULTI_STEP)
+    structured = any_of(prompt, STRUCTURED)
+    if any_of(prompt, COLLECTION) and structured:
+        return True
+    return sum((review, multi, structured)) >= 2

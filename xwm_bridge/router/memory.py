@@ -1,0 +1,284 @@
+"""Routing memory (routing.md §6): locations, sanitization, parsing, recording.
+
+Same files and format as the original, with its weaknesses fixed:
+
+* files are read and appended only inside configured roots — the memory home
+  (``<memory_home>/self-improving``) and, for ``<wd>/.xworkmate/memory.md``, a
+  working directory inside ``router.memory_project_roots`` (resolved, so ``..``
+  and symlinks cannot escape). An empty or relative working directory reads no
+  project file, and a project name is only ever a plain file name;
+* preference prefixes are recognized *and removed* case-insensitively (§9.7);
+* appends are single ``O_APPEND`` writes under an exclusive lock, never follow a
+  symlink, and rotate the file to ``<file>.1`` above ``memory_max_bytes``;
+* a failed write is reported to the caller (who logs it), never raised (§9.8).
+
+All functions block on the filesystem; the async callers run them in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import functools
+import os
+import stat
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+GLOBAL, PROJECT_HOME, PROJECT_LOCAL = "global", "project-home", "project-local"
+_SECRET_WORDS = ("token", "password", "secret", "api_key", "apikey", "api key")
+_PREFIXES = ("preferred-route:", "preferred-model:", "preferred-skills:", "provider:")
+_READ_CAP_FACTOR = 2  # a file may exceed the cap by one block before rotation
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySource:
+    path: str
+    scope: str
+
+    def wire(self) -> dict[str, str]:
+        return {"path": self.path, "scope": self.scope}
+
+
+@dataclass(frozen=True, slots=True)
+class Preferences:
+    route: str = ""
+    model: str = ""
+    skills: tuple[str, ...] = ()
+    provider: str = ""
+    sources: tuple[MemorySource, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLocations:
+    """Where memory may live for one request; ``None`` = not allowed."""
+
+    memory_dir: Path | None
+    project: str
+    project_local_dir: Path | None
+
+    def reads(self) -> list[tuple[str, Path]]:
+        out: list[tuple[str, Path]] = []
+        if self.memory_dir is not None:
+            out.append((GLOBAL, self.memory_dir / "memory.md"))
+            if self.project:
+                out.append((PROJECT_HOME, self.memory_dir / "projects" / f"{self.project}.md"))
+        if self.project_local_dir is not None:
+            out.append((PROJECT_LOCAL, self.project_local_dir / "memory.md"))
+        return out
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def project_name(working_directory: str) -> str:
+    """The last path element, if it is a plain, safe file name."""
+    name = os.path.basename(working_directory.strip().rstrip("/\\"))
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        return ""
+    return name
+
+
+@functools.lru_cache(maxsize=64)
+def _real_dir(path: str) -> Path:
+    # configured directories are resolved once; client paths are resolved every time
+    return Path(os.path.realpath(path))
+
+
+def locate(
+    working_directory: str, memory_home: str, project_roots: tuple[str, ...]
+) -> MemoryLocations:
+    home = memory_home.strip() or os.environ.get("HOME", "").strip()
+    memory_dir = _real_dir(home) / "self-improving" if os.path.isabs(home) else None
+    wd = working_directory.strip()
+    project = project_name(wd) if wd else ""
+    local_dir: Path | None = None
+    if wd and os.path.isabs(wd) and project_roots:
+        resolved = Path(os.path.realpath(wd))
+        for root in project_roots:
+            if _inside(resolved, _real_dir(root)):
+                local_dir = resolved / ".xworkmate"
+                break
+    return MemoryLocations(memory_dir, project, local_dir)
+
+
+def sanitize(text: str) -> str:
+    """§6.3: drop lines that mention credentials; keep blank lines; trim."""
+    kept = [
+        line
+        for line in text.splitlines()
+        if not any(word in line.strip().lower() for word in _SECRET_WORDS)
+    ]
+    return "\n".join(kept).strip()
+
+
+@dataclass
+class _Partial:
+    route: str = ""
+    model: str = ""
+    provider: str = ""
+    skills: list[str] = field(default_factory=list)
+
+
+def parse(text: str) -> _Partial:
+    """§6.2/§6.4 for one sanitized file; prefixes are removed case-insensitively."""
+    out = _Partial()
+    for raw in text.splitlines():
+        line = raw.strip()
+        lowered = line.lower()
+        for prefix in _PREFIXES:
+            if not lowered.startswith(prefix):
+                continue
+            value = line[len(prefix) :].strip()
+            if prefix == "preferred-route:":
+                out.route = "gateway" if value.lower() == "gateway-chat" else value
+            elif prefix == "preferred-model:":
+                out.model = value
+            elif prefix == "provider:":
+                out.provider = value
+            else:
+                out.skills += [s.strip() for s in value.split(",") if s.strip()]
+            break
+    return out
+
+
+def _read_text(path: Path, cap: int) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(cap).decode("utf-8", errors="replace")
+
+
+def _read_sanitized(path: Path, max_bytes: int) -> str:
+    try:
+        return sanitize(_read_text(path, max_bytes * _READ_CAP_FACTOR))
+    except (OSError, ValueError):
+        return ""
+
+
+def load(locations: MemoryLocations, max_bytes: int) -> Preferences:
+    """Read every location now (blocking)."""
+    return merge([(s, p, _read_sanitized(p, max_bytes)) for s, p in locations.reads()])
+
+
+def merge(entries: list[tuple[str, Path, str]]) -> Preferences:
+    """§6.4 across files in scope order; blank (sanitized) files do not contribute."""
+    route = model = provider = ""
+    skills: tuple[str, ...] = ()
+    sources: list[MemorySource] = []
+    for scope, path, text in entries:
+        if not text:
+            continue
+        sources.append(MemorySource(str(path), scope))
+        part = parse(text)
+        route = part.route or route
+        model = part.model or model
+        provider = part.provider or provider
+        if part.skills:
+            skills = tuple(part.skills)
+    return Preferences(route, model, skills, provider, tuple(sources))
+
+
+_Signature = tuple[int, int, int, int]
+
+
+class MemoryReader:
+    """Loads memory on every resolution, re-reading only files that changed.
+
+    Each file is ``lstat``-ed inline (a few microseconds; a missing file is the
+    common case); a file whose (device, inode, mtime, size) differs from the
+    cached one is read in a worker thread. This keeps the "read on every
+    resolution" semantics without a thread hop per turn.
+    """
+
+    def __init__(self, max_bytes: int, entries: int = 1024) -> None:
+        self._max_bytes = max_bytes
+        self._entries = entries
+        self._cache: dict[str, tuple[_Signature, str]] = {}
+
+    async def load(self, locations: MemoryLocations) -> Preferences:
+        found: list[tuple[str, Path, _Signature]] = []
+        for scope, path in locations.reads():
+            try:
+                st = os.lstat(path)
+            except (OSError, ValueError):
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.append((scope, path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)))
+        stale = [(p, sig) for _, p, sig in found if self._cached(p, sig) is None]
+        if stale:
+            texts = await asyncio.to_thread(
+                lambda: [_read_sanitized(p, self._max_bytes) for p, _ in stale]
+            )
+            for (path, sig), text in zip(stale, texts, strict=True):
+                self._store(path, sig, text)
+        return merge([(s, p, self._cached(p, sig) or "") for s, p, sig in found])
+
+    def _cached(self, path: Path, sig: _Signature) -> str | None:
+        hit = self._cache.get(str(path))
+        return hit[1] if hit is not None and hit[0] == sig else None
+
+    def _store(self, path: Path, sig: _Signature, text: str) -> None:
+        self._cache.pop(str(path), None)
+        self._cache[str(path)] = (sig, text)
+        while len(self._cache) > self._entries:
+            self._cache.pop(next(iter(self._cache)))
+
+
+def render_block(
+    route: str, model: str, skills: tuple[str, ...], provider: str, now: datetime | None = None
+) -> str:
+    """§6.5 block: leading blank line, heading, then the non-empty preferences."""
+    stamp = (now or datetime.now().astimezone()).isoformat(timespec="seconds")
+    lines = ["", f"## Auto route {stamp}", f"preferred-route: {route}"]
+    if model:
+        lines.append(f"preferred-model: {model}")
+    if skills:
+        lines.append(f"preferred-skills: {', '.join(skills)}")
+    if provider:
+        lines.append(f"provider: {provider}")
+    return "\n".join(_one_line(v) for v in lines) + "\n"
+
+
+def _one_line(value: str) -> str:
+    # client-chosen values (model, skills) must not inject extra preference lines
+    return value.replace("\r", " ").replace("\n", " ")
+
+
+def record_target(locations: MemoryLocations) -> Path | None:
+    """§6.5: the project-local file when allowed, else the project-home file."""
+    if locations.project_local_dir is not None:
+        return locations.project_local_dir / "memory.md"
+    if locations.memory_dir is not None and locations.project:
+        return locations.memory_dir / "projects" / f"{locations.project}.md"
+    return None
+
+
+def append(path: Path, block: str, max_bytes: int) -> None:
+    """Append ``block`` in one write under an exclusive lock; rotate above ``max_bytes``."""
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    if path.parent.is_symlink():
+        raise OSError(f"refusing to write through a symlinked directory: {path.parent}")
+    data = block.encode("utf-8")
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if max_bytes > 0 and os.fstat(fd).st_size + len(data) > max_bytes:
+            # rotate under the lock: the next writer reopens and sees the fresh file
+            os.replace(path, path.with_name(path.name + ".1"))
+            fresh = os.open(path, flags, 0o644)
+            fcntl.flock(fresh, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            fd = fresh
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -1,0 +1,102 @@
+"""Wires the resolver to its real I/O: memory files, the LLM classifier and the
+skill commands. One :class:`Router` per bridge, shared by
+``xworkmate.routing.resolve`` and the turn pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+
+from xwm_bridge import coerce
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.router import memory
+from xwm_bridge.router.classifier import Classifier, choose_endpoint
+from xwm_bridge.router.resolver import (
+    MULTI_AGENT,
+    SINGLE_AGENT,
+    RoutingDecision,
+    RoutingRequest,
+    resolve,
+)
+from xwm_bridge.router.skills import SkillCommands
+
+log = logging.getLogger("xwm_bridge.router")
+
+
+class Router:
+    def __init__(self, config: BridgeConfig, http: aiohttp.ClientSession | None) -> None:
+        rc = config.router
+        self._config = config
+        self._available = [p.id for p in config.available_providers]
+        self.classifier = Classifier(
+            http,
+            model=config.routing_model,
+            timeout=rc.classifier_timeout,
+            cache_ttl=rc.classifier_cache_ttl,
+            cache_entries=rc.classifier_cache_entries,
+            max_concurrency=rc.classifier_max_concurrency,
+        )
+        self.memory = memory.MemoryReader(rc.memory_max_bytes)
+        self.skills = SkillCommands(
+            enabled=rc.skill_commands_enabled,
+            find_bin=rc.find_skills_bin,
+            install_bin=rc.install_skill_bin,
+            timeout=rc.skill_command_timeout,
+            max_output=rc.skill_command_max_output,
+        )
+
+    def _locations(self, req: RoutingRequest) -> memory.MemoryLocations:
+        rc = self._config.router
+        return memory.locate(req.working_directory, rc.memory_home, rc.memory_project_roots)
+
+    async def resolve(self, req: RoutingRequest) -> RoutingDecision:
+        rc = self._config.router
+        prefs = memory.Preferences()
+        if rc.memory_enabled:
+            prefs = await self.memory.load(self._locations(req))
+        endpoint = choose_endpoint(
+            req.gateway_base_url, req.gateway_api_key, rc.llm_base_url, rc.llm_api_key
+        )
+
+        async def classify(prompt: str) -> str:
+            return await self.classifier.classify(prompt, endpoint)
+
+        return await resolve(
+            req,
+            self._available,
+            memory=prefs,
+            classify=classify,
+            finder=self.skills.find,
+            installer=self.skills.install,
+        )
+
+    async def record(
+        self, req: RoutingRequest, decision: RoutingDecision, result: dict[str, Any]
+    ) -> bool:
+        """§6.5 memory recording after a turn; failures are logged, never raised."""
+        rc = self._config.router
+        if (
+            not rc.memory_enabled
+            or decision.execution_target not in (SINGLE_AGENT, MULTI_AGENT)
+            or not req.auto
+            or not coerce.loose_bool(result.get("success"))
+            or not req.working_directory
+        ):
+            return False
+        target = memory.record_target(self._locations(req))
+        if target is None:
+            log.info("memory not recorded: working directory outside the memory roots")
+            return False
+        block = memory.render_block(
+            decision.execution_target, decision.model, decision.skills, decision.provider_id
+        )
+        try:
+            await asyncio.to_thread(memory.append, target, block, rc.memory_max_bytes)
+        except OSError as exc:
+            log.warning("memory write failed", extra={"path": str(target), "error": str(exc)})
+            return False
+        return True

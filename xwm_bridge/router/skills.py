@@ -1,0 +1,337 @@
+"""Skill resolution (routing.md §4): explicit, local match, finder, installed
+match, and the install-approval request-id flow.
+
+The resolution steps are pure (:func:`resolve_skills` takes the finder and
+installer as async callables). :class:`SkillCommands` runs the configured
+finder/installer executables: only when enabled in config, argv from config
+(never from the client), no shell, a deadline after which the process group is
+killed, and a cap on the output read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from xwm_bridge import coerce
+from xwm_bridge.router import keywords
+
+log = logging.getLogger("xwm_bridge.skills")
+
+LOCAL_MATCH, FIND_SKILLS, NONE = "local_match", "find_skills", "none"
+
+
+@dataclass(frozen=True, slots=True)
+class SkillCandidate:
+    id: str = ""
+    label: str = ""
+    description: str = ""
+    installed: bool = False
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "label": self.label,
+            "description": self.description,
+            "installed": self.installed,
+        }
+
+    @property
+    def display(self) -> str:
+        return self.label.strip() or self.id.strip()
+
+
+# fmt: off
+CATALOG: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("pptx", "pptx", ("ppt", "pptx", "powerpoint", "slides", "幻灯片", "演示文稿")),
+    ("docx", "docx", ("docx", "word", "word document", "文档")),
+    ("xlsx", "xlsx", ("xlsx", "excel", "spreadsheet", "表格", "工作表")),
+    ("pdf", "pdf", ("pdf", "表单", "merge pdf", "split pdf")),
+    (
+        "image-resizer",
+        "image-resizer",
+        ("image-resizer", "resize image", "compress image", "crop image", "批量图片"),
+    ),
+    ("image-cog", "image-cog", ("image-cog", "文生图", "图生图", "角色一致性")),
+    (
+        "image-video-generation-editting",
+        "image-video-generation-editting",
+        ("wan", "文生视频", "图生视频", "视频生成", "视频编辑"),
+    ),
+    (
+        "video-translator",
+        "video-translator",
+        ("video-translator", "视频翻译", "配音", "字幕翻译", "translate video", "dub video",
+         "subtitles"),
+    ),
+    (
+        "browser-automation",
+        "Browser Automation",
+        ("browser", "跨浏览器", "浏览器", "web scraping", "资讯采集", "search", "搜索", "news",
+         "资讯"),
+    ),
+    ("find-skills", "find_skills", ("find skills", "find_skills", "技能包", "skill package")),
+)
+# fmt: on
+
+
+@dataclass(frozen=True, slots=True)
+class SkillResult:
+    resolved: tuple[str, ...] = ()
+    candidates: tuple[SkillCandidate, ...] = ()
+    source: str = NONE
+    needs_install: bool = False
+    install_request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InstallApproval:
+    request_id: str = ""
+    approved_keys: tuple[str, ...] = ()
+
+
+Finder = Callable[[str], Awaitable[list[SkillCandidate]]]
+Installer = Callable[[list[SkillCandidate]], Awaitable[list[SkillCandidate]]]
+
+
+def normalize(value: str) -> str:
+    return value.strip().lower()
+
+
+def dedupe_strings(values: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    seen: set[str] = set()
+    out: list[str] = []
+    for v in values:
+        v = v.strip()
+        if v and v.lower() not in seen:
+            seen.add(v.lower())
+            out.append(v)
+    return tuple(out)
+
+
+def dedupe_candidates(items: list[SkillCandidate]) -> list[SkillCandidate]:
+    seen: set[str] = set()
+    out: list[SkillCandidate] = []
+    for c in items:
+        key = normalize(f"{c.id}|{c.label}")
+        if key == "|" or key in seen:
+            continue
+        seen.add(key)
+        out.append(c)
+    return out
+
+
+def candidate_keywords(c: SkillCandidate) -> list[str]:
+    words = [normalize(c.id), normalize(c.label)]
+    haystack = normalize(f"{c.id} {c.label}")
+    for cid, label, kws in CATALOG:
+        if normalize(cid) in haystack or normalize(label) in haystack:
+            words += list(kws)
+    return [w for w in dedupe_strings(words) if w]
+
+
+def static_find(prompt: str) -> list[SkillCandidate]:
+    return [
+        SkillCandidate(id=cid, label=label)
+        for cid, label, kws in CATALOG
+        if keywords.any_of(prompt, kws)
+    ]
+
+
+def _installed_match(f: SkillCandidate, available: list[SkillCandidate]) -> str:
+    wanted = candidate_keywords(f)
+    for a in available:
+        joined = " ".join(candidate_keywords(a))
+        if any(keywords.contains(joined, kw) for kw in wanted):
+            return a.display
+    return ""
+
+
+def install_request_id(unmatched: list[SkillCandidate]) -> str:
+    keys = sorted({normalize(c.id) or normalize(c.label) for c in unmatched} - {""})
+    return "skill-install:" + ",".join(keys) if keys else ""
+
+
+async def resolve_skills(
+    prompt: str,
+    explicit: tuple[str, ...],
+    available_raw: list[SkillCandidate],
+    allow_install: bool,
+    approval: InstallApproval,
+    finder: Finder,
+    installer: Installer,
+) -> SkillResult:
+    """§4.3 steps 1–8."""
+    available = dedupe_candidates(available_raw)
+    forced = dedupe_strings(explicit)
+    if forced:
+        return SkillResult(resolved=forced, source=LOCAL_MATCH)
+    if available and prompt.strip():
+        local = [a.display for a in available if keywords.any_of(prompt, candidate_keywords(a))]
+        matched = dedupe_strings(local)
+        if matched:
+            return SkillResult(resolved=matched, source=LOCAL_MATCH)
+    found = dedupe_candidates(await finder(prompt) or static_find(prompt))
+    if not found:
+        return SkillResult(source=NONE)
+    matches = [_installed_match(f, available) for f in found]
+    if any(matches):
+        return SkillResult(
+            resolved=dedupe_strings(matches), candidates=tuple(found), source=FIND_SKILLS
+        )
+    unmatched = found  # no candidate matched (step 5 returned otherwise)
+    request_id = install_request_id(unmatched)
+    approved_keys = {normalize(k) for k in dedupe_strings(approval.approved_keys)}
+    if (
+        allow_install
+        and request_id
+        and approval.request_id.strip() == request_id
+        and approved_keys
+        and unmatched
+    ):
+        approved = [c for c in unmatched if normalize(c.id) in approved_keys]
+        if approved:
+            installed = dedupe_candidates(await installer(approved))
+            if installed:
+                merged = dedupe_candidates(available + installed)
+                resolved = dedupe_strings([_installed_match(f, merged) for f in found])
+                if resolved:
+                    return SkillResult(
+                        resolved=resolved,
+                        candidates=tuple(dedupe_candidates(found + installed)),
+                        source=FIND_SKILLS,
+                    )
+    return SkillResult(
+        candidates=tuple(found),
+        source=FIND_SKILLS,
+        needs_install=True,
+        install_request_id=request_id,
+    )
+
+
+# --- command output (§4.4) ------------------------------------------------------------------
+
+
+def candidate_from(item: Any) -> SkillCandidate:
+    if not isinstance(item, dict):
+        return SkillCandidate()
+    return SkillCandidate(
+        id=coerce.text(item.get("id")),
+        label=coerce.text(item.get("label")),
+        description=coerce.text(item.get("description")),
+        installed=coerce.loose_bool(item.get("installed")),
+    )
+
+
+def parse_command_output(stdout: bytes) -> list[SkillCandidate]:
+    """stdout → candidates; anything malformed means no candidates."""
+    try:
+        doc = orjson.loads(stdout)
+    except orjson.JSONDecodeError:
+        return []
+    if isinstance(doc, list):
+        doc = {"candidates": doc}
+    if not isinstance(doc, dict):
+        return []
+    items: Any
+    if "candidates" in doc:
+        items = doc["candidates"]
+    elif "skills" in doc:
+        items = doc["skills"]
+    else:
+        single = candidate_from(doc)
+        return [single] if (single.id or single.label) else []
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        return []
+    return dedupe_candidates([candidate_from(i) for i in items])
+
+
+class SkillCommands:
+    """Runs the configured finder/installer; disabled ones return no candidates."""
+
+    def __init__(
+        self,
+        *,
+        enabled: bool,
+        find_bin: str,
+        install_bin: str,
+        timeout: float,
+        max_output: int,
+    ) -> None:
+        self._enabled = enabled
+        self._find = find_bin
+        self._install = install_bin
+        self._timeout = timeout
+        self._max_output = max_output
+
+    async def find(self, prompt: str) -> list[SkillCandidate]:
+        return await self._run(self._find, {"prompt": prompt.strip()})
+
+    async def install(self, approved: list[SkillCandidate]) -> list[SkillCandidate]:
+        return await self._run(self._install, {"candidates": [c.wire() for c in approved]})
+
+    def _executable(self, name: str) -> str | None:
+        if not self._enabled or not name:
+            return None
+        if os.sep in name:
+            return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+        return shutil.which(name)
+
+    async def _run(self, name: str, payload: dict[str, Any]) -> list[SkillCandidate]:
+        exe = self._executable(name)
+        if exe is None:
+            return []
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                exe,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            log.warning("skill command failed to start", extra={"command": exe, "error": str(exc)})
+            return []
+        try:
+            stdout = await asyncio.wait_for(self._exchange(proc, payload), self._timeout)
+        except TimeoutError:
+            log.warning("skill command timed out", extra={"command": exe})
+            return []
+        finally:
+            await _reap(proc)
+        if proc.returncode != 0 or stdout is None:
+            return []
+        return parse_command_output(stdout)
+
+    async def _exchange(self, proc: asyncio.subprocess.Process, payload: dict[str, Any]) -> bytes:
+        assert proc.stdin is not None and proc.stdout is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(orjson.dumps(payload))
+            await proc.stdin.drain()
+            proc.stdin.close()
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await proc.stdout.read(65536):
+            size += len(chunk)
+            if size > self._max_output:
+                return b""  # too large: treated as malformed (the process is killed)
+            chunks.append(chunk)
+        await proc.wait()
+        return b"".join(chunks)
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(proc.wait(), 5)
