@@ -16,6 +16,8 @@ from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
+from xwm_bridge.providers.stdio.executor import ProviderKindExecutor, StdioAgentExecutor
+from xwm_bridge.providers.stdio.permissions import PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
 
 log = logging.getLogger("xwm_bridge.bridge")
@@ -32,6 +34,8 @@ class Bridge:
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._dispatcher: Dispatcher | None = None
+        self.permissions = PermissionBroker()
+        self.stdio_agents = StdioAgentExecutor(config, self.permissions)
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -55,13 +59,15 @@ class Bridge:
             self.sessions,
             self.supervisor,
             {
-                "single-agent": SingleAgentExecutor(self.config, upstream),
+                "single-agent": ProviderKindExecutor(
+                    SingleAgentExecutor(self.config, upstream), self.stdio_agents
+                ),
                 "multi-agent": MultiAgentUnavailableExecutor(),
                 "gateway-chat": GatewayUnavailableExecutor(),
             },
         )
         self._dispatcher = Dispatcher(
-            self.config, self.sessions, self.queues, runner, self.supervisor
+            self.config, self.sessions, self.queues, runner, self.supervisor, self.permissions
         )
         self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
 
@@ -83,5 +89,6 @@ class Bridge:
         await self.supervisor.shutdown(
             self.config.limits.shutdown_grace if grace is None else grace
         )
+        await self.stdio_agents.close()
         if self._http is not None:
             await self._http.close()

@@ -17,6 +17,7 @@ from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
 from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.providers.stdio.permissions import PermissionAnswer, PermissionBroker
 
 log = logging.getLogger("xwm_bridge.dispatch")
 
@@ -44,8 +45,10 @@ class Dispatcher:
         queues: ThreadQueues,
         runner: TurnRunner,
         supervisor: Supervisor,
+        broker: PermissionBroker | None = None,
     ) -> None:
         self._config = config
+        self._broker = broker or PermissionBroker()
         self._sessions = sessions
         self._queues = queues
         self._runner = runner
@@ -56,6 +59,7 @@ class Dispatcher:
             "session.message": self._session_turn,
             "session.cancel": self._session_cancel,
             "session.close": self._session_close,
+            "session.permission": self._session_permission,
         }
 
     @property
@@ -150,3 +154,9 @@ class Dispatcher:
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
         return {"accepted": True, "closed": self._sessions.close(session_id)}
+
+    async def _session_permission(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        """The client's answer to a ``permission`` update of a stdio agent (issue 8)."""
+        return self._broker.answer(PermissionAnswer.parse(params))
