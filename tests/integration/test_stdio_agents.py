@@ -1,0 +1,198 @@
+"""Stdio ACP agents behind ``serve``, against the scripted agent in internal/peers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.conftest import StartBridge, base_env, rpc, TOKEN
+from tests.integration.agent_helpers import (
+    agent_params,
+    agent_provider,
+    deltas,
+    sse_stream,
+    typed,
+)
+
+pytestmark = pytest.mark.asyncio
+
+
+def config(tmp: Path, **agents: Any) -> dict[str, Any]:
+    return {
+        "providers": [agent_provider()],
+        "allowed_roots": [str(tmp)],
+        "agents": {"initialize_timeout": 20, **agents},
+    }
+
+
+async def collect(
+    http: aiohttp.ClientSession, url: str, method: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    return [e async for e in sse_stream(http, url, method, params)]
+
+
+async def test_prompt_streams_and_session_is_reused(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(tmp_path), tmp=tmp_path)
+    caps = await rpc(http, bp.rpc_url, "acp.capabilities", {})
+    assert {"providerId": "fake", "label": "Fake Agent"} in caps["result"]["providerCatalog"]
+
+    events = await collect(
+        http,
+        bp.rpc_url,
+        "session.start",
+        agent_params("s1", "hello", workingDirectory=str(tmp_path)),
+    )
+    result = events[-1]["result"]
+    assert deltas(events) == "agent says: hello"
+    assert typed(events, "plan")[0]["entries"][0]["content"] == "answer"
+    assert typed(events, "usage")[0]["usage"] == {"used": 42, "size": 1000}
+    assert result["success"] is True
+    assert result["stopReason"] == "end_turn"
+    assert result["output"] == "agent says: hello"
+    assert result["provider"] == "fake"
+    assert result["effectiveWorkingDirectory"] == str(tmp_path)
+    seqs = [e["params"]["seq"] for e in events[:-1] if "seq" in e["params"]]
+    assert seqs == sorted(seqs) and seqs[0] == 1
+    first = result["agentSessionId"]
+
+    events = await collect(
+        http,
+        bp.rpc_url,
+        "session.message",
+        agent_params("s1", "again", workingDirectory=str(tmp_path)),
+    )
+    assert events[-1]["result"]["agentSessionId"] == first
+    assert events[-1]["result"]["output"] == "agent says: again"
+
+    events = await collect(
+        http,
+        bp.rpc_url,
+        "session.start",
+        agent_params("s1", "fresh", workingDirectory=str(tmp_path)),
+    )
+    assert events[-1]["result"]["agentSessionId"] != first
+
+    # plain JSON works too (no notifications)
+    plain = await rpc(
+        http,
+        bp.rpc_url,
+        "session.message",
+        agent_params("s1", "json", workingDirectory=str(tmp_path)),
+    )
+    assert plain["result"]["output"] == "agent says: json"
+
+
+async def test_permission_approved_by_client(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(tmp_path), tmp=tmp_path)
+    target = tmp_path / "out.txt"
+    events: list[dict[str, Any]] = []
+    answered: list[dict[str, Any]] = []
+    async for event in sse_stream(
+        http,
+        bp.rpc_url,
+        "session.start",
+        agent_params("p1", f"permission {target}", workingDirectory=str(tmp_path)),
+    ):
+        events.append(event)
+        params = event.get("params", {})
+        if (
+            event.get("method") == "session.update"
+            and params.get("type") == "permission"
+            and params.get("pending")
+        ):
+            kinds = {o["kind"]: o["optionId"] for o in params["options"]}
+            assert params["toolCall"]["kind"] == "edit"
+            answered.append(
+                await rpc(
+                    http,
+                    bp.rpc_url,
+                    "session.permission",
+                    {
+                        "sessionId": "p1",
+                        "requestId": params["requestId"],
+                        "optionId": kinds["allow_once"],
+                    },
+                )
+            )
+    assert answered and answered[0]["result"]["accepted"] is True
+    result = events[-1]["result"]
+    assert result["success"] is True
+    assert "permission granted (once)" in result["output"]
+    assert target.read_text() == "written by fake agent\n"
+    assert result["permissions"][0]["outcome"] == "allow_once"
+    assert result["permissions"][0]["decision"] == "ask"
+    assert [u["status"] for u in typed(events, "tool_call_update")] == ["completed"]
+
+
+async def test_permission_rejected_by_policy(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    rules = [
+        {"action": "reject", "kind": "edit", "path": "*.txt"},
+        {"action": "allow", "kind": "*"},
+    ]
+    bp = await start_bridge(config=config(tmp_path, permission_rules=rules), tmp=tmp_path)
+    target = tmp_path / "nope.txt"
+    events = await collect(
+        http,
+        bp.rpc_url,
+        "session.start",
+        agent_params("p2", f"permission {target}", workingDirectory=str(tmp_path)),
+    )
+    result = events[-1]["result"]
+    assert not target.exists()
+    assert "permission denied" in result["output"]
+    record = result["permissions"][0]
+    assert record["decision"] == "reject" and record["outcome"] == "reject_once"
+    assert "rule 1" in record["reason"]
+    # the allow rule picks allow_once, never allow_always
+    other = tmp_path / "ok.md"
+    events = await collect(
+        http,
+        bp.rpc_url,
+        "session.message",
+        agent_params("p2", f"permission {other}", workingDirectory=str(tmp_path)),
+    )
+    assert "permission granted (once)" in events[-1]["result"]["output"]
+    assert other.exists()
+
+
+async def test_ask_without_stream_and_unanswered_ask_reject(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(tmp_path, permission_timeout=0.5), tmp=tmp_path)
+    target = tmp_path / "a.txt"
+    plain = await rpc(
+        http,
+        bp.rpc_url,
+        "session.start",
+        agent_params("p3", f"permission {target}", workingDirectory=str(tmp_path)),
+    )
+    record = plain["result"]["permissions"][0]
+    assert record["outcome"] == "reject_once"
+    assert "cannot carry notifications" in record["reason"]
+    events = await collect(
+        http,
+        bp.rpc_url,
+        "session.message",
+        agent_params("p3", f"permission {target}", workingDirectory=str(tmp_path)),
+    )
+    record = events[-1]["result"]["permissions"][0]
+    assert record["outcome"] == "reject_once" and "no answer" in record["reason"]
+    assert not target.exists()
+    bad = await rpc(
+        http,
+        bp.rpc_url,
+        "session.permission",
+        {"sessionId": "p3", "requestId": "perm-x", "optionId": "once"},
+    )
+    assert bad["error"]["code"] == -32602
+    bad = await rpc(http, bp.rpc_url, "session.permission", {"sessionId": "p3", "requestId": 5})
+    assert bad["error"]["code"] == -32602 and "requestId" in bad["error"]["message"]
