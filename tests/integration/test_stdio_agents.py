@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import StartBridge, base_env, rpc, TOKEN
+from tests.conftest import StartBridge, rpc
 from tests.integration.agent_helpers import (
     agent_params,
     agent_provider,
@@ -196,3 +196,111 @@ async def test_ask_without_stream_and_unanswered_ask_reject(
     assert bad["error"]["code"] == -32602
     bad = await rpc(http, bp.rpc_url, "session.permission", {"sessionId": "p3", "requestId": 5})
     assert bad["error"]["code"] == -32602 and "requestId" in bad["error"]["message"]
+
+
+async def test_cancel_mid_turn_then_next_turn_works(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(tmp_path), tmp=tmp_path)
+    events: list[dict[str, Any]] = []
+    async for event in sse_stream(
+        http,
+        bp.rpc_url,
+        "session.start",
+        agent_params("c1", "slow", workingDirectory=str(tmp_path)),
+    ):
+        events.append(event)
+        if event.get("params", {}).get("delta") == "working":
+            cancel = await rpc(http, bp.rpc_url, "session.cancel", {"sessionId": "c1"})
+            assert cancel["result"] == {"accepted": True, "cancelled": True}
+    result = events[-1]["result"]
+    assert result["success"] is False and result["cancelled"] is True
+    assert result["stopReason"] == "cancelled"
+    after = await rpc(
+        http,
+        bp.rpc_url,
+        "session.message",
+        agent_params("c1", "next", workingDirectory=str(tmp_path)),
+    )
+    assert after["result"]["output"] == "agent says: next"
+
+
+async def test_crash_is_reported_and_agent_restarts(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(tmp_path), tmp=tmp_path)
+    wd = str(tmp_path)
+    first = await rpc(
+        http, bp.rpc_url, "session.start", agent_params("k1", "hi", workingDirectory=wd)
+    )
+    crashed = await rpc(
+        http, bp.rpc_url, "session.message", agent_params("k1", "crash", workingDirectory=wd)
+    )
+    assert crashed["result"]["success"] is False
+    assert "exited (exit status 3)" in crashed["result"]["error"]
+    assert "crashing on purpose" in crashed["result"]["error"]  # stderr tail
+    again = await rpc(
+        http, bp.rpc_url, "session.message", agent_params("k1", "back", workingDirectory=wd)
+    )
+    assert again["result"]["output"] == "agent says: back"
+    # a restarted agent without session/load gets a new ACP session
+    assert again["result"]["agentSessionId"] != first["result"]["agentSessionId"]
+
+
+async def test_fs_requests_are_confined(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    (root / "proj").mkdir(parents=True)
+    (root / "proj" / "in.txt").write_text("inside")
+    (tmp_path / "secret.txt").write_text("secret")
+    cfg = config(tmp_path)
+    cfg["allowed_roots"] = [str(root)]
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    wd = str(root / "proj")
+
+    async def say(prompt: str, workdir: str = wd) -> str:
+        out = await rpc(
+            http,
+            bp.rpc_url,
+            "session.message",
+            agent_params("f1", prompt, workingDirectory=workdir),
+        )
+        return str(out["result"].get("output"))
+
+    assert await say(f"read {root / 'proj' / 'in.txt'}") == "content: inside"
+    assert await say(f"read {root / 'proj' / 'missing.txt'}") == "read error -32002"
+    assert await say(f"read {tmp_path / 'secret.txt'}") == "read error -32602"
+    assert await say(f"read {root / 'proj' / '..' / '..' / 'secret.txt'}") == "read error -32602"
+    assert await say(f"write {root / 'proj' / 'sub' / 'new.txt'} hello") == "written"
+    assert (root / "proj" / "sub" / "new.txt").read_text() == "hello"
+    # a session directory outside the allowed roots gets no file access at all
+    assert await say(f"read {tmp_path / 'secret.txt'}", str(tmp_path)) == "read error -32602"
+
+
+async def test_big_lines_and_terminal(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(tmp_path), tmp=tmp_path)
+    wd = str(tmp_path)
+    big = await rpc(
+        http, bp.rpc_url, "session.start", agent_params("b1", "big", workingDirectory=wd)
+    )
+    assert len(big["result"]["output"]) == 200 * 1024
+    off = await rpc(
+        http,
+        bp.rpc_url,
+        "session.message",
+        agent_params("b1", "terminal echo hi", workingDirectory=wd),
+    )
+    assert off["result"]["output"].startswith("terminal error: method not supported")
+
+    cfg = config(tmp_path, terminal_enabled=True)
+    bp2 = await start_bridge(config=cfg, tmp=tmp_path)
+    on = await rpc(
+        http,
+        bp2.rpc_url,
+        "session.start",
+        agent_params("b2", "terminal echo hi there", workingDirectory=wd),
+    )
+    assert on["result"]["output"] == "terminal output: hi there"

@@ -78,7 +78,7 @@ def tool_paths(tool_call: dict[str, Any], cwd: str) -> list[str]:
                 found.append(loc["path"])
     raw = tool_call.get("rawInput")
     if isinstance(raw, dict):
-        for key in ("path", "filePath", "file_path", "absolute_path"):
+        for key in ("path", "filePath", "filepath", "file_path", "absolute_path"):
             if isinstance(raw.get(key), str):
                 found.append(raw[key])
     out: list[str] = []
