@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
+import yaml
 
-from tests.conftest import AUTH, EXPLICIT
+from tests.conftest import AUTH, EXPLICIT, ROOT, BridgeProcess, _drain_stderr
 
 FAKE_AGENT = [sys.executable, "-m", "internal.peers.fake_acp_agent"]
 
@@ -73,3 +77,31 @@ def typed(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
         for e in events
         if e.get("method") == "session.update" and e["params"].get("type") == kind
     ]
+
+
+async def start_adapter(
+    argv: list[str], env: dict[str, str], config: dict[str, Any] | None, tmp: Path
+) -> BridgeProcess:
+    """Spawn ``xwm-bridge agent-adapter`` on an ephemeral port; the caller stops it."""
+    cmd = [sys.executable, "-m", "xwm_bridge", *argv, "--listen", "127.0.0.1:0"]
+    if config is not None:
+        path = tmp / "adapter.yaml"
+        path.write_text(yaml.safe_dump(config))
+        cmd += ["--config", str(path)]
+    proc = await asyncio.create_subprocess_exec(
+        *cmd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=str(ROOT),
+    )
+    bp = BridgeProcess(proc)
+    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    bp._drain = asyncio.get_running_loop().create_task(_drain_stderr(bp, ready))
+    try:
+        bp.port = await asyncio.wait_for(ready, 20)
+    except BaseException:
+        await bp.stop(signal.SIGKILL, wait_s=5)
+        raise
+    return bp

@@ -66,10 +66,14 @@ class Bridge:
                 "gateway-chat": GatewayUnavailableExecutor(),
             },
         )
-        self._dispatcher = Dispatcher(
+        self._dispatcher = self._make_dispatcher(runner)
+        self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
+
+    def _make_dispatcher(self, runner: TurnRunner) -> Dispatcher:
+        """Hook for other front ends (agent-adapter) that extend the method table."""
+        return Dispatcher(
             self.config, self.sessions, self.queues, runner, self.supervisor, self.permissions
         )
-        self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
 
     async def _reap(self) -> None:
         ttl = self.config.limits.session_idle_ttl
