@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,15 @@ import aiohttp
 import pytest
 
 from internal.peers.fake_llm import STATE_KEY, create_app
-from tests.conftest import ServeApp, StartBridge, rpc, wait_until
+from tests.conftest import TOKEN, ServeApp, StartBridge, base_env, rpc, wait_until
 from tests.e2e.agent_peers import opencode_provider
-from tests.integration.agent_helpers import agent_params, deltas, sse_stream, typed
+from tests.integration.agent_helpers import (
+    agent_params,
+    deltas,
+    sse_stream,
+    start_adapter,
+    typed,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -36,6 +43,16 @@ async def setup(
     }
     bp = await start_bridge(config=config, tmp=tmp)
     return bp.rpc_url, app[STATE_KEY], work
+
+
+async def cancel_after_llm_call(
+    http: aiohttp.ClientSession, url: str, llm: Any, session_id: str
+) -> dict[str, Any]:
+    """Send session.cancel once the agent is waiting on the (slow) fake LLM."""
+    before = len(llm.requests)
+    await wait_until(lambda: len(llm.requests) > before, within=60)
+    await asyncio.sleep(0.3)
+    return await rpc(http, url, "session.cancel", {"sessionId": session_id})
 
 
 def write_tool(path: Path) -> dict[str, Any]:
@@ -111,13 +128,7 @@ async def test_prompt_streams_permission_approved_and_cancel(
     assert any(u.get("status") == "completed" for u in typed(events, "tool_call_update"))
 
     # 3. cancel mid-turn returns cancelled, and the next turn works
-    async def cancel_when_llm_called() -> dict[str, Any]:
-        before = len(llm.requests)
-        await wait_until(lambda: len(llm.requests) > before, within=60)
-        await asyncio.sleep(0.3)
-        return await rpc(http, url, "session.cancel", {"sessionId": "e1"})
-
-    canceller = asyncio.create_task(cancel_when_llm_called())
+    canceller = asyncio.create_task(cancel_after_llm_call(http, url, llm, "e1"))
     slow = await rpc(
         http,
         url,
@@ -159,3 +170,67 @@ async def test_policy_rule_rejects_the_tool_call(
     record = result["permissions"][0]
     assert record["decision"] == "reject" and record["outcome"] == "reject_once"
     assert [p for p in typed(events, "permission") if p["decision"] == "reject"]
+
+
+async def test_agent_adapter_serves_opencode_over_http_and_sse(
+    tmp_path: Path, serve_app: ServeApp, http: aiohttp.ClientSession
+) -> None:
+    app = create_app()
+    llm_url = await serve_app(app)
+    llm = app[STATE_KEY]
+    work = tmp_path / "work"
+    work.mkdir()
+    provider = opencode_provider(tmp_path, llm_url, work)
+    # the YAML entry with the adapter's provider id supplies env and cwd; the command
+    # comes from GEMINI_ADAPTER_BIN / GEMINI_ADAPTER_ARGS
+    config = {
+        "providers": [provider],
+        "allowed_roots": [str(tmp_path)],
+        "agents": {"initialize_timeout": 60, "session_timeout": 60},
+    }
+    env = base_env(
+        GEMINI_ADAPTER_AUTH_TOKEN=TOKEN,
+        GEMINI_ADAPTER_BIN=provider["command"][0],
+        GEMINI_ADAPTER_ARGS="acp",
+        GEMINI_ADAPTER_PROVIDER_ID="opencode",
+        GEMINI_ADAPTER_PROVIDER_LABEL="OpenCode",
+    )
+    bp = await start_adapter(["agent-adapter"], env, config, tmp_path)
+    try:
+        caps = (await rpc(http, bp.rpc_url, "acp.capabilities", {}))["result"]
+        assert caps["upstream"]["agentInfo"]["name"] == "OpenCode"
+        assert caps["upstream"]["agentCapabilities"]["loadSession"] is True
+        params = {"sessionId": "ad1", "taskPrompt": "hello adapter", "workingDirectory": str(work)}
+        events = [e async for e in sse_stream(http, bp.rpc_url, "session.start", params)]
+        assert deltas(events) == "FAKE-LLM says: hello adapter"
+        assert events[-1]["result"]["stopReason"] == "end_turn"
+
+        target = work / "adapter.txt"
+        llm.script.extend(write_tool(target)["replies"])
+        events = []
+        async for event in sse_stream(
+            http, bp.rpc_url, "session.message", {**params, "taskPrompt": "write"}
+        ):
+            events.append(event)
+            p = event.get("params", {})
+            if p.get("type") == "permission" and p.get("pending"):
+                once = next(o["optionId"] for o in p["options"] if o["kind"] == "allow_once")
+                await rpc(
+                    http,
+                    bp.rpc_url,
+                    "session.permission",
+                    {"sessionId": "ad1", "requestId": p["requestId"], "optionId": once},
+                )
+        assert target.read_text() == "hi from tool"
+        assert events[-1]["result"]["permissions"][0]["outcome"] == "allow_once"
+
+        canceller = asyncio.create_task(cancel_after_llm_call(http, bp.rpc_url, llm, "ad1"))
+        slow = await rpc(
+            http, bp.rpc_url, "session.message", {**params, "taskPrompt": "slow:20000 wait"}
+        )
+        assert (await canceller)["result"]["cancelled"] is True
+        assert slow["result"]["cancelled"] is True
+        after = await rpc(http, bp.rpc_url, "session.message", {**params, "taskPrompt": "again"})
+        assert after["result"]["output"] == "FAKE-LLM says: again"
+    finally:
+        await bp.stop(signal.SIGTERM, wait_s=20)
