@@ -61,6 +61,9 @@ class ProviderConfig:
     env: tuple[str, ...] = ()
     #: stdio agents: the process working directory (default: the bridge's).
     cwd: str = ""
+    #: stdio agents: advertise ``fs.readTextFile`` (gemini-cli fails to create new
+    #: files when it is advertised: set false for gemini).
+    fs_read: bool = True
 
     @property
     def is_stdio(self) -> bool:

@@ -64,6 +64,7 @@ DESCRIPTIONS: dict[str, str] = {
     "providers[].command": "stdio agents: argv, run without a shell in its own process group (e.g. `[opencode, acp]`)",
     "providers[].env": "stdio agents: extra environment as `NAME=value` items",
     "providers[].cwd": "stdio agents: process working directory (default: the bridge's)",
+    "providers[].fs_read": "stdio agents: advertise `fs.readTextFile` (false for gemini-cli, which cannot create files otherwise)",
     "agents.initialize_timeout": "seconds for a stdio agent to start and answer `initialize`",
     "agents.session_timeout": "seconds for `session/new` / `session/load`",
     "agents.prompt_timeout": "hard cap on one `session/prompt`, in seconds (then `session/cancel`)",

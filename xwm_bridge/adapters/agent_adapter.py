@@ -10,6 +10,7 @@ answer; ``gemini.initialize`` and ``gemini.raw`` talk to the agent directly.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -93,7 +94,9 @@ class AdapterSettings:
         existing = next(
             (p for p in base.providers if p.id.lower() == self.provider_id.lower()), None
         )
-        provider = ProviderConfig(id=self.provider_id)
+        # gemini-cli cannot create files when fs.readTextFile is advertised
+        is_gemini = os.path.basename(self.agent_bin).startswith("gemini")
+        provider = ProviderConfig(id=self.provider_id, fs_read=not is_gemini)
         if existing is not None and existing.is_stdio:
             provider = existing
         provider = replace(

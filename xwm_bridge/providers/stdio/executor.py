@@ -64,7 +64,7 @@ def agent_spec(provider: ProviderConfig, config: BridgeConfig) -> AgentSpec:
         env=env,
         cwd=provider.cwd,
         capabilities=codec.client_capabilities(
-            fs_read=agents.fs_enabled,
+            fs_read=agents.fs_enabled and provider.fs_read,
             fs_write=agents.fs_enabled,
             terminal=agents.terminal_enabled,
         ),
