@@ -13,9 +13,19 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture" / "configura
 
 
 def test_every_key_is_described() -> None:
-    keys = {f.name for f in dataclasses.fields(BridgeConfig)} - {"limits", "providers"}
-    keys |= {f"limits.{f.name}" for f in dataclasses.fields(Limits)}
-    keys |= {f"providers[].{f.name}" for f in dataclasses.fields(ProviderConfig)}
+    defaults = BridgeConfig()
+    keys: set[str] = set()
+    for f in dataclasses.fields(BridgeConfig):
+        value = getattr(defaults, f.name)
+        if f.name == "providers":
+            keys |= {f"providers[].{g.name}" for g in dataclasses.fields(ProviderConfig)}
+        elif dataclasses.is_dataclass(value):  # nested sections: limits, agents, …
+            keys |= {f"{f.name}.{g.name}" for g in dataclasses.fields(value)}
+        else:
+            keys.add(f.name)
+    assert {k for k in keys if k.startswith("limits.")} == {
+        f"limits.{f.name}" for f in dataclasses.fields(Limits)
+    }
     assert keys == set(DESCRIPTIONS)
 
 
