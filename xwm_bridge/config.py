@@ -437,6 +437,9 @@ def _validate(config: BridgeConfig) -> None:
     for i, root in enumerate(config.allowed_roots):
         if not os.path.isabs(root):
             raise ConfigError(f"allowed_roots[{i}]: must be an absolute path, got {root!r}")
+    for name in ("initialize_timeout", "session_timeout", "prompt_timeout", "permission_timeout"):
+        if getattr(config.agents, name) <= 0:
+            raise ConfigError(f"agents.{name}: must be greater than 0")
     for i, rule in enumerate(config.agents.permission_rules):
         if rule.action not in ("allow", "reject", "ask"):
             raise ConfigError(
