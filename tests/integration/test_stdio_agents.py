@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
-from tests.conftest import StartBridge, rpc
+from tests.conftest import ROOT, StartBridge, base_env, rpc
 from tests.integration.agent_helpers import (
     agent_params,
     agent_provider,
@@ -304,3 +307,97 @@ async def test_big_lines_and_terminal(
         agent_params("b2", "terminal echo hi there", workingDirectory=wd),
     )
     assert on["result"]["output"] == "terminal output: hi there"
+
+
+async def test_cancel_while_a_permission_is_pending(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(tmp_path), tmp=tmp_path)
+    target = tmp_path / "never.txt"
+    wd = str(tmp_path)
+    events: list[dict[str, Any]] = []
+    request_id = ""
+    async for event in sse_stream(
+        http,
+        bp.rpc_url,
+        "session.start",
+        agent_params("pc", f"permission {target}", workingDirectory=wd),
+    ):
+        events.append(event)
+        params = event.get("params", {})
+        if params.get("type") == "permission" and params.get("pending"):
+            request_id = params["requestId"]
+            await rpc(http, bp.rpc_url, "session.cancel", {"sessionId": "pc"})
+    assert request_id
+    assert events[-1]["result"]["cancelled"] is True
+    assert not target.exists()
+    late = await rpc(
+        http,
+        bp.rpc_url,
+        "session.permission",
+        {"sessionId": "pc", "requestId": request_id, "optionId": "once"},
+    )
+    assert late["error"]["code"] == -32602
+    after = await rpc(
+        http, bp.rpc_url, "session.message", agent_params("pc", "ok", workingDirectory=wd)
+    )
+    assert after["result"]["output"] == "agent says: ok"
+
+
+async def test_acp_stdio_transport_asks_and_gets_the_answer_on_stdin(tmp_path: Path) -> None:
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config(tmp_path)))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "xwm_bridge",
+        "acp-stdio",
+        "--config",
+        str(path),
+        env=base_env(),
+        cwd=str(ROOT),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    target = tmp_path / "stdio.txt"
+
+    def send(body: dict[str, Any]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", **body}) + b"\n")
+
+    try:
+        send(
+            {
+                "id": 1,
+                "method": "session.start",
+                "params": agent_params(
+                    "st", f"permission {target}", workingDirectory=str(tmp_path)
+                ),
+            }
+        )
+        while True:
+            msg = orjson.loads(await asyncio.wait_for(proc.stdout.readline(), 20))
+            params = msg.get("params", {})
+            if params.get("type") == "permission" and params.get("pending"):
+                send(
+                    {
+                        "id": 2,
+                        "method": "session.permission",
+                        "params": {
+                            "sessionId": "st",
+                            "requestId": params["requestId"],
+                            "optionId": "once",
+                        },
+                    }
+                )
+            if msg.get("id") == 1:
+                break
+        assert "permission granted (once)" in msg["result"]["output"]
+        assert target.exists()
+    finally:
+        proc.stdin.close()
+        await asyncio.wait_for(proc.wait(), 20)
