@@ -105,3 +105,26 @@ async def test_start_failure_and_initialize_deadline() -> None:
     assert info.value.timed_out
     assert not silent.alive
     await silent.close()
+
+
+HUGE_LINE_AGENT = """
+import json, sys
+line = sys.stdin.readline()
+rid = json.loads(line)["id"]
+sys.stdout.write("x" * (65 * 1024 * 1024) + "\\n")
+answer = {"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": 1}}
+sys.stdout.write(json.dumps(answer) + "\\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+async def test_a_line_over_64_mib_is_dropped_and_the_stream_goes_on() -> None:
+    agent = AcpAgent(spec([sys.executable, "-c", HUGE_LINE_AGENT]))
+    try:
+        init = await agent.ensure_started()
+        assert init == {"protocolVersion": 1}
+        assert agent.dropped_lines == 1
+        assert agent.alive
+    finally:
+        await agent.close()

@@ -199,11 +199,12 @@ class AcpAgent:
             message = f"agent {self.spec.name} exited ({self.last_exit})" + (
                 f": {tail[-500:]}" if tail else ""
             )
-            if proc is self._proc:
+            # after a restart the pending calls belong to the new process: leave them
+            if proc is self._proc or self._proc is None:
                 self.init_result = {}
-            for fut in list(self._pending.values()):
-                if not fut.done():
-                    fut.set_exception(AgentError(message))
+                for fut in list(self._pending.values()):
+                    if not fut.done():
+                        fut.set_exception(AgentError(message))
             log.info("agent exited", extra={"agent": self.spec.name, "status": code})
 
     async def _on_line(self, line: bytes) -> None:
