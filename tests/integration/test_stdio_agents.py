@@ -401,3 +401,24 @@ async def test_acp_stdio_transport_asks_and_gets_the_answer_on_stdin(tmp_path: P
     finally:
         proc.stdin.close()
         await asyncio.wait_for(proc.wait(), 20)
+
+
+async def test_restarted_agent_resumes_the_session_with_session_load(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    cfg = config(tmp_path)
+    cfg["providers"] = [agent_provider(env=["FAKE_AGENT_LOAD_SESSION=1"])]
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    wd = str(tmp_path)
+    first = await rpc(
+        http, bp.rpc_url, "session.start", agent_params("l1", "hi", workingDirectory=wd)
+    )
+    crashed = await rpc(
+        http, bp.rpc_url, "session.message", agent_params("l1", "crash", workingDirectory=wd)
+    )
+    assert crashed["result"]["success"] is False
+    again = await rpc(
+        http, bp.rpc_url, "session.message", agent_params("l1", "back", workingDirectory=wd)
+    )
+    assert again["result"]["output"] == "agent says: back"
+    assert again["result"]["agentSessionId"] == first["result"]["agentSessionId"]
