@@ -133,15 +133,22 @@ def serve(
     sys.exit(code)
 
 
-async def _serve(cfg: BridgeConfig, host: str, port: int) -> int:
+async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -> int:
     from aiohttp import web
 
     from xwm_bridge.core.bridge import Bridge
     from xwm_bridge.transport.http import HttpTransport
 
-    bridge = Bridge(cfg)
+    if adapter is None:
+        bridge = Bridge(cfg)
+        transport_cls = HttpTransport
+    else:  # agent-adapter: same server, its own method table and routes
+        from xwm_bridge.adapters.agent_adapter import AdapterBridge, AdapterTransport
+
+        bridge = AdapterBridge(cfg, adapter)
+        transport_cls = AdapterTransport
     await bridge.start()
-    transport = HttpTransport(bridge)
+    transport = transport_cls(bridge)
     app = transport.app()
     runner = web.AppRunner(
         app,
@@ -293,6 +300,74 @@ async def _toolbridge(cfg: BridgeConfig) -> int:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     return 0
+
+
+@cli.command("agent-adapter")
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    default=None,
+    help="Listen address (env GEMINI_ADAPTER_LISTEN_ADDR; default 127.0.0.1:8791).",
+)
+@click.option(
+    "--agent-bin",
+    "--gemini-bin",
+    "agent_bin",
+    metavar="PATH",
+    default=None,
+    help="Agent executable (env GEMINI_ADAPTER_BIN, else ACP_GEMINI_BIN; default gemini).",
+)
+@click.option(
+    "--agent-args",
+    "--gemini-args",
+    "agent_args",
+    metavar="ARGS",
+    default=None,
+    help="Agent arguments, shell-quoted (env GEMINI_ADAPTER_ARGS; default --acp).",
+)
+@CONFIG_OPTION
+@LOG_LEVEL_OPTION
+def agent_adapter(
+    listen: str | None,
+    agent_bin: str | None,
+    agent_args: str | None,
+    config_file: str | None,
+    log_level: str | None,
+) -> None:
+    """Expose one stdio ACP agent (default: gemini --acp) as a bridge-protocol service.
+
+    \b
+    Routes: POST /acp/rpc (JSON, or SSE with Accept: text/event-stream), GET /acp (WebSocket).
+    Methods: acp.capabilities, session.start|message|cancel|close|permission,
+    gemini.initialize, gemini.raw. Env: GEMINI_ADAPTER_AUTH_TOKEN,
+    GEMINI_ADAPTER_ALLOWED_ORIGINS, GEMINI_ADAPTER_PROVIDER_ID|LABEL,
+    GEMINI_ADAPTER_PROTOCOL_VERSION, GEMINI_ADAPTER_UPSTREAM_METHOD.
+    The YAML config supplies agents.* (permissions, fs, terminal), allowed_roots and limits.
+    """
+    import os
+
+    from xwm_bridge.adapters.agent_adapter import AdapterSettings
+    from xwm_bridge.transport.security import is_loopback_host, parse_listen
+
+    base = _load(config_file, log_level=log_level)
+    try:
+        settings = AdapterSettings.from_env(
+            os.environ, listen=listen, agent_bin=agent_bin, agent_args=agent_args
+        )
+        host, port = parse_listen(settings.listen)
+    except (ConfigError, ValueError) as exc:
+        _fail(f"config error: {exc}", EXIT_CONFIG)
+    cfg = settings.bridge_config(base)
+    if not is_loopback_host(host) and not cfg.auth_token:
+        _fail(
+            f"refusing to listen on {settings.listen} without GEMINI_ADAPTER_AUTH_TOKEN",
+            EXIT_CONFIG,
+        )
+    setup_logging(cfg.log_level, (*cfg.secrets(), settings.auth_token))
+    sys.exit(_run(_serve(cfg, host, port, adapter=settings)))
+
+
+cli.add_command(agent_adapter, name="gemini-adapter")
 
 
 def _normalize_argv(argv: Sequence[str]) -> list[str]:

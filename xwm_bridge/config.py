@@ -53,9 +53,26 @@ class ProviderConfig:
     read_timeout: float = 120.0
     #: hard cap on one forwarded turn.
     total_timeout: float = 600.0
+    #: ``http`` (endpoint: ACP over HTTP/WS) or ``stdio`` (command: a local Zed-ACP agent).
+    kind: str = "http"
+    #: stdio agents: argv run without a shell, e.g. ``[opencode, acp]``.
+    command: tuple[str, ...] = ()
+    #: stdio agents: extra environment, ``NAME=value`` items.
+    env: tuple[str, ...] = ()
+    #: stdio agents: the process working directory (default: the bridge's).
+    cwd: str = ""
+    #: stdio agents: advertise ``fs.readTextFile`` (gemini-cli fails to create new
+    #: files when it is advertised: set false for gemini).
+    fs_read: bool = True
+
+    @property
+    def is_stdio(self) -> bool:
+        return self.kind == "stdio"
 
     @property
     def available(self) -> bool:
+        if self.is_stdio:
+            return self.enabled and bool(self.command)
         return self.enabled and bool(self.endpoint.strip())
 
 
@@ -173,6 +190,38 @@ class MountsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PermissionRule:
+    """One rule of the stdio-agent permission policy (first match wins)."""
+
+    action: str = "ask"
+    kind: str = "*"
+    path: str = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsConfig:
+    """Local stdio ACP agents: deadlines, client-side tools, permission policy."""
+
+    initialize_timeout: float = 60.0
+    session_timeout: float = 60.0
+    #: hard cap on one ``session/prompt``.
+    prompt_timeout: float = 600.0
+    #: an ``ask`` nobody answers within this is rejected.
+    permission_timeout: float = 120.0
+    permission_rules: tuple[PermissionRule, ...] = ()
+    permission_rules_file: str = ""
+    #: serve ``fs/read_text_file`` and ``fs/write_text_file`` (inside allowed roots only).
+    fs_enabled: bool = True
+    fs_max_file_bytes: int = 8 * MIB
+    #: serve ``terminal/*`` (commands run in the session directory, no shell).
+    terminal_enabled: bool = False
+    terminal_output_limit: int = MIB
+    terminal_max_running: int = 4
+    #: SIGTERM → SIGKILL delay when stopping an agent's process group.
+    stop_grace: float = 3.0
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: str = ""
@@ -197,6 +246,7 @@ class BridgeConfig:
     toolbridge: ToolbridgeConfig = field(default_factory=ToolbridgeConfig)
     router: RouterConfig = field(default_factory=RouterConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 
     @property
@@ -223,6 +273,8 @@ class BridgeConfig:
         values += [p.auth_header or "" for p in self.providers]
         values += [self.multi_agent.api_key, self.toolbridge.llm_api_key]
         values.append(self.toolbridge.vault_token)
+        # stdio agents' environment commonly carries API keys
+        values += [item.split("=", 1)[1] for p in self.providers for item in p.env if "=" in item]
         out: list[str] = []
         for value in values:
             out.append(value)
@@ -494,7 +546,12 @@ def _validate(config: BridgeConfig) -> None:
         if p.id.lower() in seen:
             raise ConfigError(f"{key}.id: duplicate provider id {p.id!r}")
         seen.add(p.id.lower())
-        if p.available:
+        if p.kind not in ("http", "stdio"):
+            raise ConfigError(f"{key}.kind: must be http or stdio, got {p.kind!r}")
+        for j, item in enumerate(p.env):
+            if "=" not in item or not item.split("=", 1)[0]:
+                raise ConfigError(f"{key}.env[{j}]: expected NAME=value")
+        if p.available and not p.is_stdio:
             try:
                 derive_endpoint(p.endpoint)
             except EndpointError as exc:
@@ -530,5 +587,13 @@ def _validate(config: BridgeConfig) -> None:
         raise ConfigError("router: timeouts must be greater than 0")
     if config.router.classifier_max_concurrency <= 0:
         raise ConfigError("router.classifier_max_concurrency: must be greater than 0")
+    for name in ("initialize_timeout", "session_timeout", "prompt_timeout", "permission_timeout"):
+        if getattr(config.agents, name) <= 0:
+            raise ConfigError(f"agents.{name}: must be greater than 0")
+    for i, rule in enumerate(config.agents.permission_rules):
+        if rule.action not in ("allow", "reject", "ask"):
+            raise ConfigError(
+                f"agents.permission_rules[{i}].action: must be one of allow, reject, ask"
+            )
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")

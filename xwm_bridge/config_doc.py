@@ -112,6 +112,23 @@ DESCRIPTIONS: dict[str, str] = {
     "providers[].connect_timeout": "seconds to connect",
     "providers[].read_timeout": "longest silence from the upstream, in seconds",
     "providers[].total_timeout": "hard cap on one forwarded turn, in seconds",
+    "providers[].kind": "`http` (ACP over HTTP/WebSocket at `endpoint`) or `stdio` (local Zed-ACP agent run from `command`)",
+    "providers[].command": "stdio agents: argv, run without a shell in its own process group (e.g. `[opencode, acp]`)",
+    "providers[].env": "stdio agents: extra environment as `NAME=value` items",
+    "providers[].cwd": "stdio agents: process working directory (default: the bridge's)",
+    "providers[].fs_read": "stdio agents: advertise `fs.readTextFile` (false for gemini-cli, which cannot create files otherwise)",
+    "agents.initialize_timeout": "seconds for a stdio agent to start and answer `initialize`",
+    "agents.session_timeout": "seconds for `session/new` / `session/load`",
+    "agents.prompt_timeout": "hard cap on one `session/prompt`, in seconds (then `session/cancel`)",
+    "agents.permission_timeout": "seconds a client has to answer a `permission` update before it is rejected",
+    "agents.permission_rules": "list of `{action: allow|reject|ask, kind: <glob>, path: <glob>}`; first match wins; none = ask",
+    "agents.permission_rules_file": "YAML rule list appended to `permission_rules`, re-read when it changes",
+    "agents.fs_enabled": "serve `fs/read_text_file` / `fs/write_text_file` inside the session directory when under `allowed_roots`",
+    "agents.fs_max_file_bytes": "largest file an agent may read or write through the bridge",
+    "agents.terminal_enabled": "serve `terminal/*` (no shell, session directory under `allowed_roots`)",
+    "agents.terminal_output_limit": "bytes of terminal output kept per terminal (oldest dropped)",
+    "agents.terminal_max_running": "terminals one agent may have at once",
+    "agents.stop_grace": "seconds between SIGTERM and SIGKILL when stopping an agent's process group",
 }
 
 

@@ -218,6 +218,9 @@ def create_app() -> web.Application:
         app.router.add_get(f"{prefix}/models", models)
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
     app.router.add_post("/_script", script)
+    from internal.peers.fake_gemini import add_routes as add_gemini_routes
+
+    add_gemini_routes(app)  # gemini-cli's API, same state and script
     app.router.add_get("/_requests", requests_seen)
     app.router.add_post("/_reset", reset)
     return app

@@ -18,6 +18,8 @@ from xwm_bridge.core.turns import TurnRunner
 from xwm_bridge.multiagent.executor import MultiAgentExecutor
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
+from xwm_bridge.providers.stdio.executor import ProviderKindExecutor, StdioAgentExecutor
+from xwm_bridge.providers.stdio.permissions import PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.router.service import Router
 
@@ -42,6 +44,9 @@ class Bridge:
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._dispatcher: Dispatcher | None = None
+        self._router: Router | None = None
+        self.permissions = PermissionBroker()
+        self.stdio_agents = StdioAgentExecutor(config, self.permissions)
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -66,23 +71,31 @@ class Bridge:
             self.sessions,
             self.supervisor,
             {
-                "single-agent": SingleAgentExecutor(self.config, upstream, self.metrics),
+                "single-agent": ProviderKindExecutor(
+                    SingleAgentExecutor(self.config, upstream, self.metrics), self.stdio_agents
+                ),
                 "multi-agent": MultiAgentExecutor(self.config, self.http),
                 "gateway-chat": GatewayUnavailableExecutor(),
             },
             self.metrics,
             router=router,
         )
-        self._dispatcher = Dispatcher(
+        self._router = router
+        self._dispatcher = self._make_dispatcher(runner)
+        self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
+
+    def _make_dispatcher(self, runner: TurnRunner) -> Dispatcher:
+        """Hook for other front ends (agent-adapter) that extend the method table."""
+        return Dispatcher(
             self.config,
             self.sessions,
             self.queues,
             runner,
             self.supervisor,
-            self.metrics,
-            router=router,
+            metrics=self.metrics,
+            router=self._router,
+            broker=self.permissions,
         )
-        self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
 
     async def _reap(self) -> None:
         ttl = self.config.limits.session_idle_ttl
@@ -111,5 +124,6 @@ class Bridge:
             log.warning("grace period over; cancelling turns", extra={"cancelled": cancelled})
             await self.supervisor.wait(self.config.limits.upstream_cancel_timeout + 2)
         await self.supervisor.shutdown(0)
+        await self.stdio_agents.close()  # process groups terminated: no child survives
         if self._http is not None:
             await self._http.close()

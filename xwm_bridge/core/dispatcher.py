@@ -20,6 +20,7 @@ from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.mounts.reconcile import MountsRequest, reconcile
 from xwm_bridge.observability import context as obs
 from xwm_bridge.observability.metrics import Metrics
+from xwm_bridge.providers.stdio.permissions import PermissionAnswer, PermissionBroker
 from xwm_bridge.router.dispatch import resolve_dispatch
 from xwm_bridge.router.resolver import EMPTY_FIELDS, RoutingRequest
 from xwm_bridge.router.service import Router
@@ -53,9 +54,11 @@ class Dispatcher:
         supervisor: Supervisor,
         metrics: Metrics | None = None,
         router: Router | None = None,
+        broker: PermissionBroker | None = None,
     ) -> None:
         self._config = config
         self._router = router or Router(config, None)
+        self._broker = broker or PermissionBroker()
         self._sessions = sessions
         self._queues = queues
         self._runner = runner
@@ -69,9 +72,10 @@ class Dispatcher:
             "xworkmate.routing.resolve": self._routing_resolve,
             "xworkmate.dispatch.resolve": self._dispatch_resolve,
             "xworkmate.mounts.reconcile": self._mounts_reconcile,
+            "session.permission": self._session_permission,
         }
         self.metrics = metrics or Metrics()
-        self.metrics.set_known_methods(tuple(self._methods))
+        self.metrics.set_known_methods(self._methods)  # live: subclasses may add methods
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -215,3 +219,9 @@ class Dispatcher:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         return await reconcile(MountsRequest.parse(params), self._config.mounts)
+
+    async def _session_permission(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        """The client's answer to a ``permission`` update of a stdio agent (issue 8)."""
+        return self._broker.answer(PermissionAnswer.parse(params))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -17,7 +17,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self._known: frozenset[str] = frozenset()
+        self._known: Container[str] = frozenset()
         r = self.registry
         self.requests = Counter(
             "xwm_requests",
@@ -56,8 +56,8 @@ class Metrics:
         )
         self._sessions = Gauge("xwm_sessions_alive", "Session records held in memory", registry=r)
 
-    def set_known_methods(self, methods: tuple[str, ...]) -> None:
-        self._known = frozenset(methods)
+    def set_known_methods(self, methods: Container[str]) -> None:
+        self._known = methods
 
     def method_label(self, method: str) -> str:
         """Bounded label values: unknown method names collapse to ``other``."""

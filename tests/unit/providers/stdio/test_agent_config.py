@@ -1,0 +1,123 @@
+"""Config of stdio providers and the agents section; fs confinement; adapter settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from xwm_bridge.adapters.agent_adapter import AdapterSettings
+from xwm_bridge.config import BridgeConfig, ConfigError, load_config
+from xwm_bridge.providers.stdio import client_fs
+from xwm_bridge.providers.stdio.agent import ClientError
+
+
+def load(tmp_path: Path, text: str) -> BridgeConfig:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return load_config(config_file=str(path), env={}).config
+
+
+def test_stdio_provider_and_agents_section(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        """
+providers:
+  - {id: oc, kind: stdio, command: [opencode, acp], env: ["OPENAI_API_KEY=sk-secret-1"]}
+  - {id: off, kind: stdio}
+agents:
+  permission_timeout: 5
+  terminal_enabled: true
+  permission_rules: [{action: reject, kind: edit, path: "*.env"}]
+""",
+    )
+    assert [p.id for p in cfg.available_providers] == ["oc"]
+    oc = cfg.providers[0]
+    assert oc.is_stdio and oc.command == ("opencode", "acp") and oc.fs_read is True
+    assert cfg.agents.permission_timeout == 5 and cfg.agents.terminal_enabled
+    assert cfg.agents.permission_rules[0].action == "reject"
+    assert "sk-secret-1" in cfg.secrets()
+    assert BridgeConfig().agents.permission_timeout == 120
+    assert BridgeConfig().agents.terminal_enabled is False
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("providers: [{id: a, kind: pipe, command: [x]}]", "providers[0].kind"),
+        ("providers: [{id: a, kind: stdio, command: [x], env: [NOVALUE]}]", "providers[0].env[0]"),
+        ("agents: {permission_rules: [{action: allow_always}]}", "agents.permission_rules[0]"),
+        ("agents: {prompt_timeout: -1}", "agents.prompt_timeout"),
+        ("agents: {permission_timeout: 0}", "agents.permission_timeout"),
+    ],
+)
+def test_bad_values_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load(tmp_path, text)
+
+
+def test_fs_confinement(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    proj = root / "proj"
+    proj.mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    os.symlink(tmp_path / "outside", proj / "escape")
+    assert client_fs.confined_root(str(proj), (str(root),)) == str(proj)
+    assert client_fs.confined_root(str(tmp_path), (str(root),)) is None
+    assert client_fs.confined_root("relative", (str(root),)) is None
+    assert client_fs.confined_root(str(proj), ()) is None
+    sess = str(proj)
+    assert client_fs.resolve(str(proj / "a.txt"), sess) == str(proj / "a.txt")
+    for bad in (str(proj / "escape" / "x"), str(tmp_path / "x"), "rel/x", None):
+        with pytest.raises(ClientError):
+            client_fs.resolve(bad, sess)
+    with pytest.raises(ClientError):
+        client_fs.resolve(str(proj / "a.txt"), None)
+
+
+async def test_fs_read_slices_and_missing(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("1\n2\n3\n4\n")
+    root = str(tmp_path)
+    got = await client_fs.read_text_file(
+        {"path": str(tmp_path / "f.txt"), "line": 2, "limit": 2}, root, 100
+    )
+    assert got == {"content": "2\n3\n"}
+    with pytest.raises(ClientError) as info:
+        await client_fs.read_text_file({"path": str(tmp_path / "no.txt")}, root, 100)
+    assert info.value.code == -32002
+    with pytest.raises(ClientError):
+        await client_fs.read_text_file({"path": str(tmp_path / "f.txt")}, root, 3)
+    with pytest.raises(ClientError):
+        await client_fs.write_text_file(
+            {"path": str(tmp_path / "g.txt"), "content": "x" * 9}, root, 3
+        )
+
+
+def test_adapter_settings_from_original_env() -> None:
+    s = AdapterSettings.from_env({})
+    assert s.listen == "127.0.0.1:8791" and s.agent_bin == "gemini" and s.agent_args == ("--acp",)
+    assert s.provider_id == "gemini" and s.provider_label == "Gemini" and s.protocol_version == 1
+    assert s.allowed_origins == (
+        "https://xworkmate.svc.plus",
+        "http://localhost:*",
+        "http://127.0.0.1:*",
+    )
+    s = AdapterSettings.from_env(
+        {
+            "ACP_GEMINI_BIN": "/opt/gemini",
+            "GEMINI_ADAPTER_ARGS": "--acp --model 'a b'",
+            "GEMINI_ADAPTER_PROVIDER_ID": "g2",
+        }
+    )
+    assert s.agent_bin == "/opt/gemini" and s.agent_args == ("--acp", "--model", "a b")
+    assert (
+        AdapterSettings.from_env({"GEMINI_ADAPTER_BIN": "/x", "ACP_GEMINI_BIN": "/y"}).agent_bin
+        == "/x"
+    )
+    with pytest.raises(ConfigError):
+        AdapterSettings.from_env({"GEMINI_ADAPTER_PROTOCOL_VERSION": "0"})
+    cfg = s.bridge_config(BridgeConfig())
+    (only,) = cfg.providers
+    assert only.id == "g2" and only.command == ("/opt/gemini", "--acp", "--model", "a b")
+    assert only.fs_read is False  # gemini-cli cannot create files otherwise

@@ -1,0 +1,81 @@
+"""Permission policy (first match wins, reload on change) and the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from xwm_bridge.config import PermissionRule
+from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.providers.stdio import policy
+from xwm_bridge.providers.stdio.permissions import (
+    PermissionAnswer,
+    PermissionBroker,
+    outcome_label,
+)
+
+FRAMES = json.loads((Path(__file__).parent / "opencode_write_frames.json").read_text())
+TOOL = next(f for f in FRAMES if f.get("request") == "session/request_permission")["params"][
+    "toolCall"
+]
+
+
+def test_first_match_wins_on_kind_and_path() -> None:
+    rules = (
+        PermissionRule("reject", "edit", "*.env"),
+        PermissionRule("allow", "edit", "/srv/proj/*"),
+        PermissionRule("reject", "*", "*"),
+    )
+    assert policy.decide(rules, TOOL, "/srv/proj").action == "allow"
+    env_file = {**TOOL, "locations": [{"path": "/srv/proj/.env"}]}
+    assert policy.decide(rules, env_file, "/srv/proj").action == "reject"
+    assert "rule 1" in policy.decide(rules, env_file, "/srv/proj").reason
+    # relative globs match paths relative to the session directory
+    rel = (PermissionRule("allow", "edit", "x.txt"),)
+    assert policy.decide(rel, TOOL, "/srv/proj").action == "allow"
+    other = {**TOOL, "kind": "execute", "locations": []}
+    assert policy.decide(rules[:2], other, "/srv/proj") == policy.Decision("ask", "default")
+    assert policy.decide((), TOOL, "/").action == "ask"
+
+
+def test_rule_file_reloads_and_keeps_old_rules_on_bad_file(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text("- {action: reject, kind: edit}\n")
+    store = policy.PolicyStore((), str(path))
+    assert store.decide(TOOL, "/srv/proj").action == "reject"
+    path.write_text("rules:\n  - {action: allow, kind: '*'}\n")
+    os.utime(path, (1, 1))
+    assert store.decide(TOOL, "/srv/proj").action == "allow"
+    path.write_text("- {action: maybe}\n")
+    os.utime(path, (2, 2))
+    assert store.decide(TOOL, "/srv/proj").action == "allow"  # bad file: previous rules kept
+    path.unlink()
+    assert store.decide(TOOL, "/srv/proj").action == "ask"
+    with pytest.raises(ValueError):
+        policy.parse_rules([{"action": "allow_always"}], "x")
+
+
+async def test_broker_answer_validation_and_cancel() -> None:
+    broker = PermissionBroker()
+    options = [
+        {"optionId": "once", "kind": "allow_once"},
+        {"optionId": "no", "kind": "reject_once"},
+    ]
+    entry = broker.open("s1", options)
+    with pytest.raises(RpcError):
+        broker.answer(PermissionAnswer("s1", entry.request_id, "always"))
+    with pytest.raises(RpcError):
+        broker.answer(PermissionAnswer("other", entry.request_id, "once"))
+    assert broker.answer(PermissionAnswer("s1", entry.request_id, "once"))["accepted"] is True
+    outcome = await asyncio.wait_for(entry.future, 1)
+    assert outcome_label(outcome, options) == "allow_once"
+    second = broker.open("s1", options)
+    assert broker.cancel_session("s1") == 1
+    assert outcome_label(await second.future, options) == "cancelled"
+    with pytest.raises(RpcError) as info:
+        PermissionAnswer.parse({"sessionId": "s1", "requestId": 3, "optionId": "x"})
+    assert info.value.code == -32602

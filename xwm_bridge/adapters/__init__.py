@@ -1,0 +1,1 @@
+"""Front ends that expose something else as a bridge-protocol service."""

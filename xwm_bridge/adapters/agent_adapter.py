@@ -1,0 +1,272 @@
+"""``xwm-bridge agent-adapter`` (alias ``gemini-adapter``): one stdio ACP agent as a
+bridge-protocol service (adapters.md §1, with its weaknesses fixed).
+
+Same HTTP/WS/SSE edges, auth, origin and size rules as ``serve`` but only the
+``/acp/rpc`` and ``/acp`` routes. ``session.*`` run through the normal turn
+pipeline, always routed to the one agent (streaming, cancel, permissions, fs as
+in ``serve``); ``acp.capabilities`` is built from the agent's real ``initialize``
+answer; ``gemini.initialize`` and ``gemini.raw`` talk to the agent directly.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiohttp import web
+
+from xwm_bridge import coerce
+from xwm_bridge.config import BridgeConfig, ConfigError, ProviderConfig
+from xwm_bridge.core.bridge import Bridge
+from xwm_bridge.core.dispatcher import CallContext, Dispatcher
+from xwm_bridge.core.turns import TurnRunner
+from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+from xwm_bridge.providers.stdio.agent import AcpAgent, AgentError
+from xwm_bridge.transport.http import HttpTransport
+
+DEFAULT_LISTEN = "127.0.0.1:8791"
+DEFAULT_ORIGINS = "https://xworkmate.svc.plus,http://localhost:*,http://127.0.0.1:*"
+#: the original used ``--experimental-acp``, which today's gemini-cli deprecates.
+DEFAULT_ARGS = "--acp"
+RAW_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterSettings:
+    """The original's ``GEMINI_ADAPTER_*`` environment (adapters.md §1.1)."""
+
+    listen: str = DEFAULT_LISTEN
+    agent_bin: str = "gemini"
+    agent_args: tuple[str, ...] = (DEFAULT_ARGS,)
+    protocol_version: int = 1
+    auth_token: str = ""
+    provider_id: str = "gemini"
+    provider_label: str = "Gemini"
+    allowed_origins: tuple[str, ...] = tuple(DEFAULT_ORIGINS.split(","))
+    upstream_method: str = ""
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str],
+        *,
+        listen: str | None = None,
+        agent_bin: str | None = None,
+        agent_args: str | None = None,
+    ) -> AdapterSettings:
+        def get(name: str, default: str) -> str:
+            return coerce.env_text(env, name) or default
+
+        version_text = get("GEMINI_ADAPTER_PROTOCOL_VERSION", "1")
+        try:
+            version = int(version_text)
+        except ValueError:
+            version = 0
+        if version <= 0:
+            raise ConfigError(
+                "GEMINI_ADAPTER_PROTOCOL_VERSION: expected a positive integer, "
+                f"got {version_text!r}"
+            )
+        binary = agent_bin or get("GEMINI_ADAPTER_BIN", get("ACP_GEMINI_BIN", "gemini"))
+        args = agent_args if agent_args is not None else get("GEMINI_ADAPTER_ARGS", DEFAULT_ARGS)
+        origins = get("GEMINI_ADAPTER_ALLOWED_ORIGINS", DEFAULT_ORIGINS)
+        return cls(
+            listen=listen or get("GEMINI_ADAPTER_LISTEN_ADDR", DEFAULT_LISTEN),
+            agent_bin=binary,
+            agent_args=tuple(shlex.split(args)),  # quotes honoured (the original split on spaces)
+            protocol_version=version,
+            auth_token=get("GEMINI_ADAPTER_AUTH_TOKEN", ""),
+            provider_id=get("GEMINI_ADAPTER_PROVIDER_ID", "gemini"),
+            provider_label=get("GEMINI_ADAPTER_PROVIDER_LABEL", "Gemini"),
+            allowed_origins=tuple(o.strip() for o in origins.split(",") if o.strip()),
+            upstream_method=get("GEMINI_ADAPTER_UPSTREAM_METHOD", ""),
+        )
+
+    def bridge_config(self, base: BridgeConfig) -> BridgeConfig:
+        """The bridge config with this adapter's listen/auth/origins and its one agent.
+
+        A ``kind: stdio`` provider with the adapter's id in the YAML file keeps its
+        env/cwd/timeouts; its command is replaced by ``--agent-bin``/``--agent-args``.
+        """
+        existing = next(
+            (p for p in base.providers if p.id.lower() == self.provider_id.lower()), None
+        )
+        # gemini-cli cannot create files when fs.readTextFile is advertised
+        is_gemini = os.path.basename(self.agent_bin).startswith("gemini")
+        provider = ProviderConfig(id=self.provider_id, fs_read=not is_gemini)
+        if existing is not None and existing.is_stdio:
+            provider = existing
+        provider = replace(
+            provider,
+            label=self.provider_label,
+            kind="stdio",
+            enabled=True,
+            command=(self.agent_bin, *self.agent_args),
+        )
+        return replace(
+            base,
+            listen=self.listen,
+            auth_token=self.auth_token,
+            allowed_origins=self.allowed_origins,
+            providers=(provider,),
+        )
+
+
+class AdapterDispatcher(Dispatcher):
+    def __init__(self, *args: Any, settings: AdapterSettings, agent: AcpAgent, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._settings = settings
+        self._agent = agent
+        self._base_turn = self._methods["session.start"]
+        self._methods.update(
+            {
+                "acp.capabilities": self._adapter_capabilities,
+                "session.start": self._adapter_turn,
+                "session.message": self._adapter_turn,
+                "gemini.initialize": self._gemini_initialize,
+                "gemini.raw": self._gemini_raw,
+            }
+        )
+        # the adapter serves one agent: no router, mounts or gateway methods (adapters.md §1.5)
+        for name in [m for m in self._methods if m.startswith("xworkmate.")]:
+            del self._methods[name]
+
+    def _provider(self) -> dict[str, str]:
+        return {"id": self._settings.provider_id, "label": self._settings.provider_label}
+
+    async def _adapter_capabilities(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        pid = self._settings.provider_id
+        try:
+            init = await self._agent.ensure_started()
+        except AgentError as exc:
+            return {
+                "singleAgent": False,
+                "multiAgent": False,
+                "providers": [],
+                "providerCatalog": [],
+                "capabilities": {"single_agent": False, "multi_agent": False, "providers": []},
+                "success": False,
+                "error": str(exc),
+            }
+        return {
+            "singleAgent": True,
+            "multiAgent": False,
+            "providers": [pid],
+            "providerCatalog": [{"providerId": pid, "label": self._settings.provider_label}],
+            "capabilities": {"single_agent": True, "multi_agent": False, "providers": [pid]},
+            "provider": self._provider(),
+            "upstream": {
+                "protocolVersion": init.get("protocolVersion"),
+                "authMethods": init.get("authMethods"),
+                "agentCapabilities": init.get("agentCapabilities"),
+                "agentInfo": init.get("agentInfo"),
+            },
+        }
+
+    async def _adapter_turn(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        if self._settings.upstream_method:
+            return await self._configured_upstream(params)
+        # every turn goes to the one agent, whatever routing the client sent
+        routed = {
+            **params,
+            "routing": {
+                "routingMode": "explicit",
+                "explicitExecutionTarget": "singleAgent",
+                "explicitProviderId": self._settings.provider_id,
+            },
+        }
+        return await self._base_turn(routed, call, method)
+
+    async def _configured_upstream(self, params: dict[str, Any]) -> dict[str, Any]:
+        """adapters.md §1.7.1: params sent verbatim under the configured method."""
+        pid, upstream = self._settings.provider_id, self._settings.upstream_method
+        base = {"provider": pid, "mode": "single-agent"}
+        try:
+            await self._agent.ensure_started()
+            result = await self._agent.call(upstream, params, RAW_TIMEOUT)
+        except AgentError as exc:
+            out = {"success": False, **base, "error": str(exc), "upstreamMethod": upstream}
+            if exc.code is not None:
+                out["upstreamError"] = {"code": exc.code, "message": str(exc)}
+            return out
+        if isinstance(result, dict) and result:
+            return {**base, **result}
+        return {"success": True, **base, "upstreamMethod": upstream, "upstream": result}
+
+    async def _gemini_initialize(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        try:
+            init = await self._agent.ensure_started()
+        except AgentError as exc:
+            return {"success": False, "error": str(exc)}
+        keys = ("protocolVersion", "authMethods", "agentCapabilities", "agentInfo")
+        return {"success": True, "result": {k: init.get(k) for k in keys}}
+
+    async def _gemini_raw(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        raw_method = params.get("method")
+        if raw_method is not None and not isinstance(raw_method, str):
+            raise RpcError(INVALID_PARAMS, "method must be a string")
+        if not coerce.text(raw_method):
+            return {"success": False, "error": "method is required"}
+        raw_params = params.get("params")
+        try:
+            await self._agent.ensure_started()
+            result = await self._agent.call(
+                coerce.text(raw_method),
+                raw_params if isinstance(raw_params, dict) else {},
+                RAW_TIMEOUT,
+            )
+        except AgentError as exc:
+            if exc.code is None:
+                return {"success": False, "error": str(exc)}
+            error = {"code": exc.code, "message": str(exc)}
+            return {"success": True, "response": {"jsonrpc": "2.0", "error": error}}
+        return {"success": True, "response": {"jsonrpc": "2.0", "result": result}}
+
+
+class AdapterBridge(Bridge):
+    def __init__(self, config: BridgeConfig, settings: AdapterSettings) -> None:
+        super().__init__(config)
+        self.settings = settings
+
+    def _make_dispatcher(self, runner: TurnRunner) -> Dispatcher:
+        agent = self.stdio_agents.agent(self.settings.provider_id)
+        agent.spec = replace(agent.spec, protocol_version=self.settings.protocol_version)
+        return AdapterDispatcher(
+            self.config,
+            self.sessions,
+            self.queues,
+            runner,
+            self.supervisor,
+            metrics=self.metrics,
+            broker=self.permissions,
+            settings=self.settings,
+            agent=agent,
+        )
+
+
+class AdapterTransport(HttpTransport):
+    """``serve``'s edges, with only the adapter's two routes (everything else 404)."""
+
+    def app(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self.limits.max_body_bytes,
+            middlewares=[self._not_found_middleware],
+        )
+        app.router.add_route("*", "/acp/rpc", self.rpc)
+        app.router.add_route("*", "/acp", self.websocket)
+        app.router.add_get("/livez", self.health.livez)
+        app.router.add_get("/readyz", self.health.readyz)
+        app.router.add_get("/metrics", self.health.metrics)
+        app.on_shutdown.append(self._on_shutdown)
+        return app

@@ -1,0 +1,294 @@
+"""One local ACP agent process: spawn, JSON-RPC over its stdio, restart after a crash.
+
+The agent runs in its own process group (``start_new_session``) from an argv
+without a shell; closing terminates the whole group (gemini re-launches itself
+as a child, some agents ignore EOF). stdout is split by :class:`LineSplitter`
+with a 64 MiB per-line limit; stderr is drained to the log line by line.
+Our request ids are integers from :class:`IdSpace`; requests *from* the agent
+keep their own ids and are answered by the handler registered for their
+``sessionId``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from xwm_bridge.providers.stdio import codec
+
+log = logging.getLogger("xwm_bridge.agents")
+
+READ_CHUNK = 256 * 1024
+WRITE_TIMEOUT = 30.0
+STDERR_TAIL = 20
+
+
+class AgentError(Exception):
+    """A failed call to the agent; ``code`` is the JSON-RPC error code when it answered."""
+
+    def __init__(self, message: str, code: int | None = None, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.timed_out = timed_out
+
+
+class ClientError(Exception):
+    """Raised by a request handler: answered to the agent as a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+OnUpdate = Callable[[dict[str, Any]], Awaitable[None]]
+OnRequest = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass(slots=True)
+class SessionHandlers:
+    on_update: OnUpdate
+    on_request: OnRequest
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    name: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str
+    capabilities: dict[str, Any]
+    protocol_version: int = codec.PROTOCOL_VERSION
+    initialize_timeout: float = 60.0
+    stop_grace: float = 3.0
+
+
+class AcpAgent:
+    def __init__(self, spec: AgentSpec) -> None:
+        self.spec = spec
+        self._proc: asyncio.subprocess.Process | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._ids = codec.IdSpace()
+        self._write_lock = asyncio.Lock()
+        self._start_lock = asyncio.Lock()
+        self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
+        self.sessions: dict[str, SessionHandlers] = {}
+        self.init_result: dict[str, Any] = {}
+        #: bumped on every (re)start; ACP sessions of an older generation are gone.
+        self.generation = 0
+        self.last_exit: str = ""
+        self.dropped_lines = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    @property
+    def can_load_session(self) -> bool:
+        caps = self.init_result.get("agentCapabilities")
+        return isinstance(caps, dict) and caps.get("loadSession") is True
+
+    async def ensure_started(self) -> dict[str, Any]:
+        """Start (or restart after a crash) and ``initialize``; return its result."""
+        async with self._start_lock:
+            if self.alive and self.init_result:
+                return self.init_result
+            await self._stop()
+            await self._spawn()
+            try:
+                result = await self.call(
+                    "initialize",
+                    codec.initialize_params(self.spec.protocol_version, self.spec.capabilities),
+                    self.spec.initialize_timeout,
+                )
+            except AgentError:
+                await self._stop()
+                raise
+            self.init_result = result if isinstance(result, dict) else {}
+            return self.init_result
+
+    async def _spawn(self) -> None:
+        env = {**os.environ, **self.spec.env}
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.spec.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                cwd=self.spec.cwd or None,
+                start_new_session=True,  # own process group, killed as a whole
+            )
+        except OSError as exc:
+            raise AgentError(f"cannot start agent {self.spec.name}: {exc}") from None
+        self.generation += 1
+        self._stderr.clear()
+        log.info(
+            "agent started",
+            extra={"agent": self.spec.name, "pid": self._proc.pid, "generation": self.generation},
+        )
+        proc = self._proc
+        self._spawn_task(self._read_stdout(proc), f"agent-stdout:{self.spec.name}")
+        self._spawn_task(self._read_stderr(proc), f"agent-stderr:{self.spec.name}")
+
+    def _spawn_task(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def call(self, method: str, params: dict[str, Any], deadline_s: float) -> Any:
+        """Send a request and wait for its answer, at most ``deadline_s`` seconds."""
+        if not self.alive:
+            raise AgentError(f"agent {self.spec.name} is not running{self._exit_suffix()}")
+        rid = self._ids.next()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            await self._write(codec.request(rid, method, params))
+            return await asyncio.wait_for(fut, deadline_s)
+        except TimeoutError:
+            raise AgentError(
+                f"agent {self.spec.name} did not answer {method} within {deadline_s:g}s",
+                timed_out=True,
+            ) from None
+        finally:
+            self._pending.pop(rid, None)
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        if self.alive:
+            await self._write(codec.notification(method, params))
+
+    async def _write(self, data: bytes) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            raise AgentError(f"agent {self.spec.name} is not running")
+        async with self._write_lock:
+            try:
+                proc.stdin.write(data)
+                await asyncio.wait_for(proc.stdin.drain(), WRITE_TIMEOUT)
+            except (OSError, TimeoutError) as exc:
+                raise AgentError(f"cannot write to agent {self.spec.name}: {exc!r}") from None
+
+    async def _read_stdout(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        splitter = codec.LineSplitter()
+        try:
+            while True:
+                data = await proc.stdout.read(READ_CHUNK)
+                if not data:
+                    break
+                for line in splitter.feed(data):
+                    await self._on_line(line)
+                if splitter.dropped != self.dropped_lines:
+                    self.dropped_lines = splitter.dropped
+                    log.warning(
+                        "agent line over the size limit dropped", extra={"agent": self.spec.name}
+                    )
+        finally:
+            code = await proc.wait()
+            self.last_exit = f"exit status {code}"
+            tail = " | ".join(self._stderr)
+            message = f"agent {self.spec.name} exited ({self.last_exit})" + (
+                f": {tail[-500:]}" if tail else ""
+            )
+            # after a restart the pending calls belong to the new process: leave them
+            if proc is self._proc or self._proc is None:
+                self.init_result = {}
+                for fut in list(self._pending.values()):
+                    if not fut.done():
+                        fut.set_exception(AgentError(message))
+            log.info("agent exited", extra={"agent": self.spec.name, "status": code})
+
+    async def _on_line(self, line: bytes) -> None:
+        msg = codec.decode(line)
+        if msg.kind == "response":
+            fut = self._pending.get(msg.id) if isinstance(msg.id, int) else None
+            if fut is None or fut.done():
+                log.debug("unmatched agent response", extra={"agent": self.spec.name})
+            elif msg.error is not None:
+                code = msg.error.get("code")
+                fut.set_exception(
+                    AgentError(
+                        str(msg.error.get("message") or "agent error"),
+                        code if isinstance(code, int) else None,
+                    )
+                )
+            else:
+                fut.set_result(msg.result)
+        elif msg.kind == "notification":
+            handlers = self.sessions.get(str(msg.params.get("sessionId", "")))
+            update = msg.params.get("update")
+            if msg.method == "session/update" and handlers and isinstance(update, dict):
+                await handlers.on_update(update)
+        elif msg.kind == "request":
+            self._spawn_task(self._serve_request(msg), f"agent-request:{msg.method}")
+        else:
+            log.warning("bad line from agent", extra={"agent": self.spec.name, "error": msg.detail})
+
+    async def _serve_request(self, msg: codec.Incoming) -> None:
+        handlers = self.sessions.get(str(msg.params.get("sessionId", "")))
+        try:
+            if handlers is None:
+                raise ClientError(codec.INVALID_PARAMS, "unknown or inactive sessionId")
+            reply = codec.response(msg.id, await handlers.on_request(msg.method, msg.params))
+        except ClientError as exc:
+            reply = codec.error_response(msg.id, exc.code, exc.message)
+        except Exception:
+            log.exception("agent request failed", extra={"method": msg.method})
+            reply = codec.error_response(msg.id, codec.INTERNAL_ERROR, "internal error")
+        with contextlib.suppress(AgentError):
+            await self._write(reply)
+
+    async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stderr is not None
+        splitter = codec.LineSplitter(64 * 1024)
+        while True:
+            data = await proc.stderr.read(READ_CHUNK)
+            if not data:
+                return
+            for raw in splitter.feed(data):
+                line = raw.decode("utf-8", "replace")[:2000]
+                self._stderr.append(line)
+                log.debug("agent stderr", extra={"agent": self.spec.name, "line": line})
+
+    def _exit_suffix(self) -> str:
+        return f" ({self.last_exit})" if self.last_exit else ""
+
+    async def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, sig)
+                try:
+                    await asyncio.wait_for(proc.wait(), self.spec.stop_grace)
+                    break
+                except TimeoutError:
+                    continue
+        if proc is not None:
+            # the group may outlive its leader (gemini's relaunched child)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for task in list(self._tasks):
+            if task.get_name().startswith("agent-std"):
+                continue
+            task.cancel()
+        self.init_result = {}
+
+    async def close(self) -> None:
+        await self._stop()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 2.0)
+        self.sessions.clear()

@@ -1,0 +1,100 @@
+"""``fs/read_text_file`` and ``fs/write_text_file`` served to agents, confined.
+
+A path is served only when the session's working directory lies under one of
+the configured ``allowed_roots`` and the path (after resolving symlinks) lies
+inside that working directory. No allowed roots → nothing is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+from typing import Any
+
+from xwm_bridge.providers.stdio import codec
+from xwm_bridge.providers.stdio.agent import ClientError
+
+NOT_FOUND = "Resource not found"
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def confined_root(cwd: str, allowed_roots: tuple[str, ...]) -> str | None:
+    """The resolved session directory when it lies under an allowed root, else None."""
+    if not cwd or not os.path.isabs(cwd):
+        return None
+    real = os.path.realpath(cwd)
+    for root in allowed_roots:
+        if _inside(real, os.path.realpath(root)):
+            return real
+    return None
+
+
+def resolve(path: Any, root: str | None) -> str:
+    if root is None:
+        raise ClientError(
+            codec.INVALID_PARAMS, "file access is not allowed for this session's directory"
+        )
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise ClientError(codec.INVALID_PARAMS, "path must be an absolute path")
+    real = os.path.realpath(path)
+    if not _inside(real, root):
+        raise ClientError(codec.INVALID_PARAMS, "path is outside the session's working directory")
+    return real
+
+
+def _read(path: str, max_bytes: int, line: Any, limit: Any) -> str:
+    try:
+        size = os.path.getsize(path)
+        if size > max_bytes:
+            raise ClientError(codec.INVALID_PARAMS, f"file larger than {max_bytes} bytes")
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        raise ClientError(codec.RESOURCE_NOT_FOUND, NOT_FOUND) from None
+    if isinstance(line, int) or isinstance(limit, int):
+        lines = text.splitlines(keepends=True)
+        start = max(line - 1, 0) if isinstance(line, int) else 0
+        end = start + limit if isinstance(limit, int) and limit >= 0 else len(lines)
+        text = "".join(lines[start:end])
+    return text
+
+
+def _write(path: str, content: str, root: str) -> None:
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    if not _inside(os.path.realpath(parent), root):  # a symlinked parent created meanwhile
+        raise ClientError(codec.INVALID_PARAMS, "path is outside the session's working directory")
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".xwm-write-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+async def read_text_file(params: dict[str, Any], root: str | None, max_bytes: int) -> Any:
+    path = resolve(params.get("path"), root)
+    content = await asyncio.to_thread(
+        _read, path, max_bytes, params.get("line"), params.get("limit")
+    )
+    return {"content": content}
+
+
+async def write_text_file(params: dict[str, Any], root: str | None, max_bytes: int) -> Any:
+    path = resolve(params.get("path"), root)
+    content = params.get("content")
+    if not isinstance(content, str):
+        raise ClientError(codec.INVALID_PARAMS, "content must be a string")
+    if len(content.encode()) > max_bytes:
+        raise ClientError(codec.INVALID_PARAMS, f"content larger than {max_bytes} bytes")
+    assert root is not None
+    await asyncio.to_thread(_write, path, content, root)
+    return None

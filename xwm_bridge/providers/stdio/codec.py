@@ -1,0 +1,143 @@
+"""Sans-I/O pieces of the ACP stdio client: line splitting, envelopes, id spaces.
+
+Nothing here touches a process or a socket; :mod:`.agent` does the I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+PROTOCOL_VERSION = 1
+MAX_LINE_BYTES = 64 * 1024 * 1024
+CLIENT_INFO = {"name": "xwm-bridge", "version": "1"}
+
+# JSON-RPC error codes used toward the agent
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+RESOURCE_NOT_FOUND = -32002
+
+
+class LineSplitter:
+    """Split a byte stream into lines; a line over ``limit`` is dropped, not fatal.
+
+    ``feed`` returns complete lines and counts oversized ones in ``dropped``; the
+    bytes of an oversized line are discarded up to its newline without buffering.
+    """
+
+    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
+        self._limit = limit
+        self._buf = bytearray()
+        self._skipping = False
+        self.dropped = 0
+
+    def feed(self, data: bytes) -> list[bytes]:
+        lines: list[bytes] = []
+        start = 0
+        while start < len(data):
+            nl = data.find(b"\n", start)
+            end = len(data) if nl < 0 else nl
+            if not self._skipping:
+                self._buf += data[start:end]
+                if len(self._buf) > self._limit:
+                    self._buf.clear()
+                    self._skipping = True
+                    self.dropped += 1
+            if nl < 0:
+                break
+            if not self._skipping:
+                line = bytes(self._buf).strip()
+                if line:
+                    lines.append(line)
+            self._buf.clear()
+            self._skipping = False
+            start = nl + 1
+        return lines
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One decoded message from the agent."""
+
+    kind: str  # "response" | "request" | "notification" | "invalid"
+    id: Any = None
+    method: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    result: Any = None
+    error: dict[str, Any] | None = None
+    detail: str = ""
+
+
+def decode(line: bytes) -> Incoming:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return Incoming("invalid", detail=f"not JSON: {exc}")
+    if not isinstance(obj, dict):
+        return Incoming("invalid", detail="not a JSON object")
+    method = obj.get("method")
+    raw_params = obj.get("params")
+    params = raw_params if isinstance(raw_params, dict) else {}
+    if isinstance(method, str) and method:
+        if "id" in obj and obj["id"] is not None:
+            return Incoming("request", id=obj["id"], method=method, params=params)
+        return Incoming("notification", method=method, params=params)
+    if "id" in obj and ("result" in obj or "error" in obj):
+        err = obj.get("error")
+        return Incoming(
+            "response",
+            id=obj["id"],
+            result=obj.get("result"),
+            error=err if isinstance(err, dict) else ({"message": str(err)} if err else None),
+        )
+    return Incoming("invalid", detail="neither request, response nor notification")
+
+
+def request(rid: int, method: str, params: dict[str, Any]) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + b"\n"
+
+
+def notification(method: str, params: dict[str, Any]) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "method": method, "params": params}) + b"\n"
+
+
+def response(rid: Any, result: Any) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result}) + b"\n"
+
+
+def error_response(rid: Any, code: int, message: str) -> bytes:
+    return (
+        orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}})
+        + b"\n"
+    )
+
+
+class IdSpace:
+    """Ids of *our* requests. The agent's own request ids live in their own space
+    (they may be 0, small ints or strings) and are only ever echoed back."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count(1)
+
+    def next(self) -> int:
+        return next(self._next)
+
+
+def client_capabilities(*, fs_read: bool, fs_write: bool, terminal: bool) -> dict[str, Any]:
+    return {"fs": {"readTextFile": fs_read, "writeTextFile": fs_write}, "terminal": terminal}
+
+
+def initialize_params(protocol_version: int, capabilities: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "protocolVersion": protocol_version,
+        "clientCapabilities": capabilities,
+        "clientInfo": dict(CLIENT_INFO),
+    }
+
+
+def prompt_blocks(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}]

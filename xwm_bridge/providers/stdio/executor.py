@@ -1,0 +1,343 @@
+"""Single-agent turns routed to a local stdio ACP agent (``kind: stdio`` providers).
+
+One ACP session per bridge session: created on first use, reused by
+``session.message``, recreated after ``session.start``, after a change of
+working directory, and after the agent restarted (via ``session/load`` when the
+agent supports it). ``session.cancel`` sends ACP ``session/cancel``, answers
+pending permission requests with ``cancelled`` and waits briefly for the
+agent's ``stopReason: cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from xwm_bridge import coerce
+from xwm_bridge.config import BridgeConfig, ProviderConfig
+from xwm_bridge.core.context import TurnContext
+from xwm_bridge.core.sessions import Session
+from xwm_bridge.providers.collector import remote_fields
+from xwm_bridge.providers.stdio import client_fs, codec, mapping
+from xwm_bridge.providers.stdio.agent import (
+    AcpAgent,
+    AgentError,
+    AgentSpec,
+    ClientError,
+    SessionHandlers,
+)
+from xwm_bridge.providers.stdio.permissions import PermissionBroker, outcome_label
+from xwm_bridge.providers.stdio.policy import ALLOW, ASK, PolicyStore
+from xwm_bridge.providers.stdio.terminal import Terminals
+
+log = logging.getLogger("xwm_bridge.agents")
+
+MODE = "single-agent"
+CANCELLED = "turn cancelled"
+CANCEL_WAIT = 5.0
+MAX_TRACKED_SESSIONS = 4096
+ASK_NEEDS_STREAM = (
+    "permission rule says ask, but this transport cannot carry notifications "
+    "(use SSE, WebSocket or stdio); rejected"
+)
+
+
+@dataclass(slots=True)
+class AcpSessionRef:
+    session: Session  # identity changes on session.start (registry.reset)
+    generation: int
+    acp_session_id: str
+    cwd: str
+
+
+def agent_spec(provider: ProviderConfig, config: BridgeConfig) -> AgentSpec:
+    env = dict(item.split("=", 1) for item in provider.env)
+    agents = config.agents
+    return AgentSpec(
+        name=provider.id,
+        argv=provider.command,
+        env=env,
+        cwd=provider.cwd,
+        capabilities=codec.client_capabilities(
+            fs_read=agents.fs_enabled and provider.fs_read,
+            fs_write=agents.fs_enabled,
+            terminal=agents.terminal_enabled,
+        ),
+        initialize_timeout=agents.initialize_timeout,
+        stop_grace=agents.stop_grace,
+    )
+
+
+@dataclass(slots=True)
+class TurnState:
+    """Handlers for one running prompt: updates, permission and fs requests."""
+
+    ctx: TurnContext
+    cwd: str
+    owner: StdioAgentExecutor
+    transcript: mapping.TurnTranscript = field(default_factory=mapping.TurnTranscript)
+    permissions: list[dict[str, Any]] = field(default_factory=list)
+
+    async def on_update(self, update: dict[str, Any]) -> None:
+        self.transcript.observe(update)
+        payload = mapping.map_update(update)
+        if payload is not None:
+            await self.ctx.emit(payload)
+
+    async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+        agents = self.owner.config.agents
+        if method == "session/request_permission":
+            return await self.permission(params)
+        if method.startswith("fs/") and agents.fs_enabled:
+            root = client_fs.confined_root(self.cwd, self.owner.config.allowed_roots)
+            if method == "fs/read_text_file":
+                return await client_fs.read_text_file(params, root, agents.fs_max_file_bytes)
+            if method == "fs/write_text_file":
+                return await client_fs.write_text_file(params, root, agents.fs_max_file_bytes)
+        if method.startswith("terminal/") and agents.terminal_enabled:
+            root = client_fs.confined_root(self.cwd, self.owner.config.allowed_roots)
+            return await self.owner.terminals.handle(method, params, root)
+        raise ClientError(codec.METHOD_NOT_FOUND, f"method not supported by this client: {method}")
+
+    async def permission(self, params: dict[str, Any]) -> dict[str, Any]:
+        tool_call = params.get("toolCall")
+        tool_call = tool_call if isinstance(tool_call, dict) else {}
+        options = params.get("options")
+        decision = self.owner.policy.decide(tool_call, self.cwd)
+        reason = decision.reason
+        record: dict[str, Any] = {
+            "toolCallId": coerce.text(tool_call.get("toolCallId")),
+            "title": coerce.text(tool_call.get("title")),
+            "kind": coerce.text(tool_call.get("kind"), "other"),
+            "decision": decision.action,
+        }
+        outcome: dict[str, Any]
+        if decision.action == ASK and self.ctx.notify is None:
+            reason = ASK_NEEDS_STREAM
+            outcome = self._policy_outcome(options, allow=False)
+        elif decision.action == ASK:
+            outcome, reason = await self._ask(params, options)
+        else:
+            outcome = self._policy_outcome(options, allow=decision.action == ALLOW)
+            if decision.action == ALLOW and mapping.choose_option(options, True) is None:
+                reason = "no allow_once option offered (allow_always is never chosen); rejected"
+        record["outcome"] = outcome_label(outcome, options)
+        record["reason"] = reason
+        self.permissions.append(record)
+        if decision.action != ASK or self.ctx.notify is None:
+            await self.ctx.emit(
+                {
+                    "type": "permission",
+                    "toolCall": tool_call,
+                    "decision": decision.action,
+                    "outcome": record["outcome"],
+                    "reason": reason,
+                    "pending": False,
+                    "error": False,
+                }
+            )
+        return outcome
+
+    @staticmethod
+    def _policy_outcome(options: Any, *, allow: bool) -> dict[str, Any]:
+        oid = mapping.choose_option(options, allow)
+        if oid is None and allow:
+            oid = mapping.choose_option(options, False)
+        return mapping.selected(oid) if oid else dict(mapping.CANCELLED_OUTCOME)
+
+    async def _ask(self, params: dict[str, Any], options: Any) -> tuple[dict[str, Any], str]:
+        broker = self.owner.broker
+        timeout = self.owner.config.agents.permission_timeout
+        entry = broker.open(self.ctx.session_id, options)
+        try:
+            await self.ctx.emit(mapping.permission_payload(entry.request_id, params))
+            try:
+                outcome = await asyncio.wait_for(asyncio.shield(entry.future), timeout)
+            except TimeoutError:
+                return (
+                    self._policy_outcome(options, allow=False),
+                    f"no answer from the client within {timeout:g}s; rejected",
+                )
+            label = outcome_label(outcome, options)
+            return outcome, f"client answered {label}" if label != "cancelled" else "turn cancelled"
+        finally:
+            broker.discard(entry)
+
+
+class StdioAgentExecutor:
+    def __init__(self, config: BridgeConfig, broker: PermissionBroker) -> None:
+        self.config = config
+        self.broker = broker
+        self.policy = PolicyStore(
+            config.agents.permission_rules, config.agents.permission_rules_file
+        )
+        self.terminals = Terminals(config.agents)
+        self._providers = {p.id.lower(): p for p in config.available_providers if p.is_stdio}
+        self._agents: dict[str, AcpAgent] = {}
+        self._sessions: OrderedDict[str, AcpSessionRef] = OrderedDict()
+
+    def handles(self, provider_id: str) -> bool:
+        return provider_id.lower() in self._providers
+
+    def agent(self, provider_id: str) -> AcpAgent:
+        key = provider_id.lower()
+        agent = self._agents.get(key)
+        if agent is None:
+            agent = self._agents[key] = AcpAgent(agent_spec(self._providers[key], self.config))
+        return agent
+
+    def _provider_id(self, ctx: TurnContext) -> str:
+        return (
+            ctx.session.provider or coerce.text(ctx.exec_params.get("provider")) or "codex"
+        ).lower()
+
+    def failure(self, ctx: TurnContext, message: str) -> dict[str, Any]:
+        return {
+            "success": False,
+            "error": message,
+            "turnId": ctx.turn_id,
+            "mode": MODE,
+            "provider": self._provider_id(ctx),
+        }
+
+    def _cwd(self, ctx: TurnContext, provider: ProviderConfig) -> str:
+        wd = coerce.text(ctx.exec_params.get("workingDirectory"))
+        if wd:
+            if not os.path.isabs(wd) or not os.path.isdir(wd):
+                raise AgentError("workingDirectory must be an existing absolute directory")
+            return wd
+        return os.path.abspath(provider.cwd or os.getcwd())
+
+    async def _acp_session(self, ctx: TurnContext, agent: AcpAgent, cwd: str) -> str:
+        ref = self._sessions.get(ctx.session_id)
+        timeout = self.config.agents.session_timeout
+        if ref is not None and ref.session is ctx.session and ref.cwd == cwd:
+            self._sessions.move_to_end(ctx.session_id)
+            if ref.generation == agent.generation:
+                return ref.acp_session_id
+            if agent.can_load_session:  # agent restarted: resume its own history
+                with contextlib.suppress(AgentError):
+                    await agent.call(
+                        "session/load",
+                        {"sessionId": ref.acp_session_id, "cwd": cwd, "mcpServers": []},
+                        timeout,
+                    )
+                    ref.generation = agent.generation
+                    return ref.acp_session_id
+        result = await agent.call("session/new", {"cwd": cwd, "mcpServers": []}, timeout)
+        sid = coerce.text(result.get("sessionId")) if isinstance(result, dict) else ""
+        if not sid:
+            raise AgentError("agent answered session/new without a sessionId")
+        self._sessions[ctx.session_id] = AcpSessionRef(ctx.session, agent.generation, sid, cwd)
+        self._sessions.move_to_end(ctx.session_id)
+        while len(self._sessions) > MAX_TRACKED_SESSIONS:
+            self._sessions.popitem(last=False)
+        return sid
+
+    async def execute(self, ctx: TurnContext) -> dict[str, Any]:
+        provider = self._providers[self._provider_id(ctx)]
+        agent = self.agent(provider.id)
+        try:
+            cwd = self._cwd(ctx, provider)
+            await agent.ensure_started()
+            acp_sid = await self._acp_session(ctx, agent, cwd)
+        except AgentError as exc:
+            await ctx.emit_error(str(exc))
+            return self.failure(ctx, str(exc))
+        state = TurnState(ctx, cwd, self)
+        agent.sessions[acp_sid] = SessionHandlers(state.on_update, state.on_request)
+        prompt = coerce.text(ctx.exec_params.get("taskPrompt"))
+        prompt_task = asyncio.get_running_loop().create_task(
+            agent.call(
+                "session/prompt",
+                {"sessionId": acp_sid, "prompt": codec.prompt_blocks(prompt)},
+                self.config.agents.prompt_timeout,
+            ),
+            name=f"acp-prompt:{ctx.turn_id}",
+        )
+        try:
+            answer = await asyncio.shield(prompt_task)
+        except AgentError as exc:
+            if exc.timed_out:
+                await self._interrupt(agent, acp_sid, ctx, None)
+            await ctx.emit_error(str(exc))
+            return {**self.failure(ctx, str(exc)), **self._extras(state)}
+        except asyncio.CancelledError:
+            await self._interrupt(agent, acp_sid, ctx, prompt_task)
+            raise
+        finally:
+            if not prompt_task.done():
+                prompt_task.cancel()
+            agent.sessions.pop(acp_sid, None)
+        result = mapping.turn_result(
+            transcript=state.transcript,
+            prompt_result=answer,
+            provider_id=provider.id,
+            turn_id=ctx.turn_id,
+            agent_session_id=acp_sid,
+            working_directory=cwd,
+        )
+        result.update(self._extras(state))
+        if result.get("cancelled"):
+            await ctx.emit_error(CANCELLED)
+        remote_fields(result, cwd)
+        return result
+
+    @staticmethod
+    def _extras(state: TurnState) -> dict[str, Any]:
+        return {"permissions": state.permissions} if state.permissions else {}
+
+    async def _interrupt(
+        self,
+        agent: AcpAgent,
+        acp_sid: str,
+        ctx: TurnContext,
+        prompt_task: asyncio.Task[Any] | None,
+    ) -> None:
+        """ACP cancel: notify, answer pending permissions ``cancelled``, wait for the answer."""
+        self.broker.cancel_session(ctx.session_id)
+        self.terminals.kill_session(acp_sid)
+        with contextlib.suppress(AgentError):
+            await agent.notify("session/cancel", {"sessionId": acp_sid})
+        if prompt_task is not None:
+            with contextlib.suppress(AgentError, TimeoutError, asyncio.CancelledError):
+                answer = await asyncio.wait_for(prompt_task, CANCEL_WAIT)
+                log.info(
+                    "agent turn cancelled",
+                    extra={"agent": agent.spec.name, "stop_reason": str(answer)[:80]},
+                )
+
+    async def cancelled(self, ctx: TurnContext) -> dict[str, Any]:
+        await ctx.emit_error(CANCELLED)
+        return {**self.failure(ctx, CANCELLED), "cancelled": True, "stopReason": "cancelled"}
+
+    async def close(self) -> None:
+        await self.terminals.close()
+        for agent in list(self._agents.values()):
+            await agent.close()
+        self._agents.clear()
+
+
+class ProviderKindExecutor:
+    """``single-agent`` executor choosing HTTP/WS forwarding or a local stdio agent."""
+
+    def __init__(self, http: Any, stdio: StdioAgentExecutor) -> None:
+        self._http = http
+        self._stdio = stdio
+
+    def _pick(self, ctx: TurnContext) -> Any:
+        pid = ctx.session.provider or coerce.text(ctx.exec_params.get("provider")) or "codex"
+        return self._stdio if self._stdio.handles(pid) else self._http
+
+    async def execute(self, ctx: TurnContext) -> dict[str, Any]:
+        result: dict[str, Any] = await self._pick(ctx).execute(ctx)
+        return result
+
+    async def cancelled(self, ctx: TurnContext) -> dict[str, Any]:
+        result: dict[str, Any] = await self._pick(ctx).cancelled(ctx)
+        return result

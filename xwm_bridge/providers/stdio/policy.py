@@ -1,0 +1,139 @@
+"""Permission policy for ``session/request_permission``: first matching rule wins.
+
+A rule is ``{action: allow|reject|ask, kind: <glob>, path: <glob>}``. ``kind`` is
+matched against the ACP tool kind (``read``, ``edit``, ``delete``, ``move``,
+``search``, ``execute``, ``think``, ``fetch``, ``other``); ``path`` against every
+location of the tool call (absolute paths, and paths relative to the session's
+working directory). A rule whose ``path`` is ``*`` also matches a tool call without
+locations. No rule matches → ``ask``.
+
+Rules come from the config (``agents.permission_rules``) followed by an optional
+YAML file (``agents.permission_rules_file``: a list of rules, or ``{rules: [...]}``)
+that is re-read whenever its modification time or size changes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from xwm_bridge import coerce
+from xwm_bridge.config import PermissionRule
+
+log = logging.getLogger("xwm_bridge.agents.policy")
+
+ALLOW = "allow"
+REJECT = "reject"
+ASK = "ask"
+ACTIONS = (ALLOW, REJECT, ASK)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: str
+    rule: str  # which rule decided, for the audit log and the client
+
+    @property
+    def reason(self) -> str:
+        return f"{self.action} by {self.rule}"
+
+
+def parse_rules(data: Any, source: str) -> tuple[PermissionRule, ...]:
+    """Validate a rule list; raise ValueError naming the bad entry."""
+    if isinstance(data, dict):
+        data = data.get("rules")
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise ValueError(f"{source}: expected a list of rules")
+    rules = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ValueError(f"{source}[{i}]: expected an object")
+        action = coerce.text(item.get("action")).lower()
+        if action not in ACTIONS:
+            raise ValueError(f"{source}[{i}].action: must be one of allow, reject, ask")
+        rules.append(
+            PermissionRule(
+                action=action,
+                kind=coerce.text(item.get("kind"), "*"),
+                path=coerce.text(item.get("path"), "*"),
+            )
+        )
+    return tuple(rules)
+
+
+def tool_paths(tool_call: dict[str, Any], cwd: str) -> list[str]:
+    """Candidate paths of a tool call: locations, plus rawInput path-like fields."""
+    found: list[str] = []
+    locations = tool_call.get("locations")
+    if isinstance(locations, list):
+        for loc in locations:
+            if isinstance(loc, dict) and isinstance(loc.get("path"), str):
+                found.append(loc["path"])
+    raw = tool_call.get("rawInput")
+    if isinstance(raw, dict):
+        for key in ("path", "filePath", "filepath", "file_path", "absolute_path"):
+            if isinstance(raw.get(key), str):
+                found.append(raw[key])
+    out: list[str] = []
+    for p in found:
+        absolute = os.path.normpath(p if os.path.isabs(p) else os.path.join(cwd or "/", p))
+        out.append(absolute)
+        if cwd and absolute.startswith(cwd.rstrip("/") + "/"):
+            out.append(os.path.relpath(absolute, cwd))
+    return out
+
+
+def decide(rules: tuple[PermissionRule, ...], tool_call: dict[str, Any], cwd: str) -> Decision:
+    kind = coerce.text(tool_call.get("kind"), "other")
+    paths = tool_paths(tool_call, cwd)
+    for i, rule in enumerate(rules):
+        if not fnmatch.fnmatchcase(kind, rule.kind):
+            continue
+        if rule.path == "*" or any(fnmatch.fnmatchcase(p, rule.path) for p in paths):
+            return Decision(rule.action, f"rule {i + 1} (kind={rule.kind}, path={rule.path})")
+    return Decision(ASK, "default")
+
+
+class PolicyStore:
+    """Inline rules + a rule file reloaded on change."""
+
+    def __init__(self, inline: tuple[PermissionRule, ...], path: str = "") -> None:
+        self._inline = inline
+        self._path = path
+        self._stamp: tuple[float, int] | None = None
+        self._file_rules: tuple[PermissionRule, ...] = ()
+
+    def rules(self) -> tuple[PermissionRule, ...]:
+        if self._path:
+            self._maybe_reload()
+        return self._inline + self._file_rules
+
+    def _maybe_reload(self) -> None:
+        try:
+            st = os.stat(self._path)
+        except OSError:
+            if self._stamp is not None:
+                log.warning("permission rule file vanished", extra={"path": self._path})
+            self._stamp, self._file_rules = None, ()
+            return
+        stamp = (st.st_mtime, st.st_size)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            with open(self._path, encoding="utf-8") as fh:
+                self._file_rules = parse_rules(yaml.safe_load(fh), self._path)
+            log.info("permission rules loaded", extra={"path": self._path})
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            # keep the previous rules: a half-written file must not open the gates
+            log.warning("permission rule file rejected", extra={"error": str(exc)})
+
+    def decide(self, tool_call: dict[str, Any], cwd: str) -> Decision:
+        return decide(self.rules(), tool_call, cwd)

@@ -1,0 +1,149 @@
+"""``terminal/*`` served to agents — off unless ``agents.terminal_enabled``.
+
+Commands run without a shell, in their own process group, in a directory inside
+the session's confined working directory; output is capped (oldest bytes dropped,
+``truncated: true``); every terminal of a session is killed on cancel and all of
+them on close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from xwm_bridge.config import AgentsConfig
+from xwm_bridge.providers.stdio import codec
+from xwm_bridge.providers.stdio.agent import ClientError
+from xwm_bridge.providers.stdio.client_fs import resolve
+
+_ids = itertools.count(1)
+
+
+@dataclass(slots=True)
+class Terminal:
+    session_id: str
+    proc: asyncio.subprocess.Process
+    limit: int
+    output: bytearray = field(default_factory=bytearray)
+    truncated: bool = False
+    reader: asyncio.Task[None] | None = None
+
+    def append(self, data: bytes) -> None:
+        self.output += data
+        if len(self.output) > self.limit:
+            del self.output[: len(self.output) - self.limit]
+            self.truncated = True
+
+    def exit_status(self) -> dict[str, Any] | None:
+        code = self.proc.returncode
+        if code is None:
+            return None
+        if code < 0:
+            return {"exitCode": None, "signal": signal.Signals(-code).name}
+        return {"exitCode": code, "signal": None}
+
+    def kill(self) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+class Terminals:
+    def __init__(self, config: AgentsConfig) -> None:
+        self._config = config
+        self._terms: dict[str, Terminal] = {}
+
+    async def handle(self, method: str, params: dict[str, Any], root: str | None) -> Any:
+        if method == "terminal/create":
+            return await self._create(params, root)
+        term = self._terms.get(str(params.get("terminalId", "")))
+        if term is None or term.session_id != str(params.get("sessionId", "")):
+            raise ClientError(codec.RESOURCE_NOT_FOUND, "Resource not found")
+        if method == "terminal/output":
+            out: dict[str, Any] = {
+                "output": term.output.decode("utf-8", "replace"),
+                "truncated": term.truncated,
+            }
+            status = term.exit_status()
+            if status is not None:
+                out["exitStatus"] = status
+            return out
+        if method == "terminal/wait_for_exit":
+            try:
+                await asyncio.wait_for(term.proc.wait(), self._config.prompt_timeout)
+            except TimeoutError:
+                term.kill()
+                await term.proc.wait()
+            return term.exit_status()
+        if method == "terminal/kill":
+            term.kill()
+            return None
+        if method == "terminal/release":
+            term.kill()
+            self._terms.pop(str(params.get("terminalId")), None)
+            return None
+        raise ClientError(codec.METHOD_NOT_FOUND, f"method not supported by this client: {method}")
+
+    async def _create(self, params: dict[str, Any], root: str | None) -> dict[str, Any]:
+        command = params.get("command")
+        args = params.get("args") or []
+        if not isinstance(command, str) or not command:
+            raise ClientError(codec.INVALID_PARAMS, "command is required")
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ClientError(codec.INVALID_PARAMS, "args must be a list of strings")
+        cwd = resolve(params.get("cwd") or root, root)
+        session_id = str(params.get("sessionId", ""))
+        running = sum(1 for t in self._terms.values() if t.proc.returncode is None)
+        if running >= self._config.terminal_max_running:
+            raise ClientError(codec.INVALID_PARAMS, "too many running terminals")
+        env = dict(os.environ)
+        for item in params.get("env") or []:
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                env[item["name"]] = str(item.get("value", ""))
+        limit = self._config.terminal_output_limit
+        asked = params.get("outputByteLimit")
+        if isinstance(asked, int) and 0 < asked < limit:
+            limit = asked
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                command,
+                *args,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ClientError(codec.INTERNAL_ERROR, f"cannot start command: {exc}") from None
+        term = Terminal(session_id, proc, limit)
+        term.reader = asyncio.get_running_loop().create_task(self._pump(term))
+        tid = f"term-{next(_ids)}"
+        self._terms[tid] = term
+        return {"terminalId": tid}
+
+    @staticmethod
+    async def _pump(term: Terminal) -> None:
+        assert term.proc.stdout is not None
+        while data := await term.proc.stdout.read(65536):
+            term.append(data)
+
+    def kill_session(self, session_id: str) -> None:
+        for term in self._terms.values():
+            if term.session_id == session_id:
+                term.kill()
+
+    async def close(self) -> None:
+        for term in self._terms.values():
+            term.kill()
+            if term.reader is not None:
+                term.reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await term.reader
+        self._terms.clear()
