@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,9 +44,21 @@ def masked_config(loaded: LoadedConfig) -> dict[str, Any]:
     return out
 
 
+def check_stdio_agent(p: ProviderConfig) -> dict[str, Any]:
+    """A local agent is usable when its executable resolves (it is not started here)."""
+    exe = p.command[0]
+    env_path = dict(item.split("=", 1) for item in p.env if "=" in item).get("PATH")
+    path = shutil.which(exe, path=env_path)
+    if path is None:
+        return {"provider": p.id, "ok": False, "error": f"agent command not found: {exe}"}
+    return {"provider": p.id, "ok": True, "detail": f"stdio agent {path}"}
+
+
 async def check_provider(
     client: UpstreamClient, cfg: BridgeConfig, p: ProviderConfig
 ) -> dict[str, Any]:
+    if p.is_stdio:
+        return check_stdio_agent(p)
     try:
         endpoint = derive_endpoint(p.endpoint)
     except EndpointError as exc:

@@ -255,3 +255,82 @@ async def test_doctor_reports_and_masks(fake_upstream: FakeUpstream, tmp_path: P
     code, doc = await doctor(bad)
     assert code == 1
     assert [c["ok"] for c in doc["checks"] if c["check"] == "provider"] == [False, False, False]
+
+
+def _processes_with(marker: str) -> list[int]:
+    """PIDs whose environment carries ``marker`` (the agents this test started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+async def test_sigterm_with_a_stubborn_agent_leaves_no_child(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """An agent that ignores EOF and SIGTERM is mid-turn when the daemon is told to stop:
+    the caller gets a cancelled result and the agent's whole process group is gone."""
+    from tests.integration.agent_helpers import agent_params, agent_provider
+
+    marker = f"XWM_TEST_MARKER={tmp_path.name}"
+    provider = agent_provider(env=[marker, "FAKE_AGENT_IGNORE_EOF=1"])
+    config = {
+        "providers": [provider],
+        "allowed_roots": [str(tmp_path)],
+        "agents": {"initialize_timeout": 20, "stop_grace": 1},
+        "limits": {"shutdown_grace": 1},
+    }
+    bridge = await start_bridge(config=config, tmp=tmp_path)
+    turn = asyncio.create_task(
+        sse(
+            http,
+            bridge.rpc_url,
+            "session.start",
+            agent_params("stubborn", "slow", workingDirectory=str(tmp_path)),
+        )
+    )
+    await wait_until(lambda: bool(_processes_with(marker)), within=20)
+    await asyncio.sleep(0.5)  # the agent is inside its slow turn
+    bridge.proc.send_signal(signal.SIGTERM)
+    events = await asyncio.wait_for(turn, 20)
+    result = events[-1]["result"]
+    assert result["success"] is False and result.get("cancelled") is True
+    assert await asyncio.wait_for(bridge.proc.wait(), 20) == 0
+    await wait_until(lambda: not _processes_with(marker), within=5)
+
+
+async def test_doctor_checks_stdio_agent_commands(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "providers:\n"
+        f"  - {{id: present, kind: stdio, command: [{sys.executable}, -V]}}\n"
+        "  - {id: missing, kind: stdio, command: [no-such-agent-xyz, acp]}\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "xwm_bridge",
+        "doctor",
+        "--json",
+        "--config",
+        str(config),
+        env=base_env(),
+        cwd=str(ROOT),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    checks = {c["provider"]: c for c in orjson.loads(out)["checks"] if c["check"] == "provider"}
+    assert proc.returncode == 1
+    assert checks["present"]["ok"] is True
+    assert checks["missing"] == {
+        "check": "provider",
+        "provider": "missing",
+        "ok": False,
+        "error": "agent command not found: no-such-agent-xyz",
+    }
