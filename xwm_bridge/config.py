@@ -91,6 +91,28 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """OpenClaw gateway runtimes (gateway.md): deadlines, reconnect, ownership."""
+
+    connect_timeout: float = 10.0
+    challenge_timeout: float = 2.0
+    hello_timeout: float = 12.0
+    request_timeout: float = 15.0
+    #: a gateway-mode turn that has not finished by then is aborted upstream.
+    turn_timeout: float = 120.0
+    abort_timeout: float = 5.0
+    #: a runtime with no request and no live owner WebSocket for this long is closed.
+    idle_ttl: float = 1800.0
+    backoff_initial: float = 1.0
+    backoff_max: float = 30.0
+    notify_timeout: float = 5.0
+    max_runtimes_per_principal: int = 16
+    max_message_bytes: int = 16 * MIB
+    #: send the caller's own bearer to a ``local`` gateway that got no token.
+    forward_client_bearer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: str = ""
@@ -105,10 +127,13 @@ class BridgeConfig:
     public_base_url: str = "https://xworkmate-bridge.svc.plus"
     accounts_base_url: str = "https://accounts.svc.plus"
     openclaw_url: str = "wss://openclaw.svc.plus:443"
+    #: token for the ``openclaw`` gateway; empty = bare INTERNAL_SERVICE_TOKEN/BRIDGE_AUTH_TOKEN.
+    openclaw_token: str = ""
     #: directories whose files may be read (artifacts); empty = none.
     allowed_roots: tuple[str, ...] = ()
     log_level: str = "info"
     limits: Limits = field(default_factory=Limits)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 
     @property
@@ -130,7 +155,12 @@ class BridgeConfig:
 
     def secrets(self) -> tuple[str, ...]:
         """Every configured secret value, for log redaction."""
-        values = [self.auth_token, self.internal_service_token, self.bridge_auth_token]
+        values = [
+            self.auth_token,
+            self.internal_service_token,
+            self.bridge_auth_token,
+            self.openclaw_token,
+        ]
         values += [p.auth_header or "" for p in self.providers]
         out: list[str] = []
         for value in values:
@@ -155,6 +185,7 @@ ENV_VARS: dict[str, str] = {
     "public_base_url": "BRIDGE_PUBLIC_BASE_URL",
     "accounts_base_url": "ACCOUNTS_BASE_URL",
     "openclaw_url": "XWM_OPENCLAW_URL",
+    "openclaw_token": "XWM_OPENCLAW_TOKEN",
     "allowed_roots": "XWM_ALLOWED_ROOTS",
     "log_level": "XWM_LOG_LEVEL",
 }

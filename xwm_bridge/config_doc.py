@@ -14,6 +14,7 @@ from xwm_bridge.config import (
     DEFAULT_PROVIDERS,
     ENV_VARS,
     BridgeConfig,
+    GatewayConfig,
     Limits,
     ProviderConfig,
     provider_env_var,
@@ -32,7 +33,8 @@ DESCRIPTIONS: dict[str, str] = {
     "image": "container image reference reported by `/api/ping`",
     "public_base_url": "this bridge's public URL (bootstrap `bridgeOrigin`, the only accepted `bridge`)",
     "accounts_base_url": "accounts service for `/bridge/bootstrap/consume`",
-    "openclaw_url": "OpenClaw gateway endpoint (used once the gateway runtime lands)",
+    "openclaw_url": "endpoint dialed for `gatewayProviderId: openclaw` runtimes (`ws(s)://host:port[/path]`)",
+    "openclaw_token": "token sent to the `openclaw` gateway; empty = bare `internal_service_token`/`bridge_auth_token`",
     "allowed_roots": "absolute directories whose files may be returned as artifacts; empty = none",
     "log_level": "debug, info, warning or error",
     "limits.max_body_bytes": "largest HTTP request body (413 above) and stdio message",
@@ -50,6 +52,19 @@ DESCRIPTIONS: dict[str, str] = {
     "limits.bootstrap_requests_per_minute": "bootstrap consume calls per client address per minute (0 = unlimited)",
     "limits.bootstrap_timeout": "seconds for the accounts service call",
     "limits.shutdown_grace": "seconds running turns may finish after SIGTERM before being cancelled",
+    "gateway.connect_timeout": "seconds to open the gateway WebSocket",
+    "gateway.challenge_timeout": "seconds to wait for `connect.challenge` after the dial",
+    "gateway.hello_timeout": "seconds to wait for the `connect` response (`hello-ok`)",
+    "gateway.request_timeout": "default deadline of `xworkmate.gateway.request`, in seconds",
+    "gateway.turn_timeout": "deadline of a gateway-mode turn; on expiry the run is aborted (`chat.abort`)",
+    "gateway.abort_timeout": "seconds allowed for the `chat.abort` of a cancelled or expired turn",
+    "gateway.idle_ttl": "a runtime with no request and no live owner WebSocket for this long is closed",
+    "gateway.backoff_initial": "first reconnect delay in seconds (doubles, with jitter, reset on hello-ok)",
+    "gateway.backoff_max": "longest reconnect delay in seconds",
+    "gateway.notify_timeout": "seconds one client may take to accept a gateway notification",
+    "gateway.max_runtimes_per_principal": "runtimes one client token may hold",
+    "gateway.max_message_bytes": "largest frame accepted from a gateway",
+    "gateway.forward_client_bearer": "send the caller's bearer as `auth.token` to a `local` gateway given no token",
     "providers[].id": "provider id (unique, compared case-insensitively)",
     "providers[].label": "label shown in `acp.capabilities`",
     "providers[].endpoint": "`http(s)://` (HTTP, SSE when offered) or `ws(s)://` (WebSocket) ACP endpoint",
@@ -78,7 +93,7 @@ def _rows(cls: type[Any], prefix: str) -> list[tuple[str, str, str]]:
     rows = []
     instance = cls() if cls is not ProviderConfig else ProviderConfig(id="x")
     for f in dataclasses.fields(cls):
-        if f.name in ("limits", "providers"):
+        if f.name in ("limits", "providers", "gateway"):
             continue
         key = f"{prefix}{f.name}"
         value = getattr(instance, f.name)
@@ -112,6 +127,9 @@ def render() -> str:
         out.append(f"| `{key}` | {env} | {default} | {doc} |")
     out += ["", "## `limits`", "", "| Key | Default | Meaning |", "| --- | --- | --- |"]
     for key, default, doc in _rows(Limits, "limits."):
+        out.append(f"| `{key}` | {default} | {doc} |")
+    out += ["", "## `gateway`", "", "| Key | Default | Meaning |", "| --- | --- | --- |"]
+    for key, default, doc in _rows(GatewayConfig, "gateway."):
         out.append(f"| `{key}` | {default} | {doc} |")
     out += [
         "",

@@ -10,11 +10,13 @@ import aiohttp
 
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.dispatcher import Dispatcher
-from xwm_bridge.core.executors import GatewayUnavailableExecutor, MultiAgentUnavailableExecutor
+from xwm_bridge.core.executors import MultiAgentUnavailableExecutor
 from xwm_bridge.core.queues import ThreadQueues
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
+from xwm_bridge.gateway.manager import GatewayManager
+from xwm_bridge.gateway.turns import GatewayTurnExecutor
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
 from xwm_bridge.providers.upstream import UpstreamClient
 
@@ -32,6 +34,8 @@ class Bridge:
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._dispatcher: Dispatcher | None = None
+        self.gateway = GatewayManager(config)
+        self._gateway_reaper: asyncio.Task[None] | None = None
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -57,11 +61,14 @@ class Bridge:
             {
                 "single-agent": SingleAgentExecutor(self.config, upstream),
                 "multi-agent": MultiAgentUnavailableExecutor(),
-                "gateway-chat": GatewayUnavailableExecutor(),
+                "gateway-chat": GatewayTurnExecutor(self.gateway),
             },
         )
         self._dispatcher = Dispatcher(
-            self.config, self.sessions, self.queues, runner, self.supervisor
+            self.config, self.sessions, self.queues, runner, self.supervisor, self.gateway
+        )
+        self._gateway_reaper = asyncio.get_running_loop().create_task(
+            self.gateway.run_reaper(), name="gateway-reaper"
         )
         self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
 
@@ -76,12 +83,14 @@ class Bridge:
 
     async def close(self, grace: float | None = None) -> None:
         """Let running turns finish within ``grace`` seconds, cancel the rest, close upstreams."""
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
+        for task in (self._reaper, self._gateway_reaper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.supervisor.shutdown(
             self.config.limits.shutdown_grace if grace is None else grace
         )
+        await self.gateway.close()
         if self._http is not None:
             await self._http.close()

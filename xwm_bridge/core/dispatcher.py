@@ -16,13 +16,17 @@ from xwm_bridge.core.queues import QueueFullError, ThreadQueues
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
+from xwm_bridge.gateway.manager import GatewayManager
 from xwm_bridge.jsonrpc import RpcError
 
 log = logging.getLogger("xwm_bridge.dispatch")
 
 #: Backends present in this build; capabilities never advertise the others.
 MULTI_AGENT_AVAILABLE = False
-GATEWAY_PROVIDERS: list[dict[str, str]] = []
+GATEWAY_PROVIDERS: list[dict[str, str]] = [
+    {"providerId": "local", "label": "Local OpenClaw gateway"},
+    {"providerId": "openclaw", "label": "OpenClaw"},
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,12 @@ class CallContext:
 
     notify: Notify | None
     transport: str
+    #: the authenticated caller (a digest of its bearer credential, or the transport name).
+    principal: str = ""
+    #: the caller's bearer credential, only ever forwarded when config says so.
+    bearer: str = ""
+    #: the long-lived connection (WebSocket) the call came on: ``.notify`` and ``.closed``.
+    connection: Any = None
 
 
 Handler = Callable[[dict[str, Any], CallContext, str], Awaitable[dict[str, Any]]]
@@ -44,18 +54,23 @@ class Dispatcher:
         queues: ThreadQueues,
         runner: TurnRunner,
         supervisor: Supervisor,
+        gateway: GatewayManager | None = None,
     ) -> None:
         self._config = config
         self._sessions = sessions
         self._queues = queues
         self._runner = runner
         self._supervisor = supervisor
+        self._gateway = gateway or GatewayManager(config)
         self._methods: dict[str, Handler] = {
             "acp.capabilities": self._capabilities,
             "session.start": self._session_turn,
             "session.message": self._session_turn,
             "session.cancel": self._session_cancel,
             "session.close": self._session_close,
+            "xworkmate.gateway.connect": self._gateway_connect,
+            "xworkmate.gateway.request": self._gateway_request,
+            "xworkmate.gateway.disconnect": self._gateway_disconnect,
         }
 
     @property
@@ -131,7 +146,7 @@ class Dispatcher:
         self._sessions.turn_queued(sp.session_id)
         try:
             result: dict[str, Any] = await self._queues.submit(
-                sp.thread_id, lambda: self._runner.run(method, sp, call.notify)
+                sp.thread_id, lambda: self._runner.run(method, sp, call.notify, call.principal)
             )
         except QueueFullError as exc:
             raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
@@ -150,3 +165,20 @@ class Dispatcher:
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
         return {"accepted": True, "closed": self._sessions.close(session_id)}
+
+    async def _gateway_connect(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await self._gateway.connect(
+            params, call.principal, call.notify, call.connection, call.bearer
+        )
+
+    async def _gateway_request(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await self._gateway.request(params, call.principal, call.notify, call.connection)
+
+    async def _gateway_disconnect(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await self._gateway.disconnect(params, call.principal, call.notify, call.connection)

@@ -71,7 +71,9 @@ class TurnRunner:
         self._executors = executors
         self._available = [p.id for p in config.available_providers]
 
-    async def run(self, method: str, sp: SessionParams, notify: Notify | None) -> dict[str, Any]:
+    async def run(
+        self, method: str, sp: SessionParams, notify: Notify | None, principal: str = ""
+    ) -> dict[str, Any]:
         if sp.routing is None:
             raise RpcError(INVALID_PARAMS, ROUTING_REQUIRED)
         decision = resolve(sp.routing, self._available)
@@ -96,6 +98,7 @@ class TurnRunner:
             exec_params=exec_params,
             notify=notify,
             supervisor=self._supervisor,
+            principal=principal,
         )
         executor = self._executors[exec_params["mode"]]
         handle = TurnHandle(sp.session_id, turn_id)

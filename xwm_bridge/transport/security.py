@@ -6,6 +6,7 @@ parsed (scheme + host exact, ``:*`` = any port) instead of string prefixes.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 from dataclasses import dataclass
@@ -112,3 +113,17 @@ class BearerAuth:
         for candidate in candidates:
             ok |= hmac.compare_digest(candidate, self._token)
         return ok
+
+
+def principal_of(header: str | None) -> tuple[str, str]:
+    """(principal, bare credential) of an accepted ``Authorization`` value.
+
+    The principal is a digest, so runtimes can be keyed and logged by it
+    without holding the credential itself.
+    """
+    value = (header or "").strip()
+    credential = value[7:].strip() if value[:7].lower() == "bearer " else value
+    if not credential:
+        return "anonymous", ""
+    digest = hashlib.sha256(credential.encode()).hexdigest()[:24]
+    return f"bearer:{digest}", credential

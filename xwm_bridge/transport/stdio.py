@@ -42,7 +42,7 @@ class StdioServer:
         await self._sender.send_bytes(jsonrpc.dumps(message) + b"\n")
 
     async def _serve_one(self, req: jsonrpc.Request) -> None:
-        reply = await self._dispatcher.handle(req, CallContext(self._send, "stdio"))
+        reply = await self._dispatcher.handle(req, CallContext(self._send, "stdio", "stdio"))
         if reply is not None:
             await self._send(reply)
 
