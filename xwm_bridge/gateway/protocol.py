@@ -26,6 +26,9 @@ MIN_PROTOCOL = 3
 MAX_PROTOCOL = 4
 ROLE = "operator"
 CLIENT_MODE = "ui"
+#: without a device identity the bridge is a backend client of the gateway: on
+#: loopback with the shared token OpenClaw keeps its scopes without pairing.
+BACKEND_MODE = "backend"
 DEFAULT_CLIENT_ID = "gateway-client"
 SCOPES = (
     "operator.admin",
@@ -293,12 +296,13 @@ def connect_params(
     signed_at_ms: int,
 ) -> dict[str, Any]:
     """The ``connect`` request params (§4.1), advertising protocols 3..4."""
+    signed = bool(identity.device_id and identity.private_key)
     client_obj: dict[str, Any] = {
         "id": client.client_id,
         "displayName": f"{client.app_name.strip()} {client.device_family.strip()}",
         "version": client.version or "0",
         "platform": client.platform_label or "unknown",
-        "mode": CLIENT_MODE,
+        "mode": CLIENT_MODE if signed else BACKEND_MODE,
     }
     if client.device_family:
         client_obj["deviceFamily"] = client.device_family
@@ -320,7 +324,7 @@ def connect_params(
         params["locale"] = client.locale
     if client.user_agent:
         params["userAgent"] = client.user_agent
-    if identity.device_id and identity.private_key:
+    if signed:
         key = decode_private_key(identity.private_key)
         message = signed_payload(identity, client, creds, signed_at_ms, nonce)
         params["device"] = {
