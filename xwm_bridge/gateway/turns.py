@@ -29,7 +29,7 @@ NOT_CONNECTED = "gateway not connected"
 TERMINAL = ("final", "aborted", "error")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class RunTap:
     """Collects the events of one run off a runtime's broadcast stream."""
 
