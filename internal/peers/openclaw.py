@@ -13,8 +13,10 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -79,17 +81,27 @@ def config_for(tmp: Path, port: int, token: str, llm_url: str) -> dict[str, obje
 
 @dataclass
 class OpenClawGateway:
+    """One gateway process (synchronous control, so a module-scoped test fixture can own it)."""
+
     tmp: Path
     port: int
     token: str
     llm_url: str
-    proc: asyncio.subprocess.Process | None = None
-    _log: asyncio.Task[None] | None = None
-    output: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.tmp / "gateway.out"
+
+    def output(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCLAW_")}
@@ -102,81 +114,69 @@ class OpenClawGateway:
         )
         return env
 
-    async def start(self) -> None:
+    def start(self) -> None:
         for sub in ("home", "state", "t", "workspace"):
             (self.tmp / sub).mkdir(parents=True, exist_ok=True)
         cfg = config_for(self.tmp, self.port, self.token, self.llm_url)
         (self.tmp / "openclaw.json").write_text(json.dumps(cfg))
-        self.proc = await asyncio.create_subprocess_exec(
-            str(NODE_BIN / "node"),
-            str(ENTRY),
-            "gateway",
-            "run",
-            "--bind",
-            "loopback",
-            "--port",
-            str(self.port),
-            "--auth",
-            "token",
-            "--token",
-            self.token,
-            env=self._env(),
-            cwd=str(self.tmp),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self._log = asyncio.get_running_loop().create_task(self._drain(self.proc))
-        await self.wait_ready()
+        with self.log_path.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    str(NODE_BIN / "node"),
+                    str(ENTRY),
+                    "gateway",
+                    "run",
+                    "--bind",
+                    "loopback",
+                    "--port",
+                    str(self.port),
+                    "--auth",
+                    "token",
+                    "--token",
+                    self.token,
+                ],
+                env=self._env(),
+                cwd=str(self.tmp),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.wait_ready()
 
-    async def _drain(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
-        while line := await proc.stdout.readline():
-            self.output.append(line.decode(errors="replace").rstrip())
-            del self.output[:-400]
-
-    async def wait_ready(self, within: float = READY_TIMEOUT) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while loop.time() < deadline:
-            if self.proc is not None and self.proc.returncode is not None:
-                raise RuntimeError("openclaw exited:\n" + "\n".join(self.output[-40:]))
-            if await self._handshake_ok():
+    def wait_ready(self, within: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError("openclaw exited:\n" + self.output())
+            if asyncio.run(self._handshake_ok()):
                 return
-            await asyncio.sleep(0.5)
-        raise TimeoutError("openclaw not ready:\n" + "\n".join(self.output[-40:]))
+            time.sleep(0.5)
+        raise TimeoutError("openclaw not ready:\n" + self.output())
 
     async def _handshake_ok(self) -> bool:
+        """A full handshake: the gateway answers UNAVAILABLE while it is still starting."""
+        connect = {
+            "type": "req",
+            "id": "ready",
+            "method": "connect",
+            "params": {
+                "minProtocol": 3,
+                "maxProtocol": 4,
+                "role": "operator",
+                "scopes": ["operator.read"],
+                "caps": [],
+                "auth": {"token": self.token},
+                "client": {"id": "cli", "version": "0", "platform": "linux", "mode": "probe"},
+            },
+        }
         try:
             async with asyncio.timeout(5):
                 async with websockets.connect(self.url, proxy=None) as ws:
                     challenge = orjson.loads(await ws.recv())
                     if challenge.get("event") != "connect.challenge":
                         return False
-                    await ws.send(
-                        orjson.dumps(
-                            {
-                                "type": "req",
-                                "id": "ready",
-                                "method": "connect",
-                                "params": {
-                                    "minProtocol": 3,
-                                    "maxProtocol": 4,
-                                    "role": "operator",
-                                    "scopes": ["operator.read"],
-                                    "caps": [],
-                                    "auth": {"token": self.token},
-                                    "client": {
-                                        "id": "cli",
-                                        "version": "0",
-                                        "platform": "linux",
-                                        "mode": "probe",
-                                    },
-                                },
-                            }
-                        ).decode()
-                    )
+                    await ws.send(orjson.dumps(connect).decode())
                     while True:
                         frame = orjson.loads(await ws.recv())
                         if frame.get("type") == "res" and frame.get("id") == "ready":
@@ -184,26 +184,22 @@ class OpenClawGateway:
         except (OSError, TimeoutError, websockets.WebSocketException, ValueError):
             return False
 
-    async def stop(self) -> None:
+    def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is not None and proc.returncode is None:
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
-        if self._log is not None:
-            self._log.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._log
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
-    async def restart(self) -> None:
-        await self.stop()
-        self.proc = None
-        await self.start()
+    def restart(self) -> None:
+        self.stop()
+        self.start()
 
 
 def cleanup_system_tmp() -> None:
