@@ -411,5 +411,23 @@ def _validate(config: BridgeConfig) -> None:
     for i, root in enumerate(config.allowed_roots):
         if not os.path.isabs(root):
             raise ConfigError(f"allowed_roots[{i}]: must be an absolute path, got {root!r}")
+    gw = config.gateway
+    for name in (
+        "connect_timeout",
+        "challenge_timeout",
+        "hello_timeout",
+        "request_timeout",
+        "turn_timeout",
+        "abort_timeout",
+        "idle_ttl",
+        "backoff_initial",
+        "backoff_max",
+        "notify_timeout",
+        "max_message_bytes",
+    ):
+        if getattr(gw, name) <= 0:
+            raise ConfigError(f"gateway.{name}: must be greater than 0")
+    if gw.backoff_max < gw.backoff_initial:
+        raise ConfigError("gateway.backoff_max: must not be less than gateway.backoff_initial")
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")

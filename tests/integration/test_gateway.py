@@ -20,7 +20,7 @@ import pytest
 
 from internal.peers.fake_gateway import TOKEN as GW_TOKEN
 from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
-from tests.conftest import AUTH, TOKEN, StartBridge, base_env, rpc, sse, wait_until
+from tests.conftest import AUTH, StartBridge, base_env, rpc, sse, wait_until
 
 GATEWAY_ROUTING = {
     "routingMode": "explicit",
@@ -537,7 +537,3 @@ async def test_gateway_turn_without_runtime(
     assert final["success"] is False and final["error"] == "gateway not connected"
     assert final["mode"] == "gateway-chat"
     assert events[-2]["params"]["error"] is True
-
-
-def test_token_constant_is_not_the_bridge_token() -> None:
-    assert GW_TOKEN != TOKEN

@@ -6,15 +6,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from xwm_bridge.config import BridgeConfig, Limits, ProviderConfig
+from xwm_bridge.config import BridgeConfig, GatewayConfig, Limits, ProviderConfig
 from xwm_bridge.config_doc import DESCRIPTIONS, render
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture" / "configuration.md"
 
 
 def test_every_key_is_described() -> None:
-    keys = {f.name for f in dataclasses.fields(BridgeConfig)} - {"limits", "providers"}
+    keys = {f.name for f in dataclasses.fields(BridgeConfig)} - {"limits", "providers", "gateway"}
     keys |= {f"limits.{f.name}" for f in dataclasses.fields(Limits)}
+    keys |= {f"gateway.{f.name}" for f in dataclasses.fields(GatewayConfig)}
     keys |= {f"providers[].{f.name}" for f in dataclasses.fields(ProviderConfig)}
     assert keys == set(DESCRIPTIONS)
 
