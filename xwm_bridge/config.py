@@ -116,6 +116,8 @@ class GatewayConfig:
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: str = ""
+    #: further accepted client bearer tokens; each one is its own principal (gateway runtimes).
+    client_tokens: tuple[str, ...] = ()
     allow_unauthenticated: bool = False
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS
     internal_service_token: str = ""
@@ -160,6 +162,7 @@ class BridgeConfig:
             self.internal_service_token,
             self.bridge_auth_token,
             self.openclaw_token,
+            *self.client_tokens,
         ]
         values += [p.auth_header or "" for p in self.providers]
         out: list[str] = []
@@ -175,6 +178,7 @@ class BridgeConfig:
 ENV_VARS: dict[str, str] = {
     "listen": "ACP_LISTEN_ADDR",
     "auth_token": "ACP_AUTH_TOKEN",
+    "client_tokens": "XWM_CLIENT_TOKENS",
     "allowed_origins": "ACP_ALLOWED_ORIGINS",
     "internal_service_token": "INTERNAL_SERVICE_TOKEN",
     "bridge_auth_token": "BRIDGE_AUTH_TOKEN",
@@ -190,7 +194,7 @@ ENV_VARS: dict[str, str] = {
     "log_level": "XWM_LOG_LEVEL",
 }
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
-_LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":"}
+_LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":", "client_tokens": ","}
 _ENV_FLAGS = {
     f.name: f.default
     for f in dataclasses.fields(BridgeConfig)

@@ -23,6 +23,7 @@ from xwm_bridge.config import (
 DESCRIPTIONS: dict[str, str] = {
     "listen": "HOST:PORT to listen on (`serve`); port 0 picks a free port",
     "auth_token": "bearer token clients must present; empty = any non-empty bearer (loopback only)",
+    "client_tokens": "more accepted client bearer tokens (comma-separated in env); each owns its own gateway runtimes",
     "allow_unauthenticated": "allow a non-loopback listen address without `auth_token`",
     "allowed_origins": "browser origins allowed on `/acp/rpc` and `/acp`; `scheme://host:*` = any port",
     "internal_service_token": "upstream `Authorization` (normalized to `Bearer …`); accounts `X-Service-Token`",

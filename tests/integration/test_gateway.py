@@ -20,7 +20,7 @@ import pytest
 
 from internal.peers.fake_gateway import TOKEN as GW_TOKEN
 from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
-from tests.conftest import AUTH, StartBridge, base_env, rpc, sse, wait_until
+from tests.conftest import AUTH, TOKEN, StartBridge, base_env, rpc, sse, wait_until
 
 GATEWAY_ROUTING = {
     "routingMode": "explicit",
@@ -278,8 +278,9 @@ async def test_retryable_failure_reconnects_with_backoff(
 async def test_runtime_belongs_to_its_principal(
     start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
 ) -> None:
-    # no ACP_AUTH_TOKEN on loopback: any bearer is accepted, each one is its own principal
-    bp = await start_bridge(env=base_env(), config=gw_config(tmp_path), tmp=tmp_path)
+    # two configured client tokens: two principals
+    env = base_env(ACP_AUTH_TOKEN=TOKEN, XWM_CLIENT_TOKENS="alice-token,mallory-token")
+    bp = await start_bridge(env=env, config=gw_config(tmp_path), tmp=tmp_path)
     alice = {"Authorization": "Bearer alice-token"}
     mallory = {"Authorization": "Bearer mallory-token"}
     res = await result_of(

@@ -55,7 +55,7 @@ class HttpTransport:
         self.bridge = bridge
         cfg = bridge.config
         self.origins = OriginPolicy(cfg.allowed_origins)
-        self.auth = BearerAuth(cfg.auth_token)
+        self.auth = BearerAuth(cfg.auth_token, cfg.client_tokens)
         self.limits = cfg.limits
         self.bootstrap = bootstrap.BootstrapHandlers(bridge)
         self._ws_connections: set[web.WebSocketResponse] = set()

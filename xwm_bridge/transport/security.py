@@ -94,8 +94,9 @@ class OriginPolicy:
 class BearerAuth:
     """contract.md §3.3, with a constant-time comparison."""
 
-    def __init__(self, token: str) -> None:
-        self._token = token.strip().encode()
+    def __init__(self, token: str, extra: tuple[str, ...] = ()) -> None:
+        #: every accepted token; empty = any non-empty bearer (loopback only)
+        self._tokens = [t.strip().encode() for t in (token, *extra) if t.strip()]
 
     def check(self, header: str | None) -> bool:
         value = (header or "").strip()
@@ -104,14 +105,15 @@ class BearerAuth:
         credential: str | None = None
         if value[:7].lower() == "bearer ":
             credential = value[7:].strip()
-        if not self._token:
+        if not self._tokens:
             return bool(credential)
         candidates = [value.encode()]
         if credential is not None:
             candidates.append(credential.encode())
         ok = False
         for candidate in candidates:
-            ok |= hmac.compare_digest(candidate, self._token)
+            for token in self._tokens:
+                ok |= hmac.compare_digest(candidate, token)
         return ok
 
 
