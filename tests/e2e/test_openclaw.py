@@ -130,6 +130,7 @@ async def test_cancel_mid_run_aborts_the_run(
     start_bridge: StartBridge,
     http: aiohttp.ClientSession,
     gateway: openclaw.OpenClawGateway,
+    fake_llm_url: str,
     tmp_path: Path,
 ) -> None:
     bp = await bridge_for(start_bridge, gateway, tmp_path)
@@ -139,14 +140,15 @@ async def test_cancel_mid_run_aborts_the_run(
         params = {"sessionId": "e2e-cancel", "taskPrompt": "slow:30000 take your time"}
         rid = await ws.send("session.message", {**params, "routing": ROUTING})
 
-        def model_running() -> bool:
-            return any(
-                p["payload"].get("stream") == "lifecycle"
-                and (p["payload"].get("data") or {}).get("phase") == "model"
-                for p in ws.pushes("agent")
-            )
+        # the fake LLM got the prompt: the model call is in flight (30 s)
+        async def llm_called() -> bool:
+            async with http.get(f"{fake_llm_url}/_requests") as resp:
+                return "take your time" in await resp.text()
 
-        await wait_until(model_running, 60)
+        deadline = asyncio.get_running_loop().time() + 60
+        while not await llm_called():
+            assert asyncio.get_running_loop().time() < deadline, "model never called"
+            await asyncio.sleep(0.2)
         cancel = await ws.call("session.cancel", {"sessionId": "e2e-cancel"})
         assert cancel["cancelled"] is True
         reply = (await ws.reply(rid, 20))["result"]

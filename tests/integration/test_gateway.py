@@ -461,6 +461,8 @@ async def test_gateway_turn_streams_deltas_and_final(
     assert updates[0]["event"] == "started"
     deltas = [u["delta"] for u in updates if u.get("type") == "delta"]
     assert "".join(deltas) == "FAKE-GW says: hello gateway world"
+    assert updates[-1]["type"] == "final"
+    assert updates[-1]["message"] == "FAKE-GW says: hello gateway world"
     assert [u["seq"] for u in updates] == sorted(u["seq"] for u in updates)
     sent = [r for r in gateway.state.requests if r["method"] == "chat.send"]
     assert sent[0]["params"]["idempotencyKey"] == f"xwm-{final['turnId']}"
@@ -527,6 +529,24 @@ async def test_gateway_turn_deadline_aborts_upstream(
     assert res["success"] is False and res["timedOut"] is True and res["aborted"] is True
     assert "timed out" in res["error"]
     assert any(r["method"] == "chat.abort" for r in gateway.state.requests)
+
+
+async def test_gateway_turn_fails_when_the_connection_drops_mid_run(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    assert (
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    )["ok"]
+    call = asyncio.ensure_future(
+        result_of(http, bp.rpc_url, "session.message", turn_params("d1", "slow:9000 a b c d"))
+    )
+    await wait_until(lambda: any(r["method"] == "chat.send" for r in gateway.state.requests), 5)
+    started = time.monotonic()
+    await gateway.shutdown()
+    res = await asyncio.wait_for(call, 10)
+    assert res["success"] is False and res["error"] == "gateway connection lost during the run"
+    assert time.monotonic() - started < 4
 
 
 async def test_gateway_turn_without_runtime(

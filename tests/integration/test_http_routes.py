@@ -446,11 +446,17 @@ async def test_cors_headers_on_post_responses_for_allowed_origin(
     assert "Vary" not in resp_headers
 
 
+GATEWAYS = [
+    {"providerId": "local", "label": "Local OpenClaw gateway"},
+    {"providerId": "openclaw", "label": "OpenClaw"},
+]
+
+
 async def test_capabilities_shape(start_bridge: StartBridge, http: aiohttp.ClientSession) -> None:
     bridge = await start_bridge()
     reply = await rpc(http, bridge.rpc_url, "acp.capabilities", rid="cap-1")
-    # multiAgent false and gatewayProviders [] on purpose: those backends are not built
-    # in this build, and unimplemented features are not advertised.
+    # multiAgent false on purpose: that backend is not built in this build, and
+    # unimplemented features are not advertised. Gateway runtimes exist (issue 7).
     assert reply == {
         "jsonrpc": "2.0",
         "id": "cap-1",
@@ -458,12 +464,12 @@ async def test_capabilities_shape(start_bridge: StartBridge, http: aiohttp.Clien
             "singleAgent": True,
             "multiAgent": False,
             "providerCatalog": CATALOG,
-            "gatewayProviders": [],
+            "gatewayProviders": GATEWAYS,
             "capabilities": {
                 "single_agent": True,
                 "multi_agent": False,
                 "providerCatalog": CATALOG,
-                "gatewayProviders": [],
+                "gatewayProviders": GATEWAYS,
             },
         },
     }

@@ -117,6 +117,8 @@ class GatewayRuntime:
         self.hello: p.Hello | None = None
         self.backoff = p.Backoff(settings.backoff_initial, settings.backoff_max)
         self.reconnects = 0
+        #: bumped on every hello-ok: a run started on an older socket lost its events
+        self.epoch = 0
         self.last_activity = time.monotonic()
         self.active_calls = 0
         self._ids = p.RequestIds(lambda: time.time_ns() // 1000)
@@ -330,6 +332,7 @@ class GatewayRuntime:
     async def _accept(self, cfg: ConnectConfig, ws: ClientConnection, hello: p.Hello) -> None:
         self._ws = ws
         self.hello = hello
+        self.epoch += 1
         self._last_seq = 0
         if hello.device_token:
             cfg = ConnectConfig(

@@ -26,6 +26,7 @@ log = logging.getLogger("xwm_bridge.gateway")
 MODE = "gateway-chat"
 CANCELLED = "turn cancelled"
 NOT_CONNECTED = "gateway not connected"
+CONNECTION_LOST = "gateway connection lost during the run"
 TERMINAL = ("final", "aborted", "error")
 
 
@@ -138,6 +139,7 @@ class GatewayTurnExecutor:
         loop = asyncio.get_running_loop()
         deltas: list[str] = []
         final_text = ""
+        epoch = rt.epoch
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -155,9 +157,10 @@ class GatewayTurnExecutor:
             try:
                 ev = await asyncio.wait_for(tap.queue.get(), min(remaining, 1.0))
             except TimeoutError:
-                if not rt.connected and rt.closed:
-                    await ctx.emit_error(NOT_CONNECTED)
-                    return self._failure(ctx, NOT_CONNECTED, runId=run_id)
+                if rt.epoch != epoch or not rt.connected:
+                    # OpenClaw only sends a run's events to live sockets: they are gone
+                    await ctx.emit_error(CONNECTION_LOST)
+                    return self._failure(ctx, CONNECTION_LOST, runId=run_id, sessionKey=session_key)
                 continue
             _key, ev_run = p.event_keys(ev)
             if ev_run and ev_run != run_id:
@@ -198,6 +201,16 @@ class GatewayTurnExecutor:
     ) -> dict[str, Any]:
         base = {"runId": run_id, "sessionKey": session_key, "state": state}
         if state == "final":
+            await ctx.emit(
+                {
+                    "type": "final",
+                    "runId": run_id,
+                    "message": text,
+                    "stopReason": coerce.text(payload.get("stopReason")),
+                    "pending": False,
+                    "error": False,
+                }
+            )
             return {
                 "success": True,
                 "output": text,
@@ -227,6 +240,7 @@ class GatewayTurnExecutor:
             except GatewayError as exc:
                 log.warning("chat.abort failed", extra={"run_id": run_id, "error": str(exc)})
                 return False
+            log.info("chat.abort answered", extra={"run_id": run_id, "answer": body})
             return bool(isinstance(body, dict) and body.get("aborted"))
 
         task = asyncio.get_running_loop().create_task(abort(), name=f"gateway-abort:{run_id}")
