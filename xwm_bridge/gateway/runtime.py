@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import websockets
@@ -23,6 +23,7 @@ from websockets.asyncio.client import ClientConnection
 from xwm_bridge.config import GatewayConfig
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.protocol import GatewayError
+from xwm_bridge.gateway.snapshot import Snapshot
 
 log = logging.getLogger("xwm_bridge.gateway")
 
@@ -55,58 +56,6 @@ class ConnectConfig:
     has_device_token: bool = False
 
 
-@dataclass(slots=True)
-class Snapshot:
-    status: str = "offline"
-    status_text: str = "Offline"
-    mode: str = "local"
-    server_name: str = ""
-    remote_address: str = ""
-    main_session_key: str = ""
-    last_error: str = ""
-    last_error_code: str = ""
-    last_error_detail_code: str = ""
-    last_connected_at_ms: int = 0
-    device_id: str = ""
-    auth_role: str = ""
-    auth_scopes: list[str] = field(default_factory=list)
-    connect_auth_mode: str = ""
-    connect_auth_fields: list[str] = field(default_factory=list)
-    connect_auth_sources: list[str] = field(default_factory=list)
-    has_shared_auth: bool = False
-    has_device_token: bool = False
-    protocol: int = 0
-    health_payload: dict[str, Any] | None = None
-
-    def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "status": self.status,
-            "mode": self.mode,
-            "statusText": self.status_text,
-            "authScopes": self.auth_scopes or None,
-            "connectAuthFields": self.connect_auth_fields or None,
-            "connectAuthSources": self.connect_auth_sources or None,
-            "hasSharedAuth": self.has_shared_auth,
-            "hasDeviceToken": self.has_device_token,
-        }
-        optional = {
-            "serverName": self.server_name,
-            "remoteAddress": self.remote_address,
-            "mainSessionKey": self.main_session_key,
-            "lastError": self.last_error,
-            "lastErrorCode": self.last_error_code,
-            "lastErrorDetailCode": self.last_error_detail_code,
-            "lastConnectedAtMs": self.last_connected_at_ms,
-            "deviceId": self.device_id,
-            "authRole": self.auth_role,
-            "connectAuthMode": self.connect_auth_mode,
-            "protocol": self.protocol,
-            "healthPayload": self.health_payload,
-        }
-        out.update({k: v for k, v in optional.items() if v})
-        return out
-
-
 class GatewayRuntime:
     def __init__(self, runtime_id: str, owner: str, settings: GatewayConfig) -> None:
         self.runtime_id = runtime_id
@@ -126,6 +75,8 @@ class GatewayRuntime:
         self._loop_task: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[p.ResponseFrame]] = {}
         self._send_lock = asyncio.Lock()
+        #: connect and disconnect of one runtime never interleave (no leaked socket)
+        self._op_lock = asyncio.Lock()
         self._sinks: dict[Notify, int] = {}  # request-scoped sinks (refcounted)
         self._live: set[Any] = set()  # owner's live connections (``.notify``, ``.closed``)
         self._taps: set[Tap] = set()
@@ -215,6 +166,10 @@ class GatewayRuntime:
 
     async def connect(self, cfg: ConnectConfig) -> tuple[p.Hello | None, GatewayError | None]:
         """Client-initiated connect: close whatever ran before, try once, then own the loop."""
+        async with self._op_lock:
+            return await self._connect(cfg)
+
+    async def _connect(self, cfg: ConnectConfig) -> tuple[p.Hello | None, GatewayError | None]:
         await self._stop(SOCKET_RESET)
         self.closed = False
         self.config = cfg
@@ -246,17 +201,19 @@ class GatewayRuntime:
         return self.hello, None
 
     async def disconnect(self) -> None:
-        if self.config is None and self._ws is None:
-            return
-        await self._log("info", "connect", "manual disconnect")
-        await self._stop(SOCKET_RESET)
-        self.snapshot = self._offline_snapshot(self.config)
-        await self._emit_snapshot()
+        async with self._op_lock:
+            if self.config is None and self._ws is None:
+                return
+            await self._log("info", "connect", "manual disconnect")
+            await self._stop(SOCKET_RESET)
+            self.snapshot = self._offline_snapshot(self.config)
+            await self._emit_snapshot()
 
     async def close(self) -> None:
         """Final close (idle reap or shutdown)."""
-        await self._stop(SOCKET_RESET)
-        self.closed = True
+        async with self._op_lock:
+            await self._stop(SOCKET_RESET)
+            self.closed = True
 
     async def _stop(self, error: GatewayError) -> None:
         task, self._loop_task = self._loop_task, None

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xwm_bridge.gateway import protocol as p
+from xwm_bridge.gateway import signing
 
 json_values = st.recursive(
     st.none()
@@ -44,7 +45,7 @@ def _seed() -> tuple[bytes, str]:
     key = Ed25519PrivateKey.generate()
     seed = key.private_bytes_raw()
     pub = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    return seed, p.b64url(pub)
+    return seed, signing.b64url(pub)
 
 
 # --- frames ------------------------------------------------------------------------------
@@ -136,9 +137,9 @@ def test_device_signature_verifies(form: str) -> None:
     key = Ed25519PrivateKey.from_private_bytes(seed)
     raw_pub = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     private = {
-        "seed-url": p.b64url(seed),
+        "seed-url": signing.b64url(seed),
         "seed-std-padded": base64.b64encode(seed).decode(),
-        "full-64": p.b64url(seed + raw_pub),
+        "full-64": signing.b64url(seed + raw_pub),
     }[form]
     client = p.ClientInfo(
         client_id="app",
@@ -161,7 +162,7 @@ def test_device_signature_verifies(form: str) -> None:
         "operator.admin,operator.read,operator.write,operator.approvals,operator.pairing|"
         "1760000000000|dtok|nonce-1|ios 18.1|iphone"
     )
-    assert p.signed_payload(identity, client, creds, 1760000000000, "nonce-1") == expected
+    assert signing.signed_payload(identity, client, creds, 1760000000000, "nonce-1") == expected
     sig = base64.urlsafe_b64decode(device["signature"] + "==")
     Ed25519PublicKey.from_public_bytes(raw_pub).verify(sig, expected.encode())
     assert "=" not in device["signature"]
@@ -171,20 +172,20 @@ def test_device_signature_verifies(form: str) -> None:
 @pytest.mark.parametrize(
     ("private", "message"),
     [
-        (p.b64url(b"x" * 16), "unsupported Ed25519 private key length: 16"),
+        (signing.b64url(b"x" * 16), "unsupported Ed25519 private key length: 16"),
         ("", "unsupported Ed25519 private key length: 0"),
     ],
 )
 def test_bad_private_key(private: str, message: str) -> None:
     with pytest.raises(p.GatewayError) as err:
-        p.decode_private_key(private)
+        signing.decode_private_key(private)
     assert err.value.message == message
     assert err.value.code == "DEVICE_IDENTITY_SIGN_FAILED"
 
 
 def test_bad_base64_private_key() -> None:
     with pytest.raises(p.GatewayError) as err:
-        p.decode_private_key("!!!not base64!!!")
+        signing.decode_private_key("!!!not base64!!!")
     assert err.value.code == "DEVICE_IDENTITY_SIGN_FAILED"
 
 
@@ -282,7 +283,7 @@ def test_handshake_timeouts() -> None:
 
 
 def test_handshake_signing_failure() -> None:
-    hs = _hs(device_id="d", public_key="x", private_key=p.b64url(b"short"))
+    hs = _hs(device_id="d", public_key="x", private_key=signing.b64url(b"short"))
     assert hs.on_frame(_challenge()) is None
     assert hs.error is not None and hs.error.code == "DEVICE_IDENTITY_SIGN_FAILED"
 
