@@ -110,6 +110,8 @@ class GatewayConfig:
     max_message_bytes: int = 16 * MIB
     #: send the caller's own bearer to a ``local`` gateway that got no token.
     forward_client_bearer: bool = False
+    #: hosts (or ``host:port``) a ``local`` runtime may dial; empty = any (as the original).
+    allowed_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

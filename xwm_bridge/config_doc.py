@@ -66,6 +66,7 @@ DESCRIPTIONS: dict[str, str] = {
     "gateway.max_runtimes_per_principal": "runtimes one client token may hold",
     "gateway.max_message_bytes": "largest frame accepted from a gateway",
     "gateway.forward_client_bearer": "send the caller's bearer as `auth.token` to a `local` gateway given no token",
+    "gateway.allowed_hosts": "hosts or `host:port` a `local` runtime may dial; empty = any (set it: the client picks the host)",
     "providers[].id": "provider id (unique, compared case-insensitively)",
     "providers[].label": "label shown in `acp.capabilities`",
     "providers[].endpoint": "`http(s)://` (HTTP, SSE when offered) or `ws(s)://` (WebSocket) ACP endpoint",

@@ -132,6 +132,10 @@ def build_connect_config(
         )
     if not cp.host or not cp.port:
         raise GatewayError("endpoint.host and endpoint.port are required", "INVALID_ENDPOINT")
+    allowed = {h.strip().lower() for h in config.gateway.allowed_hosts}
+    host = cp.host.strip("[]").lower()
+    if allowed and host not in allowed and f"{host}:{cp.port}" not in allowed:
+        raise GatewayError(f"gateway host not allowed: {cp.host}", "HOST_NOT_ALLOWED")
     creds = cp.creds
     if not creds.token and config.gateway.forward_client_bearer and client_bearer:
         creds = p.Credentials(client_bearer, creds.device_token, creds.password)

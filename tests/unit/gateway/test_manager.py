@@ -51,6 +51,24 @@ def test_local_mode_uses_client_endpoint_and_auth() -> None:
         build_connect_config(ConnectParams.parse({"runtimeId": "r"}), BridgeConfig(), "")
 
 
+def test_allowed_hosts_pin_local_endpoints() -> None:
+    config = BridgeConfig(gateway=GatewayConfig(allowed_hosts=("127.0.0.1", "gw.example:443")))
+    ok = {**CLIENT, "endpoint": {"host": "127.0.0.1", "port": 1}}
+    assert build_connect_config(ConnectParams.parse(ok), config, "").url == "ws://127.0.0.1:1"
+    for endpoint in ({"host": "evil.example", "port": 1}, {"host": "gw.example", "port": 80}):
+        with pytest.raises(GatewayError) as err:
+            build_connect_config(ConnectParams.parse({**CLIENT, "endpoint": endpoint}), config, "")
+        assert err.value.code == "HOST_NOT_ALLOWED"
+    assert (
+        build_connect_config(
+            ConnectParams.parse({**CLIENT, "endpoint": {"host": "gw.example", "port": 443}}),
+            config,
+            "",
+        ).remote_address
+        == "gw.example:443"
+    )
+
+
 def test_client_bearer_is_forwarded_only_when_configured() -> None:
     no_token = {**CLIENT, "auth": {}}
     cp = ConnectParams.parse(no_token)
