@@ -122,7 +122,11 @@ def serve(
         log_level=log_level,
     )
     host, port = parse_listen(cfg.listen)
-    if not is_loopback_host(host) and not cfg.auth_token and not cfg.allow_unauthenticated:
+    if (
+        not is_loopback_host(host)
+        and not (cfg.auth_token or cfg.client_tokens)
+        and not cfg.allow_unauthenticated
+    ):
         _fail(
             f"refusing to listen on {cfg.listen} without ACP_AUTH_TOKEN: set a token, "
             "or pass --allow-unauthenticated if a proxy in front authenticates clients",

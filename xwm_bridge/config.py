@@ -222,9 +222,35 @@ class AgentsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """OpenClaw gateway runtimes (gateway.md): deadlines, reconnect, ownership."""
+
+    connect_timeout: float = 10.0
+    challenge_timeout: float = 2.0
+    hello_timeout: float = 12.0
+    request_timeout: float = 15.0
+    #: a gateway-mode turn that has not finished by then is aborted upstream.
+    turn_timeout: float = 120.0
+    abort_timeout: float = 5.0
+    #: a runtime with no request and no live owner WebSocket for this long is closed.
+    idle_ttl: float = 1800.0
+    backoff_initial: float = 1.0
+    backoff_max: float = 30.0
+    notify_timeout: float = 5.0
+    max_runtimes_per_principal: int = 16
+    max_message_bytes: int = 16 * MIB
+    #: send the caller's own bearer to a ``local`` gateway that got no token.
+    forward_client_bearer: bool = False
+    #: hosts (or ``host:port``) a ``local`` runtime may dial; empty = any (as the original).
+    allowed_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: str = ""
+    #: further accepted client bearer tokens; each one is its own principal (gateway runtimes).
+    client_tokens: tuple[str, ...] = ()
     allow_unauthenticated: bool = False
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS
     internal_service_token: str = ""
@@ -236,6 +262,8 @@ class BridgeConfig:
     public_base_url: str = "https://xworkmate-bridge.svc.plus"
     accounts_base_url: str = "https://accounts.svc.plus"
     openclaw_url: str = "wss://openclaw.svc.plus:443"
+    #: token for the ``openclaw`` gateway; empty = bare INTERNAL_SERVICE_TOKEN/BRIDGE_AUTH_TOKEN.
+    openclaw_token: str = ""
     #: directories whose files may be read (artifacts); empty = none.
     allowed_roots: tuple[str, ...] = ()
     log_level: str = "info"
@@ -247,6 +275,7 @@ class BridgeConfig:
     router: RouterConfig = field(default_factory=RouterConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
     agents: AgentsConfig = field(default_factory=AgentsConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 
     @property
@@ -268,7 +297,13 @@ class BridgeConfig:
 
     def secrets(self) -> tuple[str, ...]:
         """Every configured secret value, for log redaction."""
-        values = [self.auth_token, self.internal_service_token, self.bridge_auth_token]
+        values = [
+            self.auth_token,
+            self.internal_service_token,
+            self.bridge_auth_token,
+            self.openclaw_token,
+            *self.client_tokens,
+        ]
         values.append(self.router.llm_api_key)
         values += [p.auth_header or "" for p in self.providers]
         values += [self.multi_agent.api_key, self.toolbridge.llm_api_key]
@@ -288,6 +323,7 @@ class BridgeConfig:
 ENV_VARS: dict[str, str] = {
     "listen": "ACP_LISTEN_ADDR",
     "auth_token": "ACP_AUTH_TOKEN",
+    "client_tokens": "XWM_CLIENT_TOKENS",
     "allowed_origins": "ACP_ALLOWED_ORIGINS",
     "internal_service_token": "INTERNAL_SERVICE_TOKEN",
     "bridge_auth_token": "BRIDGE_AUTH_TOKEN",
@@ -298,6 +334,7 @@ ENV_VARS: dict[str, str] = {
     "public_base_url": "BRIDGE_PUBLIC_BASE_URL",
     "accounts_base_url": "ACCOUNTS_BASE_URL",
     "openclaw_url": "XWM_OPENCLAW_URL",
+    "openclaw_token": "XWM_OPENCLAW_TOKEN",
     "allowed_roots": "XWM_ALLOWED_ROOTS",
     "log_level": "XWM_LOG_LEVEL",
 }
@@ -323,7 +360,7 @@ NESTED_ENV_VARS: dict[str, str] = {
     "router.install_skill_bin": "ACP_INSTALL_SKILL_BIN",
 }
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
-_LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":"}
+_LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":", "client_tokens": ","}
 _ENV_FLAGS = {
     f.name: f.default
     for f in dataclasses.fields(BridgeConfig)
@@ -595,5 +632,23 @@ def _validate(config: BridgeConfig) -> None:
             raise ConfigError(
                 f"agents.permission_rules[{i}].action: must be one of allow, reject, ask"
             )
+    gw = config.gateway
+    for name in (
+        "connect_timeout",
+        "challenge_timeout",
+        "hello_timeout",
+        "request_timeout",
+        "turn_timeout",
+        "abort_timeout",
+        "idle_ttl",
+        "backoff_initial",
+        "backoff_max",
+        "notify_timeout",
+        "max_message_bytes",
+    ):
+        if getattr(gw, name) <= 0:
+            raise ConfigError(f"gateway.{name}: must be greater than 0")
+    if gw.backoff_max < gw.backoff_initial:
+        raise ConfigError("gateway.backoff_max: must not be less than gateway.backoff_initial")
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")

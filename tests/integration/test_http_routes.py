@@ -446,11 +446,16 @@ async def test_cors_headers_on_post_responses_for_allowed_origin(
     assert "Vary" not in resp_headers
 
 
+GATEWAYS = [
+    {"providerId": "local", "label": "Local"},
+    {"providerId": "openclaw", "label": "OpenClaw"},
+]
+
+
 async def test_capabilities_shape(start_bridge: StartBridge, http: aiohttp.ClientSession) -> None:
     bridge = await start_bridge()
     reply = await rpc(http, bridge.rpc_url, "acp.capabilities", rid="cap-1")
-    # gatewayProviders [] on purpose: that backend is not built in this build, and
-    # unimplemented features are not advertised; multi-agent is (ACP_MULTI_AGENT_ENABLED).
+    # every backend of this build is advertised (contract.md §11.1 values)
     assert reply == {
         "jsonrpc": "2.0",
         "id": "cap-1",
@@ -458,12 +463,12 @@ async def test_capabilities_shape(start_bridge: StartBridge, http: aiohttp.Clien
             "singleAgent": True,
             "multiAgent": True,
             "providerCatalog": CATALOG,
-            "gatewayProviders": [],
+            "gatewayProviders": GATEWAYS,
             "capabilities": {
                 "single_agent": True,
                 "multi_agent": True,
                 "providerCatalog": CATALOG,
-                "gatewayProviders": [],
+                "gatewayProviders": GATEWAYS,
             },
         },
     }

@@ -10,11 +10,12 @@ import aiohttp
 
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.dispatcher import Dispatcher
-from xwm_bridge.core.executors import GatewayUnavailableExecutor
 from xwm_bridge.core.queues import ThreadQueues
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
+from xwm_bridge.gateway.manager import GatewayManager
+from xwm_bridge.gateway.turns import GatewayTurnExecutor
 from xwm_bridge.multiagent.executor import MultiAgentExecutor
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
@@ -47,6 +48,8 @@ class Bridge:
         self._router: Router | None = None
         self.permissions = PermissionBroker()
         self.stdio_agents = StdioAgentExecutor(config, self.permissions)
+        self.gateway = GatewayManager(config)
+        self._gateway_reaper: asyncio.Task[None] | None = None
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -75,13 +78,16 @@ class Bridge:
                     SingleAgentExecutor(self.config, upstream, self.metrics), self.stdio_agents
                 ),
                 "multi-agent": MultiAgentExecutor(self.config, self.http),
-                "gateway-chat": GatewayUnavailableExecutor(),
+                "gateway-chat": GatewayTurnExecutor(self.gateway),
             },
             self.metrics,
             router=router,
         )
         self._router = router
         self._dispatcher = self._make_dispatcher(runner)
+        self._gateway_reaper = asyncio.get_running_loop().create_task(
+            self.gateway.run_reaper(), name="gateway-reaper"
+        )
         self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
 
     def _make_dispatcher(self, runner: TurnRunner) -> Dispatcher:
@@ -95,6 +101,7 @@ class Bridge:
             metrics=self.metrics,
             router=self._router,
             broker=self.permissions,
+            gateway=self.gateway,
         )
 
     async def _reap(self) -> None:
@@ -111,10 +118,11 @@ class Bridge:
         seconds, then cancel them (their callers get a cancelled result and the
         upstream a ``session.cancel``), and close the upstream connection pool."""
         grace = self.config.limits.shutdown_grace if grace is None else grace
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
+        for task in (self._reaper, self._gateway_reaper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self.supervisor.begin_shutdown()
         refused = self.queues.close()
         running = self.sessions.running_count()
@@ -125,5 +133,6 @@ class Bridge:
             await self.supervisor.wait(self.config.limits.upstream_cancel_timeout + 2)
         await self.supervisor.shutdown(0)
         await self.stdio_agents.close()  # process groups terminated: no child survives
+        await self.gateway.close()
         if self._http is not None:
             await self._http.close()

@@ -23,6 +23,8 @@ class TurnContext:
     exec_params: dict[str, Any]
     notify: Notify | None
     supervisor: Supervisor
+    #: who asked (transport-derived, e.g. a digest of the bearer); owns gateway runtimes.
+    principal: str = ""
 
     async def relay(self, message: dict[str, Any]) -> None:
         """Pass an upstream notification through unchanged (contract.md §13.2)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,7 @@ from xwm_bridge.core.queues import QueueFullError, ShuttingDownError, ThreadQueu
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
+from xwm_bridge.gateway.manager import GatewayManager
 from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.mounts.reconcile import MountsRequest, reconcile
 from xwm_bridge.observability import context as obs
@@ -29,7 +31,10 @@ log = logging.getLogger("xwm_bridge.dispatch")
 
 #: Backends present in this build; capabilities never advertise the others.
 MULTI_AGENT_AVAILABLE = True
-GATEWAY_PROVIDERS: list[dict[str, str]] = []
+GATEWAY_PROVIDERS: list[dict[str, str]] = [
+    {"providerId": "local", "label": "Local"},
+    {"providerId": "openclaw", "label": "OpenClaw"},
+]
 SHUTTING_DOWN_MESSAGE = "bridge is shutting down; retry on another replica"
 
 
@@ -39,6 +44,12 @@ class CallContext:
 
     notify: Notify | None
     transport: str
+    #: the authenticated caller (a digest of its bearer credential, or the transport name).
+    principal: str = ""
+    #: the caller's bearer credential, only ever forwarded when config says so.
+    bearer: str = ""
+    #: the long-lived connection (WebSocket) the call came on: ``.notify`` and ``.closed``.
+    connection: Any = None
 
 
 Handler = Callable[[dict[str, Any], CallContext, str], Awaitable[dict[str, Any]]]
@@ -55,6 +66,7 @@ class Dispatcher:
         metrics: Metrics | None = None,
         router: Router | None = None,
         broker: PermissionBroker | None = None,
+        gateway: GatewayManager | None = None,
     ) -> None:
         self._config = config
         self._router = router or Router(config, None)
@@ -63,6 +75,7 @@ class Dispatcher:
         self._queues = queues
         self._runner = runner
         self._supervisor = supervisor
+        self._gateway = gateway or GatewayManager(config)
         self._methods: dict[str, Handler] = {
             "acp.capabilities": self._capabilities,
             "session.start": self._session_turn,
@@ -73,6 +86,9 @@ class Dispatcher:
             "xworkmate.dispatch.resolve": self._dispatch_resolve,
             "xworkmate.mounts.reconcile": self._mounts_reconcile,
             "session.permission": self._session_permission,
+            "xworkmate.gateway.connect": self._gateway_connect,
+            "xworkmate.gateway.request": self._gateway_request,
+            "xworkmate.gateway.disconnect": self._gateway_disconnect,
         }
         self.metrics = metrics or Metrics()
         self.metrics.set_known_methods(self._methods)  # live: subclasses may add methods
@@ -100,7 +116,7 @@ class Dispatcher:
                 notes += 1
                 await inner(message)
 
-            call = CallContext(counted, call.transport)
+            call = dataclasses.replace(call, notify=counted)
         outcome, code = "ok", 0
         value: dict[str, Any] = {}
         try:
@@ -178,7 +194,9 @@ class Dispatcher:
         try:
             result: dict[str, Any] = await self._queues.submit(
                 sp.thread_id,
-                lambda: self._runner.run(method, sp, call.notify, request_id=request_id),
+                lambda: self._runner.run(
+                    method, sp, call.notify, call.principal, request_id=request_id
+                ),
             )
         except QueueFullError as exc:
             raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
@@ -225,3 +243,20 @@ class Dispatcher:
     ) -> dict[str, Any]:
         """The client's answer to a ``permission`` update of a stdio agent (issue 8)."""
         return self._broker.answer(PermissionAnswer.parse(params))
+
+    async def _gateway_connect(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await self._gateway.connect(
+            params, call.principal, call.notify, call.connection, call.bearer
+        )
+
+    async def _gateway_request(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await self._gateway.request(params, call.principal, call.notify, call.connection)
+
+    async def _gateway_disconnect(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await self._gateway.disconnect(params, call.principal, call.notify, call.connection)

@@ -78,7 +78,13 @@ class TurnRunner:
         self._router = router or Router(config, None)
 
     async def run(
-        self, method: str, sp: SessionParams, notify: Notify | None, *, request_id: str = ""
+        self,
+        method: str,
+        sp: SessionParams,
+        notify: Notify | None,
+        principal: str = "",
+        *,
+        request_id: str = "",
     ) -> dict[str, Any]:
         """Run one turn at the head of its thread queue (in the thread's worker task)."""
         # the worker serves many requests in turn: label its log lines with this one
@@ -110,6 +116,7 @@ class TurnRunner:
             exec_params=exec_params,
             notify=notify,
             supervisor=self._supervisor,
+            principal=principal,
         )
         executor = self._executors[exec_params["mode"]]
         handle = TurnHandle(sp.session_id, turn_id)

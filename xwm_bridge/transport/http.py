@@ -17,8 +17,8 @@ from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
 from xwm_bridge.transport.health import HealthHandlers
-from xwm_bridge.transport.notify import OrderedSender
-from xwm_bridge.transport.security import BearerAuth, OriginPolicy
+from xwm_bridge.transport.notify import LiveConnection, OrderedSender
+from xwm_bridge.transport.security import BearerAuth, OriginPolicy, principal_of
 
 log = logging.getLogger("xwm_bridge.http")
 
@@ -56,7 +56,7 @@ class HttpTransport:
         self.bridge = bridge
         cfg = bridge.config
         self.origins = OriginPolicy(cfg.allowed_origins)
-        self.auth = BearerAuth(cfg.auth_token)
+        self.auth = BearerAuth(cfg.auth_token, cfg.client_tokens)
         self.limits = cfg.limits
         self.bootstrap = bootstrap.BootstrapHandlers(bridge)
         self.health = HealthHandlers(bridge)
@@ -155,7 +155,10 @@ class HttpTransport:
 
         accept = request.headers.get("Accept", "").lower()
         if "text/event-stream" not in accept:
-            reply = await self.bridge.dispatcher.handle(req, CallContext(None, "http"))
+            principal, bearer = principal_of(request.headers.get("Authorization"))
+            reply = await self.bridge.dispatcher.handle(
+                req, CallContext(None, "http", principal, bearer)
+            )
             if reply is None:
                 return web.Response(status=200)
             response = _json_response(200, reply)
@@ -188,7 +191,10 @@ class HttpTransport:
         async def notify(message: dict[str, Any]) -> None:
             await sender.send_bytes(encode_data(jsonrpc.dumps(message)))
 
-        reply = await self.bridge.dispatcher.handle(req, CallContext(notify, "sse"))
+        principal, bearer = principal_of(request.headers.get("Authorization"))
+        reply = await self.bridge.dispatcher.handle(
+            req, CallContext(notify, "sse", principal, bearer)
+        )
         final = DONE if reply is None else encode_data(jsonrpc.dumps(reply))
         await sender.send_bytes(final)
         if stream.prepared:
@@ -226,7 +232,9 @@ class HttpTransport:
             self.metrics.bytes_out.labels("ws").inc(len(data))
 
         sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
-        call = CallContext(sender.send, "ws")
+        principal, bearer = principal_of(request.headers.get("Authorization"))
+        live = LiveConnection(sender.send)
+        call = CallContext(sender.send, "ws", principal, bearer, live)
         inflight: set[asyncio.Task[None]] = set()
 
         async def serve_one(req: jsonrpc.Request) -> None:
@@ -261,6 +269,7 @@ class HttpTransport:
                 inflight.add(task)
                 task.add_done_callback(inflight.discard)
         finally:
+            live.closed = True
             self._ws_connections.discard(ws)
             self.metrics.ws_connections.dec()
             # The connection owns its requests: they end with it. A turn already

@@ -41,3 +41,11 @@ class OrderedSender:
 
     async def send(self, message: dict[str, Any]) -> None:
         await self.send_bytes(jsonrpc.dumps(message))
+
+
+class LiveConnection:
+    """A long-lived client connection: where out-of-request notifications may go."""
+
+    def __init__(self, notify: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        self.notify = notify
+        self.closed = False

@@ -6,6 +6,7 @@ parsed (scheme + host exact, ``:*`` = any port) instead of string prefixes.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 from dataclasses import dataclass
@@ -93,8 +94,9 @@ class OriginPolicy:
 class BearerAuth:
     """contract.md §3.3, with a constant-time comparison."""
 
-    def __init__(self, token: str) -> None:
-        self._token = token.strip().encode()
+    def __init__(self, token: str, extra: tuple[str, ...] = ()) -> None:
+        #: every accepted token; empty = any non-empty bearer (loopback only)
+        self._tokens = [t.strip().encode() for t in (token, *extra) if t.strip()]
 
     def check(self, header: str | None) -> bool:
         value = (header or "").strip()
@@ -103,12 +105,27 @@ class BearerAuth:
         credential: str | None = None
         if value[:7].lower() == "bearer ":
             credential = value[7:].strip()
-        if not self._token:
+        if not self._tokens:
             return bool(credential)
         candidates = [value.encode()]
         if credential is not None:
             candidates.append(credential.encode())
         ok = False
         for candidate in candidates:
-            ok |= hmac.compare_digest(candidate, self._token)
+            for token in self._tokens:
+                ok |= hmac.compare_digest(candidate, token)
         return ok
+
+
+def principal_of(header: str | None) -> tuple[str, str]:
+    """(principal, bare credential) of an accepted ``Authorization`` value.
+
+    The principal is a digest, so runtimes can be keyed and logged by it
+    without holding the credential itself.
+    """
+    value = (header or "").strip()
+    credential = value[7:].strip() if value[:7].lower() == "bearer " else value
+    if not credential:
+        return "anonymous", ""
+    digest = hashlib.sha256(credential.encode()).hexdigest()[:24]
+    return f"bearer:{digest}", credential

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from xwm_bridge import jsonrpc
 from xwm_bridge.core.dispatcher import CallContext, Dispatcher
 from xwm_bridge.framing import FramingError, StdioDecoder
-from xwm_bridge.transport.notify import OrderedSender
+from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 
 log = logging.getLogger("xwm_bridge.stdio")
 MAX_INFLIGHT = 256
@@ -37,12 +37,16 @@ class StdioServer:
         self._sender = OrderedSender(write, timeout=send_timeout)
         self._decoder = StdioDecoder(max_message=max_message)
         self._inflight: set[asyncio.Task[None]] = set()
+        # the stream lives as long as the process: gateway events may always use it
+        self._live = LiveConnection(self._send)
 
     async def _send(self, message: dict[str, object]) -> None:
         await self._sender.send_bytes(jsonrpc.dumps(message) + b"\n")
 
     async def _serve_one(self, req: jsonrpc.Request) -> None:
-        reply = await self._dispatcher.handle(req, CallContext(self._send, "stdio"))
+        reply = await self._dispatcher.handle(
+            req, CallContext(self._send, "stdio", "stdio", "", self._live)
+        )
         if reply is not None:
             await self._send(reply)
 

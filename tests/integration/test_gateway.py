@@ -1,0 +1,560 @@
+"""Gateway runtimes and gateway-mode turns: the real daemon against the in-repo fake gateway.
+
+Covers gateway.md §2/§9/§10 and the fixes of ARCHITECTURE.md §2: per-principal
+ownership, out-of-request events only to the owner's live WebSockets, backoff
+reconnect that stops on fatal errors, tick liveness, fail-fast pending
+requests, idle reaping, ``chat.abort`` on cancel and on the turn deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from internal.peers.fake_gateway import TOKEN as GW_TOKEN
+from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
+from tests.conftest import AUTH, TOKEN, StartBridge, base_env, rpc, sse, wait_until
+
+GATEWAY_ROUTING = {
+    "routingMode": "explicit",
+    "explicitExecutionTarget": "gateway",
+    "preferredGatewayProviderId": "local",
+}
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[FakeGateway]:
+    gw = FakeGateway(FakeGatewayState())
+    await gw.start()
+    try:
+        yield gw
+    finally:
+        await gw.stop()
+
+
+def connect_params(
+    gw: FakeGateway, runtime_id: str = "rt-1", token: str = GW_TOKEN
+) -> dict[str, Any]:
+    return {
+        "runtimeId": runtime_id,
+        "gatewayProviderId": "local",
+        "endpoint": {"host": "127.0.0.1", "port": gw.port, "tls": False},
+        "auth": {"token": token},
+        "packageInfo": {"appName": "XWorkmate", "version": "1.0"},
+        "deviceInfo": {"platform": "linux"},
+    }
+
+
+def turn_params(session_id: str, prompt: str) -> dict[str, Any]:
+    return {"sessionId": session_id, "taskPrompt": prompt, "routing": GATEWAY_ROUTING}
+
+
+def gw_config(tmp: Path, **gateway: Any) -> dict[str, Any]:
+    return {"gateway": {"backoff_initial": 0.1, "backoff_max": 0.5, **gateway}}
+
+
+async def result_of(
+    http: aiohttp.ClientSession,
+    url: str,
+    method: str,
+    params: Any,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    reply = await rpc(http, url, method, params, headers=headers)
+    assert "result" in reply, reply
+    out: dict[str, Any] = reply["result"]
+    return out
+
+
+class WsClient:
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.notes: list[dict[str, Any]] = []
+        self.replies: dict[Any, dict[str, Any]] = {}
+        self._n = 0
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            data = orjson.loads(msg.data)
+            if "method" in data:
+                self.notes.append(data)
+            else:
+                self.replies[data.get("id")] = data
+
+    async def send(self, method: str, params: dict[str, Any]) -> int:
+        self._n += 1
+        body = {"jsonrpc": "2.0", "id": self._n, "method": method, "params": params}
+        await self.ws.send_str(orjson.dumps(body).decode())
+        return self._n
+
+    async def reply(self, rid: int, within: float = 15) -> dict[str, Any]:
+        await wait_until(lambda: rid in self.replies, within)
+        return self.replies[rid]
+
+    async def call(self, method: str, params: dict[str, Any], within: float = 15) -> dict[str, Any]:
+        reply = await self.reply(await self.send(method, params), within)
+        assert "result" in reply, reply
+        out: dict[str, Any] = reply["result"]
+        return out
+
+    def pushes(self, event: str) -> list[dict[str, Any]]:
+        return [
+            n["params"]["event"]
+            for n in self.notes
+            if n["method"] == "xworkmate.gateway.push" and n["params"]["event"]["event"] == event
+        ]
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        return [
+            n["params"]["snapshot"]
+            for n in self.notes
+            if n["method"] == "xworkmate.gateway.snapshot"
+        ]
+
+    def logs(self) -> list[str]:
+        return [
+            n["params"]["log"]["message"]
+            for n in self.notes
+            if n["method"] == "xworkmate.gateway.log"
+        ]
+
+    async def close(self) -> None:
+        await self.ws.close()
+        self._reader.cancel()
+
+
+async def open_ws(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str] = AUTH
+) -> WsClient:
+    ws = await http.ws_connect(url, headers=headers)
+    return WsClient(ws)
+
+
+# --- xworkmate.gateway.connect / request / disconnect --------------------------------------
+
+
+async def test_connect_request_disconnect(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    assert res["ok"] is True and res["error"] is None
+    snap = res["snapshot"]
+    assert snap["status"] == "connected" and snap["statusText"] == "Connected"
+    assert snap["protocol"] == 4 and snap["mainSessionKey"] == "agent:main:main"
+    assert snap["serverName"] == "fake-gateway"
+
+    for method in ("health", "status", "sessions.list"):
+        out = await result_of(
+            http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": method}
+        )
+        assert out["ok"] is True and isinstance(out["payload"], dict), out
+
+    unknown = await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "nope", "method": "health"}
+    )
+    assert unknown == {
+        "ok": False,
+        "payload": None,
+        "error": {"message": "gateway not connected", "code": "OFFLINE"},
+    }
+
+    gateway.state.fail_next["status"] = {
+        "code": "UNAVAILABLE",
+        "message": "busy",
+        "details": {"code": "X"},
+    }
+    failed = await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "status"}
+    )
+    assert failed == {
+        "ok": False,
+        "payload": None,
+        "error": {"message": "busy", "code": "UNAVAILABLE", "details": {"code": "X"}},
+    }
+
+    assert await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.disconnect", {"runtimeId": "rt-1"}
+    ) == {"accepted": True}
+    after = await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"}
+    )
+    assert after["error"]["code"] == "OFFLINE"
+    await wait_until(lambda: not gateway.state.connections, 5)
+
+
+async def test_connect_param_errors(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway
+) -> None:
+    bp = await start_bridge()
+    blank = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", {"runtimeId": "  "})
+    assert blank == {
+        "ok": False,
+        "snapshot": None,
+        "auth": None,
+        "returnedDeviceToken": "",
+        "error": {"message": "runtimeId is required", "code": "INVALID_RUNTIME_ID"},
+    }
+    bad = await rpc(
+        http, bp.rpc_url, "xworkmate.gateway.connect", {"runtimeId": "r", "endpoint": "x"}
+    )
+    assert bad["error"]["code"] == -32602 and "endpoint" in bad["error"]["message"]
+
+
+async def test_wrong_token_is_fatal_without_reconnect_storm(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    res = await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway, token="wrong")
+    )
+    assert res["ok"] is False
+    assert res["error"]["code"] == "INVALID_REQUEST"
+    assert res["error"]["details"] == {"code": "AUTH_TOKEN_MISMATCH"}
+    assert (
+        res["snapshot"]["status"] == "error"
+        and res["snapshot"]["lastErrorDetailCode"] == "AUTH_TOKEN_MISMATCH"
+    )
+    await asyncio.sleep(1.5)  # backoff here is 0.1 s: a retry loop would have dialed again
+    assert gateway.state.connects == 1
+
+
+async def test_protocol_negotiation(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    old = FakeGateway(FakeGatewayState(protocol=3))
+    future = FakeGateway(FakeGatewayState(protocol=5))
+    await old.start()
+    await future.start()
+    try:
+        res = await result_of(
+            http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(old, "old")
+        )
+        assert res["ok"] is True and res["snapshot"]["protocol"] == 3
+        res = await result_of(
+            http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(future, "new")
+        )
+        assert res["ok"] is False and res["error"]["code"] == "PROTOCOL_MISMATCH"
+        await asyncio.sleep(1.0)
+        assert future.state.connects == 1  # fatal: no retry
+    finally:
+        await old.stop()
+        await future.stop()
+
+
+async def test_retryable_failure_reconnects_with_backoff(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    gw = FakeGateway(FakeGatewayState(no_challenge=True))
+    await gw.start()
+    try:
+        bp = await start_bridge(config=gw_config(tmp_path, challenge_timeout=0.3), tmp=tmp_path)
+        ws = await open_ws(http, bp.ws_url)
+        res = await ws.call("xworkmate.gateway.connect", connect_params(gw))
+        assert res["ok"] is False and res["error"]["code"] == "CONNECT_CHALLENGE_TIMEOUT"
+        gw.state.no_challenge = False  # the gateway heals: the runtime gets there on its own
+        await wait_until(lambda: gw.state.handshakes_ok >= 1, 10)
+        await wait_until(lambda: any(s["status"] == "connected" for s in ws.snapshots()), 5)
+        assert any("scheduling reconnect" in m for m in ws.logs())
+        await ws.close()
+    finally:
+        await gw.stop()
+
+
+# --- ownership and event delivery ------------------------------------------------------------
+
+
+async def test_runtime_belongs_to_its_principal(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    # two configured client tokens: two principals
+    env = base_env(ACP_AUTH_TOKEN=TOKEN, XWM_CLIENT_TOKENS="alice-token,mallory-token")
+    bp = await start_bridge(env=env, config=gw_config(tmp_path), tmp=tmp_path)
+    alice = {"Authorization": "Bearer alice-token"}
+    mallory = {"Authorization": "Bearer mallory-token"}
+    res = await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway), alice
+    )
+    assert res["ok"] is True
+    stolen = await result_of(
+        http,
+        bp.rpc_url,
+        "xworkmate.gateway.request",
+        {"runtimeId": "rt-1", "method": "health"},
+        mallory,
+    )
+    assert stolen["error"]["code"] == "OFFLINE"
+    await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.disconnect", {"runtimeId": "rt-1"}, mallory
+    )
+    turn = await result_of(http, bp.rpc_url, "session.message", turn_params("m1", "hi"), mallory)
+    assert turn["success"] is False and turn["error"] == "gateway not connected"
+    assert len(gateway.state.connections) == 1
+    mine = await result_of(
+        http,
+        bp.rpc_url,
+        "xworkmate.gateway.request",
+        {"runtimeId": "rt-1", "method": "health"},
+        alice,
+    )
+    assert mine["ok"] is True
+
+
+async def test_events_go_only_to_the_owners_live_websockets(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(env=base_env(), config=gw_config(tmp_path), tmp=tmp_path)
+    owner = await open_ws(http, bp.ws_url, {"Authorization": "Bearer owner"})
+    owner2 = await open_ws(http, bp.ws_url, {"Authorization": "Bearer owner"})
+    other = await open_ws(http, bp.ws_url, {"Authorization": "Bearer other"})
+    # connected over SSE first: that response is finished when the later events arrive
+    events = await sse(
+        http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway, "sse-rt")
+    )
+    assert events[-1]["result"]["ok"] is True
+    res = await owner.call("xworkmate.gateway.connect", connect_params(gateway))
+    assert res["ok"] is True
+    await owner2.call("xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"})
+    await gateway._broadcast("custom.event", {"hello": 1})
+    await wait_until(lambda: owner.pushes("custom.event") and owner2.pushes("custom.event"), 5)
+    push = owner.pushes("custom.event")[0]
+    assert push["payload"] == {"hello": 1} and push["sequence"] > 0
+    await asyncio.sleep(0.3)
+    assert other.notes == []
+    # the bridge is fine after delivering to a finished SSE response's runtime
+    ok = await owner.call("xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"})
+    assert ok["ok"] is True
+    for c in (owner, owner2, other):
+        await c.close()
+
+
+async def test_idle_runtime_is_closed(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path, idle_ttl=0.6), tmp=tmp_path)
+    res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    assert res["ok"] is True
+    await wait_until(lambda: not gateway.state.connections, 5)
+    out = await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"}
+    )
+    assert out["error"]["code"] == "OFFLINE"
+
+
+async def test_live_owner_websocket_keeps_runtime(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path, idle_ttl=0.4), tmp=tmp_path)
+    ws = await open_ws(http, bp.ws_url)
+    assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway)))["ok"] is True
+    await asyncio.sleep(1.2)
+    assert len(gateway.state.connections) == 1
+    await ws.close()
+    await wait_until(lambda: not gateway.state.connections, 5)
+
+
+# --- liveness and reconnect --------------------------------------------------------------------
+
+
+async def test_gateway_restart_is_survived(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    ws = await open_ws(http, bp.ws_url)
+    assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway)))["ok"] is True
+    await gateway.shutdown()
+    await wait_until(lambda: gateway.state.handshakes_ok >= 2, 10)
+    await wait_until(lambda: ws.snapshots()[-1]["status"] == "connected", 5)
+    statuses = [s["statusText"] for s in ws.snapshots()]
+    assert "Disconnected" in statuses
+    assert ws.pushes("shutdown")
+    turn = await ws.call("session.message", turn_params("after-restart", "still there"))
+    assert turn["success"] is True and turn["output"] == "FAKE-GW says: still there"
+    await ws.close()
+
+
+async def test_silent_gateway_is_detected_by_tick_timeout(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    gw = FakeGateway(FakeGatewayState(tick_interval_ms=150))
+    await gw.start()
+    try:
+        bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+        res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gw))
+        assert res["ok"] is True
+        gw.state.silent = True
+        await asyncio.sleep(0.8)
+        gw.state.silent = False
+        await wait_until(lambda: gw.state.handshakes_ok >= 2, 10)
+    finally:
+        await gw.stop()
+
+
+async def test_pending_request_fails_fast_when_socket_drops(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    assert (
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    )["ok"]
+    gateway.state.reply_delay = 30
+    call = asyncio.ensure_future(
+        result_of(
+            http,
+            bp.rpc_url,
+            "xworkmate.gateway.request",
+            {"runtimeId": "rt-1", "method": "health", "timeoutMs": 60000},
+        )
+    )
+    await wait_until(lambda: bool(gateway.state.requests), 5)
+    started = time.monotonic()
+    await gateway.shutdown()
+    out = await asyncio.wait_for(call, 5)
+    assert out["error"] == {"message": "socket closed", "code": "SOCKET_CLOSED"}
+    assert time.monotonic() - started < 3
+
+
+async def test_sequence_gap_is_logged(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    ws = await open_ws(http, bp.ws_url)
+    assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway)))["ok"]
+    await gateway._broadcast("a", {})
+    gateway.state.seq_gap = 3
+    await gateway._broadcast("b", {})
+    await wait_until(lambda: any("sequence gap detected" in m for m in ws.logs()), 5)
+    await ws.close()
+
+
+# --- gateway-mode turns ----------------------------------------------------------------------
+
+
+async def test_gateway_turn_streams_deltas_and_final(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    caps = await result_of(http, bp.rpc_url, "acp.capabilities", {})
+    assert {g["providerId"] for g in caps["gatewayProviders"]} == {"local", "openclaw"}
+    assert (
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    )["ok"]
+    events = await sse(http, bp.rpc_url, "session.start", turn_params("g1", "hello gateway world"))
+    final = events[-1]["result"]
+    assert final["success"] is True
+    assert final["mode"] == "gateway-chat"
+    assert final["output"] == "FAKE-GW says: hello gateway world"
+    assert final["stopReason"] == "stop" and final["turnId"].startswith("turn-")
+    assert final["sessionKey"] == "agent:main:xwm-g1"
+    updates = [e["params"] for e in events[:-1] if e.get("method") == "session.update"]
+    assert updates[0]["event"] == "started"
+    deltas = [u["delta"] for u in updates if u.get("type") == "delta"]
+    assert "".join(deltas) == "FAKE-GW says: hello gateway world"
+    assert updates[-1]["type"] == "final"
+    assert updates[-1]["message"] == "FAKE-GW says: hello gateway world"
+    assert [u["seq"] for u in updates] == sorted(u["seq"] for u in updates)
+    sent = [r for r in gateway.state.requests if r["method"] == "chat.send"]
+    assert sent[0]["params"]["idempotencyKey"] == f"xwm-{final['turnId']}"
+    assert sent[0]["params"]["message"] == "hello gateway world"
+    chat_runs = [
+        e
+        for e in events
+        if e.get("method") == "xworkmate.gateway.push"
+        and e["params"]["event"]["event"] == "chat.run"
+    ]
+    assert chat_runs and chat_runs[-1]["params"]["event"]["payload"]["terminal"] is True
+
+
+async def test_gateway_turn_ignores_other_sessions_runs(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    assert (
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    )["ok"]
+    one, two = await asyncio.gather(
+        result_of(http, bp.rpc_url, "session.message", turn_params("p1", "slow:300 first")),
+        result_of(http, bp.rpc_url, "session.message", turn_params("p2", "slow:300 second")),
+    )
+    assert one["output"] == "FAKE-GW says: first"
+    assert two["output"] == "FAKE-GW says: second"
+
+
+async def test_gateway_turn_cancel_aborts_the_run(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    ws = await open_ws(http, bp.ws_url)
+    assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway)))["ok"]
+    rid = await ws.send("session.message", turn_params("c1", "slow:6000 a b c d e f g h"))
+    await wait_until(lambda: any(r["method"] == "chat.send" for r in gateway.state.requests), 5)
+    await asyncio.sleep(0.3)
+    cancel = await ws.call("session.cancel", {"sessionId": "c1"})
+    assert cancel["cancelled"] is True
+    reply = (await ws.reply(rid, 10))["result"]
+    assert reply["success"] is False and reply["cancelled"] is True and reply["aborted"] is True
+    assert reply["mode"] == "gateway-chat"
+    aborts = [r for r in gateway.state.requests if r["method"] == "chat.abort"]
+    assert aborts[0]["params"] == {
+        "sessionKey": "agent:main:xwm-c1",
+        "runId": f"xwm-{reply['turnId']}",
+    }
+    assert aborts[0]["params"]["runId"] in gateway.state.aborted
+    await ws.close()
+
+
+async def test_gateway_turn_deadline_aborts_upstream(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path, turn_timeout=1.0), tmp=tmp_path)
+    assert (
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    )["ok"]
+    started = time.monotonic()
+    res = await result_of(
+        http, bp.rpc_url, "session.message", turn_params("t1", "slow:9000 a b c d e f")
+    )
+    assert time.monotonic() - started < 5
+    assert res["success"] is False and res["timedOut"] is True and res["aborted"] is True
+    assert "timed out" in res["error"]
+    assert any(r["method"] == "chat.abort" for r in gateway.state.requests)
+
+
+async def test_gateway_turn_fails_when_the_connection_drops_mid_run(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    assert (
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    )["ok"]
+    call = asyncio.ensure_future(
+        result_of(http, bp.rpc_url, "session.message", turn_params("d1", "slow:9000 a b c d"))
+    )
+    await wait_until(lambda: any(r["method"] == "chat.send" for r in gateway.state.requests), 5)
+    started = time.monotonic()
+    await gateway.shutdown()
+    res = await asyncio.wait_for(call, 10)
+    assert res["success"] is False and res["error"] == "gateway connection lost during the run"
+    assert time.monotonic() - started < 4
+
+
+async def test_gateway_turn_without_runtime(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bp = await start_bridge()
+    events = await sse(http, bp.rpc_url, "session.message", turn_params("n1", "hi"))
+    final = events[-1]["result"]
+    assert final["success"] is False and final["error"] == "gateway not connected"
+    assert final["mode"] == "gateway-chat"
+    assert events[-2]["params"]["error"] is True

@@ -1,0 +1,124 @@
+"""Connect params at the boundary and the ``openclaw`` override (no sockets)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from xwm_bridge.config import BridgeConfig, GatewayConfig
+from xwm_bridge.gateway.errors import GatewayError
+from xwm_bridge.gateway.manager import ConnectParams, GatewayManager, build_connect_config
+from xwm_bridge.gateway.runtime import GatewayRuntime
+from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+
+CLIENT = {
+    "runtimeId": " rt ",
+    "gatewayProviderId": "local",
+    "clientId": "app",
+    "endpoint": {"host": "gw.example", "port": "18789", "tls": "true"},
+    "auth": {"token": "client-token", "password": "pw", "deviceToken": "dt"},
+    "identity": {"deviceId": "dev", "publicKeyBase64Url": "pub", "privateKeyBase64Url": "priv"},
+    "deviceInfo": {"platform": "ios", "platformVersion": "18"},
+    "connectAuthFields": ["token"],
+    "hasSharedAuth": "yes",
+}
+
+
+def test_parse_coerces_the_wire_values() -> None:
+    cp = ConnectParams.parse(CLIENT)
+    assert cp.runtime_id == "rt" and cp.port == 18789 and cp.tls is True
+    assert cp.client.client_id == "app" and cp.client.platform_label == "ios 18"
+    assert cp.creds.token == "client-token" and cp.identity.device_id == "dev"
+    assert cp.auth_fields == ("token",) and cp.has_shared_auth is True
+    assert ConnectParams.parse({}).client.client_id == "gateway-client"
+
+
+@pytest.mark.parametrize("key", ["endpoint", "auth", "identity", "deviceInfo", "packageInfo"])
+def test_wrong_types_are_invalid_params(key: str) -> None:
+    with pytest.raises(RpcError) as err:
+        ConnectParams.parse({"runtimeId": "r", key: ["not", "an", "object"]})
+    assert err.value.code == INVALID_PARAMS and key in err.value.message
+
+
+def test_local_mode_uses_client_endpoint_and_auth() -> None:
+    cfg = build_connect_config(ConnectParams.parse(CLIENT), BridgeConfig(), "inbound")
+    assert cfg.url == "wss://gw.example:18789"
+    assert cfg.creds.token == "client-token" and cfg.creds.password == "pw"
+    ipv6 = {**CLIENT, "endpoint": {"host": "::1", "port": 1}}
+    assert build_connect_config(ConnectParams.parse(ipv6), BridgeConfig(), "").url == "ws://[::1]:1"
+    with pytest.raises(GatewayError):
+        build_connect_config(ConnectParams.parse({"runtimeId": "r"}), BridgeConfig(), "")
+
+
+def test_allowed_hosts_pin_local_endpoints() -> None:
+    config = BridgeConfig(gateway=GatewayConfig(allowed_hosts=("127.0.0.1", "gw.example:443")))
+    ok = {**CLIENT, "endpoint": {"host": "127.0.0.1", "port": 1}}
+    assert build_connect_config(ConnectParams.parse(ok), config, "").url == "ws://127.0.0.1:1"
+    for endpoint in ({"host": "evil.example", "port": 1}, {"host": "gw.example", "port": 80}):
+        with pytest.raises(GatewayError) as err:
+            build_connect_config(ConnectParams.parse({**CLIENT, "endpoint": endpoint}), config, "")
+        assert err.value.code == "HOST_NOT_ALLOWED"
+    assert (
+        build_connect_config(
+            ConnectParams.parse({**CLIENT, "endpoint": {"host": "gw.example", "port": 443}}),
+            config,
+            "",
+        ).remote_address
+        == "gw.example:443"
+    )
+
+
+def test_client_bearer_is_forwarded_only_when_configured() -> None:
+    no_token = {**CLIENT, "auth": {}}
+    cp = ConnectParams.parse(no_token)
+    assert build_connect_config(cp, BridgeConfig(), "inbound").creds.token == ""
+    on = BridgeConfig(gateway=GatewayConfig(forward_client_bearer=True))
+    assert build_connect_config(cp, on, "inbound").creds.token == "inbound"
+
+
+@pytest.mark.parametrize(
+    ("config", "token"),
+    [
+        (BridgeConfig(internal_service_token="Bearer svc"), "svc"),
+        (BridgeConfig(bridge_auth_token="bridge"), "bridge"),
+        (BridgeConfig(internal_service_token="svc", openclaw_token="oc"), "oc"),
+        (BridgeConfig(), ""),
+    ],
+)
+def test_openclaw_override(config: BridgeConfig, token: str) -> None:
+    config = dataclasses.replace(config, openclaw_url="ws://127.0.0.1:18789/gw")
+    cp = ConnectParams.parse({**CLIENT, "gatewayProviderId": "OpenClaw"})
+    cfg = build_connect_config(cp, config, "inbound")
+    assert cfg.url == "ws://127.0.0.1:18789/gw"
+    assert cfg.remote_address == "127.0.0.1:18789"
+    assert cfg.mode == "openclaw"  # normalized, so request-by-mode finds it
+    assert cfg.creds.token == token and cfg.creds.password == ""
+    assert cfg.creds.device_token == "dt"
+    assert cfg.auth_sources == ("bridge",) and cfg.has_shared_auth is bool(token)
+
+
+async def test_runtimes_are_per_principal_and_idle_ones_reaped() -> None:
+    manager = GatewayManager(BridgeConfig(gateway=GatewayConfig(idle_ttl=10)))
+    blank = await manager.connect({"runtimeId": ""}, "alice", None, None)
+    assert blank["error"]["code"] == "INVALID_RUNTIME_ID"
+    rt = GatewayRuntime("rt", "alice", manager._settings)
+    manager._runtimes[("alice", "rt")] = rt
+    assert manager.get("alice", "rt") is rt and manager.get("bob", "rt") is None
+    assert manager.runtimes_of("bob") == []
+    offline = await manager.request({"runtimeId": "rt", "method": "x"}, "bob", None, None)
+    assert offline["error"] == {"message": "gateway not connected", "code": "OFFLINE"}
+
+    class Conn:
+        closed = False
+
+        async def notify(self, message: dict[str, object]) -> None:
+            return None
+
+    conn = Conn()
+    rt.attach(None, conn)
+    now = rt.last_activity + 100
+    assert await manager.reap(now) == 0  # a live owner connection keeps it
+    conn.closed = True
+    assert await manager.reap(now) == 1
+    assert manager.get("alice", "rt") is None and rt.closed

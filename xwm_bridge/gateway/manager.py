@@ -1,0 +1,298 @@
+"""``xworkmate.gateway.*`` methods and the per-principal runtime table (gateway.md §2, §9, §10).
+
+Runtimes are keyed by (principal, runtimeId): a principal (the caller's bearer
+credential) only ever sees its own runtimes, so another client can neither use
+nor observe them. A runtime with no request in flight and no live owner
+WebSocket for ``gateway.idle_ttl`` is closed and forgotten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from xwm_bridge import coerce
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.gateway import protocol as p
+from xwm_bridge.gateway.protocol import GatewayError
+from xwm_bridge.gateway.runtime import ConnectConfig, GatewayRuntime, Notify
+from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+
+log = logging.getLogger("xwm_bridge.gateway")
+
+OPENCLAW = "openclaw"
+LOCAL = "local"
+
+
+def _obj(params: dict[str, Any], key: str) -> dict[str, Any]:
+    value = params.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RpcError(INVALID_PARAMS, f"{key} must be an object")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectParams:
+    runtime_id: str
+    mode: str
+    client: p.ClientInfo
+    identity: p.Identity
+    creds: p.Credentials
+    host: str
+    port: int
+    tls: bool
+    auth_mode: str
+    auth_fields: tuple[str, ...]
+    auth_sources: tuple[str, ...]
+    has_shared_auth: bool
+    has_device_token: bool
+
+    @classmethod
+    def parse(cls, params: dict[str, Any]) -> ConnectParams:
+        endpoint = _obj(params, "endpoint")
+        package = _obj(params, "packageInfo")
+        device = _obj(params, "deviceInfo")
+        identity = _obj(params, "identity")
+        auth = _obj(params, "auth")
+        return cls(
+            runtime_id=coerce.text(params.get("runtimeId")),
+            mode=coerce.text(params.get("gatewayProviderId"), LOCAL),
+            client=p.ClientInfo(
+                client_id=coerce.text(params.get("clientId"), p.DEFAULT_CLIENT_ID),
+                app_name=coerce.text(package.get("appName")),
+                version=coerce.text(package.get("version")),
+                platform=coerce.text(device.get("platform")),
+                platform_version=coerce.text(device.get("platformVersion")),
+                device_family=coerce.text(device.get("deviceFamily")),
+                model_identifier=coerce.text(device.get("modelIdentifier")),
+                locale=coerce.text(params.get("locale")),
+                user_agent=coerce.text(params.get("userAgent")),
+            ),
+            identity=p.Identity(
+                device_id=coerce.text(identity.get("deviceId")),
+                public_key=coerce.text(identity.get("publicKeyBase64Url")),
+                private_key=coerce.text(identity.get("privateKeyBase64Url")),
+            ),
+            creds=p.Credentials(
+                token=coerce.text(auth.get("token")),
+                device_token=coerce.text(auth.get("deviceToken")),
+                password=coerce.text(auth.get("password")),
+            ),
+            host=coerce.text(endpoint.get("host")),
+            port=coerce.positive_int(endpoint.get("port")),
+            tls=coerce.loose_bool(endpoint.get("tls")),
+            auth_mode=coerce.text(params.get("connectAuthMode")),
+            auth_fields=tuple(coerce.string_list(params.get("connectAuthFields")) or ()),
+            auth_sources=tuple(coerce.string_list(params.get("connectAuthSources")) or ()),
+            has_shared_auth=coerce.loose_bool(params.get("hasSharedAuth")),
+            has_device_token=coerce.loose_bool(params.get("hasDeviceToken")),
+        )
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def openclaw_token(config: BridgeConfig) -> str:
+    """The bare credential for the ``openclaw`` gateway (never ``Bearer …``: weakness 5)."""
+    token = config.openclaw_token or config.internal_service_token or config.bridge_auth_token
+    if token.lower().startswith("bearer "):
+        token = token[7:].strip()
+    return token
+
+
+def build_connect_config(
+    cp: ConnectParams, config: BridgeConfig, client_bearer: str
+) -> ConnectConfig:
+    """Resolve endpoint and credentials; ``openclaw`` mode takes both from bridge config."""
+    if cp.mode.lower() == OPENCLAW:
+        url = config.openclaw_url
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "wss" else 80)
+        token = openclaw_token(config)
+        return ConnectConfig(
+            url=url,
+            remote_address=_host_port(parts.hostname or "", port),
+            mode=OPENCLAW,  # normalized: request-by-mode finds it whatever the client's case
+            client=cp.client,
+            identity=cp.identity,
+            creds=p.Credentials(token=token, device_token=cp.creds.device_token),
+            auth_mode="shared-token",
+            auth_fields=("token",),
+            auth_sources=("bridge",),
+            has_shared_auth=bool(token),
+            has_device_token=cp.has_device_token,
+        )
+    if not cp.host or not cp.port:
+        raise GatewayError("endpoint.host and endpoint.port are required", "INVALID_ENDPOINT")
+    allowed = {h.strip().lower() for h in config.gateway.allowed_hosts}
+    host = cp.host.strip("[]").lower()
+    if allowed and host not in allowed and f"{host}:{cp.port}" not in allowed:
+        raise GatewayError(f"gateway host not allowed: {cp.host}", "HOST_NOT_ALLOWED")
+    creds = cp.creds
+    if not creds.token and config.gateway.forward_client_bearer and client_bearer:
+        creds = p.Credentials(client_bearer, creds.device_token, creds.password)
+    address = _host_port(cp.host, cp.port)
+    return ConnectConfig(
+        url=f"{'wss' if cp.tls else 'ws'}://{address}",
+        remote_address=address,
+        mode=cp.mode,
+        client=cp.client,
+        identity=cp.identity,
+        creds=creds,
+        auth_mode=cp.auth_mode,
+        auth_fields=cp.auth_fields,
+        auth_sources=cp.auth_sources,
+        has_shared_auth=cp.has_shared_auth,
+        has_device_token=cp.has_device_token,
+    )
+
+
+def _failure(error: GatewayError, snapshot: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "snapshot": snapshot,
+        "auth": None,
+        "returnedDeviceToken": "",
+        "error": error.to_wire(),
+    }
+
+
+class GatewayManager:
+    def __init__(self, config: BridgeConfig) -> None:
+        self._config = config
+        self._settings = config.gateway
+        self._runtimes: dict[tuple[str, str], GatewayRuntime] = {}
+        self._lock = asyncio.Lock()
+
+    def runtimes_of(self, principal: str) -> list[GatewayRuntime]:
+        return [rt for (owner, _), rt in self._runtimes.items() if owner == principal]
+
+    def get(self, principal: str, runtime_id: str) -> GatewayRuntime | None:
+        return self._runtimes.get((principal, runtime_id))
+
+    def find(self, principal: str, mode: str, runtime_id: str = "") -> GatewayRuntime | None:
+        """request-by-mode (§10.2), restricted to the caller's own runtimes."""
+        if runtime_id:
+            rt = self.get(principal, runtime_id)
+            return rt if rt is not None and rt.connected else None
+        wanted = (mode or LOCAL).strip().lower()
+        for rt in self.runtimes_of(principal):
+            if rt.connected and rt.snapshot.mode.strip().lower() == wanted:
+                return rt
+        return None
+
+    @contextlib.contextmanager
+    def using(self, rt: GatewayRuntime, notify: Notify | None, connection: Any | None) -> Any:
+        """Mark a call in flight on ``rt``: its notifications also go to this call."""
+        rt.attach(notify, connection)
+        rt.active_calls += 1
+        rt.last_activity = time.monotonic()
+        try:
+            yield rt
+        finally:
+            rt.active_calls -= 1
+            rt.last_activity = time.monotonic()
+            rt.detach(notify)
+
+    async def connect(
+        self,
+        params: dict[str, Any],
+        principal: str,
+        notify: Notify | None,
+        connection: Any | None,
+        client_bearer: str = "",
+    ) -> dict[str, Any]:
+        cp = ConnectParams.parse(params)
+        if not cp.runtime_id:
+            return _failure(GatewayError("runtimeId is required", "INVALID_RUNTIME_ID"), None)
+        try:
+            cfg = build_connect_config(cp, self._config, client_bearer)
+        except GatewayError as exc:
+            return _failure(exc, None)
+        async with self._lock:
+            rt = self.get(principal, cp.runtime_id)
+            if rt is None:
+                if len(self.runtimes_of(principal)) >= self._settings.max_runtimes_per_principal:
+                    return _failure(
+                        GatewayError("too many gateway runtimes for this client", "TOO_MANY"),
+                        None,
+                    )
+                rt = GatewayRuntime(cp.runtime_id, principal, self._settings)
+                self._runtimes[(principal, cp.runtime_id)] = rt
+        with self.using(rt, notify, connection):
+            hello, error = await rt.connect(cfg)
+        if error is not None:
+            return _failure(error, rt.snapshot.wire())
+        assert hello is not None
+        return {
+            "ok": True,
+            "snapshot": rt.snapshot.wire(),
+            "auth": hello.auth,
+            "returnedDeviceToken": hello.device_token,
+            "error": None,
+        }
+
+    async def request(
+        self, params: dict[str, Any], principal: str, notify: Notify | None, connection: Any | None
+    ) -> dict[str, Any]:
+        runtime_id = coerce.text(params.get("runtimeId"))
+        method = coerce.text(params.get("method"))
+        raw = params.get("params")
+        gw_params = raw if isinstance(raw, dict) else {}
+        timeout_ms = coerce.positive_int(params.get("timeoutMs"))
+        timeout = timeout_ms / 1000 if timeout_ms > 0 else self._settings.request_timeout
+        rt = self.get(principal, runtime_id)
+        if rt is None:
+            return {
+                "ok": False,
+                "payload": None,
+                "error": GatewayError("gateway not connected", "OFFLINE").to_wire(),
+            }
+        with self.using(rt, notify, connection):
+            try:
+                payload = await rt.request(method, gw_params, timeout)
+            except GatewayError as exc:
+                return {"ok": False, "payload": None, "error": exc.to_wire()}
+        return {"ok": True, "payload": payload, "error": None}
+
+    async def disconnect(
+        self, params: dict[str, Any], principal: str, notify: Notify | None, connection: Any | None
+    ) -> dict[str, Any]:
+        rt = self.get(principal, coerce.text(params.get("runtimeId")))
+        if rt is not None:
+            with self.using(rt, notify, connection):
+                await rt.disconnect()
+        return {"accepted": True}
+
+    async def reap(self, now: float | None = None) -> int:
+        """Close runtimes idle for ``idle_ttl`` (no call in flight, no live owner socket)."""
+        now = time.monotonic() if now is None else now
+        ttl = self._settings.idle_ttl
+        stale = [
+            key
+            for key, rt in self._runtimes.items()
+            if rt.active_calls == 0 and not rt.has_live_owner() and now - rt.last_activity >= ttl
+        ]
+        for key in stale:
+            rt = self._runtimes.pop(key)
+            log.info("closing idle gateway runtime", extra={"runtime_id": rt.runtime_id})
+            await rt.close()
+        return len(stale)
+
+    async def run_reaper(self) -> None:
+        interval = max(0.05, min(self._settings.idle_ttl / 2, 30.0))
+        while True:
+            await asyncio.sleep(interval)
+            await self.reap()
+
+    async def close(self) -> None:
+        runtimes, self._runtimes = list(self._runtimes.values()), {}
+        await asyncio.gather(*(rt.close() for rt in runtimes), return_exceptions=True)

@@ -1,0 +1,464 @@
+"""One OpenClaw gateway connection owned by one principal (gateway.md §1-§8, fixed).
+
+A runtime runs the sans-I/O handshake over a ``websockets`` client socket,
+then one owned task reads frames (tick liveness: silence for 2× the
+gateway's ``tickIntervalMs`` counts as a dead socket) and, when the socket is
+lost, reconnects with exponential backoff and jitter until a fatal error or a
+manual disconnect. The old socket is always closed before a new one is opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from xwm_bridge.config import GatewayConfig
+from xwm_bridge.gateway import protocol as p
+from xwm_bridge.gateway.protocol import GatewayError
+from xwm_bridge.gateway.snapshot import Snapshot
+
+log = logging.getLogger("xwm_bridge.gateway")
+
+Notify = Callable[[dict[str, Any]], Awaitable[None]]
+#: a turn's event tap: gets every event frame; cheap and non-blocking.
+Tap = Callable[[p.EventFrame], None]
+
+OFFLINE = GatewayError("gateway not connected", "OFFLINE")
+SOCKET_RESET = GatewayError("socket reset", "SOCKET_RESET")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectConfig:
+    """Everything a (re)connect needs, fixed at ``xworkmate.gateway.connect``."""
+
+    url: str
+    remote_address: str
+    mode: str
+    client: p.ClientInfo
+    identity: p.Identity
+    creds: p.Credentials
+    auth_mode: str = ""
+    auth_fields: tuple[str, ...] = ()
+    auth_sources: tuple[str, ...] = ()
+    has_shared_auth: bool = False
+    has_device_token: bool = False
+
+
+class GatewayRuntime:
+    def __init__(self, runtime_id: str, owner: str, settings: GatewayConfig) -> None:
+        self.runtime_id = runtime_id
+        self.owner = owner
+        self.settings = settings
+        self.config: ConnectConfig | None = None
+        self.snapshot = Snapshot()
+        self.hello: p.Hello | None = None
+        self.backoff = p.Backoff(settings.backoff_initial, settings.backoff_max)
+        self.reconnects = 0
+        #: bumped on every hello-ok: a run started on an older socket lost its events
+        self.epoch = 0
+        self.last_activity = time.monotonic()
+        self.active_calls = 0
+        self._ids = p.RequestIds(lambda: time.time_ns() // 1000)
+        self._ws: ClientConnection | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._pending: dict[str, asyncio.Future[p.ResponseFrame]] = {}
+        self._send_lock = asyncio.Lock()
+        #: connect and disconnect of one runtime never interleave (no leaked socket)
+        self._op_lock = asyncio.Lock()
+        self._sinks: dict[Notify, int] = {}  # request-scoped sinks (refcounted)
+        self._live: set[Any] = set()  # owner's live connections (``.notify``, ``.closed``)
+        self._taps: set[Tap] = set()
+        self._last_seq = 0
+        self.closed = False
+
+    # --- notification fan-out ----------------------------------------------------------
+
+    def attach(self, notify: Notify | None, connection: Any | None) -> None:
+        if connection is not None:
+            self._live.add(connection)
+        if notify is not None:
+            self._sinks[notify] = self._sinks.get(notify, 0) + 1
+
+    def detach(self, notify: Notify | None) -> None:
+        if notify is not None:
+            left = self._sinks.get(notify, 0) - 1
+            if left > 0:
+                self._sinks[notify] = left
+            else:
+                self._sinks.pop(notify, None)
+
+    def has_live_owner(self) -> bool:
+        self._live = {c for c in self._live if not c.closed}
+        return bool(self._live)
+
+    async def _publish(self, method: str, params: dict[str, Any]) -> None:
+        message = {"jsonrpc": "2.0", "method": method, "params": params}
+        targets: list[Notify] = list(self._sinks)
+        for conn in list(self._live):
+            if conn.closed:
+                self._live.discard(conn)
+            elif conn.notify not in self._sinks:
+                targets.append(conn.notify)
+        if not targets:
+            return
+        timeout = self.settings.notify_timeout
+        await asyncio.gather(
+            *(asyncio.wait_for(t(message), timeout) for t in targets), return_exceptions=True
+        )
+
+    async def _log(self, level: str, category: str, message: str) -> None:
+        getattr(log, "warning" if level == "warn" else level)(
+            message, extra={"runtime_id": self.runtime_id, "category": category}
+        )
+        entry = {"timestampMs": now_ms(), "level": level, "category": category, "message": message}
+        await self._publish("xworkmate.gateway.log", {"runtimeId": self.runtime_id, "log": entry})
+
+    async def _emit_snapshot(self) -> None:
+        await self._publish(
+            "xworkmate.gateway.snapshot",
+            {"runtimeId": self.runtime_id, "snapshot": self.snapshot.wire()},
+        )
+
+    async def _push(self, event: str, payload: dict[str, Any], seq: int) -> None:
+        await self._publish(
+            "xworkmate.gateway.push",
+            {
+                "runtimeId": self.runtime_id,
+                "event": {"event": event, "payload": payload, "sequence": seq},
+            },
+        )
+
+    def add_tap(self, tap: Tap) -> None:
+        self._taps.add(tap)
+
+    def remove_tap(self, tap: Tap) -> None:
+        self._taps.discard(tap)
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def _offline_snapshot(self, cfg: ConnectConfig | None) -> Snapshot:
+        old = self.snapshot
+        snap = Snapshot(
+            mode=cfg.mode if cfg else old.mode,
+            device_id=cfg.identity.device_id if cfg else old.device_id,
+            auth_role=old.auth_role,
+            auth_scopes=list(old.auth_scopes),
+        )
+        if cfg is not None:
+            snap.connect_auth_mode = cfg.auth_mode
+            snap.connect_auth_fields = list(cfg.auth_fields)
+            snap.connect_auth_sources = list(cfg.auth_sources)
+            snap.has_shared_auth = cfg.has_shared_auth
+            snap.has_device_token = cfg.has_device_token or bool(cfg.creds.device_token)
+        return snap
+
+    async def connect(self, cfg: ConnectConfig) -> tuple[p.Hello | None, GatewayError | None]:
+        """Client-initiated connect: close whatever ran before, try once, then own the loop."""
+        async with self._op_lock:
+            return await self._connect(cfg)
+
+    async def _connect(self, cfg: ConnectConfig) -> tuple[p.Hello | None, GatewayError | None]:
+        await self._stop(SOCKET_RESET)
+        self.closed = False
+        self.config = cfg
+        self.backoff.reset()
+        self.snapshot = self._offline_snapshot(cfg)
+        fields = ", ".join(cfg.auth_fields) or "none"
+        sources = " · ".join(cfg.auth_sources) or "none"
+        await self._log(
+            "info",
+            "connect",
+            f"attempt {cfg.remote_address} tls:{str(cfg.url.startswith('wss')).lower()} | "
+            f"auth: {cfg.auth_mode} | fields: {fields} | sources: {sources}",
+        )
+        self.snapshot.status, self.snapshot.status_text = "connecting", "Connecting…"
+        self.snapshot.remote_address = cfg.remote_address
+        await self._emit_snapshot()
+        try:
+            ws = await self._attempt(cfg)
+        except GatewayError as exc:
+            await self._attempt_failed(cfg, exc)
+            if not exc.fatal:
+                self._loop_task = asyncio.get_running_loop().create_task(
+                    self._run(None), name=f"gateway:{self.runtime_id}"
+                )
+            return None, exc
+        self._loop_task = asyncio.get_running_loop().create_task(
+            self._run(ws), name=f"gateway:{self.runtime_id}"
+        )
+        return self.hello, None
+
+    async def disconnect(self) -> None:
+        async with self._op_lock:
+            if self.config is None and self._ws is None:
+                return
+            await self._log("info", "connect", "manual disconnect")
+            await self._stop(SOCKET_RESET)
+            self.snapshot = self._offline_snapshot(self.config)
+            await self._emit_snapshot()
+
+    async def close(self) -> None:
+        """Final close (idle reap or shutdown)."""
+        async with self._op_lock:
+            await self._stop(SOCKET_RESET)
+            self.closed = True
+
+    async def _stop(self, error: GatewayError) -> None:
+        task, self._loop_task = self._loop_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._drop_socket(error)
+
+    async def _drop_socket(self, error: GatewayError) -> None:
+        ws, self._ws = self._ws, None
+        self._fail_pending(error)
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(), 2.0)
+
+    def _fail_pending(self, error: GatewayError) -> None:
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+
+    async def _attempt(self, cfg: ConnectConfig) -> ClientConnection:
+        """Dial + handshake; on success the socket is installed and the snapshot connected."""
+        s = self.settings
+        try:
+            ws = await websockets.connect(
+                cfg.url,
+                open_timeout=s.connect_timeout,
+                max_size=s.max_message_bytes,
+                ping_interval=None,
+                close_timeout=2,
+                proxy=None,
+            )
+        except (OSError, TimeoutError, websockets.WebSocketException) as exc:
+            raise GatewayError(str(exc) or type(exc).__name__, "SOCKET_FAILURE") from None
+        hs = p.Handshake(
+            cfg.client, cfg.identity, cfg.creds, request_id=self._ids.next(), clock_ms=now_ms
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + s.challenge_timeout
+        try:
+            while hs.state in (p.HandshakeState.AWAIT_CHALLENGE, p.HandshakeState.AWAIT_HELLO):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    hs.on_timeout()
+                    break
+                try:
+                    data = await asyncio.wait_for(ws.recv(), remaining)
+                except TimeoutError:
+                    hs.on_timeout()
+                    break
+                except websockets.ConnectionClosed as exc:
+                    rcvd = exc.rcvd
+                    hs.on_close(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
+                    break
+                frame = p.decode_frame(data)
+                if frame is None:
+                    continue
+                out = hs.on_frame(frame)
+                if out is not None:
+                    await ws.send(out.decode())
+                    deadline = loop.time() + s.hello_timeout
+        except BaseException:
+            await _close_quietly(ws)
+            raise
+        if hs.state is not p.HandshakeState.CONNECTED or hs.hello is None:
+            await _close_quietly(ws)
+            raise hs.error or GatewayError("socket closed", "SOCKET_CLOSED")
+        await self._accept(cfg, ws, hs.hello)
+        return ws
+
+    async def _accept(self, cfg: ConnectConfig, ws: ClientConnection, hello: p.Hello) -> None:
+        self._ws = ws
+        self.hello = hello
+        self.epoch += 1
+        self._last_seq = 0
+        if hello.device_token:
+            cfg = ConnectConfig(
+                **{
+                    **{f: getattr(cfg, f) for f in cfg.__dataclass_fields__},
+                    "creds": p.Credentials(cfg.creds.token, hello.device_token, cfg.creds.password),
+                    "has_device_token": True,
+                }
+            )
+            self.config = cfg
+        snap = self.snapshot
+        snap.status, snap.status_text = "connected", "Connected"
+        snap.remote_address = cfg.remote_address
+        snap.auth_scopes = hello.scopes
+        snap.auth_role = hello.role
+        snap.server_name = hello.server_name
+        snap.main_session_key = hello.main_session_key
+        snap.last_connected_at_ms = now_ms()
+        snap.has_device_token = cfg.has_device_token or bool(cfg.creds.device_token)
+        snap.protocol = hello.protocol
+        snap.last_error = snap.last_error_code = snap.last_error_detail_code = ""
+        self.backoff.reset()
+        await self._emit_snapshot()
+        await self._log(
+            "info",
+            "connect",
+            f"connected {cfg.remote_address} | role: {hello.role} | scopes: {len(hello.scopes)}"
+            f" | protocol: {hello.protocol}",
+        )
+
+    async def _attempt_failed(self, cfg: ConnectConfig, exc: GatewayError) -> None:
+        code, detail = exc.code or "unknown", exc.detail_code or "none"
+        if exc.fatal:
+            await self._log(
+                "warn", "socket", f"auto reconnect suppressed | code: {code} | detail: {detail}"
+            )
+        await self._log(
+            "error",
+            "connect",
+            f"failed {cfg.remote_address} | code: {code} | detail: {detail} | message: {exc}",
+        )
+        snap = self.snapshot
+        snap.status, snap.status_text = "error", "Connection failed"
+        snap.last_error, snap.last_error_code = exc.message, exc.code
+        snap.last_error_detail_code = exc.detail_code
+        await self._emit_snapshot()
+
+    async def _run(self, ws: ClientConnection | None) -> None:
+        """Own the socket: read until lost, then reconnect with backoff unless fatal."""
+        while True:
+            if ws is not None:
+                await self._read(ws)
+                if self._ws is ws:
+                    await self._drop_socket(GatewayError("socket closed", "SOCKET_CLOSED"))
+                await self._log("warn", "socket", "closed by gateway")
+                snap = self.snapshot
+                snap.status, snap.status_text = "error", "Disconnected"
+                snap.last_error, snap.last_error_code = "Gateway connection closed", "SOCKET_CLOSED"
+                await self._emit_snapshot()
+            cfg = self.config
+            if cfg is None:
+                return
+            delay = self.backoff.next_delay()
+            await self._log(
+                "warn",
+                "socket",
+                f"scheduling reconnect in {delay:.1f}s | code: "
+                f"{self.snapshot.last_error_code or 'unknown'}",
+            )
+            await asyncio.sleep(delay)
+            await self._log("info", "socket", f"reconnect firing | host: {cfg.remote_address}")
+            self.reconnects += 1
+            try:
+                ws = await self._attempt(cfg)
+            except GatewayError as exc:
+                await self._attempt_failed(cfg, exc)
+                if exc.fatal:
+                    return
+                ws = None
+
+    async def _read(self, ws: ClientConnection) -> None:
+        tick_ms = self.hello.tick_interval_ms if self.hello else 30_000
+        silence = max(2 * tick_ms / 1000, 0.2)
+        while True:
+            try:
+                data = await asyncio.wait_for(ws.recv(), silence)
+            except TimeoutError:
+                await self._log("warn", "socket", f"no frame for {silence:.1f}s; reconnecting")
+                return
+            except websockets.ConnectionClosed:
+                return
+            frame = p.decode_frame(data)
+            if isinstance(frame, p.ResponseFrame):
+                fut = self._pending.pop(frame.id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(frame)
+            elif isinstance(frame, p.EventFrame) and await self._on_event(frame):
+                return
+
+    async def _on_event(self, ev: p.EventFrame) -> bool:
+        """Handle one event; True when the gateway announced it is going away."""
+        for tap in list(self._taps):
+            tap(ev)
+        if ev.seq > 0:
+            if self._last_seq and ev.seq > self._last_seq + 1:
+                await self._log(
+                    "warn", "sync", f"sequence gap detected | expected: {self._last_seq + 1}"
+                )
+            self._last_seq = max(self._last_seq, ev.seq)
+        if ev.event in ("connect.challenge", "tick"):
+            return False
+        if ev.event == "health":
+            self.snapshot.health_payload = ev.payload
+            await self._emit_snapshot()
+        elif ev.event in ("device.pair.requested", "device.pair.resolved"):
+            req = ev.payload.get("requestId") or "unknown"
+            dev = ev.payload.get("deviceId") or "unknown"
+            await self._log("info", "pairing", f"{ev.event} | request: {req} | device: {dev}")
+        elif ev.event == "seqGap":
+            await self._log("warn", "sync", "sequence gap detected")
+        elif ev.event in ("chat", "agent"):
+            run = p.normalize_run(ev)
+            if run is not None:
+                await self._push("chat.run", run, ev.seq)
+        await self._push(ev.event, ev.payload, ev.seq)
+        return ev.event == "shutdown"
+
+    # --- requests ----------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._ws is not None and self.snapshot.status == "connected"
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None, deadline_s: float | None = None
+    ) -> Any:
+        """Send one request; return its payload or raise :class:`GatewayError` (§5.3)."""
+        ws = self._ws
+        if ws is None or not self.connected:
+            await self._log("warn", "rpc", f"blocked request {method} | offline")
+            raise OFFLINE
+        timeout = deadline_s if deadline_s and deadline_s > 0 else self.settings.request_timeout
+        rid = self._ids.next()
+        fut: asyncio.Future[p.ResponseFrame] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            try:
+                async with self._send_lock:
+                    await asyncio.wait_for(ws.send(p.encode_request(rid, method, params)), timeout)
+            except (OSError, TimeoutError, websockets.WebSocketException) as exc:
+                raise GatewayError(str(exc) or type(exc).__name__, "SOCKET_FAILURE") from None
+            try:
+                frame = await asyncio.wait_for(fut, timeout)
+            except TimeoutError:
+                raise GatewayError(f"{method} request timeout", "RPC_TIMEOUT") from None
+        finally:
+            self._pending.pop(rid, None)
+        if frame.ok:
+            return frame.payload
+        error = p.error_from_frame(frame.error)
+        await self._log(
+            "error",
+            "rpc",
+            f"request failed | code: {error.code or 'unknown'} | detail: "
+            f"{error.detail_code or 'none'} | message: {error.message}",
+        )
+        raise error
+
+
+async def _close_quietly(ws: ClientConnection) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(ws.close(), 2.0)
