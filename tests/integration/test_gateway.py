@@ -153,6 +153,8 @@ async def test_connect_request_disconnect(
     assert snap["status"] == "connected" and snap["statusText"] == "Connected"
     assert snap["protocol"] == 4 and snap["mainSessionKey"] == "agent:main:main"
     assert snap["serverName"] == "fake-gateway"
+    async with http.get(f"{bp.url}/metrics") as resp:
+        assert 'xwm_gateway_runtimes{state="connected"} 1.0' in await resp.text()
 
     for method in ("health", "status", "sessions.list"):
         out = await result_of(

@@ -54,6 +54,7 @@ async def test_livez_readyz_and_metrics_unauthenticated(
     assert "xwm_websocket_connections 1.0" in text
     assert "xwm_active_turns 0.0" in text
     assert "xwm_sessions_alive 1.0" in text
+    assert 'xwm_gateway_runtimes{state="connected"} 0.0' in text
     assert 'xwm_bytes_received_total{transport="http"}' in text
 
 

@@ -49,6 +49,7 @@ class Bridge:
         self.permissions = PermissionBroker()
         self.stdio_agents = StdioAgentExecutor(config, self.permissions)
         self.gateway = GatewayManager(config)
+        self.metrics.bind_gateway(self.gateway.status_counts)
         self._gateway_reaper: asyncio.Task[None] | None = None
 
     @property

@@ -172,6 +172,13 @@ class GatewayManager:
         self._runtimes: dict[tuple[str, str], GatewayRuntime] = {}
         self._lock = asyncio.Lock()
 
+    def status_counts(self) -> dict[str, int]:
+        """Runtimes by snapshot status (connected, connecting, error, …), for metrics."""
+        counts: dict[str, int] = {}
+        for rt in self._runtimes.values():
+            counts[rt.snapshot.status] = counts.get(rt.snapshot.status, 0) + 1
+        return counts
+
     def runtimes_of(self, principal: str) -> list[GatewayRuntime]:
         return [rt for (owner, _), rt in self._runtimes.items() if owner == principal]
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -55,6 +57,22 @@ class Metrics:
             "xwm_threads_alive", "Threads with a running or waiting turn", registry=r
         )
         self._sessions = Gauge("xwm_sessions_alive", "Session records held in memory", registry=r)
+
+    def bind_gateway(self, status_counts: Callable[[], dict[str, int]]) -> None:
+        """``xwm_gateway_runtimes{state}``, read from the gateway manager on each scrape."""
+        registry = self.registry
+
+        class _GatewayStates(Collector):
+            def collect(self) -> Iterable[Metric]:
+                family = GaugeMetricFamily(
+                    "xwm_gateway_runtimes", "Gateway runtimes by state", labels=["state"]
+                )
+                counts = status_counts()
+                for state in sorted({"connected", "connecting", "error", *counts}):
+                    family.add_metric([state], counts.get(state, 0))
+                yield family
+
+        registry.register(_GatewayStates())
 
     def set_known_methods(self, methods: Container[str]) -> None:
         self._known = methods
