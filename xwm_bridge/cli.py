@@ -242,14 +242,15 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 def doctor(config_file: str | None, as_json: bool) -> None:
     """Show the effective config (secrets masked, with where each value came from)
-    and check that every enabled provider answers acp.capabilities.
+    and check that every enabled provider answers acp.capabilities (stdio agents:
+    that their command resolves); the OpenClaw gateway's reachability is reported.
 
     Exits 1 if an enabled provider is unusable or the auth policy would refuse
     to start, 2 on a config error, else 0.
     """
     import orjson
 
-    from xwm_bridge.doctor import masked_config, render_text, run_checks
+    from xwm_bridge.doctor import masked_config, passed, render_text, run_checks
 
     try:
         loaded = load_config(config_file=config_file)
@@ -262,7 +263,7 @@ def doctor(config_file: str | None, as_json: bool) -> None:
         click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     else:
         click.echo(render_text(config, loaded.sources, checks))
-    sys.exit(0 if all(c["ok"] for c in checks) else 1)
+    sys.exit(0 if passed(checks) else 1)
 
 
 @cli.command("toolbridge")

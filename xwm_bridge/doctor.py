@@ -9,6 +9,7 @@ import dataclasses
 import shutil
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -96,6 +97,25 @@ async def check_provider(
     return {"provider": p.id, "url": endpoint.url, "ok": True}
 
 
+async def check_openclaw(cfg: BridgeConfig) -> dict[str, Any]:
+    """TCP reachability of the ``openclaw`` gateway. Optional: runtimes are opened on a
+    client's demand, so an unreachable gateway is reported but does not fail ``doctor``."""
+    parts = urlsplit(cfg.openclaw_url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
+    row: dict[str, Any] = {"check": "gateway", "provider": "openclaw", "optional": True}
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CHECK_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        return {**row, "ok": False, "error": f"cannot connect to {host}:{port}: {exc}"}
+    writer.close()
+    return {**row, "ok": True, "detail": f"{host}:{port} accepts connections"}
+
+
+def passed(checks: list[dict[str, Any]]) -> bool:
+    return all(c["ok"] or c.get("optional") for c in checks)
+
+
 async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
     checks: list[dict[str, Any]] = []
     host, _ = parse_listen(cfg.listen)
@@ -103,9 +123,11 @@ async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
     checks.append(
         {
             "check": "auth",
-            "ok": bool(cfg.auth_token) or not exposed or cfg.allow_unauthenticated,
+            "ok": bool(cfg.auth_token or cfg.client_tokens)
+            or not exposed
+            or cfg.allow_unauthenticated,
             "detail": "token set"
-            if cfg.auth_token
+            if cfg.auth_token or cfg.client_tokens
             else (
                 "no token: any bearer accepted"
                 + (" on a non-loopback address" if exposed else " (loopback)")
@@ -118,6 +140,7 @@ async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
             *(check_provider(client, cfg, p) for p in cfg.available_providers)
         )
     checks += [{"check": "provider", **r} for r in results]
+    checks.append(await check_openclaw(cfg))
     for p in cfg.providers:
         if not p.available:
             checks.append({"check": "provider", "provider": p.id, "ok": True, "detail": "disabled"})

@@ -242,7 +242,9 @@ async def test_doctor_reports_and_masks(fake_upstream: FakeUpstream, tmp_path: P
     good = provider_env(fake_upstream.url, INTERNAL_SERVICE_TOKEN="svc-doctor-secret")
     code, doc = await doctor(good)
     assert code == 0
-    assert all(c["ok"] for c in doc["checks"])
+    assert all(c["ok"] for c in doc["checks"] if c["check"] != "gateway")
+    gateway = next(c for c in doc["checks"] if c["check"] == "gateway")
+    assert gateway["optional"] is True  # reported, not fatal: runtimes open on demand
     assert doc["config"]["auth_token"] == "********"
     assert doc["config"]["internal_service_token"] == "********"
     assert "svc-doctor-secret" not in orjson.dumps(doc).decode()
