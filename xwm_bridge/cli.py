@@ -59,6 +59,16 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
+async def _until_signal(main: Coroutine[Any, Any, None]) -> None:
+    """Run a stdio server until it ends (end of input) or SIGTERM/SIGINT cancels it."""
+    task = asyncio.get_running_loop().create_task(main)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def _load(config_file: str | None, **flags: Any) -> BridgeConfig:
     try:
         return load_config(config_file=config_file, flags=flags).config
@@ -227,12 +237,7 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
         max_message=cfg.limits.max_body_bytes,
         send_timeout=cfg.limits.notification_send_timeout,
     )
-    task = asyncio.get_running_loop().create_task(server.serve())
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await _until_signal(server.serve())
     await bridge.close()
     return 0
 
@@ -298,12 +303,7 @@ async def _toolbridge(cfg: BridgeConfig) -> int:
             stdout_writer(),
             max_message=cfg.limits.max_body_bytes,
         )
-        task = asyncio.get_running_loop().create_task(server.serve())
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await _until_signal(server.serve())
     return 0
 
 

@@ -11,6 +11,8 @@ import enum
 import re
 from dataclasses import dataclass
 
+from xwm_bridge import jsonrpc
+
 _HEADER = re.compile(rb"^(?:Content-Length|content-length):\s*(\d+)$")
 
 
@@ -113,3 +115,13 @@ class StdioDecoder:
             return True
         out.append(line)
         return True
+
+
+def decode_frame(item: bytes | FramingError) -> jsonrpc.Request | dict[str, object]:
+    """A decoded request, or the ``-32700`` envelope (id null) to answer it with."""
+    if isinstance(item, FramingError):
+        return jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message)
+    try:
+        return jsonrpc.decode_request(item)
+    except jsonrpc.DecodeError as exc:
+        return jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message)

@@ -17,7 +17,7 @@ import aiohttp
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.config import ToolbridgeConfig
-from xwm_bridge.framing import FramingError, StdioDecoder
+from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.toolbridge import protocol
 from xwm_bridge.toolbridge.tools import ToolError, chat, claude_review
@@ -121,13 +121,9 @@ class ToolbridgeServer:
             await self._send(reply)
 
     async def _frame(self, item: bytes | FramingError) -> None:
-        if isinstance(item, FramingError):
-            await self._send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message))
-            return
-        try:
-            req = jsonrpc.decode_request(item)
-        except jsonrpc.DecodeError as exc:
-            await self._send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message))
+        req = decode_frame(item)
+        if not isinstance(req, jsonrpc.Request):
+            await self._send(req)
             return
         if self._on_notification(req):
             return

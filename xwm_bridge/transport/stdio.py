@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.core.dispatcher import CallContext, Dispatcher
-from xwm_bridge.framing import FramingError, StdioDecoder
+from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 
 log = logging.getLogger("xwm_bridge.stdio")
@@ -51,13 +51,9 @@ class StdioServer:
             await self._send(reply)
 
     async def _handle_frame(self, item: bytes | FramingError) -> None:
-        if isinstance(item, FramingError):
-            await self._send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message))
-            return
-        try:
-            req = jsonrpc.decode_request(item)
-        except jsonrpc.DecodeError as exc:
-            await self._send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message))
+        req = decode_frame(item)
+        if not isinstance(req, jsonrpc.Request):
+            await self._send(req)
             return
         while len(self._inflight) >= MAX_INFLIGHT:  # backpressure: stop reading
             await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
