@@ -36,6 +36,22 @@ STRIPPED_KEYS = frozenset(
 )
 
 
+def provider_id_of(ctx: TurnContext) -> str:
+    """§4.1: the session's provider, else the turn's ``provider`` param, else codex."""
+    return (ctx.session.provider or coerce.text(ctx.exec_params.get("provider")) or "codex").lower()
+
+
+def failure_result(ctx: TurnContext, message: str) -> dict[str, Any]:
+    """§4.10: the failure result of a single-agent turn (HTTP/WS upstream or stdio agent)."""
+    return {
+        "success": False,
+        "error": message,
+        "turnId": ctx.turn_id,
+        "mode": MODE,
+        "provider": provider_id_of(ctx),
+    }
+
+
 def sanitize(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in STRIPPED_KEYS}
 
@@ -56,18 +72,10 @@ class SingleAgentExecutor:
         self._providers = {p.id.lower(): p for p in config.available_providers}
 
     def _provider_id(self, ctx: TurnContext) -> str:
-        return (
-            ctx.session.provider or coerce.text(ctx.exec_params.get("provider")) or "codex"
-        ).lower()
+        return provider_id_of(ctx)
 
     def failure(self, ctx: TurnContext, message: str) -> dict[str, Any]:
-        return {
-            "success": False,
-            "error": message,
-            "turnId": ctx.turn_id,
-            "mode": MODE,
-            "provider": self._provider_id(ctx),
-        }
+        return failure_result(ctx, message)
 
     async def execute(self, ctx: TurnContext) -> dict[str, Any]:
         provider_id = self._provider_id(ctx)

@@ -23,6 +23,7 @@ from xwm_bridge.config import BridgeConfig, ProviderConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.sessions import Session
 from xwm_bridge.providers.collector import remote_fields
+from xwm_bridge.providers.single_agent import failure_result, provider_id_of
 from xwm_bridge.providers.stdio import client_fs, codec, mapping
 from xwm_bridge.providers.stdio.agent import (
     AcpAgent,
@@ -37,7 +38,6 @@ from xwm_bridge.providers.stdio.terminal import Terminals
 
 log = logging.getLogger("xwm_bridge.agents")
 
-MODE = "single-agent"
 CANCELLED = "turn cancelled"
 CANCEL_WAIT = 5.0
 MAX_TRACKED_SESSIONS = 4096
@@ -192,18 +192,10 @@ class StdioAgentExecutor:
         return agent
 
     def _provider_id(self, ctx: TurnContext) -> str:
-        return (
-            ctx.session.provider or coerce.text(ctx.exec_params.get("provider")) or "codex"
-        ).lower()
+        return provider_id_of(ctx)
 
     def failure(self, ctx: TurnContext, message: str) -> dict[str, Any]:
-        return {
-            "success": False,
-            "error": message,
-            "turnId": ctx.turn_id,
-            "mode": MODE,
-            "provider": self._provider_id(ctx),
-        }
+        return failure_result(ctx, message)
 
     def _cwd(self, ctx: TurnContext, provider: ProviderConfig) -> str:
         wd = coerce.text(ctx.exec_params.get("workingDirectory"))
