@@ -16,6 +16,7 @@ from typing import Any
 
 from xwm_bridge import coerce
 from xwm_bridge.core.context import TurnContext
+from xwm_bridge.core.executors import CANCELLED
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.manager import LOCAL, GatewayManager
 from xwm_bridge.gateway.protocol import GatewayError
@@ -24,7 +25,7 @@ from xwm_bridge.gateway.runtime import GatewayRuntime
 log = logging.getLogger("xwm_bridge.gateway")
 
 MODE = "gateway-chat"
-CANCELLED = "turn cancelled"
+
 NOT_CONNECTED = "gateway not connected"
 CONNECTION_LOST = "gateway connection lost during the run"
 TERMINAL = ("final", "aborted", "error")

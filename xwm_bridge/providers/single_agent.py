@@ -9,6 +9,7 @@ from typing import Any
 from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import TurnContext
+from xwm_bridge.core.executors import CANCELLED
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers import artifacts
 from xwm_bridge.providers.collector import Collector, remote_fields, result_object
@@ -19,7 +20,7 @@ log = logging.getLogger("xwm_bridge.single_agent")
 
 MODE = "single-agent"
 NOT_ADVERTISED = "provider is not advertised by the bridge"
-CANCELLED = "turn cancelled"
+
 #: keys never forwarded upstream (§4.2).
 STRIPPED_KEYS = frozenset(
     {

@@ -21,6 +21,7 @@ from typing import Any
 from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig, ProviderConfig
 from xwm_bridge.core.context import TurnContext
+from xwm_bridge.core.executors import CANCELLED
 from xwm_bridge.core.sessions import Session
 from xwm_bridge.providers.collector import remote_fields
 from xwm_bridge.providers.single_agent import failure_result, provider_id_of
@@ -38,7 +39,7 @@ from xwm_bridge.providers.stdio.terminal import Terminals
 
 log = logging.getLogger("xwm_bridge.agents")
 
-CANCELLED = "turn cancelled"
+
 CANCEL_WAIT = 5.0
 MAX_TRACKED_SESSIONS = 4096
 ASK_NEEDS_STREAM = (
