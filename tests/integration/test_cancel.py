@@ -23,6 +23,7 @@ from tests.conftest import (
     session_params,
     sse,
     updates,
+    wait_queue_depth,
     wait_until,
 )
 
@@ -233,7 +234,7 @@ async def test_restart_while_running_keeps_the_cancel_handle(
     url = bridge.rpc_url
     old = await start_slow_turn(http, url, fake_upstream, "s-re")
     new = asyncio.create_task(sse(http, url, "session.start", session_params("s-re", "new")))
-    await asyncio.sleep(0.2)  # the restart has reset the record and queued its turn
+    await wait_queue_depth(http, url.rsplit("/acp/rpc", 1)[0], 1)  # reset and queued
     reply = await rpc(http, url, "session.cancel", {"sessionId": "s-re"})
     assert reply["result"] == {"accepted": True, "cancelled": True}
     assert_cancelled_stream(await asyncio.wait_for(old, 5), "s-re")

@@ -28,6 +28,7 @@ from tests.conftest import (
     session_params,
     sse,
     updates,
+    wait_queue_depth,
     wait_until,
 )
 
@@ -86,7 +87,11 @@ async def test_one_thread_runs_turns_one_at_a_time_in_order(
         tasks = []
         for i in range(4):
             tasks.append(asyncio.create_task(turn(i)))
-            await asyncio.sleep(0.08)  # fixes the arrival order; far below the latency
+            # fix the arrival order: the first turn runs, each later one waits behind it
+            if i == 0:
+                await wait_until(lambda: "s-fifo-0" in fake_upstream.state.active)
+            else:
+                await wait_queue_depth(http, bridge.url, i)
         replies = await asyncio.gather(*tasks)
         elapsed = time.monotonic() - started
 
@@ -162,11 +167,20 @@ async def test_queue_overflow_is_refused_at_once(
 
     running = asyncio.create_task(rpc(http, url, "session.start", on_thread("a", "slow:1500")))
     await wait_until(lambda: "a" in fake_upstream.state.active)
-    waiting = [
-        asyncio.create_task(rpc(http, url, "session.start", on_thread(sid, f"wait {sid}")))
-        for sid in ("b", "c")
-    ]
-    await asyncio.sleep(0.3)  # both are queued behind "a"
+
+    async def queue_depth() -> float:
+        async with http.get(f"{bridge.url}/metrics") as resp:
+            line = next(
+                x for x in (await resp.text()).splitlines() if x.startswith("xwm_queue_depth ")
+            )
+        return float(line.split()[1])
+
+    waiting = []
+    for n, sid in enumerate(("b", "c"), 1):  # one after the other: FIFO order is then known
+        waiting.append(
+            asyncio.create_task(rpc(http, url, "session.start", on_thread(sid, f"wait {sid}")))
+        )
+        await wait_queue_depth(http, bridge.url, n)
     assert not running.done() and not any(t.done() for t in waiting)
 
     started = time.monotonic()
