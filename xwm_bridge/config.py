@@ -222,6 +222,27 @@ class AgentsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Session persistence (issue 6): where sessions and their ledgers survive restarts."""
+
+    #: ``sqlite`` (a file under ``state_dir``) or ``memory`` (nothing survives a restart).
+    backend: str = "sqlite"
+    #: directory of the SQLite file; empty = ``$XDG_STATE_HOME/xwm-bridge`` or ``./state``.
+    state_dir: str = ""
+    #: notifications kept per session for ``session.replay``.
+    ledger_max_entries: int = 512
+    #: seconds a ledger entry is kept.
+    ledger_max_age: float = 3600.0
+    #: seconds an untouched session is kept in the store.
+    retention: float = 7 * 86400.0
+    #: most notifications one ``session.replay`` returns.
+    replay_max_items: int = 1000
+
+
+STORE_BACKENDS = ("sqlite", "memory")
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: str = ""
@@ -247,6 +268,7 @@ class BridgeConfig:
     router: RouterConfig = field(default_factory=RouterConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
     agents: AgentsConfig = field(default_factory=AgentsConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 
     @property
@@ -321,6 +343,8 @@ NESTED_ENV_VARS: dict[str, str] = {
     "router.llm_api_key": "LLM_API_KEY",
     "router.find_skills_bin": "ACP_FIND_SKILLS_BIN",
     "router.install_skill_bin": "ACP_INSTALL_SKILL_BIN",
+    "store.backend": "XWM_SESSION_STORE",
+    "store.state_dir": "XWM_STATE_DIR",
 }
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
 _LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":"}
@@ -595,5 +619,11 @@ def _validate(config: BridgeConfig) -> None:
             raise ConfigError(
                 f"agents.permission_rules[{i}].action: must be one of allow, reject, ask"
             )
+    if config.store.backend not in STORE_BACKENDS:
+        raise ConfigError(f"store.backend: must be one of {', '.join(STORE_BACKENDS)}")
+    if config.store.ledger_max_entries <= 0 or config.store.replay_max_items <= 0:
+        raise ConfigError("store: ledger_max_entries and replay_max_items must be greater than 0")
+    if config.store.ledger_max_age <= 0 or config.store.retention <= 0:
+        raise ConfigError("store: ledger_max_age and retention must be greater than 0")
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")

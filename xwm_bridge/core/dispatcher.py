@@ -13,6 +13,7 @@ from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import Notify
 from xwm_bridge.core.params import SessionParams, session_id_of
 from xwm_bridge.core.queues import QueueFullError, ShuttingDownError, ThreadQueues
+from xwm_bridge.core.replay import ReplayParams, replay
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
@@ -73,6 +74,7 @@ class Dispatcher:
             "xworkmate.dispatch.resolve": self._dispatch_resolve,
             "xworkmate.mounts.reconcile": self._mounts_reconcile,
             "session.permission": self._session_permission,
+            "session.replay": self._session_replay,
         }
         self.metrics = metrics or Metrics()
         self.metrics.set_known_methods(self._methods)  # live: subclasses may add methods
@@ -225,3 +227,10 @@ class Dispatcher:
     ) -> dict[str, Any]:
         """The client's answer to a ``permission`` update of a stdio agent (issue 8)."""
         return self._broker.answer(PermissionAnswer.parse(params))
+
+    async def _session_replay(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        """Catch-up after a disconnect (issue 6): the ledger after ``afterSeq``."""
+        rp = ReplayParams.parse(params, self._config.store.replay_max_items)
+        return await replay(self._sessions, rp)

@@ -1,0 +1,34 @@
+"""Session persistence: records and notification ledgers that survive restarts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.store.base import MemoryStore, SessionStore, StoreLimits
+from xwm_bridge.store.sqlite import SQLiteStore
+
+DB_NAME = "sessions.db"
+
+
+def state_dir(config: BridgeConfig, env: dict[str, str] | None = None) -> Path:
+    """``store.state_dir``, else ``$XDG_STATE_HOME/xwm-bridge``, else ``./state``."""
+    env = dict(os.environ) if env is None else env
+    if config.store.state_dir:
+        return Path(config.store.state_dir)
+    xdg = env.get("XDG_STATE_HOME", "").strip()
+    if xdg:
+        return Path(xdg) / "xwm-bridge"
+    return Path("state")
+
+
+def open_store(config: BridgeConfig) -> SessionStore:
+    sc = config.store
+    limits = StoreLimits(sc.ledger_max_entries, sc.ledger_max_age, sc.retention)
+    if sc.backend == "memory":
+        return MemoryStore(limits)
+    return SQLiteStore(state_dir(config) / DB_NAME, limits)
+
+
+__all__ = ["MemoryStore", "SQLiteStore", "SessionStore", "StoreLimits", "open_store", "state_dir"]
