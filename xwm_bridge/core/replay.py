@@ -60,6 +60,6 @@ async def replay(sessions: SessionRegistry, rp: ReplayParams) -> dict[str, Any]:
         "lastSeq": seq,
         "lastTurnId": turn_id,
         "lastTurnStatus": status,
-        "notifications": notes[: rp.limit],
+        "notifications": [message for _, message in notes[: rp.limit]],
         "truncated": more,
     }

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from xwm_bridge.core.feed import SessionFeed
 from xwm_bridge.store.base import (
     LedgerEntry,
     MemoryStore,
@@ -96,6 +97,7 @@ class TurnHandle:
 class SessionRegistry:
     def __init__(self, store: SessionStore | None = None) -> None:
         self.store: SessionStore = store if store is not None else MemoryStore()
+        self.feed = SessionFeed()
         self._sessions: dict[str, Session] = {}
         self._running: dict[str, TurnHandle] = {}
         self._pending: dict[str, int] = {}
@@ -132,6 +134,7 @@ class SessionRegistry:
             return
         pos = relayed_pos(session.seq) if relayed else emitted_pos(session.seq)
         self.store.append(session.session_id, LedgerEntry(pos, turn_id, message))
+        self.feed.publish(session.session_id, pos, message)
 
     def get_or_create(self, session_id: str, thread_id: str) -> Session:
         session = self._sessions.get(session_id)

@@ -109,8 +109,12 @@ class SessionStore(Protocol):
     async def load(self, session_id: str) -> SessionRecord | None:
         """The record, with ``seq`` at least the highest seq in its ledger."""
 
-    async def replay(self, session_id: str, after_seq: int, limit: int) -> list[dict[str, Any]]:
-        """Ledger messages sent after bridge update ``after_seq``, oldest first."""
+    async def replay(
+        self, session_id: str, after_seq: int, limit: int
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """``(pos, message)`` of the ledger entries sent after bridge update
+        ``after_seq``, oldest first. The read is queued synchronously when the
+        coroutine is first awaited: it sees exactly the writes queued before."""
 
     async def recover(self, owner_alive: bool = False) -> list[str]:
         """Mark turns left ``running`` by a dead process as interrupted; their ids."""
@@ -165,11 +169,13 @@ class MemoryStore:
             return None
         return replace(record, seq=max(record.seq, self._ledger_seq(session_id)))
 
-    async def replay(self, session_id: str, after_seq: int, limit: int) -> list[dict[str, Any]]:
+    async def replay(
+        self, session_id: str, after_seq: int, limit: int
+    ) -> list[tuple[int, dict[str, Any]]]:
         horizon = time.time() - self._limits.ledger_max_age
         floor = emitted_pos(after_seq)
         out = [
-            e.message
+            (e.pos, e.message)
             for e in self._ledgers.get(session_id, ())
             if e.pos > floor and e.ts >= horizon
         ]

@@ -145,16 +145,18 @@ class SQLiteStore:
 
         return await self._call(read)
 
-    async def replay(self, session_id: str, after_seq: int, limit: int) -> list[dict[str, Any]]:
+    async def replay(
+        self, session_id: str, after_seq: int, limit: int
+    ) -> list[tuple[int, dict[str, Any]]]:
         horizon = time.time() - self._limits.ledger_max_age
 
-        def read(db: sqlite3.Connection) -> list[dict[str, Any]]:
+        def read(db: sqlite3.Connection) -> list[tuple[int, dict[str, Any]]]:
             rows = db.execute(
-                "SELECT message FROM ledger WHERE session_id = ? AND pos > ? AND ts >= ?"
+                "SELECT pos, message FROM ledger WHERE session_id = ? AND pos > ? AND ts >= ?"
                 " ORDER BY id LIMIT ?",
                 (session_id, emitted_pos(after_seq), horizon, limit),
             ).fetchall()
-            return [orjson.loads(r[0]) for r in rows]
+            return [(int(r[0]), orjson.loads(r[1])) for r in rows]
 
         return await self._call(read)
 

@@ -35,6 +35,12 @@ def update(sid: str, seq: int, turn: str = "turn-1") -> dict[str, Any]:
     }
 
 
+async def messages(
+    store: SessionStore, session_id: str, after: int, limit: int
+) -> list[dict[str, Any]]:
+    return [m for _, m in await store.replay(session_id, after, limit)]
+
+
 @pytest.fixture(params=["memory", "sqlite"])
 async def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Factory]:
     opened: list[SessionStore] = []
@@ -83,13 +89,13 @@ async def test_replay_after_seq_includes_relayed_frames(make_store: Factory) -> 
     store.append("s1", LedgerEntry(relayed_pos(1), "turn-1", {"method": "upstream", "n": 1}))
     store.append("s1", LedgerEntry(emitted_pos(2), "turn-1", update("s1", 2)))
     store.append("s1", LedgerEntry(relayed_pos(2), "turn-1", {"method": "upstream", "n": 2}))
-    everything = await store.replay("s1", 0, 100)
+    everything = await messages(store, "s1", 0, 100)
     assert [m.get("params", m).get("seq", m.get("n")) for m in everything] == [1, 1, 2, 2]
-    after_one = await store.replay("s1", 1, 100)
+    after_one = await messages(store, "s1", 1, 100)
     assert after_one == everything[1:]
-    assert await store.replay("s1", 2, 100) == everything[3:]
-    assert await store.replay("s1", 0, 2) == everything[:2]
-    assert await store.replay("other", 0, 100) == []
+    assert await messages(store, "s1", 2, 100) == everything[3:]
+    assert await messages(store, "s1", 0, 2) == everything[:2]
+    assert await messages(store, "other", 0, 100) == []
     # the loaded seq never lags the ledger (a crash may leave the record behind)
     loaded = await store.load("s1")
     assert loaded is not None and loaded.seq == 2
@@ -100,15 +106,15 @@ async def test_ledger_is_bounded_by_entries_and_age(make_store: Factory) -> None
     store.save(SessionRecord("s1", "t1"))
     for seq in range(1, 13):
         store.append("s1", LedgerEntry(emitted_pos(seq), "turn-1", update("s1", seq)))
-    kept = await store.replay("s1", 0, 100)
+    kept = await messages(store, "s1", 0, 100)
     assert [m["params"]["seq"] for m in kept] == [8, 9, 10, 11, 12]
     old = time.time() - 120
     store.save(SessionRecord("s2", "t2"))
     store.append("s2", LedgerEntry(emitted_pos(1), "turn-1", update("s2", 1), ts=old))
     store.append("s2", LedgerEntry(emitted_pos(2), "turn-1", update("s2", 2)))
-    assert [m["params"]["seq"] for m in await store.replay("s2", 0, 100)] == [2]
+    assert [m["params"]["seq"] for m in await messages(store, "s2", 0, 100)] == [2]
     await store.prune()
-    assert [m["params"]["seq"] for m in await store.replay("s2", 0, 100)] == [2]
+    assert [m["params"]["seq"] for m in await messages(store, "s2", 0, 100)] == [2]
 
 
 async def test_delete_drops_record_and_ledger(make_store: Factory) -> None:
@@ -117,7 +123,7 @@ async def test_delete_drops_record_and_ledger(make_store: Factory) -> None:
     store.append("s1", LedgerEntry(emitted_pos(1), "turn-1", update("s1", 1)))
     store.delete("s1")
     assert await store.load("s1") is None
-    assert await store.replay("s1", 0, 100) == []
+    assert await messages(store, "s1", 0, 100) == []
 
 
 async def test_recover_marks_running_turns_interrupted(make_store: Factory) -> None:
@@ -131,7 +137,7 @@ async def test_recover_marks_running_turns_interrupted(make_store: Factory) -> N
     loaded = await store.load("s1")
     assert loaded is not None
     assert loaded.last_turn_status == INTERRUPTED and loaded.seq == 4
-    last = (await store.replay("s1", 3, 10))[-1]["params"]
+    last = (await messages(store, "s1", 3, 10))[-1]["params"]
     assert last["seq"] == 4 and last["turnId"] == "turn-7"
     assert last["interrupted"] is True and last["error"] is True and last["pending"] is False
     untouched = await store.load("s2")
@@ -160,7 +166,7 @@ async def test_sqlite_survives_reopen(tmp_path: Path) -> None:
     try:
         loaded = await second.load("s1")
         assert loaded is not None and loaded.provider == "gemini" and loaded.history == ("hi",)
-        assert len(await second.replay("s1", 0, 10)) == 1
+        assert len(await messages(second, "s1", 0, 10)) == 1
         mode = await second._call(lambda db: db.execute("PRAGMA journal_mode").fetchone()[0])
         assert mode == "wal"
     finally:
@@ -176,6 +182,6 @@ async def test_sqlite_writes_do_not_block_the_loop(tmp_path: Path) -> None:
             store.append("s1", LedgerEntry(emitted_pos(seq), "turn-1", update("s1", seq)))
         queued = time.perf_counter() - started
         assert queued < 0.5  # a queue put each, no disk I/O on the loop
-        assert len(await store.replay("s1", 4990, 100)) == 10
+        assert len(await messages(store, "s1", 4990, 100)) == 10
     finally:
         await store.close()
