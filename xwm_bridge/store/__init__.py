@@ -28,6 +28,16 @@ def open_store(config: BridgeConfig) -> SessionStore:
     limits = StoreLimits(sc.ledger_max_entries, sc.ledger_max_age, sc.retention)
     if sc.backend == "memory":
         return MemoryStore(limits)
+    if sc.backend == "redis":
+        from xwm_bridge.store.redis import RedisStore
+
+        return RedisStore(
+            sc.redis_url,
+            limits,
+            prefix=sc.redis_prefix,
+            lease_ttl=sc.lease_ttl,
+            timeout=sc.redis_timeout,
+        )
     return SQLiteStore(state_dir(config) / DB_NAME, limits)
 
 

@@ -116,7 +116,7 @@ class SessionStore(Protocol):
         ``after_seq``, oldest first. The read is queued synchronously when the
         coroutine is first awaited: it sees exactly the writes queued before."""
 
-    async def recover(self, owner_alive: bool = False) -> list[str]:
+    async def recover(self) -> list[str]:
         """Mark turns left ``running`` by a dead process as interrupted; their ids."""
 
     async def prune(self) -> int:
@@ -181,7 +181,7 @@ class MemoryStore:
         ]
         return out[:limit]
 
-    async def recover(self, owner_alive: bool = False) -> list[str]:
+    async def recover(self) -> list[str]:
         ids = []
         for sid, record in list(self._records.items()):
             if record.last_turn_status == RUNNING:

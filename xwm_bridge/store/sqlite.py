@@ -160,7 +160,7 @@ class SQLiteStore:
 
         return await self._call(read)
 
-    async def recover(self, owner_alive: bool = False) -> list[str]:
+    async def recover(self) -> list[str]:
         def fix(db: sqlite3.Connection) -> list[str]:
             rows = db.execute(
                 "SELECT * FROM sessions WHERE last_turn_status = ?", (RUNNING,)
