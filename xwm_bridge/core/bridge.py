@@ -24,6 +24,8 @@ from xwm_bridge.providers.stdio.permissions import PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.router.service import Router
 from xwm_bridge.store import open_store
+from xwm_bridge.store.cluster import Cluster
+from xwm_bridge.store.redis import RedisStore
 
 log = logging.getLogger("xwm_bridge.bridge")
 PRUNE_INTERVAL = 300.0
@@ -35,8 +37,13 @@ class Bridge:
     def __init__(self, config: BridgeConfig) -> None:
         self.config = config
         self.supervisor = Supervisor()
-        self.store = open_store(config)
-        self.sessions = SessionRegistry(self.store)
+        store = self.store = open_store(config)
+        shared = isinstance(store, RedisStore)
+        self.sessions = SessionRegistry(store, shared=shared)
+        #: several replicas on one Redis: cross-replica thread queues and cancel
+        self.cluster = (
+            Cluster(store, self.sessions.cancel) if isinstance(store, RedisStore) else None
+        )
         self.queues = ThreadQueues(self.supervisor, max_depth=config.limits.max_queue_depth)
         self.metrics = Metrics()
         self.metrics.bind_state(
@@ -67,6 +74,8 @@ class Bridge:
 
     async def start(self) -> None:
         await self.store.start()
+        if self.cluster is not None:
+            await self.cluster.start()
         interrupted = await self.store.recover()
         if interrupted:
             log.warning("turns interrupted by the last shutdown", extra={"count": len(interrupted)})
@@ -103,6 +112,7 @@ class Bridge:
             metrics=self.metrics,
             router=self._router,
             broker=self.permissions,
+            cluster=self.cluster,
         )
 
     async def _reap(self) -> None:
@@ -145,4 +155,6 @@ class Bridge:
         await self.stdio_agents.close()  # process groups terminated: no child survives
         if self._http is not None:
             await self._http.close()
+        if self.cluster is not None:
+            await self.cluster.close()
         await self.store.close()  # every queued session write reaches the disk

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -25,6 +26,7 @@ from xwm_bridge.providers.stdio.permissions import PermissionAnswer, PermissionB
 from xwm_bridge.router.dispatch import resolve_dispatch
 from xwm_bridge.router.resolver import EMPTY_FIELDS, RoutingRequest
 from xwm_bridge.router.service import Router
+from xwm_bridge.store.cluster import Cluster
 
 log = logging.getLogger("xwm_bridge.dispatch")
 
@@ -56,6 +58,7 @@ class Dispatcher:
         metrics: Metrics | None = None,
         router: Router | None = None,
         broker: PermissionBroker | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self._config = config
         self._router = router or Router(config, None)
@@ -64,6 +67,7 @@ class Dispatcher:
         self._queues = queues
         self._runner = runner
         self._supervisor = supervisor
+        self._cluster = cluster
         self._methods: dict[str, Handler] = {
             "acp.capabilities": self._capabilities,
             "session.start": self._session_turn,
@@ -177,11 +181,15 @@ class Dispatcher:
             self._sessions.reset(sp.session_id, sp.thread_id)
         self._sessions.turn_queued(sp.session_id)
         request_id = obs.request_id.get()
+
+        def job() -> Awaitable[dict[str, Any]]:
+            return self._runner.run(method, sp, call.notify, request_id=request_id)
+
         try:
-            result: dict[str, Any] = await self._queues.submit(
-                sp.thread_id,
-                lambda: self._runner.run(method, sp, call.notify, request_id=request_id),
-            )
+            if self._cluster is None:
+                result: dict[str, Any] = await self._queues.submit(sp.thread_id, job)
+            else:
+                result = await self._clustered(sp, job)
         except QueueFullError as exc:
             raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
         except ShuttingDownError:
@@ -190,11 +198,36 @@ class Dispatcher:
             self._sessions.turn_dequeued(sp.session_id)
         return result
 
+    async def _clustered(
+        self, sp: SessionParams, job: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """Several replicas: a place in the thread's Redis queue, then the local queue."""
+        assert self._cluster is not None
+        cluster = self._cluster
+        async with cluster.ordering:  # Redis order and local order never disagree
+            ticket = await cluster.enqueue(sp.thread_id)
+            try:
+                fut = self._queues.submit_nowait(
+                    sp.thread_id, cluster.wrap(ticket, sp.session_id, job)
+                )
+            except BaseException:
+                await asyncio.shield(cluster.release(ticket))
+                raise
+        try:
+            result: dict[str, Any] = await fut
+            return result
+        finally:
+            if not ticket.started:  # refused, skipped or abandoned before it ran
+                await asyncio.shield(cluster.release(ticket))
+
     async def _session_cancel(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
-        return {"accepted": True, "cancelled": self._sessions.cancel(session_id)}
+        cancelled = self._sessions.cancel(session_id)
+        if not cancelled and self._cluster is not None:
+            cancelled = await self._cluster.cancel_remote(session_id)  # running elsewhere
+        return {"accepted": True, "cancelled": cancelled}
 
     async def _session_close(
         self, params: dict[str, Any], call: CallContext, method: str

@@ -95,8 +95,10 @@ class TurnHandle:
 
 
 class SessionRegistry:
-    def __init__(self, store: SessionStore | None = None) -> None:
+    def __init__(self, store: SessionStore | None = None, *, shared: bool = False) -> None:
         self.store: SessionStore = store if store is not None else MemoryStore()
+        #: other replicas write the same store: reload the record at every turn start
+        self.shared = shared
         self.feed = SessionFeed()
         self._sessions: dict[str, Session] = {}
         self._running: dict[str, TurnHandle] = {}
@@ -115,11 +117,26 @@ class SessionRegistry:
 
     async def load(self, session_id: str, thread_id: str) -> Session:
         """The live session, else the one persisted by an earlier process, else a new one."""
-        if session_id not in self._sessions:
+        if self.shared or session_id not in self._sessions:
             record = await self.store.load(session_id)
-            # re-check: another turn of the session may have restored it meanwhile
-            if record is not None and session_id not in self._sessions:
+            live = self._sessions.get(session_id)
+            if record is not None and live is None:
                 self._sessions[session_id] = Session.restore(record)
+            elif record is not None and live is not None and self.shared:
+                # another replica may have run the last turns: take its state, keep
+                # this object (running-turn and agent-session bookkeeping refer to it)
+                fresh = Session.restore(record)
+                live.thread_id, live.provider, live.history = (
+                    fresh.thread_id,
+                    fresh.provider,
+                    fresh.history,
+                )
+                live.seq = max(live.seq, fresh.seq)
+                live.last_turn_id, live.last_turn_status = (
+                    fresh.last_turn_id,
+                    fresh.last_turn_status,
+                )
+                live.upstream = fresh.upstream
         return self.get_or_create(session_id, thread_id)
 
     def persist(self, session: Session) -> None:

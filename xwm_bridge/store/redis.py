@@ -41,6 +41,17 @@ log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
 MAX_BATCH = 1024
 Op = tuple[Any, ...]
+# KEYS: fence, record, running; ARGV: token, expire-at ms, session id, running 0/1, fields…
+# a record write of a turn whose fencing token is stale (its lease was taken over) is dropped
+FENCED_SAVE = """
+local current = redis.call('GET', KEYS[1])
+if current and tonumber(current) > tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[2], unpack(ARGV, 5))
+redis.call('PEXPIREAT', KEYS[2], ARGV[2])
+if ARGV[4] == '1' then redis.call('SADD', KEYS[3], ARGV[3])
+else redis.call('SREM', KEYS[3], ARGV[3]) end
+return 1
+"""
 Call = Callable[[aioredis.Redis], Awaitable[Any]]
 
 
@@ -103,6 +114,8 @@ class RedisStore:
             url, socket_timeout=timeout, socket_connect_timeout=timeout
         )
         self._ops: asyncio.Queue[Op] = asyncio.Queue()
+        #: thread id → fencing token of the turn this replica runs on it (cluster.py)
+        self.fences: dict[str, int] = {}
         self._writer: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
@@ -155,7 +168,7 @@ class RedisStore:
     # --- writes (never block the loop) ---------------------------------------------------
 
     def save(self, record: SessionRecord) -> None:
-        self._ops.put_nowait(("save", record))
+        self._ops.put_nowait(("save", record, self.fences.get(record.thread_id, 0)))
 
     def append(self, session_id: str, entry: LedgerEntry) -> None:
         self._ops.put_nowait(("append", session_id, entry))
@@ -258,11 +271,21 @@ class RedisStore:
 
     # --- the writer task -------------------------------------------------------------------
 
-    def _queue_save(self, pipe: Any, r: SessionRecord) -> None:
+    def _queue_save(self, pipe: Any, r: SessionRecord, fence: int = 0) -> None:
         skey = self.key("s", r.session_id)
         owner = self.replica_id if r.last_turn_status == RUNNING else ""
+        expire_at = int((r.updated_at + self._limits.retention) * 1000)
+        if fence:
+            fields: list[Any] = []
+            for name, value in _to_hash(r, owner).items():
+                fields += [name, value]
+            running = "1" if r.last_turn_status == RUNNING else "0"
+            keys = [self.key("fence", r.thread_id), skey, self.key("running")]
+            args = [fence, expire_at, r.session_id, running, *fields]
+            pipe.eval(FENCED_SAVE, len(keys), *keys, *args)
+            return
         pipe.hset(skey, mapping=_to_hash(r, owner))
-        pipe.pexpireat(skey, int((r.updated_at + self._limits.retention) * 1000))
+        pipe.pexpireat(skey, expire_at)
         if r.last_turn_status == RUNNING:
             pipe.sadd(self.key("running"), r.session_id)
         else:
@@ -281,7 +304,7 @@ class RedisStore:
         pipe = self.client.pipeline(transaction=False)
         for op in writes:
             if op[0] == "save":
-                self._queue_save(pipe, op[1])
+                self._queue_save(pipe, op[1], op[2])
             elif op[0] == "append":
                 self._queue_append(pipe, op[1], op[2])
             else:

@@ -1,0 +1,237 @@
+"""Several replicas on one Redis: per-thread FIFO, leases with fencing, remote cancel.
+
+Every turn takes a *ticket* when it is accepted: ``RPUSH`` onto the thread's
+Redis list ``q:<thread>``, so the list order is the arrival order over all
+replicas. A turn runs when its ticket is at the head; starting it increments
+``fence:<thread>`` (the fencing token, also stored as ``holder:<thread>``).
+The lease lasts while the ticket is at the head and the owning replica's
+liveness key (``replica:<id>``, refreshed every ``lease_ttl/3``) exists: a
+replica that dies stops refreshing it, and after ``lease_ttl`` the next waiter
+pops the dead head and proceeds. A replica that was only paused finds on
+release that its ticket is gone; the session writes it queues meanwhile are
+dropped by the store because its fencing token is stale.
+
+Within one replica, tickets are pushed under one lock and the turn is queued
+locally before the lock is released, so the local FIFO and the Redis order can
+never disagree (which would deadlock the thread).
+
+``session.cancel`` for a turn running elsewhere: ``run:<session>`` names the
+running replica; the cancel is published on ``cancel`` and that replica
+cancels the turn locally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from xwm_bridge.store.redis import RedisStore
+
+log = logging.getLogger("xwm_bridge.cluster")
+POLL_MIN = 0.005
+POLL_MAX = 0.1
+QUEUE_TTL_MS = 86_400_000
+
+# KEYS: queue, fence, holder; ARGV: ticket → fencing token if ticket is head, 0 if not,
+# -1 if the ticket is no longer queued
+ACQUIRE = """
+local head = redis.call('LINDEX', KEYS[1], 0)
+if head == ARGV[1] then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[3], token)
+  return token
+end
+if redis.call('LPOS', KEYS[1], ARGV[1]) == false then return -1 end
+return 0
+"""
+# KEYS: queue; ARGV: expected head → 1 if popped
+POP_IF_HEAD = """
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then redis.call('LPOP', KEYS[1]); return 1 end
+return 0
+"""
+# KEYS: queue; ARGV: ticket → remove it wherever it is
+RELEASE = """
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then redis.call('LPOP', KEYS[1]); return 1 end
+return redis.call('LREM', KEYS[1], 1, ARGV[1])
+"""
+
+
+class LeaseLostError(Exception):
+    """The turn's ticket was removed (this replica was presumed dead)."""
+
+
+@dataclass(eq=False, slots=True)
+class Ticket:
+    thread_id: str
+    value: str
+    fence: int = 0
+    started: bool = False
+    released: bool = False
+
+
+Job = Callable[[], Awaitable[Any]]
+CancelLocal = Callable[[str], bool]
+
+
+class Cluster:
+    def __init__(self, store: RedisStore, cancel_local: CancelLocal) -> None:
+        self.store = store
+        self.client = store.client
+        self._cancel_local = cancel_local
+        self.ordering = asyncio.Lock()
+        self._acquire = self.client.register_script(ACQUIRE)
+        self._pop_if_head = self.client.register_script(POP_IF_HEAD)
+        self._release = self.client.register_script(RELEASE)
+        self._listener: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    def key(self, kind: str, name: str = "") -> str:
+        return self.store.key(kind, name)
+
+    @property
+    def replica_id(self) -> str:
+        return self.store.replica_id
+
+    async def start(self) -> None:
+        self._listener = asyncio.get_running_loop().create_task(
+            self._listen(), name="cluster-cancel-listener"
+        )
+        await asyncio.wait_for(self._ready.wait(), self.store.timeout)
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+
+    # --- tickets ----------------------------------------------------------------------------
+
+    async def enqueue(self, thread_id: str) -> Ticket:
+        """Take a place in the thread's cross-replica queue (call under ``ordering``)."""
+        ticket = Ticket(thread_id, f"{self.replica_id}:{uuid.uuid4().hex}")
+        qkey = self.key("q", thread_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(qkey, ticket.value)
+        pipe.pexpire(qkey, QUEUE_TTL_MS)
+        await asyncio.wait_for(pipe.execute(), self.store.timeout)
+        return ticket
+
+    async def acquire(self, ticket: Ticket) -> int:
+        """Wait until ``ticket`` heads its thread's queue; pop dead replicas' heads."""
+        keys = [
+            self.key("q", ticket.thread_id),
+            self.key("fence", ticket.thread_id),
+            self.key("holder", ticket.thread_id),
+        ]
+        delay = POLL_MIN
+        timeout = self.store.timeout
+        while True:
+            if ticket.released:  # the caller gave up while the turn waited
+                raise LeaseLostError(ticket.thread_id)
+            token = int(
+                await asyncio.wait_for(self._acquire(keys=keys, args=[ticket.value]), timeout)
+            )
+            if token > 0:
+                ticket.fence = token
+                ticket.started = True
+                self.store.fences[ticket.thread_id] = token
+                return token
+            if token < 0:  # presumed dead while waiting (a long pause): queue again
+                async with self.ordering:
+                    await asyncio.wait_for(self.client.rpush(keys[0], ticket.value), timeout)
+                continue
+            head = await asyncio.wait_for(self.client.lindex(keys[0], 0), timeout)
+            if head is not None:
+                owner = (head.decode() if isinstance(head, bytes) else str(head)).split(":", 1)[0]
+                if owner != self.replica_id and not await self.store.replica_alive(owner):
+                    popped = await asyncio.wait_for(
+                        self._pop_if_head(keys=[keys[0]], args=[head]), timeout
+                    )
+                    if popped:
+                        log.warning(
+                            "took over a thread from a dead replica",
+                            extra={"thread_id": ticket.thread_id[:128], "replica": owner},
+                        )
+                        continue
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, POLL_MAX)
+
+    async def release(self, ticket: Ticket) -> None:
+        if ticket.released:
+            return
+        ticket.released = True
+        if self.store.fences.get(ticket.thread_id) == ticket.fence:
+            del self.store.fences[ticket.thread_id]
+        with contextlib.suppress(Exception):  # expiry cleans up if Redis is away
+            await asyncio.wait_for(
+                self._release(keys=[self.key("q", ticket.thread_id)], args=[ticket.value]),
+                self.store.timeout,
+            )
+
+    def wrap(self, ticket: Ticket, session_id: str, job: Job) -> Job:
+        """The turn as run by the local queue: lease, mark running, run, flush, release."""
+
+        async def run() -> Any:
+            try:
+                await self.acquire(ticket)
+                run_key = self.key("run", session_id)
+                await asyncio.wait_for(
+                    self.client.set(run_key, self.replica_id, px=QUEUE_TTL_MS), self.store.timeout
+                )
+                try:
+                    return await job()
+                finally:
+                    with contextlib.suppress(Exception):
+                        await self.store.flush()  # the next holder reads this turn's writes
+                        await asyncio.wait_for(self.client.delete(run_key), self.store.timeout)
+            finally:
+                await asyncio.shield(self.release(ticket))
+
+        return run
+
+    # --- cancel across replicas ---------------------------------------------------------------
+
+    async def cancel_remote(self, session_id: str) -> bool:
+        """Ask the replica running ``session_id``'s turn to cancel it."""
+        timeout = self.store.timeout
+        owner = await asyncio.wait_for(self.client.get(self.key("run", session_id)), timeout)
+        if owner is None:
+            return False
+        owner_id = owner.decode() if isinstance(owner, bytes) else str(owner)
+        if owner_id == self.replica_id or not await self.store.replica_alive(owner_id):
+            return False
+        message = f"{owner_id}\n{session_id}"
+        receivers = await asyncio.wait_for(
+            self.client.publish(self.key("cancel"), message), timeout
+        )
+        return bool(receivers)
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async with self.client.pubsub() as pubsub:
+                    await pubsub.subscribe(self.key("cancel"))
+                    self._ready.set()
+                    while True:
+                        msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                        if msg is not None and msg.get("type") == "message":
+                            self._on_cancel(msg["data"])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("cancel listener reconnecting", extra={"error": repr(exc)})
+                await asyncio.sleep(1)
+
+    def _on_cancel(self, data: Any) -> None:
+        text = data.decode() if isinstance(data, bytes) else str(data)
+        owner, _, session_id = text.partition("\n")
+        if owner == self.replica_id:
+            cancelled = self._cancel_local(session_id)
+            log.info(
+                "remote cancel", extra={"session_id": session_id[:128], "cancelled": cancelled}
+            )
