@@ -157,6 +157,8 @@ class Cluster:
                             "took over a thread from a dead replica",
                             extra={"thread_id": ticket.thread_id[:128], "replica": owner},
                         )
+                        # its running turns become interrupted before this one loads them
+                        await self.store.recover_orphans()
                         continue
             await asyncio.sleep(delay)
             delay = min(delay * 2, POLL_MAX)

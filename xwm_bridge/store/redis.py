@@ -264,9 +264,13 @@ class RedisStore:
         result: list[str] = await self._call(fix)
         return result
 
+    async def recover_orphans(self) -> list[str]:
+        """Interrupt ``running`` turns of replicas that died (never this one's)."""
+        return await self._recover(skip_own=True)
+
     async def prune(self) -> int:
         """Retention is key expiry; here only turns orphaned by dead replicas."""
-        await self._recover(skip_own=True)
+        await self.recover_orphans()
         return 0
 
     # --- the writer task -------------------------------------------------------------------
