@@ -27,6 +27,10 @@ INTERRUPTED = "interrupted"
 INTERRUPTED_MESSAGE = "turn interrupted: the bridge restarted while it was running"
 
 
+class StoreError(Exception):
+    """The store cannot be opened or reached; the message names it (never a password)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
     session_id: str

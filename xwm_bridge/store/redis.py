@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import orjson
 import redis.asyncio as aioredis
@@ -32,6 +33,7 @@ from xwm_bridge.store.base import (
     RUNNING,
     LedgerEntry,
     SessionRecord,
+    StoreError,
     StoreLimits,
     emitted_pos,
     recovered,
@@ -110,6 +112,8 @@ class RedisStore:
         self.lease_ttl = lease_ttl
         self.timeout = timeout
         self.replica_id = replica_id or uuid.uuid4().hex[:12]
+        parts = urlsplit(url)
+        self._where = f"{parts.hostname}:{parts.port or 6379}"  # never the password
         self.client: aioredis.Redis = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout
         )
@@ -126,8 +130,12 @@ class RedisStore:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        await asyncio.wait_for(self.client.ping(), self.timeout)
-        await self._beat()
+        try:
+            await asyncio.wait_for(self.client.ping(), self.timeout)
+            await self._beat()
+        except (OSError, TimeoutError, aioredis.RedisError) as exc:
+            await self.client.aclose()
+            raise StoreError(f"session store: cannot reach Redis at {self._where}: {exc}") from None
         loop = asyncio.get_running_loop()
         self._writer = loop.create_task(self._serve(), name="redis-store")
         self._heartbeat = loop.create_task(self._heartbeats(), name="redis-heartbeat")

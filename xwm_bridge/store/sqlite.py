@@ -29,6 +29,7 @@ from xwm_bridge.store.base import (
     RUNNING,
     LedgerEntry,
     SessionRecord,
+    StoreError,
     StoreLimits,
     emitted_pos,
     recovered,
@@ -97,10 +98,13 @@ class SQLiteStore:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._thread = threading.Thread(target=self._run, name="sqlite-store", daemon=True)
-        self._thread.start()
-        await asyncio.wait_for(asyncio.wrap_future(self._ready), READ_TIMEOUT)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._thread = threading.Thread(target=self._run, name="sqlite-store", daemon=True)
+            self._thread.start()
+            await asyncio.wait_for(asyncio.wrap_future(self._ready), READ_TIMEOUT)
+        except (OSError, sqlite3.Error, TimeoutError) as exc:
+            raise StoreError(f"session store: cannot open {self.path}: {exc}") from None
 
     async def close(self) -> None:
         if self._thread is None or self._closed:
