@@ -204,12 +204,11 @@ class Dispatcher:
         """Several replicas: a place in the thread's Redis queue, then the local queue."""
         assert self._cluster is not None
         cluster = self._cluster
-        async with cluster.ordering:  # Redis order and local order never disagree
-            ticket = await cluster.enqueue(sp.thread_id)
+        # Redis order and local order of a thread never disagree
+        async with cluster.ordering(sp.thread_id):
+            ticket = await cluster.enqueue(sp.thread_id, sp.session_id)
             try:
-                fut = self._queues.submit_nowait(
-                    sp.thread_id, cluster.wrap(ticket, sp.session_id, job)
-                )
+                fut = self._queues.submit_nowait(sp.thread_id, cluster.wrap(ticket, job))
             except BaseException:
                 await asyncio.shield(cluster.release(ticket))
                 raise

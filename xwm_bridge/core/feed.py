@@ -9,6 +9,8 @@ behind is marked overflowed and dropped (its client reconnects with
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,16 +21,29 @@ Entry = tuple[int, dict[str, Any]]
 class Subscription:
     session_id: str
     max_pending: int
-    queue: asyncio.Queue[Entry] = field(default_factory=asyncio.Queue)
+    pending: deque[Entry] = field(default_factory=deque)
+    _ready: asyncio.Event = field(default_factory=asyncio.Event)
     overflowed: bool = False
 
     def offer(self, entry: Entry) -> None:
         if self.overflowed:
             return
-        if self.queue.qsize() >= self.max_pending:
+        if len(self.pending) >= self.max_pending:
             self.overflowed = True
+            self._ready.set()  # wake the reader so it ends the stream
             return
-        self.queue.put_nowait(entry)
+        self.pending.append(entry)
+        self._ready.set()
+
+    async def next(self, wait_s: float) -> Entry | None:
+        """The next entry; None after ``wait_s`` seconds without one or on overflow."""
+        if not self.pending and not self.overflowed:
+            self._ready.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), wait_s)
+        if self.overflowed or not self.pending:
+            return None
+        return self.pending.popleft()
 
 
 class SessionFeed:

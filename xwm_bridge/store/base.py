@@ -118,7 +118,8 @@ class SessionStore(Protocol):
     ) -> list[tuple[int, dict[str, Any]]]:
         """``(pos, message)`` of the ledger entries sent after bridge update
         ``after_seq``, oldest first. The read is queued synchronously when the
-        coroutine is first awaited: it sees exactly the writes queued before."""
+        coroutine is first awaited: it sees every write queued before (the Redis
+        store may also show writes queued just after)."""
 
     async def recover(self) -> list[str]:
         """Mark turns left ``running`` by a dead process as interrupted; their ids."""

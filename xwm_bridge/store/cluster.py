@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,13 +38,15 @@ POLL_MIN = 0.005
 POLL_MAX = 0.1
 QUEUE_TTL_MS = 86_400_000
 
-# KEYS: queue, fence, holder; ARGV: ticket → fencing token if ticket is head, 0 if not,
-# -1 if the ticket is no longer queued
+# KEYS: queue, fence, holder, run; ARGV: ticket, replica id, run-key ttl ms → fencing
+# token if the ticket is head (the session is then marked running on this replica), 0 if
+# not, -1 if the ticket is no longer queued
 ACQUIRE = """
 local head = redis.call('LINDEX', KEYS[1], 0)
 if head == ARGV[1] then
   local token = redis.call('INCR', KEYS[2])
   redis.call('SET', KEYS[3], token)
+  redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
   return token
 end
 if redis.call('LPOS', KEYS[1], ARGV[1]) == false then return -1 end
@@ -54,8 +57,10 @@ POP_IF_HEAD = """
 if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then redis.call('LPOP', KEYS[1]); return 1 end
 return 0
 """
-# KEYS: queue; ARGV: ticket → remove it wherever it is
+# KEYS: queue, run; ARGV: ticket, replica id → remove the ticket wherever it is, and the
+# session's running mark if it is still this replica's
 RELEASE = """
+if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
 if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then redis.call('LPOP', KEYS[1]); return 1 end
 return redis.call('LREM', KEYS[1], 1, ARGV[1])
 """
@@ -69,6 +74,7 @@ class LeaseLostError(Exception):
 class Ticket:
     thread_id: str
     value: str
+    session_id: str
     fence: int = 0
     started: bool = False
     released: bool = False
@@ -83,7 +89,9 @@ class Cluster:
         self.store = store
         self.client = store.client
         self._cancel_local = cancel_local
-        self.ordering = asyncio.Lock()
+        self._ordering: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
         self._acquire = self.client.register_script(ACQUIRE)
         self._pop_if_head = self.client.register_script(POP_IF_HEAD)
         self._release = self.client.register_script(RELEASE)
@@ -92,6 +100,13 @@ class Cluster:
 
     def key(self, kind: str, name: str = "") -> str:
         return self.store.key(kind, name)
+
+    def ordering(self, thread_id: str) -> asyncio.Lock:
+        """Held while a turn takes its Redis place and its local place on ``thread_id``."""
+        lock = self._ordering.get(thread_id)
+        if lock is None:
+            lock = self._ordering[thread_id] = asyncio.Lock()
+        return lock
 
     @property
     def replica_id(self) -> str:
@@ -111,9 +126,9 @@ class Cluster:
 
     # --- tickets ----------------------------------------------------------------------------
 
-    async def enqueue(self, thread_id: str) -> Ticket:
-        """Take a place in the thread's cross-replica queue (call under ``ordering``)."""
-        ticket = Ticket(thread_id, f"{self.replica_id}:{uuid.uuid4().hex}")
+    async def enqueue(self, thread_id: str, session_id: str) -> Ticket:
+        """Take a place in the thread's cross-replica queue (call under ``ordering()``)."""
+        ticket = Ticket(thread_id, f"{self.replica_id}:{uuid.uuid4().hex}", session_id)
         qkey = self.key("q", thread_id)
         pipe = self.client.pipeline(transaction=True)
         pipe.rpush(qkey, ticket.value)
@@ -127,22 +142,22 @@ class Cluster:
             self.key("q", ticket.thread_id),
             self.key("fence", ticket.thread_id),
             self.key("holder", ticket.thread_id),
+            self.key("run", ticket.session_id),
         ]
+        args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
         delay = POLL_MIN
         timeout = self.store.timeout
         while True:
             if ticket.released:  # the caller gave up while the turn waited
                 raise LeaseLostError(ticket.thread_id)
-            token = int(
-                await asyncio.wait_for(self._acquire(keys=keys, args=[ticket.value]), timeout)
-            )
+            token = int(await asyncio.wait_for(self._acquire(keys=keys, args=args), timeout))
             if token > 0:
                 ticket.fence = token
                 ticket.started = True
                 self.store.fences[ticket.thread_id] = token
                 return token
             if token < 0:  # presumed dead while waiting (a long pause): queue again
-                async with self.ordering:
+                async with self.ordering(ticket.thread_id):
                     await asyncio.wait_for(self.client.rpush(keys[0], ticket.value), timeout)
                 continue
             head = await asyncio.wait_for(self.client.lindex(keys[0], 0), timeout)
@@ -171,26 +186,24 @@ class Cluster:
             del self.store.fences[ticket.thread_id]
         with contextlib.suppress(Exception):  # expiry cleans up if Redis is away
             await asyncio.wait_for(
-                self._release(keys=[self.key("q", ticket.thread_id)], args=[ticket.value]),
+                self._release(
+                    keys=[self.key("q", ticket.thread_id), self.key("run", ticket.session_id)],
+                    args=[ticket.value, self.replica_id],
+                ),
                 self.store.timeout,
             )
 
-    def wrap(self, ticket: Ticket, session_id: str, job: Job) -> Job:
-        """The turn as run by the local queue: lease, mark running, run, flush, release."""
+    def wrap(self, ticket: Ticket, job: Job) -> Job:
+        """The turn as run by the local queue: lease, run, flush its writes, release."""
 
         async def run() -> Any:
             try:
                 await self.acquire(ticket)
-                run_key = self.key("run", session_id)
-                await asyncio.wait_for(
-                    self.client.set(run_key, self.replica_id, px=QUEUE_TTL_MS), self.store.timeout
-                )
                 try:
                     return await job()
                 finally:
                     with contextlib.suppress(Exception):
                         await self.store.flush()  # the next holder reads this turn's writes
-                        await asyncio.wait_for(self.client.delete(run_key), self.store.timeout)
             finally:
                 await asyncio.shield(self.release(ticket))
 

@@ -2,7 +2,8 @@
 
 Same contract as the SQLite store. One task owns the ordering: writes are
 queued without blocking and sent in pipelined batches; a read is queued like a
-write and runs after every write queued before it. Keys (``prefix`` first):
+write and runs after every write queued before it (it may also see writes
+queued just after it, in the same batch). Keys (``prefix`` first):
 
 * ``s:<sid>``  hash — the record, plus ``owner``: the replica running its turn
 * ``l:<sid>``  list — ledger entries (JSON ``{p, t, ts, m}``), trimmed to the cap
@@ -202,16 +203,16 @@ class RedisStore:
         await self._call(noop)
 
     async def _ledger_seq(self, db: aioredis.Redis, sid: str) -> int:
-        raw = await db.lrange(self.key("l", sid), 0, -1)
-        return max((orjson.loads(x)["p"] // 2 for x in raw), default=0)
+        raw = await db.hget(self.key("s", sid), "ledger_seq")
+        return int(_text(raw) or 0)
 
     async def load(self, session_id: str) -> SessionRecord | None:
         async def read(db: aioredis.Redis) -> SessionRecord | None:
             h = await db.hgetall(self.key("s", session_id))
-            if not h:
+            if not h or b"thread_id" not in h:
                 return None
             record = _from_hash(session_id, h)
-            top = await self._ledger_seq(db, session_id)
+            top = int(_text(h.get(b"ledger_seq")) or 0)
             if top > record.seq:
                 record = replace(record, seq=top)
             return record
@@ -309,6 +310,8 @@ class RedisStore:
         pipe.rpush(lkey, item)
         pipe.ltrim(lkey, -self._limits.ledger_max_entries, -1)
         pipe.expire(lkey, int(self._limits.retention))
+        # the highest seq sent, so load() needs no ledger scan (positions only grow)
+        pipe.hset(self.key("s", sid), "ledger_seq", e.pos // 2)
 
     async def _flush(self, writes: list[Op]) -> None:
         if not writes:
@@ -329,27 +332,37 @@ class RedisStore:
         writes.clear()
 
     async def _serve(self) -> None:
+        """Per batch: every queued write in one pipeline, then every queued read at once.
+
+        A read sees every write queued before it, and possibly some queued after it
+        in the same batch (the catch-up stream de-duplicates that overlap); one
+        batch costs two round trips however many turns share it.
+        """
         while True:
             batch = [await self._ops.get()]
             while len(batch) < MAX_BATCH and not self._ops.empty():
                 batch.append(self._ops.get_nowait())
-            writes: list[Op] = []
-            for op in batch:
-                if op[0] in ("save", "append", "delete"):
-                    writes.append(op)
-                    continue
-                await self._flush(writes)
-                if op[0] == "stop":
-                    return
-                _, fn, fut = op
-                if fut.done():
-                    continue
-                try:
-                    value = await asyncio.wait_for(fn(self.client), self.timeout * 2)
-                except Exception as exc:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                else:
-                    if not fut.done():
-                        fut.set_result(value)
+            writes = [op for op in batch if op[0] in ("save", "append", "delete")]
+            reads = [op for op in batch if op[0] == "call"]
             await self._flush(writes)
+            await self._run_reads(reads)
+            if any(op[0] == "stop" for op in batch):
+                return
+
+    async def _run_reads(self, reads: list[Op]) -> None:
+        """Consecutive reads run concurrently (one round trip for all of them)."""
+        if reads:
+            await asyncio.gather(*(self._read(fn, fut) for _, fn, fut in reads))
+            reads.clear()
+
+    async def _read(self, fn: Call, fut: asyncio.Future[Any]) -> None:
+        if fut.done():
+            return
+        try:
+            value = await asyncio.wait_for(fn(self.client), self.timeout * 2)
+        except Exception as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+        else:
+            if not fut.done():
+                fut.set_result(value)

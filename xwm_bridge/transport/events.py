@@ -13,7 +13,6 @@ is or follows, so a reconnect resumes exactly after the last bridge update seen
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from typing import Any
@@ -22,6 +21,7 @@ from aiohttp import web
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.core.bridge import Bridge
+from xwm_bridge.core.feed import Subscription
 from xwm_bridge.transport.notify import OrderedSender
 
 KEEPALIVE_SECONDS = 15.0
@@ -39,6 +39,25 @@ def parse_after(header: str | None, query: str | None) -> int | None:
     if not raw.isdigit():
         return None
     return int(raw)
+
+
+def drop_overlap(missed: list[tuple[int, dict[str, Any]]], sub: Subscription) -> None:
+    """Drop live entries the stored read already returned.
+
+    Entries published after the subscription are queued in ``sub``; a store
+    read may include the first few of them (it can see writes queued just after
+    it). They are the read's tail and the queue's head: remove that overlap.
+    """
+    queued = list(sub.pending)
+    if not queued or not missed:
+        return
+    key = [(pos, jsonrpc.dumps(m)) for pos, m in queued]
+    tail = [(pos, jsonrpc.dumps(m)) for pos, m in missed[-len(queued) :]]
+    for j in range(min(len(key), len(tail)), 0, -1):
+        if tail[-j:] == key[:j]:
+            for _ in range(j):
+                sub.pending.popleft()
+            return
 
 
 async def stream_events(
@@ -60,12 +79,14 @@ async def stream_events(
             **headers,
         },
     )
-    # subscribe and queue the ledger read with no await in between: the read sees
-    # exactly the entries recorded before the subscription, the subscription the rest
+    # subscribe and queue the ledger read with no await in between: the read sees every
+    # entry recorded before the subscription, the subscription every one after
     sub = sessions.feed.subscribe(session_id) if follow else None
     try:
         limit = bridge.config.store.ledger_max_entries
         missed = await sessions.store.replay(session_id, after, limit)
+        if sub is not None:
+            drop_overlap(missed, sub)
         await stream.prepare(request)
         sender = OrderedSender(stream.write, timeout=send_timeout)
         for pos, message in missed:
@@ -77,12 +98,12 @@ async def stream_events(
         while not sender.broken and not bridge.supervisor.closing and not sub.overflowed:
             if time.monotonic() >= deadline:
                 break
-            try:
-                pos, message = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_SECONDS)
-            except TimeoutError:
-                await sender.send_bytes(b": keep-alive\n\n")
+            entry = await sub.next(KEEPALIVE_SECONDS)
+            if entry is None:
+                if not sub.overflowed:
+                    await sender.send_bytes(b": keep-alive\n\n")
                 continue
-            await sender.send_bytes(event_bytes(pos, message))
+            await sender.send_bytes(event_bytes(*entry))
     finally:
         if sub is not None:
             sessions.feed.unsubscribe(sub)
