@@ -44,6 +44,8 @@ class Bridge:
         self.cluster = (
             Cluster(store, self.sessions.cancel) if isinstance(store, RedisStore) else None
         )
+        if self.cluster is not None:
+            self.sessions.must_reload = self.cluster.must_reload
         self.queues = ThreadQueues(self.supervisor, max_depth=config.limits.max_queue_depth)
         self.metrics = Metrics()
         self.metrics.bind_state(

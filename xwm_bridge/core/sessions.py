@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,8 +98,10 @@ class TurnHandle:
 class SessionRegistry:
     def __init__(self, store: SessionStore | None = None, *, shared: bool = False) -> None:
         self.store: SessionStore = store if store is not None else MemoryStore()
-        #: other replicas write the same store: reload the record at every turn start
+        #: other replicas write the same store: reload the record at turn start unless
+        #: ``must_reload(thread_id)`` says this replica ran the thread's previous turn
         self.shared = shared
+        self.must_reload: Callable[[str], bool] = lambda thread_id: True
         self.feed = SessionFeed()
         self._sessions: dict[str, Session] = {}
         self._running: dict[str, TurnHandle] = {}
@@ -117,7 +120,7 @@ class SessionRegistry:
 
     async def load(self, session_id: str, thread_id: str) -> Session:
         """The live session, else the one persisted by an earlier process, else a new one."""
-        if self.shared or session_id not in self._sessions:
+        if session_id not in self._sessions or (self.shared and self.must_reload(thread_id)):
             record = await self.store.load(session_id)
             live = self._sessions.get(session_id)
             if record is not None and live is None:

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,9 +35,10 @@ from typing import Any
 from xwm_bridge.store.redis import RedisStore
 
 log = logging.getLogger("xwm_bridge.cluster")
-POLL_MIN = 0.005
+POLL_MIN = 0.002
 POLL_MAX = 0.1
 QUEUE_TTL_MS = 86_400_000
+MAX_REMEMBERED_THREADS = 65_536
 
 # KEYS: queue, fence, holder, run; ARGV: ticket, replica id, run-key ttl ms → fencing
 # token if the ticket is head (the session is then marked running on this replica), 0 if
@@ -50,6 +52,19 @@ if head == ARGV[1] then
   return token
 end
 if redis.call('LPOS', KEYS[1], ARGV[1]) == false then return -1 end
+return 0
+"""
+# KEYS: queue, fence, holder, run; ARGV: ticket, replica id, ttl ms → push the ticket;
+# granted at once (fencing token) when it is the head, else 0
+ENQUEUE = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[3], token)
+  redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
+  return token
+end
 return 0
 """
 # KEYS: queue; ARGV: expected head → 1 if popped
@@ -92,10 +107,16 @@ class Cluster:
         self._ordering: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+        self._enqueue = self.client.register_script(ENQUEUE)
         self._acquire = self.client.register_script(ACQUIRE)
         self._pop_if_head = self.client.register_script(POP_IF_HEAD)
         self._release = self.client.register_script(RELEASE)
         self._listener: asyncio.Task[None] | None = None
+        #: thread → the fencing token this replica last released it with (bounded)
+        self._last_token: OrderedDict[str, int] = OrderedDict()
+        #: threads whose running turn follows this replica's own previous turn: no other
+        #: replica wrote in between, so the in-memory session is current
+        self._fresh: set[str] = set()
         self._ready = asyncio.Event()
 
     def key(self, kind: str, name: str = "") -> str:
@@ -126,24 +147,30 @@ class Cluster:
 
     # --- tickets ----------------------------------------------------------------------------
 
-    async def enqueue(self, thread_id: str, session_id: str) -> Ticket:
-        """Take a place in the thread's cross-replica queue (call under ``ordering()``)."""
-        ticket = Ticket(thread_id, f"{self.replica_id}:{uuid.uuid4().hex}", session_id)
-        qkey = self.key("q", thread_id)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.rpush(qkey, ticket.value)
-        pipe.pexpire(qkey, QUEUE_TTL_MS)
-        await asyncio.wait_for(pipe.execute(), self.store.timeout)
-        return ticket
-
-    async def acquire(self, ticket: Ticket) -> int:
-        """Wait until ``ticket`` heads its thread's queue; pop dead replicas' heads."""
-        keys = [
+    def _lease_keys(self, ticket: Ticket) -> list[str]:
+        return [
             self.key("q", ticket.thread_id),
             self.key("fence", ticket.thread_id),
             self.key("holder", ticket.thread_id),
             self.key("run", ticket.session_id),
         ]
+
+    async def enqueue(self, thread_id: str, session_id: str) -> Ticket:
+        """Take a place in the thread's cross-replica queue (call under ``ordering()``);
+        an idle thread's lease is granted in the same round trip."""
+        ticket = Ticket(thread_id, f"{self.replica_id}:{uuid.uuid4().hex}", session_id)
+        args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
+        token = await asyncio.wait_for(
+            self._enqueue(keys=self._lease_keys(ticket), args=args), self.store.timeout
+        )
+        ticket.fence = int(token)
+        return ticket
+
+    async def acquire(self, ticket: Ticket) -> int:
+        """Wait until ``ticket`` heads its thread's queue; pop dead replicas' heads."""
+        if ticket.fence > 0:  # granted when it was queued
+            return self._granted(ticket, ticket.fence)
+        keys = self._lease_keys(ticket)
         args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
         delay = POLL_MIN
         timeout = self.store.timeout
@@ -152,10 +179,7 @@ class Cluster:
                 raise LeaseLostError(ticket.thread_id)
             token = int(await asyncio.wait_for(self._acquire(keys=keys, args=args), timeout))
             if token > 0:
-                ticket.fence = token
-                ticket.started = True
-                self.store.fences[ticket.thread_id] = token
-                return token
+                return self._granted(ticket, token)
             if token < 0:  # presumed dead while waiting (a long pause): queue again
                 async with self.ordering(ticket.thread_id):
                     await asyncio.wait_for(self.client.rpush(keys[0], ticket.value), timeout)
@@ -178,34 +202,49 @@ class Cluster:
             await asyncio.sleep(delay)
             delay = min(delay * 2, POLL_MAX)
 
+    def _granted(self, ticket: Ticket, token: int) -> int:
+        ticket.fence = token
+        ticket.started = True
+        self.store.fences[ticket.thread_id] = token
+        if self._last_token.get(ticket.thread_id) == token - 1:
+            self._fresh.add(ticket.thread_id)
+        else:
+            self._fresh.discard(ticket.thread_id)
+        return token
+
+    def must_reload(self, thread_id: str) -> bool:
+        """Whether a turn on ``thread_id`` must re-read its session from Redis."""
+        return thread_id not in self._fresh
+
     async def release(self, ticket: Ticket) -> None:
+        """Give the thread to the next ticket, after this turn's queued session writes."""
         if ticket.released:
             return
         ticket.released = True
         if self.store.fences.get(ticket.thread_id) == ticket.fence:
             del self.store.fences[ticket.thread_id]
-        with contextlib.suppress(Exception):  # expiry cleans up if Redis is away
-            await asyncio.wait_for(
-                self._release(
-                    keys=[self.key("q", ticket.thread_id), self.key("run", ticket.session_id)],
-                    args=[ticket.value, self.replica_id],
-                ),
-                self.store.timeout,
-            )
+        if ticket.started:
+            self._fresh.discard(ticket.thread_id)
+            self._last_token[ticket.thread_id] = ticket.fence
+            self._last_token.move_to_end(ticket.thread_id)
+            while len(self._last_token) > MAX_REMEMBERED_THREADS:
+                self._last_token.popitem(last=False)
+        keys = [self.key("q", ticket.thread_id), self.key("run", ticket.session_id)]
+        done = self.store.queue_eval(RELEASE, keys, [ticket.value, self.replica_id])
+        # answered only once released: a cancel sent after the answer finds nothing running
+        with contextlib.suppress(TimeoutError):  # queued already: only the wait ends
+            await asyncio.wait_for(asyncio.shield(done), self.store.timeout)
 
     def wrap(self, ticket: Ticket, job: Job) -> Job:
-        """The turn as run by the local queue: lease, run, flush its writes, release."""
+        """The turn as run by the local queue: lease, run, release (ordered after the
+        turn's writes, so the next holder reads them)."""
 
         async def run() -> Any:
             try:
                 await self.acquire(ticket)
-                try:
-                    return await job()
-                finally:
-                    with contextlib.suppress(Exception):
-                        await self.store.flush()  # the next holder reads this turn's writes
+                return await job()
             finally:
-                await asyncio.shield(self.release(ticket))
+                await self.release(ticket)
 
         return run
 

@@ -44,15 +44,24 @@ log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
 MAX_BATCH = 1024
 Op = tuple[Any, ...]
-# KEYS: fence, record, running; ARGV: token, expire-at ms, session id, running 0/1, fields…
-# a record write of a turn whose fencing token is stale (its lease was taken over) is dropped
-FENCED_SAVE = """
+# KEYS: fence, record, running; ARGV: token (0 = unfenced), expire-at ms, session id,
+# running 0/1, fields… — a record write of a turn whose fencing token is stale (its lease
+# was taken over) is dropped. One command per save keeps the client's CPU per turn low.
+SAVE = """
 local current = redis.call('GET', KEYS[1])
-if current and tonumber(current) > tonumber(ARGV[1]) then return 0 end
+if ARGV[1] ~= '0' and current and tonumber(current) > tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[2], unpack(ARGV, 5))
 redis.call('PEXPIREAT', KEYS[2], ARGV[2])
 if ARGV[4] == '1' then redis.call('SADD', KEYS[3], ARGV[3])
 else redis.call('SREM', KEYS[3], ARGV[3]) end
+return 1
+"""
+# KEYS: ledger, record; ARGV: cap, ttl s, seq, entries…
+APPEND = """
+redis.call('RPUSH', KEYS[1], unpack(ARGV, 4))
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[1]), -1)
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[2], 'ledger_seq', ARGV[3])
 return 1
 """
 Call = Callable[[aioredis.Redis], Awaitable[Any]]
@@ -265,7 +274,7 @@ class RedisStore:
                 fixed, entry = recovered(record, await self._ledger_seq(db, sid))
                 pipe = db.pipeline(transaction=True)
                 self._queue_save(pipe, fixed)
-                self._queue_append(pipe, sid, entry)
+                self._queue_append(pipe, sid, [entry])
                 await pipe.execute()
                 ids.append(sid)
             return ids
@@ -288,47 +297,59 @@ class RedisStore:
         skey = self.key("s", r.session_id)
         owner = self.replica_id if r.last_turn_status == RUNNING else ""
         expire_at = int((r.updated_at + self._limits.retention) * 1000)
-        if fence:
-            fields: list[Any] = []
-            for name, value in _to_hash(r, owner).items():
-                fields += [name, value]
-            running = "1" if r.last_turn_status == RUNNING else "0"
-            keys = [self.key("fence", r.thread_id), skey, self.key("running")]
-            args = [fence, expire_at, r.session_id, running, *fields]
-            pipe.eval(FENCED_SAVE, len(keys), *keys, *args)
-            return
-        pipe.hset(skey, mapping=_to_hash(r, owner))
-        pipe.pexpireat(skey, expire_at)
-        if r.last_turn_status == RUNNING:
-            pipe.sadd(self.key("running"), r.session_id)
-        else:
-            pipe.srem(self.key("running"), r.session_id)
+        fields: list[Any] = []
+        for name, value in _to_hash(r, owner).items():
+            fields += [name, value]
+        running = "1" if r.last_turn_status == RUNNING else "0"
+        keys = [self.key("fence", r.thread_id), skey, self.key("running")]
+        pipe.eval(SAVE, len(keys), *keys, fence, expire_at, r.session_id, running, *fields)
 
-    def _queue_append(self, pipe: Any, sid: str, e: LedgerEntry) -> None:
-        lkey = self.key("l", sid)
-        item = orjson.dumps({"p": e.pos, "t": e.turn_id, "ts": e.ts, "m": e.message})
-        pipe.rpush(lkey, item)
-        pipe.ltrim(lkey, -self._limits.ledger_max_entries, -1)
-        pipe.expire(lkey, int(self._limits.retention))
-        # the highest seq sent, so load() needs no ledger scan (positions only grow)
-        pipe.hset(self.key("s", sid), "ledger_seq", e.pos // 2)
+    def _queue_append(self, pipe: Any, sid: str, entries: list[LedgerEntry]) -> None:
+        """One command for consecutive entries of one session."""
+        items = [
+            orjson.dumps({"p": e.pos, "t": e.turn_id, "ts": e.ts, "m": e.message}) for e in entries
+        ]
+        cap, ttl = self._limits.ledger_max_entries, int(self._limits.retention)
+        top = max(e.pos for e in entries) // 2  # ledger_seq: load() needs no ledger scan
+        pipe.eval(APPEND, 2, self.key("l", sid), self.key("s", sid), cap, ttl, top, *items)
+
+    def queue_eval(
+        self, script: str, keys: list[str], args: list[str | int]
+    ) -> asyncio.Future[None]:
+        """Queue a script with the writes: it runs after every write queued before it.
+        The future resolves once the batch holding it has been sent."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ops.put_nowait(("eval", script, keys, args, done))
+        return done
 
     async def _flush(self, writes: list[Op]) -> None:
         if not writes:
             return
         pipe = self.client.pipeline(transaction=False)
+        appends: dict[str, list[LedgerEntry]] = {}
         for op in writes:
+            if op[0] == "append":  # a run of appends: one command per session
+                appends.setdefault(op[1], []).append(op[2])
+                continue
+            for sid, entries in appends.items():
+                self._queue_append(pipe, sid, entries)
+            appends.clear()
             if op[0] == "save":
                 self._queue_save(pipe, op[1], op[2])
-            elif op[0] == "append":
-                self._queue_append(pipe, op[1], op[2])
+            elif op[0] == "eval":
+                pipe.eval(op[1], len(op[2]), *op[2], *op[3])
             else:
                 pipe.delete(self.key("s", op[1]), self.key("l", op[1]))
                 pipe.srem(self.key("running"), op[1])
+        for sid, entries in appends.items():
+            self._queue_append(pipe, sid, entries)
         try:
             await asyncio.wait_for(pipe.execute(), self.timeout)
         except Exception:
             log.exception("session store write failed", extra={"ops": len(writes)})
+        for op in writes:
+            if op[0] == "eval" and not op[4].done():
+                op[4].set_result(None)
         writes.clear()
 
     async def _serve(self) -> None:
@@ -342,7 +363,7 @@ class RedisStore:
             batch = [await self._ops.get()]
             while len(batch) < MAX_BATCH and not self._ops.empty():
                 batch.append(self._ops.get_nowait())
-            writes = [op for op in batch if op[0] in ("save", "append", "delete")]
+            writes = [op for op in batch if op[0] in ("save", "append", "delete", "eval")]
             reads = [op for op in batch if op[0] == "call"]
             await self._flush(writes)
             await self._run_reads(reads)
