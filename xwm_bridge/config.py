@@ -229,7 +229,8 @@ class StoreConfig:
     #: ``sqlite`` (a file under ``state_dir``), ``redis`` (shared by replicas) or
     #: ``memory`` (nothing survives a restart).
     backend: str = "sqlite"
-    #: directory of the SQLite file; empty = ``$XDG_STATE_HOME/xwm-bridge`` or ``./state``.
+    #: directory of the SQLite file; empty = ``$XDG_STATE_HOME/xwm-bridge``,
+    #: ``~/.local/state/xwm-bridge`` or ``./state``.
     state_dir: str = ""
     #: notifications kept per session for ``session.replay``.
     ledger_max_entries: int = 512

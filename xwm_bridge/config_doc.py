@@ -61,7 +61,7 @@ DESCRIPTIONS: dict[str, str] = {
     "limits.bootstrap_timeout": "seconds for the accounts service call",
     "limits.shutdown_grace": "seconds running turns may finish after SIGTERM before being cancelled",
     "store.backend": "session store: `sqlite` (file under `state_dir`, survives restarts), `redis` (shared by several replicas) or `memory`",
-    "store.state_dir": "directory of `sessions.db`; empty = `$XDG_STATE_HOME/xwm-bridge`, else `./state`",
+    "store.state_dir": "directory of `sessions.db`; empty = `$XDG_STATE_HOME/xwm-bridge`, else `~/.local/state/xwm-bridge`, else `./state`",
     "store.ledger_max_entries": "notifications kept per session for `session.replay` and the SSE catch-up stream",
     "store.ledger_max_age": "seconds a ledger notification is kept",
     "store.retention": "seconds an untouched session stays in the store (idle sessions leave memory after `limits.session_idle_ttl` but can still be continued)",

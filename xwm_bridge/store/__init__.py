@@ -13,13 +13,21 @@ DB_NAME = "sessions.db"
 
 
 def state_dir(config: BridgeConfig, env: dict[str, str] | None = None) -> Path:
-    """``store.state_dir``, else ``$XDG_STATE_HOME/xwm-bridge``, else ``./state``."""
+    """``store.state_dir``, else ``$XDG_STATE_HOME/xwm-bridge``, else the XDG default
+    ``$HOME/.local/state/xwm-bridge``, else ``./state`` (no usable home).
+
+    Not the working directory first: ``acp-stdio`` is started by desktop apps from
+    any directory, often a project checkout that must not collect a database.
+    """
     env = dict(os.environ) if env is None else env
     if config.store.state_dir:
         return Path(config.store.state_dir)
     xdg = env.get("XDG_STATE_HOME", "").strip()
-    if xdg:
+    if xdg and os.path.isabs(xdg):
         return Path(xdg) / "xwm-bridge"
+    home = env.get("HOME", "").strip()
+    if home and os.path.isabs(home) and os.path.isdir(home):
+        return Path(home) / ".local" / "state" / "xwm-bridge"
     return Path("state")
 
 
