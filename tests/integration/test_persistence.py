@@ -206,3 +206,51 @@ async def test_stdio_agent_session_is_reloaded_after_a_restart(
     assert again["result"]["output"] == "agent says: back"
     # the new agent process resumed the old ACP session instead of opening a new one
     assert again["result"]["agentSessionId"] == acp_sid
+
+
+async def test_sigterm_mid_turn_records_the_turn_interrupted(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """A clean shutdown that has to cancel a turn after the grace period records it as
+    interrupted (not as a client's cancel), and the session continues after a restart."""
+    state = tmp_path / "state"
+    env = provider_env(fake_upstream.url, XWM_STATE_DIR=str(state))
+    cfg = {"limits": {"shutdown_grace": 0.3}}
+    bp = await start_bridge(env=env, config=cfg, tmp=tmp_path)
+    turn = asyncio.get_running_loop().create_task(
+        rpc(http, bp.rpc_url, "session.start", session_params("g1", "slow:30000 long"))
+    )
+    await wait_until(lambda: "g1" in fake_upstream.state.active, within=10)
+    assert await bp.stop(signal.SIGTERM) == 0
+    reply = await asyncio.wait_for(turn, 10)
+    assert reply["result"]["success"] is False
+    assert stored(state, "g1")["last_turn_status"] == "interrupted"
+
+    bp2 = await start_bridge(env=env, config=cfg, tmp=tmp_path)
+    again = await rpc(http, bp2.rpc_url, "session.message", session_params("g1", "next"))
+    assert again["result"]["success"] is True
+    replay = (await rpc(http, bp2.rpc_url, "session.replay", {"sessionId": "g1"}))["result"]
+    assert replay["lastTurnStatus"] == "completed"
+    assert stored(state, "g1")["history"] == ["slow:30000 long", "next"]
+
+
+async def test_memory_backend_writes_nothing(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    env = provider_env(fake_upstream.url, XWM_STATE_DIR=str(state), XWM_SESSION_STORE="memory")
+    bp = await start_bridge(env=env)
+    await rpc(http, bp.rpc_url, "session.start", session_params("m1", "one"))
+    replay = (await rpc(http, bp.rpc_url, "session.replay", {"sessionId": "m1"}))["result"]
+    assert replay["found"] is True and replay["notifications"]  # the ledger is in memory
+    await bp.stop(signal.SIGTERM)
+    assert not state.exists()
+    bp2 = await start_bridge(env=env)
+    gone = (await rpc(http, bp2.rpc_url, "session.replay", {"sessionId": "m1"}))["result"]
+    assert gone["found"] is False
