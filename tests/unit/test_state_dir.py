@@ -24,3 +24,8 @@ def test_xdg_state_home_then_home_then_cwd(tmp_path: Path) -> None:
     )
     assert state_dir(cfg, {"HOME": "/nonexistent"}) == Path("state")
     assert state_dir(dataclasses.replace(cfg), {}) == Path("state")
+
+
+def test_redis_password_is_a_secret() -> None:
+    cfg = BridgeConfig(store=StoreConfig(redis_url="redis://:s3cret-pw@redis:6379/0"))
+    assert "s3cret-pw" in cfg.secrets()

@@ -38,6 +38,9 @@ from xwm_bridge.store.base import (
 log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
 MAX_BATCH = 2048
+#: how long queued writes wait to share one transaction; the durability window
+#: of a ``kill -9``
+GROUP_COMMIT_S = 0.01
 CLOSE_TIMEOUT = 30.0
 READ_TIMEOUT = 30.0
 
@@ -94,6 +97,9 @@ class SQLiteStore:
         self._thread: threading.Thread | None = None
         self._ready: Future[None] = Future()
         self._closed = False
+        self._wake = threading.Event()
+        #: ledger entries added per session since its last trim (store thread only)
+        self._untrimmed: dict[str, int] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -111,6 +117,7 @@ class SQLiteStore:
             return
         self._closed = True
         self._ops.put(_STOP)
+        self._wake.set()
         thread = self._thread
         await asyncio.wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
 
@@ -132,6 +139,7 @@ class SQLiteStore:
             raise RuntimeError("session store is not running")
         fut: Future[T] = Future()
         self._ops.put(("call", fn, fut))
+        self._wake.set()
         return await asyncio.wait_for(asyncio.wrap_future(fut), READ_TIMEOUT)
 
     async def load(self, session_id: str) -> SessionRecord | None:
@@ -153,12 +161,14 @@ class SQLiteStore:
         self, session_id: str, after_seq: int, limit: int
     ) -> list[tuple[int, dict[str, Any]]]:
         horizon = time.time() - self._limits.ledger_max_age
+        cap = self._limits.ledger_max_entries
 
         def read(db: sqlite3.Connection) -> list[tuple[int, dict[str, Any]]]:
             rows = db.execute(
-                "SELECT pos, message FROM ledger WHERE session_id = ? AND pos > ? AND ts >= ?"
-                " ORDER BY id LIMIT ?",
-                (session_id, emitted_pos(after_seq), horizon, limit),
+                "SELECT pos, message FROM (SELECT id, pos, message, ts FROM ledger"
+                " WHERE session_id = ? ORDER BY id DESC LIMIT ?)"
+                " WHERE pos > ? AND ts >= ? ORDER BY id LIMIT ?",
+                (session_id, cap, emitted_pos(after_seq), horizon, limit),
             ).fetchall()
             return [(int(r[0]), orjson.loads(r[1])) for r in rows]
 
@@ -221,6 +231,11 @@ class SQLiteStore:
     def _serve(self, db: sqlite3.Connection) -> None:
         while True:
             batch = [self._ops.get()]
+            if batch[0][0] not in ("call", "stop"):
+                # group commit: let writes gather for GROUP_COMMIT_S (one transaction, and
+                # no thread wake-up per write); a read or stop cuts the wait short
+                self._wake.wait(GROUP_COMMIT_S)
+            self._wake.clear()
             while len(batch) < MAX_BATCH:
                 try:
                     batch.append(self._ops.get_nowait())
@@ -253,7 +268,7 @@ class SQLiteStore:
         writes.clear()
 
     def _apply(self, db: sqlite3.Connection, writes: list[Op]) -> None:
-        touched: set[str] = set()
+        touched: dict[str, int] = {}
         db.execute("BEGIN")
         try:
             for op in writes:
@@ -261,11 +276,19 @@ class SQLiteStore:
                     _upsert(db, op[1])
                 elif op[0] == "append":
                     _insert_entry(db, op[1], op[2])
-                    touched.add(op[1])
+                    touched[op[1]] = touched.get(op[1], 0) + 1
                 else:
                     _delete(db, op[1])
+                    self._untrimmed.pop(op[1], None)
+            # trim a session's ledger every cap/8 entries, not per batch (replay reads
+            # only the newest `cap` entries, so the slack is never visible)
             cap = self._limits.ledger_max_entries
-            for sid in touched:
+            for sid, added in touched.items():
+                pending = self._untrimmed.get(sid, 0) + added
+                if pending < max(1, cap // 8):
+                    self._untrimmed[sid] = pending
+                    continue
+                self._untrimmed.pop(sid, None)
                 db.execute(
                     "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT id FROM ledger"
                     " WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
