@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,15 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 EXPLICIT = {"routingMode": "explicit", "explicitExecutionTarget": "singleAgent"}
 
 
+#: every daemon gets its own session-store directory unless the test passes one
+#: (restart tests pass the same XWM_STATE_DIR to both processes)
+_STATE_ROOT = tempfile.TemporaryDirectory(prefix="xwm-test-state-")
+
+
+def fresh_state_dir() -> str:
+    return tempfile.mkdtemp(dir=_STATE_ROOT.name)
+
+
 def base_env(**extra: str) -> dict[str, str]:
     env = {
         k: v
@@ -34,6 +44,7 @@ def base_env(**extra: str) -> dict[str, str]:
     }
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONUNBUFFERED"] = "1"
+    env["XWM_STATE_DIR"] = fresh_state_dir()
     env.update(extra)
     return env
 

@@ -22,6 +22,7 @@ from xwm_bridge.config import (
     load_config,
 )
 from xwm_bridge.observability.logging import setup_logging
+from xwm_bridge.store.base import StoreError
 
 log = logging.getLogger("xwm_bridge")
 
@@ -161,7 +162,11 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
 
         bridge = AdapterBridge(cfg, adapter)
         transport_cls = AdapterTransport
-    await bridge.start()
+    try:
+        await bridge.start()
+    except StoreError as exc:
+        click.echo(f"xwm-bridge: {exc}", err=True)
+        return EXIT_CONFIG
     transport = transport_cls(bridge)
     app = transport.app()
     runner = web.AppRunner(
@@ -229,7 +234,11 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
     from xwm_bridge.transport.stdio import StdioServer, stdin_reader, stdout_writer
 
     bridge = Bridge(cfg)
-    await bridge.start()
+    try:
+        await bridge.start()
+    except StoreError as exc:
+        click.echo(f"xwm-bridge: {exc}", err=True)
+        return EXIT_CONFIG
     server = StdioServer(
         bridge.dispatcher,
         stdin_reader(),

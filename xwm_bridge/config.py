@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -246,6 +247,36 @@ class GatewayConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Session persistence (issue 6): where sessions and their ledgers survive restarts."""
+
+    #: ``sqlite`` (a file under ``state_dir``), ``redis`` (shared by replicas) or
+    #: ``memory`` (nothing survives a restart).
+    backend: str = "sqlite"
+    #: directory of the SQLite file; empty = ``$XDG_STATE_HOME/xwm-bridge``,
+    #: ``~/.local/state/xwm-bridge`` or ``./state``.
+    state_dir: str = ""
+    #: notifications kept per session for ``session.replay``.
+    ledger_max_entries: int = 512
+    #: seconds a ledger entry is kept.
+    ledger_max_age: float = 3600.0
+    #: seconds an untouched session is kept in the store.
+    retention: float = 7 * 86400.0
+    #: most notifications one ``session.replay`` returns.
+    replay_max_items: int = 1000
+    #: ``redis://[:password@]host:port/db`` of the shared store (backend ``redis``).
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "xwm:"
+    #: deadline of every Redis command.
+    redis_timeout: float = 5.0
+    #: seconds after which a dead replica's liveness and thread leases expire.
+    lease_ttl: float = 10.0
+
+
+STORE_BACKENDS = ("sqlite", "redis", "memory")
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: str = ""
@@ -276,6 +307,7 @@ class BridgeConfig:
     mounts: MountsConfig = field(default_factory=MountsConfig)
     agents: AgentsConfig = field(default_factory=AgentsConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 
     @property
@@ -308,6 +340,7 @@ class BridgeConfig:
         values += [p.auth_header or "" for p in self.providers]
         values += [self.multi_agent.api_key, self.toolbridge.llm_api_key]
         values.append(self.toolbridge.vault_token)
+        values.append(urlsplit(self.store.redis_url).password or "")
         # stdio agents' environment commonly carries API keys
         values += [item.split("=", 1)[1] for p in self.providers for item in p.env if "=" in item]
         out: list[str] = []
@@ -358,6 +391,9 @@ NESTED_ENV_VARS: dict[str, str] = {
     "router.llm_api_key": "LLM_API_KEY",
     "router.find_skills_bin": "ACP_FIND_SKILLS_BIN",
     "router.install_skill_bin": "ACP_INSTALL_SKILL_BIN",
+    "store.backend": "XWM_SESSION_STORE",
+    "store.state_dir": "XWM_STATE_DIR",
+    "store.redis_url": "XWM_REDIS_URL",
 }
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
 _LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":", "client_tokens": ","}
@@ -650,5 +686,13 @@ def _validate(config: BridgeConfig) -> None:
             raise ConfigError(f"gateway.{name}: must be greater than 0")
     if gw.backoff_max < gw.backoff_initial:
         raise ConfigError("gateway.backoff_max: must not be less than gateway.backoff_initial")
+    if config.store.backend not in STORE_BACKENDS:
+        raise ConfigError(f"store.backend: must be one of {', '.join(STORE_BACKENDS)}")
+    if config.store.ledger_max_entries <= 0 or config.store.replay_max_items <= 0:
+        raise ConfigError("store: ledger_max_entries and replay_max_items must be greater than 0")
+    if config.store.ledger_max_age <= 0 or config.store.retention <= 0:
+        raise ConfigError("store: ledger_max_age and retention must be greater than 0")
+    if config.store.redis_timeout <= 0 or config.store.lease_ttl < 1:
+        raise ConfigError("store: redis_timeout must be > 0 and lease_ttl at least 1 second")
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")

@@ -163,7 +163,9 @@ class Processes:
             path.write_text(json.dumps(config))  # JSON is YAML
             args += ["--config", str(path)]
         env = self.env(
-            ACP_AUTH_TOKEN=token, XWM_PROVIDER_CODEX_URL=f"http://127.0.0.1:{upstream.port}"
+            ACP_AUTH_TOKEN=token,
+            XWM_PROVIDER_CODEX_URL=f"http://127.0.0.1:{upstream.port}",
+            XWM_STATE_DIR=str(self.workdir / "state"),  # the session store of this run
         )
         svc = self._spawn("bridge", args, env, stdout=subprocess.DEVNULL)
         assert svc.log_path is not None

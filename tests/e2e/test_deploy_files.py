@@ -67,3 +67,43 @@ def test_compose_file_is_valid() -> None:
     for mount in services["nginx"]["volumes"]:
         source = mount["source"] if isinstance(mount, dict) else mount.split(":")[0]
         assert os.path.exists(source), source
+
+
+def test_replicas_compose_file_is_valid() -> None:
+    """Two bridges on one Redis behind nginx (issue 6)."""
+    tool = shutil.which("docker-compose")
+    if tool is None:
+        if os.environ.get("CI") == "true":
+            raise AssertionError("docker-compose is required in CI (.ci/run installs it)")
+        pytest.skip("docker-compose is not installed (apt-get install docker-compose)")
+    env = {**os.environ, "ACP_AUTH_TOKEN": "x"}
+    out = subprocess.run(
+        [tool, "-f", str(ROOT / "docker-compose.replicas.yml"), "config"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    services = yaml.safe_load(out.stdout)["services"]
+    assert set(services) == {"redis", "fake-upstream", "bridge-1", "bridge-2", "nginx"}
+    for name in ("bridge-1", "bridge-2"):
+        env_of = services[name]["environment"]
+        assert env_of["XWM_SESSION_STORE"] == "redis"
+        assert env_of["XWM_REDIS_URL"] == "redis://redis:6379/0"
+    conf = (DEPLOY / "nginx" / "replicas.conf").read_text()
+    assert "server bridge-1:8787" in conf and "server bridge-2:8787" in conf
+    for mount in services["nginx"]["volumes"]:
+        source = mount["source"] if isinstance(mount, dict) else mount.split(":")[0]
+        assert os.path.exists(source), source
+
+
+def test_images_keep_the_session_store_on_a_writable_path() -> None:
+    assert "XWM_STATE_DIR=/var/lib/xwm-bridge" in (ROOT / "Dockerfile").read_text()
+    unit = (DEPLOY / "systemd" / "xwm-bridge.service").read_text()
+    assert "XWM_STATE_DIR=/var/lib/xwm-bridge" in unit and "StateDirectory=xwm-bridge" in unit
+    docs = list(yaml.safe_load_all((DEPLOY / "k8s" / "xwm-bridge.yaml").read_text()))
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert "/var/lib/xwm-bridge" in mounts

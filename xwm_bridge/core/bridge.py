@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 import aiohttp
 
@@ -23,8 +24,12 @@ from xwm_bridge.providers.stdio.executor import ProviderKindExecutor, StdioAgent
 from xwm_bridge.providers.stdio.permissions import PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.router.service import Router
+from xwm_bridge.store import open_store
+from xwm_bridge.store.cluster import Cluster
+from xwm_bridge.store.redis import RedisStore
 
 log = logging.getLogger("xwm_bridge.bridge")
+PRUNE_INTERVAL = 300.0
 
 
 class Bridge:
@@ -33,7 +38,15 @@ class Bridge:
     def __init__(self, config: BridgeConfig) -> None:
         self.config = config
         self.supervisor = Supervisor()
-        self.sessions = SessionRegistry()
+        store = self.store = open_store(config)
+        shared = isinstance(store, RedisStore)
+        self.sessions = SessionRegistry(store, shared=shared)
+        #: several replicas on one Redis: cross-replica thread queues and cancel
+        self.cluster = (
+            Cluster(store, self.sessions.cancel) if isinstance(store, RedisStore) else None
+        )
+        if self.cluster is not None:
+            self.sessions.must_reload = self.cluster.must_reload
         self.queues = ThreadQueues(self.supervisor, max_depth=config.limits.max_queue_depth)
         self.metrics = Metrics()
         self.metrics.bind_state(
@@ -66,6 +79,12 @@ class Bridge:
         return self._dispatcher
 
     async def start(self) -> None:
+        await self.store.start()
+        if self.cluster is not None:
+            await self.cluster.start()
+        interrupted = await self.store.recover()
+        if interrupted:
+            log.warning("turns interrupted by the last shutdown", extra={"count": len(interrupted)})
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, ttl_dns_cache=60)
         self._http = aiohttp.ClientSession(connector=connector, trust_env=False)
         upstream = UpstreamClient(self._http)
@@ -103,16 +122,27 @@ class Bridge:
             router=self._router,
             broker=self.permissions,
             gateway=self.gateway,
+            cluster=self.cluster,
         )
 
     async def _reap(self) -> None:
         ttl = self.config.limits.session_idle_ttl
         interval = max(0.05, min(ttl / 2, 30.0))
+        next_prune = 0.0
         while True:
             await asyncio.sleep(interval)
             reaped = self.sessions.reap(ttl)
             if reaped:
                 log.debug("reaped idle sessions", extra={"count": reaped})
+            if time.monotonic() >= next_prune:  # the store keeps them until retention
+                next_prune = time.monotonic() + PRUNE_INTERVAL
+                try:
+                    pruned = await self.store.prune()
+                except Exception:
+                    log.exception("session store prune failed")
+                else:
+                    if pruned:
+                        log.debug("pruned stored sessions", extra={"count": pruned})
 
     async def close(self, grace: float | None = None) -> None:
         """Drain: refuse new and waiting turns, let running turns finish within ``grace``
@@ -137,3 +167,6 @@ class Bridge:
         await self.gateway.close()
         if self._http is not None:
             await self._http.close()
+        if self.cluster is not None:
+            await self.cluster.close()
+        await self.store.close()  # every queued session write reaches the disk

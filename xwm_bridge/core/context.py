@@ -12,6 +12,8 @@ from xwm_bridge.core.supervisor import Supervisor
 #: Deliver one JSON-RPC notification to the client; ``None`` when the transport
 #: cannot carry notifications (plain-JSON HTTP).
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
+#: Keep one sent notification in the session's ledger (``relayed``: an upstream frame).
+Ledger = Callable[[dict[str, Any], bool], None]
 
 
 @dataclass(slots=True)
@@ -25,9 +27,12 @@ class TurnContext:
     supervisor: Supervisor
     #: who asked (transport-derived, e.g. a digest of the bearer); owns gateway runtimes.
     principal: str = ""
+    ledger: Ledger | None = None
 
     async def relay(self, message: dict[str, Any]) -> None:
         """Pass an upstream notification through unchanged (contract.md §13.2)."""
+        if self.ledger is not None:
+            self.ledger(message, True)
         if self.notify is not None:
             await self.notify(message)
 
@@ -40,8 +45,11 @@ class TurnContext:
             "seq": self.session.next_seq(),
             **payload,
         }
+        message = {"jsonrpc": "2.0", "method": "session.update", "params": params}
+        if self.ledger is not None:
+            self.ledger(message, False)
         if self.notify is not None:
-            await self.notify({"jsonrpc": "2.0", "method": "session.update", "params": params})
+            await self.notify(message)
 
     async def emit_error(self, message: str) -> None:
         await self.emit(

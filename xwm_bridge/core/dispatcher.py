@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -14,6 +15,7 @@ from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import Notify
 from xwm_bridge.core.params import SessionParams, session_id_of
 from xwm_bridge.core.queues import QueueFullError, ShuttingDownError, ThreadQueues
+from xwm_bridge.core.replay import ReplayParams, replay
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
@@ -26,6 +28,7 @@ from xwm_bridge.providers.stdio.permissions import PermissionAnswer, PermissionB
 from xwm_bridge.router.dispatch import resolve_dispatch
 from xwm_bridge.router.resolver import EMPTY_FIELDS, RoutingRequest
 from xwm_bridge.router.service import Router
+from xwm_bridge.store.cluster import Cluster
 
 log = logging.getLogger("xwm_bridge.dispatch")
 
@@ -67,6 +70,7 @@ class Dispatcher:
         router: Router | None = None,
         broker: PermissionBroker | None = None,
         gateway: GatewayManager | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self._config = config
         self._router = router or Router(config, None)
@@ -76,6 +80,7 @@ class Dispatcher:
         self._runner = runner
         self._supervisor = supervisor
         self._gateway = gateway or GatewayManager(config)
+        self._cluster = cluster
         self._methods: dict[str, Handler] = {
             "acp.capabilities": self._capabilities,
             "session.start": self._session_turn,
@@ -89,6 +94,7 @@ class Dispatcher:
             "xworkmate.gateway.connect": self._gateway_connect,
             "xworkmate.gateway.request": self._gateway_request,
             "xworkmate.gateway.disconnect": self._gateway_disconnect,
+            "session.replay": self._session_replay,
         }
         self.metrics = metrics or Metrics()
         self.metrics.set_known_methods(self._methods)  # live: subclasses may add methods
@@ -191,13 +197,15 @@ class Dispatcher:
             self._sessions.reset(sp.session_id, sp.thread_id)
         self._sessions.turn_queued(sp.session_id)
         request_id = obs.request_id.get()
+
+        def job() -> Awaitable[dict[str, Any]]:
+            return self._runner.run(method, sp, call.notify, call.principal, request_id=request_id)
+
         try:
-            result: dict[str, Any] = await self._queues.submit(
-                sp.thread_id,
-                lambda: self._runner.run(
-                    method, sp, call.notify, call.principal, request_id=request_id
-                ),
-            )
+            if self._cluster is None:
+                result: dict[str, Any] = await self._queues.submit(sp.thread_id, job)
+            else:
+                result = await self._clustered(sp, job)
         except QueueFullError as exc:
             raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
         except ShuttingDownError:
@@ -206,11 +214,35 @@ class Dispatcher:
             self._sessions.turn_dequeued(sp.session_id)
         return result
 
+    async def _clustered(
+        self, sp: SessionParams, job: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """Several replicas: a place in the thread's Redis queue, then the local queue."""
+        assert self._cluster is not None
+        cluster = self._cluster
+        # Redis order and local order of a thread never disagree
+        async with cluster.ordering(sp.thread_id):
+            ticket = await cluster.enqueue(sp.thread_id, sp.session_id)
+            try:
+                fut = self._queues.submit_nowait(sp.thread_id, cluster.wrap(ticket, job))
+            except BaseException:
+                await asyncio.shield(cluster.release(ticket))
+                raise
+        try:
+            result: dict[str, Any] = await fut
+            return result
+        finally:
+            if not ticket.started:  # refused, skipped or abandoned before it ran
+                await asyncio.shield(cluster.release(ticket))
+
     async def _session_cancel(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
-        return {"accepted": True, "cancelled": self._sessions.cancel(session_id)}
+        cancelled = self._sessions.cancel(session_id)
+        if not cancelled and self._cluster is not None:
+            cancelled = await self._cluster.cancel_remote(session_id)  # running elsewhere
+        return {"accepted": True, "cancelled": cancelled}
 
     async def _session_close(
         self, params: dict[str, Any], call: CallContext, method: str
@@ -260,3 +292,10 @@ class Dispatcher:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         return await self._gateway.disconnect(params, call.principal, call.notify, call.connection)
+
+    async def _session_replay(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        """Catch-up after a disconnect (issue 6): the ledger after ``afterSeq``."""
+        rp = ReplayParams.parse(params, self._config.store.replay_max_items)
+        return await replay(self._sessions, rp)

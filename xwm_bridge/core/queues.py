@@ -88,6 +88,11 @@ class ThreadQueues:
 
     async def submit(self, thread_id: str, job: Job) -> Any:
         """Run ``job`` after every earlier job of ``thread_id``; return its result."""
+        return await self.submit_nowait(thread_id, job)
+
+    def submit_nowait(self, thread_id: str, job: Job) -> asyncio.Future[Any]:
+        """Queue ``job`` now (its place is fixed before this returns); the future
+        resolves to its result."""
         if self._closed:
             raise ShuttingDownError()
         self.check_capacity(thread_id)
@@ -100,7 +105,7 @@ class ThreadQueues:
             th.worker = self._supervisor.spawn(
                 self._work(thread_id, th), name=f"thread:{thread_id}"
             )
-        return await fut
+        return fut
 
     async def _work(self, thread_id: str, th: _Thread) -> None:
         try:

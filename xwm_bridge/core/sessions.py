@@ -1,5 +1,9 @@
 """Session records and running-turn handles (contract.md §12.1), reaped when idle.
 
+The registry is the live, in-memory view; every change that must survive a
+restart is also queued to a :class:`~xwm_bridge.store.base.SessionStore`
+(non-blocking), and a session not in memory is loaded back from it.
+
 A running turn is tracked by session id separately from the record, so a
 ``session.start`` that resets the record while an older turn still runs does
 not lose that turn's cancel handle (weakness 3 of the original).
@@ -9,7 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from xwm_bridge.core.feed import SessionFeed
+from xwm_bridge.store.base import (
+    LedgerEntry,
+    MemoryStore,
+    SessionRecord,
+    SessionStore,
+    emitted_pos,
+    relayed_pos,
+)
 
 MAX_HISTORY = 64
 
@@ -22,6 +38,35 @@ class Session:
     history: list[str] = field(default_factory=list)
     seq: int = 0
     last_used: float = field(default_factory=time.monotonic)
+    last_turn_id: str = ""
+    last_turn_status: str = ""
+    #: upstream session ids (``acpSessionId``, ``acpCwd``, ``gatewaySessionKey``…)
+    upstream: dict[str, str] = field(default_factory=dict)
+
+    def snapshot(self) -> SessionRecord:
+        return SessionRecord(
+            session_id=self.session_id,
+            thread_id=self.thread_id,
+            provider=self.provider,
+            history=tuple(self.history),
+            seq=self.seq,
+            last_turn_id=self.last_turn_id,
+            last_turn_status=self.last_turn_status,
+            upstream=tuple(self.upstream.items()),
+        )
+
+    @classmethod
+    def restore(cls, record: SessionRecord) -> Session:
+        return cls(
+            record.session_id,
+            record.thread_id,
+            provider=record.provider,
+            history=list(record.history),
+            seq=record.seq,
+            last_turn_id=record.last_turn_id,
+            last_turn_status=record.last_turn_status,
+            upstream=dict(record.upstream),
+        )
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -51,7 +96,13 @@ class TurnHandle:
 
 
 class SessionRegistry:
-    def __init__(self) -> None:
+    def __init__(self, store: SessionStore | None = None, *, shared: bool = False) -> None:
+        self.store: SessionStore = store if store is not None else MemoryStore()
+        #: other replicas write the same store: reload the record at turn start unless
+        #: ``must_reload(thread_id)`` says this replica ran the thread's previous turn
+        self.shared = shared
+        self.must_reload: Callable[[str], bool] = lambda thread_id: True
+        self.feed = SessionFeed()
         self._sessions: dict[str, Session] = {}
         self._running: dict[str, TurnHandle] = {}
         self._pending: dict[str, int] = {}
@@ -64,7 +115,46 @@ class SessionRegistry:
 
     def reset(self, session_id: str, thread_id: str) -> Session:
         session = self._sessions[session_id] = Session(session_id, thread_id)
+        self.store.delete(session_id)  # a new conversation: old record and ledger go
         return session
+
+    async def load(self, session_id: str, thread_id: str) -> Session:
+        """The live session, else the one persisted by an earlier process, else a new one."""
+        if session_id not in self._sessions or (self.shared and self.must_reload(thread_id)):
+            record = await self.store.load(session_id)
+            live = self._sessions.get(session_id)
+            if record is not None and live is None:
+                self._sessions[session_id] = Session.restore(record)
+            elif record is not None and live is not None and self.shared:
+                # another replica may have run the last turns: take its state, keep
+                # this object (running-turn and agent-session bookkeeping refer to it)
+                fresh = Session.restore(record)
+                live.thread_id, live.provider, live.history = (
+                    fresh.thread_id,
+                    fresh.provider,
+                    fresh.history,
+                )
+                live.seq = max(live.seq, fresh.seq)
+                live.last_turn_id, live.last_turn_status = (
+                    fresh.last_turn_id,
+                    fresh.last_turn_status,
+                )
+                live.upstream = fresh.upstream
+        return self.get_or_create(session_id, thread_id)
+
+    def persist(self, session: Session) -> None:
+        if self._sessions.get(session.session_id) is session:  # not replaced by a reset
+            self.store.save(session.snapshot())
+
+    def record(
+        self, session: Session, turn_id: str, message: dict[str, Any], relayed: bool
+    ) -> None:
+        """Add one notification sent during a turn to the session's ledger."""
+        if self._sessions.get(session.session_id) is not session:
+            return
+        pos = relayed_pos(session.seq) if relayed else emitted_pos(session.seq)
+        self.store.append(session.session_id, LedgerEntry(pos, turn_id, message))
+        self.feed.publish(session.session_id, pos, message)
 
     def get_or_create(self, session_id: str, thread_id: str) -> Session:
         session = self._sessions.get(session_id)
@@ -112,6 +202,7 @@ class SessionRegistry:
 
     def close(self, session_id: str) -> bool:
         existed = self._sessions.pop(session_id, None) is not None
+        self.store.delete(session_id)
         self.cancel(session_id)
         return existed
 

@@ -20,6 +20,7 @@ from xwm_bridge.observability import context as obs
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.router.resolver import GATEWAY, MULTI_AGENT, RoutingDecision, RoutingRequest
 from xwm_bridge.router.service import Router
+from xwm_bridge.store.base import CANCELLED, COMPLETED, FAILED, INTERRUPTED, RUNNING
 
 log = logging.getLogger("xwm_bridge.turns")
 ROUTING_REQUIRED = "ROUTING_REQUIRED"
@@ -58,6 +59,14 @@ def execution_params(params: dict[str, Any], decision: RoutingDecision) -> dict[
     ):
         out[key] = fields[key]
     return out
+
+
+def turn_status(result: dict[str, Any] | None, handle: TurnHandle) -> str:
+    if result is None:
+        return CANCELLED if handle.cancel_requested else FAILED
+    if handle.cancel_requested or result.get("cancelled") is True:
+        return CANCELLED
+    return COMPLETED if result.get("success") is not False else FAILED
 
 
 class TurnRunner:
@@ -101,13 +110,20 @@ class TurnRunner:
                 **decision.fields(),
             }
         exec_params = execution_params(sp.raw, decision)
-        session = self._sessions.get_or_create(sp.session_id, sp.thread_id)
+        session = await self._sessions.load(sp.session_id, sp.thread_id)
         provider = coerce.text(exec_params.get("provider"))
         if provider:
             session.provider = provider
         session.add_prompt(sp.task_prompt)
         turn_id = new_turn_id()
         obs.turn_id.set(turn_id)
+        session.last_turn_id, session.last_turn_status = turn_id, RUNNING
+        self._sessions.persist(session)
+        registry = self._sessions
+
+        def ledger(message: dict[str, Any], relayed: bool) -> None:
+            registry.record(session, turn_id, message, relayed)
+
         ctx = TurnContext(
             method=method,
             session=session,
@@ -117,17 +133,25 @@ class TurnRunner:
             notify=notify,
             supervisor=self._supervisor,
             principal=principal,
+            ledger=ledger,
         )
         executor = self._executors[exec_params["mode"]]
         handle = TurnHandle(sp.session_id, turn_id)
         self._sessions.turn_started(handle)
         started = time.monotonic()
+        result: dict[str, Any] | None = None
         try:
             await ctx.emit(dict(STARTED_UPDATE))
             result = await self._execute(executor, ctx, handle)
         finally:
             self._sessions.turn_finished(handle)
             session.last_used = time.monotonic()
+            if session.last_turn_id == turn_id:  # not reset by a session.start meanwhile
+                status = turn_status(result, handle)
+                if status == CANCELLED and self._supervisor.closing:
+                    status = INTERRUPTED  # cancelled by the shutdown, not by the client
+                session.last_turn_status = status
+                self._sessions.persist(session)
         elapsed = time.monotonic() - started
         self._metrics.turn_seconds.labels(decision.execution_target, provider).observe(elapsed)
         log.info(

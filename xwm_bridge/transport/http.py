@@ -16,6 +16,7 @@ from xwm_bridge.core.dispatcher import CallContext
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
+from xwm_bridge.transport.events import stream_events
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.transport.security import BearerAuth, OriginPolicy, principal_of
@@ -78,6 +79,7 @@ class HttpTransport:
         app.router.add_route("*", "/bridge/bootstrap/consume", self.bootstrap.consume)
         app.router.add_route("*", "/acp/rpc", self.rpc)
         app.router.add_route("*", "/acp", self.websocket)
+        app.router.add_route("*", "/acp/sessions/{sessionId}/events", self.session_events)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
@@ -201,6 +203,27 @@ class HttpTransport:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await stream.write_eof()
         return stream
+
+    async def session_events(self, request: web.Request) -> web.StreamResponse:
+        """SSE catch-up after a disconnect (issue 6; transport/events.py)."""
+        cors = self._cors(request)
+        if request.method == "OPTIONS":
+            response: web.StreamResponse = web.Response(status=204)
+        elif request.method != "GET":
+            response = _rpc_error_response(405, jsonrpc.INVALID_REQUEST, "method not allowed")
+        else:
+            denied = self._guard(request)
+            if denied is not None:
+                response = denied
+            else:
+                extra = dict(cors)
+                if cors:
+                    extra["Vary"] = ", ".join(VARY)
+                return await stream_events(
+                    request, self.bridge, self.limits.notification_send_timeout, extra
+                )
+        self._apply_headers(response, cors)
+        return response
 
     # --- /acp WebSocket ---------------------------------------------------------------------
 

@@ -222,14 +222,38 @@ class StdioAgentExecutor:
                     )
                     ref.generation = agent.generation
                     return ref.acp_session_id
-        result = await agent.call("session/new", {"cwd": cwd, "mcpServers": []}, timeout)
-        sid = coerce.text(result.get("sessionId")) if isinstance(result, dict) else ""
+        sid = await self._resume_persisted(ctx, agent, cwd) if ref is None else ""
         if not sid:
-            raise AgentError("agent answered session/new without a sessionId")
+            result = await agent.call("session/new", {"cwd": cwd, "mcpServers": []}, timeout)
+            sid = coerce.text(result.get("sessionId")) if isinstance(result, dict) else ""
+            if not sid:
+                raise AgentError("agent answered session/new without a sessionId")
+        # persisted with the session record: a restarted bridge resumes it (issue 6)
+        ctx.session.upstream.update(
+            {"acpSessionId": sid, "acpCwd": cwd, "acpProvider": agent.spec.name}
+        )
         self._sessions[ctx.session_id] = AcpSessionRef(ctx.session, agent.generation, sid, cwd)
         self._sessions.move_to_end(ctx.session_id)
         while len(self._sessions) > MAX_TRACKED_SESSIONS:
             self._sessions.popitem(last=False)
+        return sid
+
+    async def _resume_persisted(self, ctx: TurnContext, agent: AcpAgent, cwd: str) -> str:
+        """The ACP session recorded before a bridge restart, reloaded; "" if not possible."""
+        up = ctx.session.upstream
+        sid = up.get("acpSessionId", "")
+        if not sid or up.get("acpCwd") != cwd or up.get("acpProvider") != agent.spec.name:
+            return ""
+        if not agent.can_load_session:
+            return ""
+        try:
+            await agent.call(
+                "session/load",
+                {"sessionId": sid, "cwd": cwd, "mcpServers": []},
+                self.config.agents.session_timeout,
+            )
+        except AgentError:
+            return ""
         return sid
 
     async def execute(self, ctx: TurnContext) -> dict[str, Any]:

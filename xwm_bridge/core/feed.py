@@ -1,0 +1,73 @@
+"""Live fan-out of ledger entries to catch-up streams (issue 6), in-process.
+
+A subscriber gets every entry recorded for its session after it subscribed,
+in order, through a bounded queue; a subscriber that falls ``max_pending``
+behind is marked overflowed and dropped (its client reconnects with
+``Last-Event-ID`` and catches up from the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+Entry = tuple[int, dict[str, Any]]
+
+
+@dataclass(eq=False, slots=True)
+class Subscription:
+    session_id: str
+    max_pending: int
+    pending: deque[Entry] = field(default_factory=deque)
+    _ready: asyncio.Event = field(default_factory=asyncio.Event)
+    overflowed: bool = False
+
+    def offer(self, entry: Entry) -> None:
+        if self.overflowed:
+            return
+        if len(self.pending) >= self.max_pending:
+            self.overflowed = True
+            self._ready.set()  # wake the reader so it ends the stream
+            return
+        self.pending.append(entry)
+        self._ready.set()
+
+    async def next(self, wait_s: float) -> Entry | None:
+        """The next entry; None after ``wait_s`` seconds without one or on overflow."""
+        if not self.pending and not self.overflowed:
+            self._ready.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), wait_s)
+        if self.overflowed or not self.pending:
+            return None
+        return self.pending.popleft()
+
+
+class SessionFeed:
+    def __init__(self, max_pending: int = 1024) -> None:
+        self._max_pending = max_pending
+        self._subs: dict[str, set[Subscription]] = {}
+
+    def subscribe(self, session_id: str) -> Subscription:
+        sub = Subscription(session_id, self._max_pending)
+        self._subs.setdefault(session_id, set()).add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        subs = self._subs.get(sub.session_id)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._subs[sub.session_id]
+
+    def publish(self, session_id: str, pos: int, message: dict[str, Any]) -> None:
+        subs = self._subs.get(session_id)
+        if subs:
+            for sub in subs:
+                sub.offer((pos, message))
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._subs.values())

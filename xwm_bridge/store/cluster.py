@@ -1,0 +1,291 @@
+"""Several replicas on one Redis: per-thread FIFO, leases with fencing, remote cancel.
+
+Every turn takes a *ticket* when it is accepted: ``RPUSH`` onto the thread's
+Redis list ``q:<thread>``, so the list order is the arrival order over all
+replicas. A turn runs when its ticket is at the head; starting it increments
+``fence:<thread>`` (the fencing token, also stored as ``holder:<thread>``).
+The lease lasts while the ticket is at the head and the owning replica's
+liveness key (``replica:<id>``, refreshed every ``lease_ttl/3``) exists: a
+replica that dies stops refreshing it, and after ``lease_ttl`` the next waiter
+pops the dead head and proceeds. A replica that was only paused finds on
+release that its ticket is gone; the session writes it queues meanwhile are
+dropped by the store because its fencing token is stale.
+
+Within one replica, tickets are pushed under one lock and the turn is queued
+locally before the lock is released, so the local FIFO and the Redis order can
+never disagree (which would deadlock the thread).
+
+``session.cancel`` for a turn running elsewhere: ``run:<session>`` names the
+running replica; the cancel is published on ``cancel`` and that replica
+cancels the turn locally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from xwm_bridge.store.redis import RedisStore
+
+log = logging.getLogger("xwm_bridge.cluster")
+POLL_MIN = 0.002
+POLL_MAX = 0.1
+QUEUE_TTL_MS = 86_400_000
+MAX_REMEMBERED_THREADS = 65_536
+
+# KEYS: queue, fence, holder, run; ARGV: ticket, replica id, run-key ttl ms → fencing
+# token if the ticket is head (the session is then marked running on this replica), 0 if
+# not, -1 if the ticket is no longer queued
+ACQUIRE = """
+local head = redis.call('LINDEX', KEYS[1], 0)
+if head == ARGV[1] then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[3], token)
+  redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
+  return token
+end
+if redis.call('LPOS', KEYS[1], ARGV[1]) == false then return -1 end
+return 0
+"""
+# KEYS: queue, fence, holder, run; ARGV: ticket, replica id, ttl ms → push the ticket;
+# granted at once (fencing token) when it is the head, else 0
+ENQUEUE = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[3], token)
+  redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
+  return token
+end
+return 0
+"""
+# KEYS: queue; ARGV: expected head → 1 if popped
+POP_IF_HEAD = """
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then redis.call('LPOP', KEYS[1]); return 1 end
+return 0
+"""
+# KEYS: queue, run; ARGV: ticket, replica id → remove the ticket wherever it is, and the
+# session's running mark if it is still this replica's
+RELEASE = """
+if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then redis.call('LPOP', KEYS[1]); return 1 end
+return redis.call('LREM', KEYS[1], 1, ARGV[1])
+"""
+
+
+class LeaseLostError(Exception):
+    """The turn's ticket was removed (this replica was presumed dead)."""
+
+
+@dataclass(eq=False, slots=True)
+class Ticket:
+    thread_id: str
+    value: str
+    session_id: str
+    fence: int = 0
+    started: bool = False
+    released: bool = False
+
+
+Job = Callable[[], Awaitable[Any]]
+CancelLocal = Callable[[str], bool]
+
+
+class Cluster:
+    def __init__(self, store: RedisStore, cancel_local: CancelLocal) -> None:
+        self.store = store
+        self.client = store.client
+        self._cancel_local = cancel_local
+        self._ordering: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._enqueue = self.client.register_script(ENQUEUE)
+        self._acquire = self.client.register_script(ACQUIRE)
+        self._pop_if_head = self.client.register_script(POP_IF_HEAD)
+        self._release = self.client.register_script(RELEASE)
+        self._listener: asyncio.Task[None] | None = None
+        #: thread → the fencing token this replica last released it with (bounded)
+        self._last_token: OrderedDict[str, int] = OrderedDict()
+        #: threads whose running turn follows this replica's own previous turn: no other
+        #: replica wrote in between, so the in-memory session is current
+        self._fresh: set[str] = set()
+        self._ready = asyncio.Event()
+
+    def key(self, kind: str, name: str = "") -> str:
+        return self.store.key(kind, name)
+
+    def ordering(self, thread_id: str) -> asyncio.Lock:
+        """Held while a turn takes its Redis place and its local place on ``thread_id``."""
+        lock = self._ordering.get(thread_id)
+        if lock is None:
+            lock = self._ordering[thread_id] = asyncio.Lock()
+        return lock
+
+    @property
+    def replica_id(self) -> str:
+        return self.store.replica_id
+
+    async def start(self) -> None:
+        self._listener = asyncio.get_running_loop().create_task(
+            self._listen(), name="cluster-cancel-listener"
+        )
+        await asyncio.wait_for(self._ready.wait(), self.store.timeout)
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+
+    # --- tickets ----------------------------------------------------------------------------
+
+    def _lease_keys(self, ticket: Ticket) -> list[str]:
+        return [
+            self.key("q", ticket.thread_id),
+            self.key("fence", ticket.thread_id),
+            self.key("holder", ticket.thread_id),
+            self.key("run", ticket.session_id),
+        ]
+
+    async def enqueue(self, thread_id: str, session_id: str) -> Ticket:
+        """Take a place in the thread's cross-replica queue (call under ``ordering()``);
+        an idle thread's lease is granted in the same round trip."""
+        ticket = Ticket(thread_id, f"{self.replica_id}:{uuid.uuid4().hex}", session_id)
+        args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
+        token = await asyncio.wait_for(
+            self._enqueue(keys=self._lease_keys(ticket), args=args), self.store.timeout
+        )
+        ticket.fence = int(token)
+        return ticket
+
+    async def acquire(self, ticket: Ticket) -> int:
+        """Wait until ``ticket`` heads its thread's queue; pop dead replicas' heads."""
+        if ticket.fence > 0:  # granted when it was queued
+            return self._granted(ticket, ticket.fence)
+        keys = self._lease_keys(ticket)
+        args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
+        delay = POLL_MIN
+        timeout = self.store.timeout
+        while True:
+            if ticket.released:  # the caller gave up while the turn waited
+                raise LeaseLostError(ticket.thread_id)
+            token = int(await asyncio.wait_for(self._acquire(keys=keys, args=args), timeout))
+            if token > 0:
+                return self._granted(ticket, token)
+            if token < 0:  # presumed dead while waiting (a long pause): queue again
+                async with self.ordering(ticket.thread_id):
+                    await asyncio.wait_for(self.client.rpush(keys[0], ticket.value), timeout)
+                continue
+            head = await asyncio.wait_for(self.client.lindex(keys[0], 0), timeout)
+            if head is not None:
+                owner = (head.decode() if isinstance(head, bytes) else str(head)).split(":", 1)[0]
+                if owner != self.replica_id and not await self.store.replica_alive(owner):
+                    popped = await asyncio.wait_for(
+                        self._pop_if_head(keys=[keys[0]], args=[head]), timeout
+                    )
+                    if popped:
+                        log.warning(
+                            "took over a thread from a dead replica",
+                            extra={"thread_id": ticket.thread_id[:128], "replica": owner},
+                        )
+                        # its running turns become interrupted before this one loads them
+                        await self.store.recover_orphans()
+                        continue
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, POLL_MAX)
+
+    def _granted(self, ticket: Ticket, token: int) -> int:
+        ticket.fence = token
+        ticket.started = True
+        self.store.fences[ticket.thread_id] = token
+        if self._last_token.get(ticket.thread_id) == token - 1:
+            self._fresh.add(ticket.thread_id)
+        else:
+            self._fresh.discard(ticket.thread_id)
+        return token
+
+    def must_reload(self, thread_id: str) -> bool:
+        """Whether a turn on ``thread_id`` must re-read its session from Redis."""
+        return thread_id not in self._fresh
+
+    async def release(self, ticket: Ticket) -> None:
+        """Give the thread to the next ticket, after this turn's queued session writes."""
+        if ticket.released:
+            return
+        ticket.released = True
+        if self.store.fences.get(ticket.thread_id) == ticket.fence:
+            del self.store.fences[ticket.thread_id]
+        if ticket.started:
+            self._fresh.discard(ticket.thread_id)
+            self._last_token[ticket.thread_id] = ticket.fence
+            self._last_token.move_to_end(ticket.thread_id)
+            while len(self._last_token) > MAX_REMEMBERED_THREADS:
+                self._last_token.popitem(last=False)
+        keys = [self.key("q", ticket.thread_id), self.key("run", ticket.session_id)]
+        done = self.store.queue_eval(RELEASE, keys, [ticket.value, self.replica_id])
+        # answered only once released: a cancel sent after the answer finds nothing running
+        with contextlib.suppress(TimeoutError):  # queued already: only the wait ends
+            await asyncio.wait_for(asyncio.shield(done), self.store.timeout)
+
+    def wrap(self, ticket: Ticket, job: Job) -> Job:
+        """The turn as run by the local queue: lease, run, release (ordered after the
+        turn's writes, so the next holder reads them)."""
+
+        async def run() -> Any:
+            try:
+                await self.acquire(ticket)
+                return await job()
+            finally:
+                await self.release(ticket)
+
+        return run
+
+    # --- cancel across replicas ---------------------------------------------------------------
+
+    async def cancel_remote(self, session_id: str) -> bool:
+        """Ask the replica running ``session_id``'s turn to cancel it."""
+        timeout = self.store.timeout
+        owner = await asyncio.wait_for(self.client.get(self.key("run", session_id)), timeout)
+        if owner is None:
+            return False
+        owner_id = owner.decode() if isinstance(owner, bytes) else str(owner)
+        if owner_id == self.replica_id or not await self.store.replica_alive(owner_id):
+            return False
+        message = f"{owner_id}\n{session_id}"
+        receivers = await asyncio.wait_for(
+            self.client.publish(self.key("cancel"), message), timeout
+        )
+        return bool(receivers)
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async with self.client.pubsub() as pubsub:
+                    await pubsub.subscribe(self.key("cancel"))
+                    self._ready.set()
+                    while True:
+                        msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                        if msg is not None and msg.get("type") == "message":
+                            self._on_cancel(msg["data"])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("cancel listener reconnecting", extra={"error": repr(exc)})
+                await asyncio.sleep(1)
+
+    def _on_cancel(self, data: Any) -> None:
+        text = data.decode() if isinstance(data, bytes) else str(data)
+        owner, _, session_id = text.partition("\n")
+        if owner == self.replica_id:
+            cancelled = self._cancel_local(session_id)
+            log.info(
+                "remote cancel", extra={"session_id": session_id[:128], "cancelled": cancelled}
+            )

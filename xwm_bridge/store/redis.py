@@ -1,0 +1,389 @@
+"""Redis session store: the shared store of several replicas (issue 6).
+
+Same contract as the SQLite store. One task owns the ordering: writes are
+queued without blocking and sent in pipelined batches; a read is queued like a
+write and runs after every write queued before it (it may also see writes
+queued just after it, in the same batch). Keys (``prefix`` first):
+
+* ``s:<sid>``  hash — the record, plus ``owner``: the replica running its turn
+* ``l:<sid>``  list — ledger entries (JSON ``{p, t, ts, m}``), trimmed to the cap
+* ``running``  set  — sessions whose last turn is ``running``
+* ``replica:<id>`` — a replica's liveness key, refreshed every ``lease_ttl / 3``
+
+Records and ledgers expire after ``retention`` (refreshed on every write), so
+retention costs nothing. A turn left ``running`` whose owner's liveness key
+has expired is recovered as interrupted by any replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import orjson
+import redis.asyncio as aioredis
+
+from xwm_bridge.store.base import (
+    RUNNING,
+    LedgerEntry,
+    SessionRecord,
+    StoreError,
+    StoreLimits,
+    emitted_pos,
+    recovered,
+)
+
+log = logging.getLogger("xwm_bridge.store")
+T = TypeVar("T")
+MAX_BATCH = 1024
+Op = tuple[Any, ...]
+# KEYS: fence, record, running; ARGV: token (0 = unfenced), expire-at ms, session id,
+# running 0/1, fields… — a record write of a turn whose fencing token is stale (its lease
+# was taken over) is dropped. One command per save keeps the client's CPU per turn low.
+SAVE = """
+local current = redis.call('GET', KEYS[1])
+if ARGV[1] ~= '0' and current and tonumber(current) > tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[2], unpack(ARGV, 5))
+redis.call('PEXPIREAT', KEYS[2], ARGV[2])
+if ARGV[4] == '1' then redis.call('SADD', KEYS[3], ARGV[3])
+else redis.call('SREM', KEYS[3], ARGV[3]) end
+return 1
+"""
+# KEYS: ledger, record; ARGV: cap, ttl s, seq, entries…
+APPEND = """
+redis.call('RPUSH', KEYS[1], unpack(ARGV, 4))
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[1]), -1)
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[2], 'ledger_seq', ARGV[3])
+return 1
+"""
+Call = Callable[[aioredis.Redis], Awaitable[Any]]
+
+
+def _to_hash(r: SessionRecord, owner: str) -> dict[str, str | int | float | bytes]:
+    return {
+        "thread_id": r.thread_id,
+        "provider": r.provider,
+        "history": orjson.dumps(list(r.history)),
+        "seq": r.seq,
+        "last_turn_id": r.last_turn_id,
+        "last_turn_status": r.last_turn_status,
+        "upstream": orjson.dumps([list(kv) for kv in r.upstream]),
+        "updated_at": r.updated_at,
+        "owner": owner,
+    }
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _from_hash(sid: str, h: Mapping[Any, Any]) -> SessionRecord:
+    def text(key: str) -> str:
+        return _text(h.get(key.encode()))
+
+    return SessionRecord(
+        session_id=sid,
+        thread_id=text("thread_id"),
+        provider=text("provider"),
+        history=tuple(orjson.loads(h.get(b"history", b"[]"))),
+        seq=int(text("seq") or 0),
+        last_turn_id=text("last_turn_id"),
+        last_turn_status=text("last_turn_status"),
+        upstream=tuple((str(k), str(v)) for k, v in orjson.loads(h.get(b"upstream", b"[]"))),
+        updated_at=float(text("updated_at") or 0),
+    )
+
+
+class RedisStore:
+    name = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        limits: StoreLimits | None = None,
+        *,
+        prefix: str = "xwm:",
+        lease_ttl: float = 10.0,
+        timeout: float = 5.0,
+        replica_id: str = "",
+    ) -> None:
+        self._limits = limits or StoreLimits()
+        self.prefix = prefix
+        self.lease_ttl = lease_ttl
+        self.timeout = timeout
+        self.replica_id = replica_id or uuid.uuid4().hex[:12]
+        parts = urlsplit(url)
+        self._where = f"{parts.hostname}:{parts.port or 6379}"  # never the password
+        self.client: aioredis.Redis = aioredis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        self._ops: asyncio.Queue[Op] = asyncio.Queue()
+        #: thread id → fencing token of the turn this replica runs on it (cluster.py)
+        self.fences: dict[str, int] = {}
+        self._writer: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def key(self, kind: str, name: str = "") -> str:
+        return f"{self.prefix}{kind}:{name}" if name else f"{self.prefix}{kind}"
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        try:
+            await asyncio.wait_for(self.client.ping(), self.timeout)
+            await self._beat()
+        except (OSError, TimeoutError, aioredis.RedisError) as exc:
+            await self.client.aclose()
+            raise StoreError(f"session store: cannot reach Redis at {self._where}: {exc}") from None
+        loop = asyncio.get_running_loop()
+        self._writer = loop.create_task(self._serve(), name="redis-store")
+        self._heartbeat = loop.create_task(self._heartbeats(), name="redis-heartbeat")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            self._ops.put_nowait(("stop",))
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._writer, self.timeout * 2)
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._heartbeat
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.client.delete(self.key("replica", self.replica_id)), 1)
+        await self.client.aclose()
+
+    async def _beat(self) -> None:
+        ms = int(self.lease_ttl * 1000)
+        await asyncio.wait_for(
+            self.client.set(self.key("replica", self.replica_id), b"1", px=ms), self.timeout
+        )
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            try:
+                await self._beat()
+            except Exception as exc:  # Redis away: turns go on; liveness resumes with it
+                log.warning("replica heartbeat failed", extra={"error": repr(exc)})
+
+    async def replica_alive(self, replica_id: str) -> bool:
+        return bool(await self.client.exists(self.key("replica", replica_id)))
+
+    # --- writes (never block the loop) ---------------------------------------------------
+
+    def save(self, record: SessionRecord) -> None:
+        self._ops.put_nowait(("save", record, self.fences.get(record.thread_id, 0)))
+
+    def append(self, session_id: str, entry: LedgerEntry) -> None:
+        self._ops.put_nowait(("append", session_id, entry))
+
+    def delete(self, session_id: str) -> None:
+        self._ops.put_nowait(("delete", session_id))
+
+    # --- reads, ordered after earlier writes ----------------------------------------------
+
+    async def _call(self, fn: Call) -> Any:
+        if self._writer is None or self._closed:
+            raise RuntimeError("session store is not running")
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._ops.put_nowait(("call", fn, fut))
+        return await asyncio.wait_for(fut, self.timeout * 3)
+
+    async def flush(self) -> None:
+        """Wait until every write queued so far has reached Redis."""
+
+        async def noop(_: aioredis.Redis) -> None:
+            return None
+
+        await self._call(noop)
+
+    async def _ledger_seq(self, db: aioredis.Redis, sid: str) -> int:
+        raw = await db.hget(self.key("s", sid), "ledger_seq")
+        return int(_text(raw) or 0)
+
+    async def load(self, session_id: str) -> SessionRecord | None:
+        async def read(db: aioredis.Redis) -> SessionRecord | None:
+            h = await db.hgetall(self.key("s", session_id))
+            if not h or b"thread_id" not in h:
+                return None
+            record = _from_hash(session_id, h)
+            top = int(_text(h.get(b"ledger_seq")) or 0)
+            if top > record.seq:
+                record = replace(record, seq=top)
+            return record
+
+        result: SessionRecord | None = await self._call(read)
+        return result
+
+    async def replay(
+        self, session_id: str, after_seq: int, limit: int
+    ) -> list[tuple[int, dict[str, Any]]]:
+        horizon = time.time() - self._limits.ledger_max_age
+        floor = emitted_pos(after_seq)
+
+        async def read(db: aioredis.Redis) -> list[tuple[int, dict[str, Any]]]:
+            raw = await db.lrange(self.key("l", session_id), 0, -1)
+            out = []
+            for item in raw:
+                e = orjson.loads(item)
+                if e["p"] > floor and e["ts"] >= horizon:
+                    out.append((int(e["p"]), e["m"]))
+            return out[:limit]
+
+        result: list[tuple[int, dict[str, Any]]] = await self._call(read)
+        return result
+
+    async def recover(self) -> list[str]:
+        """At start: interrupt ``running`` turns whose owner replica is gone."""
+        return await self._recover(skip_own=False)
+
+    async def _recover(self, *, skip_own: bool) -> list[str]:
+
+        async def fix(db: aioredis.Redis) -> list[str]:
+            ids: list[str] = []
+            for raw in await db.smembers(self.key("running")):
+                sid = _text(raw)
+                h = await db.hgetall(self.key("s", sid))
+                if not h:
+                    await db.srem(self.key("running"), sid)
+                    continue
+                owner = _text(h.get(b"owner"))
+                if owner == self.replica_id:
+                    if skip_own:
+                        continue
+                elif owner and await self.replica_alive(owner):
+                    continue
+                record = _from_hash(sid, h)
+                if record.last_turn_status != RUNNING:
+                    await db.srem(self.key("running"), sid)
+                    continue
+                fixed, entry = recovered(record, await self._ledger_seq(db, sid))
+                pipe = db.pipeline(transaction=True)
+                self._queue_save(pipe, fixed)
+                self._queue_append(pipe, sid, [entry])
+                await pipe.execute()
+                ids.append(sid)
+            return ids
+
+        result: list[str] = await self._call(fix)
+        return result
+
+    async def recover_orphans(self) -> list[str]:
+        """Interrupt ``running`` turns of replicas that died (never this one's)."""
+        return await self._recover(skip_own=True)
+
+    async def prune(self) -> int:
+        """Retention is key expiry; here only turns orphaned by dead replicas."""
+        await self.recover_orphans()
+        return 0
+
+    # --- the writer task -------------------------------------------------------------------
+
+    def _queue_save(self, pipe: Any, r: SessionRecord, fence: int = 0) -> None:
+        skey = self.key("s", r.session_id)
+        owner = self.replica_id if r.last_turn_status == RUNNING else ""
+        expire_at = int((r.updated_at + self._limits.retention) * 1000)
+        fields: list[Any] = []
+        for name, value in _to_hash(r, owner).items():
+            fields += [name, value]
+        running = "1" if r.last_turn_status == RUNNING else "0"
+        keys = [self.key("fence", r.thread_id), skey, self.key("running")]
+        pipe.eval(SAVE, len(keys), *keys, fence, expire_at, r.session_id, running, *fields)
+
+    def _queue_append(self, pipe: Any, sid: str, entries: list[LedgerEntry]) -> None:
+        """One command for consecutive entries of one session."""
+        items = [
+            orjson.dumps({"p": e.pos, "t": e.turn_id, "ts": e.ts, "m": e.message}) for e in entries
+        ]
+        cap, ttl = self._limits.ledger_max_entries, int(self._limits.retention)
+        top = max(e.pos for e in entries) // 2  # ledger_seq: load() needs no ledger scan
+        pipe.eval(APPEND, 2, self.key("l", sid), self.key("s", sid), cap, ttl, top, *items)
+
+    def queue_eval(
+        self, script: str, keys: list[str], args: list[str | int]
+    ) -> asyncio.Future[None]:
+        """Queue a script with the writes: it runs after every write queued before it.
+        The future resolves once the batch holding it has been sent."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ops.put_nowait(("eval", script, keys, args, done))
+        return done
+
+    async def _flush(self, writes: list[Op]) -> None:
+        if not writes:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        appends: dict[str, list[LedgerEntry]] = {}
+        for op in writes:
+            if op[0] == "append":  # a run of appends: one command per session
+                appends.setdefault(op[1], []).append(op[2])
+                continue
+            for sid, entries in appends.items():
+                self._queue_append(pipe, sid, entries)
+            appends.clear()
+            if op[0] == "save":
+                self._queue_save(pipe, op[1], op[2])
+            elif op[0] == "eval":
+                pipe.eval(op[1], len(op[2]), *op[2], *op[3])
+            else:
+                pipe.delete(self.key("s", op[1]), self.key("l", op[1]))
+                pipe.srem(self.key("running"), op[1])
+        for sid, entries in appends.items():
+            self._queue_append(pipe, sid, entries)
+        try:
+            await asyncio.wait_for(pipe.execute(), self.timeout)
+        except Exception:
+            log.exception("session store write failed", extra={"ops": len(writes)})
+        for op in writes:
+            if op[0] == "eval" and not op[4].done():
+                op[4].set_result(None)
+        writes.clear()
+
+    async def _serve(self) -> None:
+        """Per batch: every queued write in one pipeline, then every queued read at once.
+
+        A read sees every write queued before it, and possibly some queued after it
+        in the same batch (the catch-up stream de-duplicates that overlap); one
+        batch costs two round trips however many turns share it.
+        """
+        while True:
+            batch = [await self._ops.get()]
+            while len(batch) < MAX_BATCH and not self._ops.empty():
+                batch.append(self._ops.get_nowait())
+            writes = [op for op in batch if op[0] in ("save", "append", "delete", "eval")]
+            reads = [op for op in batch if op[0] == "call"]
+            await self._flush(writes)
+            await self._run_reads(reads)
+            if any(op[0] == "stop" for op in batch):
+                return
+
+    async def _run_reads(self, reads: list[Op]) -> None:
+        """Consecutive reads run concurrently (one round trip for all of them)."""
+        if reads:
+            await asyncio.gather(*(self._read(fn, fut) for _, fn, fut in reads))
+            reads.clear()
+
+    async def _read(self, fn: Call, fut: asyncio.Future[Any]) -> None:
+        if fut.done():
+            return
+        try:
+            value = await asyncio.wait_for(fn(self.client), self.timeout * 2)
+        except Exception as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+        else:
+            if not fut.done():
+                fut.set_result(value)

@@ -1,0 +1,113 @@
+"""``GET /acp/sessions/{sessionId}/events``: the SSE catch-up stream (issue 6).
+
+Additive to the original contract. A client that lost its stream reconnects
+here with ``Last-Event-ID: <seq>`` (or ``?afterSeq=<seq>``) and receives, as
+``id: <seq>`` + ``data: <notification>`` events, everything the session's
+ledger holds after that seq; with ``?follow=1`` the stream then stays open and
+carries the session's new notifications live, with ``: keep-alive`` comments,
+until the client leaves, falls too far behind, the bridge shuts down or
+``FOLLOW_MAX_SECONDS`` pass. Each event's id is the seq of the bridge update it
+is or follows, so a reconnect resumes exactly after the last bridge update seen
+(upstream frames relayed after it may be delivered again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from aiohttp import web
+
+from xwm_bridge import jsonrpc
+from xwm_bridge.core.bridge import Bridge
+from xwm_bridge.core.feed import Subscription
+from xwm_bridge.transport.notify import OrderedSender
+
+KEEPALIVE_SECONDS = 15.0
+FOLLOW_MAX_SECONDS = 3600.0
+BAD_AFTER = "afterSeq / Last-Event-ID must be a non-negative integer"
+
+
+def event_bytes(pos: int, message: dict[str, Any]) -> bytes:
+    """One SSE event: ``id:`` is the bridge seq the entry is or follows."""
+    return b"id: %d\ndata: " % (pos // 2) + jsonrpc.dumps(message) + b"\n\n"
+
+
+def parse_after(header: str | None, query: str | None) -> int | None:
+    raw = (header or query or "0").strip()
+    if not raw.isdigit():
+        return None
+    return int(raw)
+
+
+def drop_overlap(missed: list[tuple[int, dict[str, Any]]], sub: Subscription) -> None:
+    """Drop live entries the stored read already returned.
+
+    Entries published after the subscription are queued in ``sub``; a store
+    read may include the first few of them (it can see writes queued just after
+    it). They are the read's tail and the queue's head: remove that overlap.
+    """
+    queued = list(sub.pending)
+    if not queued or not missed:
+        return
+    key = [(pos, jsonrpc.dumps(m)) for pos, m in queued]
+    tail = [(pos, jsonrpc.dumps(m)) for pos, m in missed[-len(queued) :]]
+    for j in range(min(len(key), len(tail)), 0, -1):
+        if tail[-j:] == key[:j]:
+            for _ in range(j):
+                sub.pending.popleft()
+            return
+
+
+async def stream_events(
+    request: web.Request, bridge: Bridge, send_timeout: float, headers: dict[str, str]
+) -> web.StreamResponse:
+    session_id = request.match_info.get("sessionId", "")
+    after = parse_after(request.headers.get("Last-Event-ID"), request.query.get("afterSeq"))
+    if after is None or not session_id:
+        body = jsonrpc.error(None, jsonrpc.INVALID_PARAMS, BAD_AFTER)
+        return web.Response(status=400, body=jsonrpc.dumps(body), content_type="application/json")
+    follow = request.query.get("follow", "0").lower() in ("1", "true", "yes")
+    sessions = bridge.sessions
+    stream = web.StreamResponse(
+        status=200,
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            **headers,
+        },
+    )
+    # subscribe and queue the ledger read with no await in between: the read sees every
+    # entry recorded before the subscription, the subscription every one after
+    sub = sessions.feed.subscribe(session_id) if follow else None
+    try:
+        limit = bridge.config.store.ledger_max_entries
+        missed = await sessions.store.replay(session_id, after, limit)
+        if sub is not None:
+            drop_overlap(missed, sub)
+        await stream.prepare(request)
+        sender = OrderedSender(stream.write, timeout=send_timeout)
+        for pos, message in missed:
+            if not await sender.send_bytes(event_bytes(pos, message)):
+                return stream
+        if sub is None:
+            return stream
+        deadline = time.monotonic() + FOLLOW_MAX_SECONDS
+        while not sender.broken and not bridge.supervisor.closing and not sub.overflowed:
+            if time.monotonic() >= deadline:
+                break
+            entry = await sub.next(KEEPALIVE_SECONDS)
+            if entry is None:
+                if not sub.overflowed:
+                    await sender.send_bytes(b": keep-alive\n\n")
+                continue
+            await sender.send_bytes(event_bytes(*entry))
+    finally:
+        if sub is not None:
+            sessions.feed.unsubscribe(sub)
+        if stream.prepared:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await stream.write_eof()
+    return stream
