@@ -23,6 +23,15 @@ class JsonFormatter(logging.Formatter):
         super().__init__()
         # longest first, so a "Bearer x" value is replaced before its bare "x"
         self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._second = -1
+        self._stamp = ""
+
+    def _ts(self, created: float, msecs: float) -> str:
+        second = int(created)
+        if second != self._second:  # strftime once per second, not per line
+            self._second = second
+            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._stamp}.{int(msecs):03d}Z"
 
     def redact(self, text: str) -> str:
         for secret in self._secrets:
@@ -32,8 +41,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": self._ts(record.created, record.msecs),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -53,6 +61,12 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(level: str, secrets: Iterable[str] = ()) -> None:
+    # every request logs an audit line: skip the caller lookup (a stack walk per
+    # record) and the thread/process names no line uses
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(secrets))
     root = logging.getLogger()
