@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import signal
@@ -62,12 +61,13 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
 
 async def _until_signal(main: Coroutine[Any, Any, None]) -> None:
     """Run a stdio server until it ends (end of input) or SIGTERM/SIGINT cancels it."""
-    task = asyncio.get_running_loop().create_task(main)
     loop = asyncio.get_running_loop()
+    async with asyncio.TaskGroup() as group:
+        task = group.create_task(main, name="stdio-server")
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+        loop.remove_signal_handler(sig)
 
 
 def _load(config_file: str | None, **flags: Any) -> BridgeConfig:
@@ -124,7 +124,7 @@ def serve(
     Upstream credentials: INTERNAL_SERVICE_TOKEN, else BRIDGE_AUTH_TOKEN.
     Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace).
     """
-    from xwm_bridge.transport.security import is_loopback_host, parse_listen
+    from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
     cfg = _load(
         config_file,
@@ -151,26 +151,22 @@ def serve(
 async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -> int:
     from aiohttp import web
 
-    from xwm_bridge.core.bridge import Bridge
-    from xwm_bridge.transport.http import HttpTransport
+    from xwm_bridge.app.bridge import Bridge
+    from xwm_bridge.app.dispatcher import Dispatcher
+    from xwm_bridge.app.methods import BridgeMethods
+    from xwm_bridge.transport.http import SERVE_PATHS, HttpTransport
 
+    bridge = Bridge(cfg)
+    paths: tuple[str, ...]
     if adapter is None:
-        bridge = Bridge(cfg)
-        transport_cls = HttpTransport
+        table, paths = BridgeMethods(bridge).table(), SERVE_PATHS
     else:  # agent-adapter: same server, its own method table and routes
-        from xwm_bridge.adapters.agent_adapter import AdapterBridge, AdapterTransport
+        from xwm_bridge.adapters.agent_adapter import ADAPTER_PATHS, AdapterMethods
 
-        bridge = AdapterBridge(cfg, adapter)
-        transport_cls = AdapterTransport
-    try:
-        await bridge.start()
-    except StoreError as exc:
-        click.echo(f"xwm-bridge: {exc}", err=True)
-        return EXIT_CONFIG
-    transport = transport_cls(bridge)
-    app = transport.app()
+        table, paths = AdapterMethods(bridge, adapter).table(), ADAPTER_PATHS
+    transport = HttpTransport(bridge, Dispatcher(table, bridge.metrics))
     runner = web.AppRunner(
-        app,
+        transport.app(paths),
         access_log=None,
         handle_signals=False,
         keepalive_timeout=cfg.limits.keepalive_timeout,
@@ -179,14 +175,18 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
         # thread queue is then skipped (a running turn keeps going), as on WebSocket.
         handler_cancellation=True,
     )
-    await runner.setup()
+    try:
+        await runner.setup()  # starts the bridge (the app's cleanup_ctx)
+    except StoreError as exc:
+        click.echo(f"xwm-bridge: {exc}", err=True)
+        await bridge.close(0)
+        return EXIT_CONFIG
     site = web.TCPSite(runner, host or None, port, reuse_address=True)
     try:
         await site.start()
     except OSError as exc:
         click.echo(f"ACP server failed: {exc}", err=True)
         await runner.cleanup()
-        await bridge.close(0)
         return EXIT_LISTEN
     bound = runner.addresses  # the real port when --listen asked for port 0
     actual_port = bound[0][1] if bound else port
@@ -205,10 +205,7 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down", extra={"grace_s": cfg.limits.shutdown_grace})
-    await site.stop()
-    await bridge.close()
-    await transport.close_websockets()
-    await runner.cleanup()
+    await runner.cleanup()  # stop listening, drain turns, close sockets, close the bridge
     log.info("stopped")
     return 0
 
@@ -230,7 +227,9 @@ def acp_stdio(config_file: str | None, log_level: str | None) -> None:
 
 
 async def _acp_stdio(cfg: BridgeConfig) -> int:
-    from xwm_bridge.core.bridge import Bridge
+    from xwm_bridge.app.bridge import Bridge
+    from xwm_bridge.app.dispatcher import Dispatcher
+    from xwm_bridge.app.methods import BridgeMethods
     from xwm_bridge.transport.stdio import StdioServer, stdin_reader, stdout_writer
 
     bridge = Bridge(cfg)
@@ -238,16 +237,19 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
         await bridge.start()
     except StoreError as exc:
         click.echo(f"xwm-bridge: {exc}", err=True)
+        await bridge.close(0)
         return EXIT_CONFIG
-    server = StdioServer(
-        bridge.dispatcher,
-        stdin_reader(),
-        stdout_writer(),
-        max_message=cfg.limits.max_body_bytes,
-        send_timeout=cfg.limits.notification_send_timeout,
-    )
-    await _until_signal(server.serve())
-    await bridge.close()
+    try:
+        server = StdioServer(
+            Dispatcher(BridgeMethods(bridge).table(), bridge.metrics),
+            stdin_reader(),
+            stdout_writer(),
+            max_message=cfg.limits.max_body_bytes,
+            send_timeout=cfg.limits.notification_send_timeout,
+        )
+        await _until_signal(server.serve())
+    finally:
+        await bridge.close()
     return 0
 
 
@@ -361,7 +363,7 @@ def agent_adapter(
     import os
 
     from xwm_bridge.adapters.agent_adapter import AdapterSettings
-    from xwm_bridge.transport.security import is_loopback_host, parse_listen
+    from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
     base = _load(config_file, log_level=log_level)
     try:

@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 import yaml
 
 from xwm_bridge import coerce
+from xwm_bridge.endpoint import EndpointError, derive_endpoint
+from xwm_bridge.netaddr import parse_listen
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
 DEFAULT_ALLOWED_ORIGINS = (
@@ -602,9 +604,6 @@ def _apply_provider_env(
 
 
 def _validate(config: BridgeConfig) -> None:
-    from xwm_bridge.providers.endpoint import EndpointError, derive_endpoint
-    from xwm_bridge.transport.security import parse_listen
-
     try:
         parse_listen(config.listen)
     except ValueError as exc:

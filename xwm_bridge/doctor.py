@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig
-from xwm_bridge.providers.endpoint import EndpointError, derive_endpoint
+from xwm_bridge.endpoint import EndpointError, derive_endpoint
+from xwm_bridge.netaddr import is_loopback_host, parse_listen
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
-from xwm_bridge.transport.security import is_loopback_host, parse_listen
 
 MASK = "********"
 SECRET_KEYS = frozenset(

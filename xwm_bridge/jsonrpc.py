@@ -103,6 +103,15 @@ def dumps(obj: Any) -> bytes:
     return orjson.dumps(obj)
 
 
+def dumps_line(obj: Any) -> bytes:
+    """One newline-terminated frame (stdio framing)."""
+    return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def request(rid: Any, method: str, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+
+
 def result(rid: Any, value: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rid, "result": value}
 

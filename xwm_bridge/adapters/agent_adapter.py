@@ -16,16 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from aiohttp import web
-
 from xwm_bridge import coerce
+from xwm_bridge.app.bridge import Bridge
+from xwm_bridge.app.methods import BridgeMethods, session_methods
 from xwm_bridge.config import BridgeConfig, ConfigError, ProviderConfig
-from xwm_bridge.core.bridge import Bridge
-from xwm_bridge.core.dispatcher import CallContext, Dispatcher
-from xwm_bridge.core.turns import TurnRunner
+from xwm_bridge.core.context import CallContext, Handler
+from xwm_bridge.core.modes import Mode
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
-from xwm_bridge.providers.stdio.agent import AcpAgent, AgentError
-from xwm_bridge.transport.http import HttpTransport
+from xwm_bridge.providers.stdio.agent import AgentError
 
 DEFAULT_LISTEN = "127.0.0.1:8791"
 DEFAULT_ORIGINS = "https://xworkmate.svc.plus,http://localhost:*,http://127.0.0.1:*"
@@ -115,24 +113,30 @@ class AdapterSettings:
         )
 
 
-class AdapterDispatcher(Dispatcher):
-    def __init__(self, *args: Any, settings: AdapterSettings, agent: AcpAgent, **kw: Any) -> None:
-        super().__init__(*args, **kw)
+#: the adapter's routes (adapters.md §1.2): everything else answers 404
+ADAPTER_PATHS = ("/acp/rpc", "/acp", "/livez", "/readyz", "/metrics")
+
+
+class AdapterMethods:
+    """The adapter's method table: the bridge's ``session.*`` handlers with every turn
+    routed to the one agent, its own ``acp.capabilities``, ``gemini.initialize`` and
+    ``gemini.raw``; no router, mounts or gateway methods (adapters.md §1.5)."""
+
+    def __init__(self, bridge: Bridge, settings: AdapterSettings) -> None:
         self._settings = settings
-        self._agent = agent
-        self._base_turn = self._methods["session.start"]
-        self._methods.update(
-            {
-                "acp.capabilities": self._adapter_capabilities,
-                "session.start": self._adapter_turn,
-                "session.message": self._adapter_turn,
-                "gemini.initialize": self._gemini_initialize,
-                "gemini.raw": self._gemini_raw,
-            }
-        )
-        # the adapter serves one agent: no router, mounts or gateway methods (adapters.md §1.5)
-        for name in [m for m in self._methods if m.startswith("xworkmate.")]:
-            del self._methods[name]
+        self._base = BridgeMethods(bridge)
+        agent = self._agent = bridge.stdio_agents.agent(settings.provider_id)
+        agent.spec = replace(agent.spec, protocol_version=settings.protocol_version)
+
+    def table(self) -> dict[str, Handler]:
+        return {
+            **session_methods(self._base),
+            "acp.capabilities": self._adapter_capabilities,
+            "session.start": self._adapter_turn,
+            "session.message": self._adapter_turn,
+            "gemini.initialize": self._gemini_initialize,
+            "gemini.raw": self._gemini_raw,
+        }
 
     def _provider(self) -> dict[str, str]:
         return {"id": self._settings.provider_id, "label": self._settings.provider_label}
@@ -182,12 +186,12 @@ class AdapterDispatcher(Dispatcher):
                 "explicitProviderId": self._settings.provider_id,
             },
         }
-        return await self._base_turn(routed, call, method)
+        return await self._base.session_turn(routed, call, method)
 
     async def _configured_upstream(self, params: dict[str, Any]) -> dict[str, Any]:
         """adapters.md §1.7.1: params sent verbatim under the configured method."""
         pid, upstream = self._settings.provider_id, self._settings.upstream_method
-        base = {"provider": pid, "mode": "single-agent"}
+        base = {"provider": pid, "mode": Mode.SINGLE_AGENT.value}
         try:
             await self._agent.ensure_started()
             result = await self._agent.call(upstream, params, RAW_TIMEOUT)
@@ -232,41 +236,3 @@ class AdapterDispatcher(Dispatcher):
             error = {"code": exc.code, "message": str(exc)}
             return {"success": True, "response": {"jsonrpc": "2.0", "error": error}}
         return {"success": True, "response": {"jsonrpc": "2.0", "result": result}}
-
-
-class AdapterBridge(Bridge):
-    def __init__(self, config: BridgeConfig, settings: AdapterSettings) -> None:
-        super().__init__(config)
-        self.settings = settings
-
-    def _make_dispatcher(self, runner: TurnRunner) -> Dispatcher:
-        agent = self.stdio_agents.agent(self.settings.provider_id)
-        agent.spec = replace(agent.spec, protocol_version=self.settings.protocol_version)
-        return AdapterDispatcher(
-            self.config,
-            self.sessions,
-            self.queues,
-            runner,
-            self.supervisor,
-            metrics=self.metrics,
-            broker=self.permissions,
-            settings=self.settings,
-            agent=agent,
-        )
-
-
-class AdapterTransport(HttpTransport):
-    """``serve``'s edges, with only the adapter's two routes (everything else 404)."""
-
-    def app(self) -> web.Application:
-        app = web.Application(
-            client_max_size=self.limits.max_body_bytes,
-            middlewares=[self._not_found_middleware],
-        )
-        app.router.add_route("*", "/acp/rpc", self.rpc)
-        app.router.add_route("*", "/acp", self.websocket)
-        app.router.add_get("/livez", self.health.livez)
-        app.router.add_get("/readyz", self.health.readyz)
-        app.router.add_get("/metrics", self.health.metrics)
-        app.on_shutdown.append(self._on_shutdown)
-        return app

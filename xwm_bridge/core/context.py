@@ -1,13 +1,19 @@
-"""What a turn executor is handed: ids, params, and the two notification paths."""
+"""What a method handler and a turn executor are handed (the core's contracts).
+
+``CallContext`` carries the per-request facts a transport knows; ``TurnContext``
+what one running turn needs: its typed :class:`~xwm_bridge.core.turn.TurnRequest`,
+the session record, and the two notification paths (client and ledger).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from xwm_bridge.core.sessions import Session
 from xwm_bridge.core.supervisor import Supervisor
+from xwm_bridge.core.turn import TurnRequest
 
 #: Deliver one JSON-RPC notification to the client; ``None`` when the transport
 #: cannot carry notifications (plain-JSON HTTP).
@@ -16,18 +22,53 @@ Notify = Callable[[dict[str, Any]], Awaitable[None]]
 Ledger = Callable[[dict[str, Any], bool], None]
 
 
+class Connection(Protocol):
+    """A long-lived client connection (WebSocket, stdio) that out-of-request
+    notifications (gateway events) may use while it is open."""
+
+    closed: bool
+    notify: Notify
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Per-request facts from the transport."""
+
+    notify: Notify | None
+    transport: str
+    #: the authenticated caller (a digest of its bearer credential, or the transport name).
+    principal: str = ""
+    #: the caller's bearer credential, only ever forwarded when config says so.
+    bearer: str = ""
+    #: the long-lived connection the call came on, if any.
+    connection: Connection | None = None
+
+
+#: One JSON-RPC method: ``(params, call, method name) -> result``; raises ``RpcError``.
+Handler = Callable[[dict[str, Any], CallContext, str], Awaitable[dict[str, Any]]]
+
+
 @dataclass(slots=True)
 class TurnContext:
-    method: str
+    turn: TurnRequest
     session: Session
-    session_id: str
     turn_id: str
-    exec_params: dict[str, Any]
     notify: Notify | None
     supervisor: Supervisor
-    #: who asked (transport-derived, e.g. a digest of the bearer); owns gateway runtimes.
-    principal: str = ""
     ledger: Ledger | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.turn.params.session_id
+
+    @property
+    def principal(self) -> str:
+        return self.turn.principal
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """The turn's upstream params (client params with the routing applied)."""
+        return self.turn.upstream
 
     async def relay(self, message: dict[str, Any]) -> None:
         """Pass an upstream notification through unchanged (contract.md §13.2)."""
@@ -39,7 +80,7 @@ class TurnContext:
     async def emit(self, payload: dict[str, Any]) -> None:
         """Send a bridge ``session.update`` stamped with the base fields and next seq."""
         params = {
-            "sessionId": self.session_id,
+            "sessionId": self.turn.params.session_id,
             "threadId": self.session.thread_id,
             "turnId": self.turn_id,
             "seq": self.session.next_seq(),

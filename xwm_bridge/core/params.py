@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,14 +20,13 @@ class SessionParams:
     working_directory: str
     #: ``None`` when missing, not an object, or empty (→ ROUTING_REQUIRED).
     routing: dict[str, Any] | None
-    #: every key the client sent; unknown keys are forwarded (forwarding.md §4.2).
-    raw: dict[str, Any]
+    #: every key the client sent (the decoded request's own dict, not a copy: the
+    #: request is not used after this); unknown keys are forwarded (forwarding.md §4.2).
+    raw: Mapping[str, Any]
 
     @classmethod
-    def parse(cls, params: dict[str, Any]) -> SessionParams:
-        session_id = coerce.text(params.get("sessionId"))
-        if not session_id:
-            raise RpcError(INVALID_PARAMS, SESSION_ID_REQUIRED)
+    def parse(cls, params: Mapping[str, Any]) -> SessionParams:
+        session_id = session_id_of(params)
         routing = params.get("routing")
         return cls(
             session_id=session_id,
@@ -34,11 +34,11 @@ class SessionParams:
             task_prompt=coerce.text(params.get("taskPrompt")),
             working_directory=coerce.text(params.get("workingDirectory")),
             routing=routing if isinstance(routing, dict) and routing else None,
-            raw=dict(params),
+            raw=params,
         )
 
 
-def session_id_of(params: dict[str, Any]) -> str:
+def session_id_of(params: Mapping[str, Any]) -> str:
     session_id = coerce.text(params.get("sessionId"))
     if not session_id:
         raise RpcError(INVALID_PARAMS, SESSION_ID_REQUIRED)

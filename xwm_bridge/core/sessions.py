@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from xwm_bridge.core.feed import SessionFeed
 from xwm_bridge.store.base import (
@@ -28,6 +28,7 @@ from xwm_bridge.store.base import (
 )
 
 MAX_HISTORY = 64
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -80,19 +81,66 @@ class Session:
 
 @dataclass(slots=True, eq=False)
 class TurnHandle:
+    """The cancel handle of one running turn.
+
+    The executor runs inline in the thread worker's task (:meth:`execute`), not in
+    a task of its own; :meth:`cancel` cancels that task while, and only while, the
+    executor runs, and counts its cancellations so that a shutdown's cancellation
+    of the same task is told apart and propagates.
+    """
+
     session_id: str
     turn_id: str
-    task: asyncio.Task[object] | None = None
     cancel_requested: bool = False
+    finished: bool = False
+    _task: asyncio.Task[Any] | None = None
+    _cancels: int = 0
+
+    @property
+    def executing(self) -> bool:
+        return self._task is not None
 
     def cancel(self) -> bool:
         """Cancel the turn; one not yet executing is cancelled before it starts."""
-        if self.task is not None and self.task.done():
+        if self.finished:
             return False
         self.cancel_requested = True
-        if self.task is not None:
-            self.task.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            self._cancels += 1
         return True
+
+    async def execute(
+        self,
+        run: Callable[[], Awaitable[T]],
+        on_cancel: Callable[[], Awaitable[T]],
+    ) -> T:
+        """``run()`` in the current task, interruptible by :meth:`cancel`; a client
+        cancel (before or during the run) gives ``on_cancel()`` instead. Any other
+        cancellation of the task (shutdown) propagates."""
+        if self.cancel_requested:
+            self.finished = True
+            return await on_cancel()
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        try:
+            result = await run()
+        except asyncio.CancelledError:
+            if not (self._cancels and task.cancelling() <= self._cancels):
+                raise  # not (only) ours: shutdown
+            interrupted = True
+        else:
+            interrupted = False
+        finally:
+            self._task = None
+            self.finished = True
+            if task.cancelling() <= self._cancels:
+                for _ in range(min(self._cancels, task.cancelling())):
+                    task.uncancel()  # ours, consumed here (the executor may have swallowed it)
+        if interrupted:
+            return await on_cancel()
+        return result
 
 
 class SessionRegistry:

@@ -15,11 +15,14 @@ class Supervisor:
     """A registry of tasks that outlive the call that started them.
 
     Each task is removed when it ends; an exception it raises is logged, never
-    lost. :meth:`shutdown` waits up to a grace period, then cancels the rest.
+    lost. :meth:`wait` waits for the *work* tasks (turns, upstream cancels);
+    *service* tasks (reapers, listeners: ``service=True``) run until
+    :meth:`shutdown`, which waits up to a grace period, then cancels the rest.
     """
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._services: set[asyncio.Task[Any]] = set()
         self._closing = False
 
     def __len__(self) -> int:
@@ -29,14 +32,17 @@ class Supervisor:
     def closing(self) -> bool:
         return self._closing
 
-    def spawn(self, coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+    def spawn(
+        self, coro: Coroutine[Any, Any, T], *, name: str, service: bool = False
+    ) -> asyncio.Task[T]:
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
+        (self._services if service else self._tasks).add(task)
         task.add_done_callback(self._done)
         return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        self._services.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error(
                 "background task failed",
@@ -47,22 +53,28 @@ class Supervisor:
     def begin_shutdown(self) -> None:
         self._closing = True
 
-    async def wait(self, within: float) -> bool:
-        """Wait up to ``within`` seconds for every task (including ones spawned meanwhile)."""
+    async def wait(self, within: float | None) -> bool:
+        """Wait up to ``within`` seconds (None: as long as it takes) for every work
+        task, including ones spawned meanwhile; True when none is left."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
+        deadline = None if within is None else loop.time() + within
         while self._tasks:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
                 return False
             await asyncio.wait(set(self._tasks), timeout=remaining)
         return True
 
+    async def wait_any(self) -> None:
+        """Until one work task ends (back-pressure for a bounded number in flight)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+
     async def shutdown(self, grace: float) -> None:
-        """Let tasks finish for ``grace`` seconds, then cancel and await the rest."""
+        """Let work tasks finish for ``grace`` seconds, then cancel and await every task."""
         self._closing = True
         await self.wait(grace)
-        pending = set(self._tasks)
+        pending = self._tasks | self._services
         for task in pending:
             task.cancel()
         if pending:

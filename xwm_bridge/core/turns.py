@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from xwm_bridge import coerce
-from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import STARTED_UPDATE, Notify, TurnContext
 from xwm_bridge.core.executors import Executor
+from xwm_bridge.core.modes import Mode
 from xwm_bridge.core.params import SessionParams
 from xwm_bridge.core.sessions import SessionRegistry, TurnHandle
 from xwm_bridge.core.supervisor import Supervisor
+from xwm_bridge.core.turn import TurnRequest
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.observability import context as obs
 from xwm_bridge.observability.metrics import Metrics
-from xwm_bridge.router.resolver import GATEWAY, MULTI_AGENT, RoutingDecision, RoutingRequest
-from xwm_bridge.router.service import Router
+from xwm_bridge.router.resolver import RoutingDecision, RoutingRequest
 from xwm_bridge.store.base import CANCELLED, COMPLETED, FAILED, INTERRUPTED, RUNNING
 
 log = logging.getLogger("xwm_bridge.turns")
 ROUTING_REQUIRED = "ROUTING_REQUIRED"
-MODE_OF_TARGET = {GATEWAY: "gateway-chat", MULTI_AGENT: "multi-agent"}
 
 _last_turn_ns = 0
 
@@ -37,30 +34,6 @@ def new_turn_id() -> str:
     return f"turn-{now}"
 
 
-def execution_params(params: dict[str, Any], decision: RoutingDecision) -> dict[str, Any]:
-    """§3.4: the request params extended with the routing decision."""
-    out = dict(params)
-    out["mode"] = MODE_OF_TARGET.get(decision.execution_target, "single-agent")
-    if decision.provider_id:
-        out["provider"] = decision.provider_id
-    if decision.gateway_provider_id:
-        out["gatewayProvider"] = decision.gateway_provider_id
-    if decision.model:
-        out["model"] = decision.model
-    if decision.skills:
-        out["selectedSkills"] = list(decision.skills)
-    fields = decision.fields()
-    for key in (
-        "resolvedExecutionTarget",
-        "resolvedProviderId",
-        "resolvedGatewayProviderId",
-        "resolvedModel",
-        "resolvedSkills",
-    ):
-        out[key] = fields[key]
-    return out
-
-
 def turn_status(result: dict[str, Any] | None, handle: TurnHandle) -> str:
     if result is None:
         return CANCELLED if handle.cancel_requested else FAILED
@@ -69,22 +42,33 @@ def turn_status(result: dict[str, Any] | None, handle: TurnHandle) -> str:
     return COMPLETED if result.get("success") is not False else FAILED
 
 
+class Router(Protocol):
+    """Routing as the turn pipeline uses it (``router.service.Router`` implements it)."""
+
+    async def resolve(self, req: RoutingRequest) -> RoutingDecision: ...
+
+    async def record(
+        self, req: RoutingRequest, decision: RoutingDecision, result: dict[str, Any]
+    ) -> bool: ...
+
+
 class TurnRunner:
     def __init__(
         self,
-        config: BridgeConfig,
         sessions: SessionRegistry,
         supervisor: Supervisor,
-        executors: Mapping[str, Executor],
+        executors: Mapping[Mode, Executor],
         metrics: Metrics,
-        router: Router | None = None,
+        router: Router,
     ) -> None:
-        self._config = config
+        missing = [m.value for m in Mode if m not in executors]
+        if missing:
+            raise ValueError(f"no executor for mode(s): {', '.join(missing)}")
         self._sessions = sessions
         self._supervisor = supervisor
         self._executors = executors
         self._metrics = metrics
-        self._router = router or Router(config, None)
+        self._router = router
 
     async def run(
         self,
@@ -99,19 +83,19 @@ class TurnRunner:
         # the worker serves many requests in turn: label its log lines with this one
         obs.request_id.set(request_id)
         obs.turn_id.set("")
-        req = RoutingRequest.parse(sp.raw)
-        if req is None:
+        routing = RoutingRequest.parse(sp.raw)
+        if routing is None:
             raise RpcError(INVALID_PARAMS, ROUTING_REQUIRED)
-        decision = await self._router.resolve(req)
+        decision = await self._router.resolve(routing)
         if decision.unavailable:
             return {
                 "success": False,
                 "error": decision.unavailable_message,
                 **decision.fields(),
             }
-        exec_params = execution_params(sp.raw, decision)
+        turn = TurnRequest.build(method, sp, routing, decision, principal)
         session = await self._sessions.load(sp.session_id, sp.thread_id)
-        provider = coerce.text(exec_params.get("provider"))
+        provider = turn.provider
         if provider:
             session.provider = provider
         session.add_prompt(sp.task_prompt)
@@ -124,18 +108,8 @@ class TurnRunner:
         def ledger(message: dict[str, Any], relayed: bool) -> None:
             registry.record(session, turn_id, message, relayed)
 
-        ctx = TurnContext(
-            method=method,
-            session=session,
-            session_id=sp.session_id,
-            turn_id=turn_id,
-            exec_params=exec_params,
-            notify=notify,
-            supervisor=self._supervisor,
-            principal=principal,
-            ledger=ledger,
-        )
-        executor = self._executors[exec_params["mode"]]
+        ctx = TurnContext(turn, session, turn_id, notify, self._supervisor, ledger)
+        executor = self._executors[turn.mode]
         handle = TurnHandle(sp.session_id, turn_id)
         self._sessions.turn_started(handle)
         started = time.monotonic()
@@ -158,7 +132,7 @@ class TurnRunner:
             "turn finished",
             extra={
                 "session_id": sp.session_id,
-                "mode": exec_params["mode"],
+                "mode": turn.mode.value,
                 "route": decision.reason,
                 "provider": provider,
                 "success": result.get("success"),
@@ -167,22 +141,9 @@ class TurnRunner:
         )
         result.update(decision.fields())
         # routing.md §6.5, with the fix: a failed write is logged, the result stands
-        await self._router.record(req, decision, result)
+        await self._router.record(routing, decision, result)
         return result
 
-    async def _execute(
-        self, executor: Executor, ctx: TurnContext, handle: TurnHandle
-    ) -> dict[str, Any]:
-        if handle.cancel_requested:
-            return await executor.cancelled(ctx)
-        task = asyncio.get_running_loop().create_task(
-            executor.execute(ctx), name=f"turn:{ctx.turn_id}"
-        )
-        handle.task = task
-        try:
-            return await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if (current is not None and current.cancelling()) or not handle.cancel_requested:
-                raise  # shutdown, not a client's session.cancel
-            return await executor.cancelled(ctx)
+    @staticmethod
+    async def _execute(executor: Executor, ctx: TurnContext, handle: TurnHandle) -> dict[str, Any]:
+        return await handle.execute(lambda: executor.execute(ctx), lambda: executor.cancelled(ctx))

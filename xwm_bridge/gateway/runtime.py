@@ -20,6 +20,7 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from xwm_bridge import jsonrpc
 from xwm_bridge.config import GatewayConfig
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.protocol import GatewayError
@@ -104,7 +105,7 @@ class GatewayRuntime:
         return bool(self._live)
 
     async def _publish(self, method: str, params: dict[str, Any]) -> None:
-        message = {"jsonrpc": "2.0", "method": method, "params": params}
+        message = jsonrpc.notification(method, params)
         targets: list[Notify] = list(self._sinks)
         for conn in list(self._live):
             if conn.closed:

@@ -17,6 +17,7 @@ from typing import Any
 from xwm_bridge import coerce
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
+from xwm_bridge.core.modes import Mode
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.manager import LOCAL, GatewayManager
 from xwm_bridge.gateway.protocol import GatewayError
@@ -24,7 +25,7 @@ from xwm_bridge.gateway.runtime import GatewayRuntime
 
 log = logging.getLogger("xwm_bridge.gateway")
 
-MODE = "gateway-chat"
+MODE = Mode.GATEWAY_CHAT.value
 
 NOT_CONNECTED = "gateway not connected"
 CONNECTION_LOST = "gateway connection lost during the run"
@@ -60,8 +61,8 @@ def _same_session(a: str, b: str) -> bool:
 
 
 def session_key_for(ctx: TurnContext, rt: GatewayRuntime) -> str:
-    explicit = coerce.text(ctx.exec_params.get("gatewaySessionKey")) or coerce.text(
-        ctx.exec_params.get("sessionKey")
+    explicit = coerce.text(ctx.params.get("gatewaySessionKey")) or coerce.text(
+        ctx.params.get("sessionKey")
     )
     if explicit:
         return explicit
@@ -83,8 +84,8 @@ class GatewayTurnExecutor:
         return {"success": False, "error": message, "turnId": ctx.turn_id, "mode": MODE, **extra}
 
     async def execute(self, ctx: TurnContext) -> dict[str, Any]:
-        mode = coerce.text(ctx.exec_params.get("gatewayProvider"), LOCAL)
-        runtime_id = coerce.text(ctx.exec_params.get("gatewayRuntimeId"))
+        mode = coerce.text(ctx.params.get("gatewayProvider"), LOCAL)
+        runtime_id = coerce.text(ctx.params.get("gatewayRuntimeId"))
         rt = self._manager.find(ctx.principal, mode, runtime_id)
         if rt is None:
             await ctx.emit_error(NOT_CONNECTED)

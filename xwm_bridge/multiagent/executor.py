@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -31,7 +32,7 @@ class MultiAgentExecutor:
         self._config = config
         self._http = http
 
-    def _endpoint(self, params: dict[str, Any]) -> tuple[str, str]:
+    def _endpoint(self, params: Mapping[str, Any]) -> tuple[str, str]:
         """(base URL, key): the client's pair, else the server's; never mixed."""
         key = coerce.text(params.get("aiGatewayApiKey"))
         if key:
@@ -40,7 +41,7 @@ class MultiAgentExecutor:
         return ma.base_url, ma.api_key
 
     async def execute(self, ctx: TurnContext) -> dict[str, Any]:
-        params = ctx.exec_params
+        params = ctx.params
         ma = self._config.multi_agent
         prompt = p.task_prompt(
             ctx.session.history, coerce.text(params.get("taskPrompt")), params.get("attachments")

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from xwm_bridge import coerce
+from xwm_bridge.core.modes import Mode
 
-MODE = "multi-agent"
+MODE = Mode.MULTI_AGENT.value
 MISSING_KEY = "aiGatewayApiKey is required for multi-agent mode"
 NO_PROMPT = "taskPrompt is required for multi-agent mode"
 

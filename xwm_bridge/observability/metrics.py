@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -10,6 +11,24 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
+
+
+class Children:
+    """A labelled metric's children, bound once per label set (``labels()`` validates
+    and locks on every call; a dict lookup does not). Label values must be bounded."""
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: Counter | Histogram) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def get(self, *labels: str) -> Any:
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = self._metric.labels(*labels)
+        return child
+
 
 TURN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -19,7 +38,6 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self._known: Container[str] = frozenset()
         r = self.registry
         self.requests = Counter(
             "xwm_requests",
@@ -57,6 +75,12 @@ class Metrics:
             "xwm_threads_alive", "Threads with a running or waiting turn", registry=r
         )
         self._sessions = Gauge("xwm_sessions_alive", "Session records held in memory", registry=r)
+        #: bound children of the per-request and per-turn series
+        self.request_outcomes = Children(self.requests)
+        self.turn_durations = Children(self.turn_seconds)
+        self.upstream_failures = Children(self.upstream_errors)
+        self.received = Children(self.bytes_in)
+        self.sent = Children(self.bytes_out)
 
     def bind_gateway(self, status_counts: Callable[[], dict[str, int]]) -> None:
         """``xwm_gateway_runtimes{state}``, read from the gateway manager on each scrape."""
@@ -73,13 +97,6 @@ class Metrics:
                 yield family
 
         registry.register(_GatewayStates())
-
-    def set_known_methods(self, methods: Container[str]) -> None:
-        self._known = methods
-
-    def method_label(self, method: str) -> str:
-        """Bounded label values: unknown method names collapse to ``other``."""
-        return method if method in self._known else "other"
 
     def bind_state(
         self,

@@ -10,36 +10,22 @@ from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
+from xwm_bridge.core.modes import Mode
+from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers import artifacts
 from xwm_bridge.providers.collector import Collector, remote_fields, result_object
-from xwm_bridge.providers.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("xwm_bridge.single_agent")
 
-MODE = "single-agent"
+MODE = Mode.SINGLE_AGENT.value
 NOT_ADVERTISED = "provider is not advertised by the bridge"
-
-#: keys never forwarded upstream (§4.2).
-STRIPPED_KEYS = frozenset(
-    {
-        "metadata",
-        "resolvedExecutionTarget",
-        "resolvedProviderId",
-        "resolvedGatewayProviderId",
-        "resolvedModel",
-        "resolvedSkills",
-        "bridgeAuthorizationHeader",
-        "executionTarget",
-        "agentId",
-    }
-)
 
 
 def provider_id_of(ctx: TurnContext) -> str:
     """§4.1: the session's provider, else the turn's ``provider`` param, else codex."""
-    return (ctx.session.provider or coerce.text(ctx.exec_params.get("provider")) or "codex").lower()
+    return (ctx.session.provider or ctx.turn.provider or "codex").lower()
 
 
 def failure_result(ctx: TurnContext, message: str) -> dict[str, Any]:
@@ -51,10 +37,6 @@ def failure_result(ctx: TurnContext, message: str) -> dict[str, Any]:
         "mode": MODE,
         "provider": provider_id_of(ctx),
     }
-
-
-def sanitize(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if k not in STRIPPED_KEYS}
 
 
 class SingleAgentExecutor:
@@ -84,7 +66,6 @@ class SingleAgentExecutor:
         if provider is None:
             await ctx.emit_error(NOT_ADVERTISED)
             return self.failure(ctx, NOT_ADVERTISED)
-        forwarded = sanitize(ctx.exec_params)
         collector = Collector()
 
         async def on_notification(frame: dict[str, Any]) -> None:
@@ -117,8 +98,8 @@ class SingleAgentExecutor:
                 provider,
                 endpoint,
                 authorization,
-                ctx.method,
-                forwarded,
+                ctx.turn.method,
+                ctx.params,  # already stripped of the §4.2 keys (core/turn.py)
                 on_notification,
                 # ask for SSE only when someone can receive the notifications
                 stream=provider.stream and ctx.notify is not None,
@@ -144,7 +125,7 @@ class SingleAgentExecutor:
         result.setdefault("provider", provider.id)
         result.setdefault("mode", MODE)
         result.setdefault("turnId", ctx.turn_id)
-        wd = coerce.text(ctx.exec_params.get("workingDirectory"))
+        wd = ctx.turn.working_directory
         if wd:
             result.setdefault("effectiveWorkingDirectory", wd)
         remote_fields(result, wd)

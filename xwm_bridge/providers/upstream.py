@@ -1,8 +1,10 @@
 """Calls to upstream ACP providers over HTTP (JSON or SSE) and WebSocket (forwarding.md §4.4-4.5).
 
-Better than the original: every call has connect, read and total deadlines; an
-HTTP upstream that answers with SSE is streamed through; a WebSocket response
-with ``"result": null`` is recognised; cancellation closes the upstream
+The I/O half of :mod:`.upstream_call`: it moves bytes and acts on the events the
+call object sorts them into. Better than the original: every call has connect,
+read and total deadlines; an HTTP upstream that answers with SSE is streamed
+through; a plain-JSON answer is read to its end (or to the size cap); the
+connection pool is shared and kept alive; cancellation closes the upstream
 request and :meth:`UpstreamClient.send_cancel` tells the provider.
 """
 
@@ -10,24 +12,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
-import orjson
 import websockets
 from websockets.asyncio.client import connect as ws_connect
 
-from xwm_bridge import coerce
 from xwm_bridge.config import ProviderConfig
-from xwm_bridge.providers.endpoint import Endpoint
-from xwm_bridge.sse import SSEDecodeError, SSEDecoder
+from xwm_bridge.endpoint import Endpoint
+from xwm_bridge.providers.upstream_call import (
+    Notification,
+    UpstreamCall,
+    UpstreamProtocolError,
+)
+
+__all__ = ["MAX_UPSTREAM_RESPONSE", "UpstreamClient", "UpstreamError"]
 
 OnNotification = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_UPSTREAM_RESPONSE = 64 * 1024 * 1024
-_counter = itertools.count(1)
+_JSON = "application/json"
+_JSON_OR_SSE = "application/json, text/event-stream"
 
 
 class UpstreamError(Exception):
@@ -40,33 +45,36 @@ class UpstreamError(Exception):
         self.kind = kind or ("timeout" if timed_out else "protocol")
 
 
-def new_request_id() -> str:
-    # unique even when two calls share a nanosecond (the original used the clock only)
-    return f"req-{time.time_ns()}-{next(_counter)}"
-
-
-def _envelope(rid: str, method: str, params: dict[str, Any]) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-
-
-def _error_of(obj: dict[str, Any]) -> str | None:
-    err = obj.get("error")
-    if isinstance(err, dict) and err:
-        return coerce.text(err.get("message"), "external ACP request failed")
-    return None
-
-
-def _is_response(obj: dict[str, Any], rid: str) -> bool:
-    return coerce.text(obj.get("id")) == rid and ("result" in obj or "error" in obj)
-
-
-def _is_notification(obj: dict[str, Any]) -> bool:
-    return bool(coerce.text(obj.get("method"))) and obj.get("id") is None
+async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The whole body, or :class:`UpstreamError` past ``cap`` bytes (``content.read(n)``
+    returns only what is buffered, which cut long answers short)."""
+    if resp.content_length is not None and resp.content_length > cap:
+        raise UpstreamError("upstream response too large")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await resp.content.readany()
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > cap:
+            raise UpstreamError("upstream response too large")
+        chunks.append(chunk)
 
 
 class UpstreamClient:
     def __init__(self, http: aiohttp.ClientSession) -> None:
         self._http = http
+        self._timeouts: dict[tuple[float, float], aiohttp.ClientTimeout] = {}
+
+    def _timeout(self, provider: ProviderConfig) -> aiohttp.ClientTimeout:
+        key = (provider.connect_timeout, provider.read_timeout)
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            timeout = self._timeouts[key] = aiohttp.ClientTimeout(
+                total=None, sock_connect=key[0], sock_read=key[1]
+            )
+        return timeout
 
     async def call(
         self,
@@ -74,7 +82,7 @@ class UpstreamClient:
         endpoint: Endpoint,
         authorization: str,
         method: str,
-        params: dict[str, Any],
+        params: Mapping[str, Any],
         on_notification: OnNotification,
         *,
         stream: bool = True,
@@ -83,57 +91,45 @@ class UpstreamClient:
 
         ``stream`` asks an HTTP upstream for SSE (``Accept: text/event-stream``).
         """
+        call = UpstreamCall(method, params)
         try:
             async with asyncio.timeout(provider.total_timeout):
                 if endpoint.transport == "ws":
                     return await self._call_ws(
-                        provider, endpoint.ws_url, authorization, method, params, on_notification
+                        provider, endpoint.ws_url, authorization, call, on_notification
                     )
                 return await self._call_http(
-                    provider,
-                    endpoint.http_url,
-                    authorization,
-                    method,
-                    params,
-                    on_notification,
-                    stream,
+                    provider, endpoint.http_url, authorization, call, on_notification, stream
                 )
         except TimeoutError:
             raise UpstreamError(
                 f"upstream {provider.id} timed out (no answer within the configured deadline)",
                 timed_out=True,
             ) from None
+        except UpstreamProtocolError as exc:
+            raise UpstreamError(str(exc), kind=exc.kind) from None
 
     async def _call_http(
         self,
         provider: ProviderConfig,
         url: str,
         authorization: str,
-        method: str,
-        params: dict[str, Any],
+        call: UpstreamCall,
         on_notification: OnNotification,
         stream: bool,
     ) -> dict[str, Any]:
-        rid = new_request_id()
-        headers = {
-            "Content-Type": "application/json; charset=utf-8",
-            "Accept": "application/json, text/event-stream" if stream else "application/json",
-        }
+        headers = {"Content-Type": "application/json; charset=utf-8"}
+        headers["Accept"] = _JSON_OR_SSE if stream else _JSON
         if authorization:
             headers["Authorization"] = authorization
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=provider.connect_timeout, sock_read=provider.read_timeout
-        )
         try:
             async with self._http.post(
-                url, data=_envelope(rid, method, params), headers=headers, timeout=timeout
+                url, data=call.request, headers=headers, timeout=self._timeout(provider)
             ) as resp:
                 if resp.content_type == "text/event-stream":
-                    return await self._read_sse(resp, rid, on_notification)
-                body = await resp.content.read(MAX_UPSTREAM_RESPONSE + 1)
-                if len(body) > MAX_UPSTREAM_RESPONSE:
-                    raise UpstreamError("upstream response too large")
-                return self._decode_body(body, resp.status)
+                    return await self._read_sse(resp, call, on_notification)
+                body = await read_capped(resp, MAX_UPSTREAM_RESPONSE)
+                return call.body(body, resp.status).envelope
         except aiohttp.ClientError as exc:
             raise UpstreamError(
                 f"POST {url}: {_describe(exc)}",
@@ -146,71 +142,26 @@ class UpstreamClient:
             ) from None
 
     @staticmethod
-    def _decode_body(body: bytes, status: int) -> dict[str, Any]:
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            if not 200 <= status < 300:
-                snippet = body[:200].decode("utf-8", "replace").strip()
-                raise UpstreamError(
-                    f"upstream answered HTTP {status}: {snippet}", kind="http_status"
-                ) from None
-            raise UpstreamError(f"invalid upstream response: {exc}") from None
-        if not isinstance(obj, dict):
-            raise UpstreamError("invalid upstream response: not a JSON object")
-        err = _error_of(obj)
-        if err is not None:
-            raise UpstreamError(err, kind="remote_error")
-        return obj
-
     async def _read_sse(
-        self, resp: aiohttp.ClientResponse, rid: str, on_notification: OnNotification
+        resp: aiohttp.ClientResponse, call: UpstreamCall, on_notification: OnNotification
     ) -> dict[str, Any]:
-        decoder = SSEDecoder()
-        try:
-            async for chunk in resp.content.iter_any():
-                for data in decoder.feed(chunk):
-                    final = await self._sse_event(data, rid, on_notification)
-                    if final is not None:
-                        return final
-            for data in decoder.flush():
-                final = await self._sse_event(data, rid, on_notification)
-                if final is not None:
-                    return final
-        except SSEDecodeError as exc:
-            raise UpstreamError(f"invalid upstream stream: {exc}") from None
-        raise UpstreamError("upstream stream ended without a response")
+        content = resp.content
+        while True:
+            chunk = await content.readany()
+            for event in call.sse(chunk, max_line=MAX_UPSTREAM_RESPONSE):
+                if isinstance(event, Notification):
+                    await on_notification(event.message)
+            if call.response is not None:
+                return call.response
 
-    async def _sse_event(
-        self, data: bytes, rid: str, on_notification: OnNotification
-    ) -> dict[str, Any] | None:
-        if data.strip() == b"[DONE]":
-            return None
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return None  # a malformed event is skipped, as on the WebSocket path
-        if not isinstance(obj, dict):
-            return None
-        if _is_response(obj, rid) or (("result" in obj or "error" in obj) and "method" not in obj):
-            err = _error_of(obj)
-            if err is not None:
-                raise UpstreamError(err, kind="remote_error")
-            return obj
-        if _is_notification(obj):
-            await on_notification(obj)
-        return None
-
+    @staticmethod
     async def _call_ws(
-        self,
         provider: ProviderConfig,
         url: str,
         authorization: str,
-        method: str,
-        params: dict[str, Any],
+        call: UpstreamCall,
         on_notification: OnNotification,
     ) -> dict[str, Any]:
-        rid = new_request_id()
         headers = {"Authorization": authorization} if authorization else None
         try:
             async with ws_connect(
@@ -221,7 +172,7 @@ class UpstreamClient:
                 compression=None,
                 proxy=None,
             ) as ws:
-                await ws.send(_envelope(rid, method, params).decode())
+                await ws.send(call.request.decode())  # JSON goes out as a text frame
                 while True:
                     try:
                         raw = await asyncio.wait_for(ws.recv(), provider.read_timeout)
@@ -230,19 +181,11 @@ class UpstreamClient:
                             f"{url}: no message from upstream for {provider.read_timeout:g}s",
                             timed_out=True,
                         ) from None
-                    try:
-                        obj = orjson.loads(raw)
-                    except orjson.JSONDecodeError:
-                        continue
-                    if not isinstance(obj, dict):
-                        continue
-                    if _is_response(obj, rid):
-                        err = _error_of(obj)
-                        if err is not None:
-                            raise UpstreamError(err, kind="remote_error")
-                        return obj
-                    if coerce.text(obj.get("method")):
-                        await on_notification(obj)
+                    for event in call.message(raw):
+                        if isinstance(event, Notification):
+                            await on_notification(event.message)
+                    if call.response is not None:
+                        return call.response
         except websockets.exceptions.WebSocketException as exc:
             raise UpstreamError(f"{url}: {_describe(exc)}", kind="transport") from None
         except OSError as exc:

@@ -14,7 +14,7 @@ an unknown explicit target is an ``unavailable`` result with a clear message.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +70,7 @@ class RoutingRequest:
     available_skills: tuple[SkillCandidate, ...] = ()
 
     @classmethod
-    def parse(cls, params: dict[str, Any]) -> RoutingRequest | None:
+    def parse(cls, params: Mapping[str, Any]) -> RoutingRequest | None:
         """``None`` when ``params.routing`` is not a non-empty object."""
         routing = params.get("routing")
         if not isinstance(routing, dict) or not routing:

@@ -17,6 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from xwm_bridge import jsonrpc
+
 #: ``last_turn_status`` values
 RUNNING = "running"
 COMPLETED = "completed"
@@ -78,10 +80,9 @@ class StoreLimits:
 
 def interrupted_update(record: SessionRecord, seq: int) -> dict[str, Any]:
     """The ``session.update`` recorded for a turn that died with the process."""
-    return {
-        "jsonrpc": "2.0",
-        "method": "session.update",
-        "params": {
+    return jsonrpc.notification(
+        "session.update",
+        {
             "sessionId": record.session_id,
             "threadId": record.thread_id,
             "turnId": record.last_turn_id,
@@ -93,7 +94,7 @@ def interrupted_update(record: SessionRecord, seq: int) -> dict[str, Any]:
             "error": True,
             "interrupted": True,
         },
-    }
+    )
 
 
 class SessionStore(Protocol):

@@ -16,7 +16,7 @@ import orjson
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from xwm_bridge.core.bridge import Bridge
+    from xwm_bridge.app.bridge import Bridge
 
 ISSUED_BY = "xworkmate-bridge"
 CONSUME_PATH = "/api/internal/xworkmate/bridge/bootstrap/consume"

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from xwm_bridge import jsonrpc
-from xwm_bridge.core.bridge import Bridge
+from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.core.feed import Subscription
 from xwm_bridge.transport.notify import OrderedSender
 

@@ -10,11 +10,11 @@ from urllib.parse import urlsplit
 import orjson
 from aiohttp import web
 
+from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.observability.metrics import CONTENT_TYPE
-from xwm_bridge.providers.endpoint import EndpointError, derive_endpoint
 
 if TYPE_CHECKING:
-    from xwm_bridge.core.bridge import Bridge
+    from xwm_bridge.app.bridge import Bridge
 
 PROBE_TIMEOUT = 2.0
 PROBE_CACHE_SECONDS = 5.0

@@ -1,25 +1,34 @@
-"""HTTP, SSE and WebSocket edges of ``serve`` (contract.md §2-§7). No method logic here."""
+"""HTTP, SSE and WebSocket edges of ``serve`` (contract.md §2-§7). No method logic here.
+
+The bridge's lifecycle hangs on the aiohttp application: ``cleanup_ctx`` starts
+it with the app and closes it last; ``on_shutdown`` drains running turns while
+client connections are still open (so their results are delivered), then
+closes the client WebSockets with 1001.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from xwm_bridge import jsonrpc
-from xwm_bridge.core.bridge import Bridge
-from xwm_bridge.core.dispatcher import CallContext
+from xwm_bridge.app.bridge import Bridge
+from xwm_bridge.app.dispatcher import Dispatcher
+from xwm_bridge.core.context import CallContext
+from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
 from xwm_bridge.transport.events import stream_events
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
-from xwm_bridge.transport.security import BearerAuth, OriginPolicy, principal_of
+from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache
 
 log = logging.getLogger("xwm_bridge.http")
 
@@ -31,10 +40,31 @@ CORS_HEADERS = {
     "Access-Control-Max-Age": "600",
 }
 VARY = ("Origin", "Access-Control-Request-Method", "Access-Control-Request-Headers")
+JSON_HEADERS = {"Content-Type": "application/json"}
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "Connection": "keep-alive",
+    "X-Accel-Buffering": "no",
+}
 #: requests one WebSocket connection may have in flight at once
 MAX_INFLIGHT_PER_CONNECTION = 256
 
-BRIDGE_KEY = web.AppKey("bridge", Bridge)
+#: every route ``serve`` has; other front ends (agent-adapter) pick a subset
+SERVE_PATHS = (
+    "/",
+    "/livez",
+    "/readyz",
+    "/metrics",
+    "/api/ping",
+    "/bridge/bootstrap/health",
+    "/bridge/bootstrap/consume",
+    "/acp/rpc",
+    "/acp",
+    "/acp/sessions/{sessionId}/events",
+)
+
+RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _json_response(
@@ -43,9 +73,19 @@ def _json_response(
     return web.Response(
         status=status,
         body=jsonrpc.dumps(body) + b"\n",
-        content_type="application/json",
-        headers=headers,
+        headers={**JSON_HEADERS, **headers} if headers else JSON_HEADERS,
     )
+
+
+def _get_only(handler: RouteHandler) -> RouteHandler:
+    async def get(request: web.Request) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(
+                status=405, text="405 method not allowed\n", content_type="text/plain"
+            )
+        return await handler(request)
+
+    return get
 
 
 def _rpc_error_response(status: int, code: int, message: str) -> web.Response:
@@ -53,43 +93,60 @@ def _rpc_error_response(status: int, code: int, message: str) -> web.Response:
 
 
 class HttpTransport:
-    def __init__(self, bridge: Bridge) -> None:
+    def __init__(self, bridge: Bridge, dispatcher: Dispatcher) -> None:
         self.bridge = bridge
+        self.dispatcher = dispatcher
         cfg = bridge.config
         self.origins = OriginPolicy(cfg.allowed_origins)
         self.auth = BearerAuth(cfg.auth_token, cfg.client_tokens)
+        self.principals = PrincipalCache()
         self.limits = cfg.limits
         self.bootstrap = bootstrap.BootstrapHandlers(bridge)
         self.health = HealthHandlers(bridge)
         self.metrics = bridge.metrics
         self._ws_connections: set[web.WebSocketResponse] = set()
 
-    def app(self) -> web.Application:
-        app = web.Application(
-            client_max_size=self.limits.max_body_bytes,
-            middlewares=[self._not_found_middleware],
-        )
-        app[BRIDGE_KEY] = self.bridge
-        app.router.add_route("*", "/", self.root)
-        app.router.add_get("/livez", self.health.livez)
-        app.router.add_get("/readyz", self.health.readyz)
-        app.router.add_get("/metrics", self.health.metrics)
-        app.router.add_route("*", "/api/ping", self.ping)
-        app.router.add_route("*", "/bridge/bootstrap/health", self.bootstrap.health)
-        app.router.add_route("*", "/bridge/bootstrap/consume", self.bootstrap.consume)
-        app.router.add_route("*", "/acp/rpc", self.rpc)
-        app.router.add_route("*", "/acp", self.websocket)
-        app.router.add_route("*", "/acp/sessions/{sessionId}/events", self.session_events)
+    def _routes(self) -> dict[str, tuple[str, RouteHandler]]:
+        return {
+            "/": ("*", self.root),
+            "/livez": ("*", _get_only(self.health.livez)),
+            "/readyz": ("*", _get_only(self.health.readyz)),
+            "/metrics": ("*", _get_only(self.health.metrics)),
+            "/api/ping": ("*", self.ping),
+            "/bridge/bootstrap/health": ("*", self.bootstrap.health),
+            "/bridge/bootstrap/consume": ("*", self.bootstrap.consume),
+            "/acp/rpc": ("*", self.rpc),
+            "/acp": ("*", self.websocket),
+            "/acp/sessions/{sessionId}/events": ("*", self.session_events),
+        }
+
+    def app(self, paths: Iterable[str] = SERVE_PATHS) -> web.Application:
+        """The aiohttp application with the given routes (contract.md §2), anything
+        else 404; the bridge starts with it and stops with it."""
+        app = web.Application(client_max_size=self.limits.max_body_bytes)
+        routes = self._routes()
+        for path in paths:
+            method, handler = routes[path]
+            app.router.add_route(method, path, handler)
+        app.router.add_route("*", "/{tail:.*}", self.not_found)  # last: matched in order
+        app.cleanup_ctx.append(self._lifespan)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
-    @web.middleware
-    async def _not_found_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _lifespan(self, app: web.Application) -> AsyncIterator[None]:
+        await self.bridge.start()
         try:
-            response: web.StreamResponse = await handler(request)
-        except web.HTTPNotFound:
-            return web.Response(status=404, text=NOT_FOUND_TEXT, content_type="text/plain")
-        return response
+            yield
+        finally:
+            await self.bridge.close()
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        # connections are still open here: running turns deliver their results
+        await self.bridge.drain()
+        await self.close_websockets()
+
+    async def not_found(self, request: web.Request) -> web.Response:
+        return web.Response(status=404, text=NOT_FOUND_TEXT, content_type="text/plain")
 
     async def root(self, request: web.Request) -> web.Response:
         return web.Response(text=ROOT_TEXT, content_type="text/plain")
@@ -116,7 +173,7 @@ class HttpTransport:
     def _guard(self, request: web.Request) -> web.Response | None:
         """Origin then bearer checks (contract.md §4 steps 4-5)."""
         origin = request.headers.get("Origin", "").strip()
-        if not self.origins.allows(origin):
+        if origin and not self.origins.allows(origin):
             return _rpc_error_response(
                 403, jsonrpc.ORIGIN_NOT_ALLOWED, f"origin not allowed: {origin}"
             )
@@ -124,24 +181,30 @@ class HttpTransport:
             return _rpc_error_response(401, jsonrpc.UNAUTHORIZED, "missing bearer authorization")
         return None
 
+    def _call(
+        self, request: web.Request, notify: Any, transport: str, connection: Any = None
+    ) -> CallContext:
+        principal, bearer = self.principals.of(request.headers.get("Authorization"))
+        return CallContext(notify, transport, principal, bearer, connection)
+
     async def rpc(self, request: web.Request) -> web.StreamResponse:
-        cors = self._cors(request)
+        cors = self._cors(request) if "Origin" in request.headers else {}
         response = await self._rpc(request, cors)
-        if not response.prepared:
+        if cors and not response.prepared:
             self._apply_headers(response, cors)
         return response
 
     async def _rpc(self, request: web.Request, cors: dict[str, str]) -> web.StreamResponse:
-        if request.method == "OPTIONS":
-            return web.Response(status=204)
         if request.method != "POST":
+            if request.method == "OPTIONS":
+                return web.Response(status=204)
             return _rpc_error_response(405, jsonrpc.INVALID_REQUEST, "method not allowed")
         denied = self._guard(request)
         if denied is not None:
             return denied
         try:
-            body = await asyncio.wait_for(request.read(), self.limits.request_read_timeout)
-            self.metrics.bytes_in.labels("http").inc(len(body))
+            async with asyncio.timeout(self.limits.request_read_timeout):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _rpc_error_response(
                 413,
@@ -150,53 +213,40 @@ class HttpTransport:
             )
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
             return _rpc_error_response(400, jsonrpc.INVALID_REQUEST, "invalid body")
+        self.metrics.received.get("http").inc(len(body))
         try:
             req = jsonrpc.decode_request(body)
         except jsonrpc.DecodeError as exc:
             return _rpc_error_response(400, jsonrpc.PARSE_ERROR, exc.message)
 
-        accept = request.headers.get("Accept", "").lower()
-        if "text/event-stream" not in accept:
-            principal, bearer = principal_of(request.headers.get("Authorization"))
-            reply = await self.bridge.dispatcher.handle(
-                req, CallContext(None, "http", principal, bearer)
-            )
+        if "text/event-stream" not in request.headers.get("Accept", "").lower():
+            reply = await self.dispatcher.handle(req, self._call(request, None, "http"))
             if reply is None:
                 return web.Response(status=200)
-            response = _json_response(200, reply)
-            self.metrics.bytes_out.labels("http").inc(len(response.body))  # type: ignore[arg-type]
-            return response
+            data = jsonrpc.dumps(reply) + b"\n"
+            self.metrics.sent.get("http").inc(len(data))
+            return web.Response(status=200, body=data, headers=JSON_HEADERS)
         return await self._rpc_sse(request, req, cors)
 
     async def _rpc_sse(
         self, request: web.Request, req: jsonrpc.Request, cors: dict[str, str]
     ) -> web.StreamResponse:
-        stream = web.StreamResponse(
-            status=200,
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "Connection": "keep-alive",
-                "X-Accel-Buffering": "no",
-            },
-        )
+        stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
         self._apply_headers(stream, cors)
+        sent = self.metrics.sent.get("sse")
 
         async def write(data: bytes) -> None:
             if not stream.prepared:
                 await stream.prepare(request)
             await stream.write(data)
-            self.metrics.bytes_out.labels("sse").inc(len(data))
+            sent.inc(len(data))
 
         sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
 
         async def notify(message: dict[str, Any]) -> None:
             await sender.send_bytes(encode_data(jsonrpc.dumps(message)))
 
-        principal, bearer = principal_of(request.headers.get("Authorization"))
-        reply = await self.bridge.dispatcher.handle(
-            req, CallContext(notify, "sse", principal, bearer)
-        )
+        reply = await self.dispatcher.handle(req, self._call(request, notify, "sse"))
         final = DONE if reply is None else encode_data(jsonrpc.dumps(reply))
         await sender.send_bytes(final)
         if stream.prepared:
@@ -205,7 +255,7 @@ class HttpTransport:
         return stream
 
     async def session_events(self, request: web.Request) -> web.StreamResponse:
-        """SSE catch-up after a disconnect (issue 6; transport/events.py)."""
+        """SSE catch-up after a disconnect (transport/events.py)."""
         cors = self._cors(request)
         if request.method == "OPTIONS":
             response: web.StreamResponse = web.Response(status=204)
@@ -249,19 +299,20 @@ class HttpTransport:
         await ws.prepare(request)
         self._ws_connections.add(ws)
         self.metrics.ws_connections.inc()
+        sent, received = self.metrics.sent.get("ws"), self.metrics.received.get("ws")
 
         async def write(data: bytes) -> None:
-            await ws.send_str(data.decode())
-            self.metrics.bytes_out.labels("ws").inc(len(data))
+            await ws.send_str(data.decode())  # JSON goes out as text frames
+            sent.inc(len(data))
 
         sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
-        principal, bearer = principal_of(request.headers.get("Authorization"))
         live = LiveConnection(sender.send)
-        call = CallContext(sender.send, "ws", principal, bearer, live)
-        inflight: set[asyncio.Task[None]] = set()
+        call = self._call(request, sender.send, "ws", live)
+        # the connection owns its requests: they end with it
+        inflight = Supervisor()
 
         async def serve_one(req: jsonrpc.Request) -> None:
-            reply = await self.bridge.dispatcher.handle(req, call)
+            reply = await self.dispatcher.handle(req, call)
             if reply is not None:
                 await sender.send(reply)
 
@@ -271,8 +322,8 @@ class HttpTransport:
                     if msg.type == aiohttp.WSMsgType.ERROR:
                         log.info("websocket error", extra={"error": repr(ws.exception())})
                     break
+                received.inc(len(msg.data))
                 try:
-                    self.metrics.bytes_in.labels("ws").inc(len(msg.data))
                     req = jsonrpc.decode_request(msg.data)
                 except jsonrpc.DecodeError as exc:
                     await sender.send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message))
@@ -288,27 +339,17 @@ class HttpTransport:
                             )
                         )
                     continue
-                task = asyncio.get_running_loop().create_task(serve_one(req))
-                inflight.add(task)
-                task.add_done_callback(inflight.discard)
+                inflight.spawn(serve_one(req), name=f"ws-request:{req.method}")
         finally:
             live.closed = True
             self._ws_connections.discard(ws)
             self.metrics.ws_connections.dec()
-            # The connection owns its requests: they end with it. A turn already
-            # running keeps going in its thread worker; queued ones are dropped.
-            for task in inflight:
-                task.cancel()
-            if inflight:
-                await asyncio.wait(inflight, timeout=5)
+            # A turn already running keeps going in its thread worker; queued ones are dropped.
+            await inflight.shutdown(0)
         return ws
 
-    async def _on_shutdown(self, app: web.Application) -> None:
-        await self.close_websockets()
-
     async def close_websockets(self) -> None:
-        """Close every client WebSocket with 1001 (going away); call before the runner's
-        cleanup, which otherwise drops the connections without a close frame."""
+        """Close every client WebSocket with 1001 (going away)."""
         for ws in list(self._ws_connections):
             with contextlib.suppress(Exception):
                 await ws.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"server shutting down")

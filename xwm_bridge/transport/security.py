@@ -8,34 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
-
-
-def parse_listen(addr: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` for IPv6) → (host, port); ValueError if malformed."""
-    value = addr.strip()
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {addr!r}")
-    port = int(port_text)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port out of range in {addr!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, port
-
-
-def is_loopback_host(host: str) -> bool:
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,3 +105,20 @@ def principal_of(header: str | None) -> tuple[str, str]:
         return "anonymous", ""
     digest = hashlib.sha256(credential.encode()).hexdigest()[:24]
     return f"bearer:{digest}", credential
+
+
+class PrincipalCache:
+    """:func:`principal_of` with the digests of recent headers kept (one SHA-256 per
+    distinct credential, not per request). Bounded: cleared when it fills up."""
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self._max = max_entries
+        self._known: dict[str | None, tuple[str, str]] = {}
+
+    def of(self, header: str | None) -> tuple[str, str]:
+        hit = self._known.get(header)
+        if hit is None:
+            if len(self._known) >= self._max:
+                self._known.clear()
+            hit = self._known[header] = principal_of(header)
+        return hit

@@ -13,7 +13,9 @@ import threading
 from collections.abc import Awaitable, Callable
 
 from xwm_bridge import jsonrpc
-from xwm_bridge.core.dispatcher import CallContext, Dispatcher
+from xwm_bridge.app.dispatcher import Dispatcher
+from xwm_bridge.core.context import CallContext
+from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 
@@ -36,7 +38,8 @@ class StdioServer:
         self._read = read
         self._sender = OrderedSender(write, timeout=send_timeout)
         self._decoder = StdioDecoder(max_message=max_message)
-        self._inflight: set[asyncio.Task[None]] = set()
+        #: the stream owns its requests: they end with it
+        self._inflight = Supervisor()
         # the stream lives as long as the process: gateway events may always use it
         self._live = LiveConnection(self._send)
 
@@ -56,10 +59,8 @@ class StdioServer:
             await self._send(req)
             return
         while len(self._inflight) >= MAX_INFLIGHT:  # backpressure: stop reading
-            await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
-        task = asyncio.get_running_loop().create_task(self._serve_one(req))
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+            await self._inflight.wait_any()
+        self._inflight.spawn(self._serve_one(req), name=f"stdio-request:{req.method}")
 
     async def serve(self) -> None:
         """Read until end of input, then wait for every request still running."""
@@ -71,11 +72,9 @@ class StdioServer:
                     await self._handle_frame(item)
                 if not chunk:
                     break
-            while self._inflight:
-                await asyncio.wait(set(self._inflight))
+            await self._inflight.wait(None)
         finally:
-            for task in self._inflight:
-                task.cancel()
+            await self._inflight.shutdown(0)
 
 
 def stdin_reader(fd: int = 0) -> Callable[[], Awaitable[bytes]]:

@@ -113,34 +113,122 @@ def test_recreated_after_close_is_fresh() -> None:
 # --- TurnHandle -----------------------------------------------------------------------
 
 
-def test_cancel_before_task_exists() -> None:
+async def _cancelled() -> str:
+    return "on_cancel"
+
+
+def test_cancel_before_the_executor_runs() -> None:
     handle = TurnHandle("s", "turn-1")
     assert handle.cancel() is True
     assert handle.cancel_requested is True
-    assert handle.task is None
+    assert not handle.executing
 
 
-async def test_cancel_running_task() -> None:
-    gate = asyncio.Event()
-    task: asyncio.Task[object] = asyncio.ensure_future(gate.wait())
-    handle = TurnHandle("s", "turn-1", task=task)
+async def test_execute_after_cancel_runs_only_the_cancel_path() -> None:
+    handle = TurnHandle("s", "turn-1")
+    handle.cancel()
+    ran: list[str] = []
+
+    async def run() -> str:
+        ran.append("run")
+        return "done"
+
+    assert await handle.execute(run, _cancelled) == "on_cancel"
+    assert ran == []
+    assert handle.cancel() is False  # finished
+
+
+async def test_cancel_interrupts_the_running_executor_in_the_same_task() -> None:
+    handle = TurnHandle("s", "turn-1")
+    started = asyncio.Event()
+
+    async def run() -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    async def turn() -> tuple[str, int]:
+        result = await handle.execute(run, _cancelled)
+        task = asyncio.current_task()
+        assert task is not None
+        return result, task.cancelling()
+
+    task = asyncio.create_task(turn())
+    await started.wait()
+    assert handle.executing
     assert handle.cancel() is True
-    assert handle.cancel_requested
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert task.cancelled()
+    # the client's cancel is consumed: the task goes on, with nothing left pending
+    assert await task == ("on_cancel", 0)
+    assert handle.cancel() is False
 
 
-async def test_cancel_finished_task_is_a_no_op() -> None:
-    async def done() -> str:
+async def test_a_finished_turn_is_not_cancelled() -> None:
+    handle = TurnHandle("s", "turn-1")
+
+    async def run() -> str:
         return "ok"
 
-    task: asyncio.Task[object] = asyncio.ensure_future(done())
-    await task
-    handle = TurnHandle("s", "turn-1", task=task)
+    assert await handle.execute(run, _cancelled) == "ok"
     assert handle.cancel() is False
     assert handle.cancel_requested is False
-    assert task.result() == "ok"
+
+
+async def test_shutdown_cancellation_propagates() -> None:
+    handle = TurnHandle("s", "turn-1")
+    started = asyncio.Event()
+
+    async def run() -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    task = asyncio.create_task(handle.execute(run, _cancelled))
+    await started.wait()
+    task.cancel()  # not through the handle: a shutdown
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_client_cancel_plus_shutdown_propagates() -> None:
+    handle = TurnHandle("s", "turn-1")
+    started = asyncio.Event()
+
+    async def run() -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    task = asyncio.create_task(handle.execute(run, _cancelled))
+    await started.wait()
+    handle.cancel()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_an_executor_that_swallows_the_cancel_leaves_the_task_clean() -> None:
+    handle = TurnHandle("s", "turn-1")
+    started = asyncio.Event()
+
+    async def run() -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return "stopped by the agent"
+        return "never"
+
+    async def turn() -> tuple[str, int]:
+        result = await handle.execute(run, _cancelled)
+        task = asyncio.current_task()
+        assert task is not None
+        return result, task.cancelling()
+
+    task = asyncio.create_task(turn())
+    await started.wait()
+    handle.cancel()
+    assert await task == ("stopped by the agent", 0)
+    assert handle.cancel_requested
 
 
 # --- registry: running turns and cancel -----------------------------------------------
@@ -165,12 +253,19 @@ def test_cancel_running_turn_before_its_task_starts() -> None:
 
 async def test_cancel_running_turn_task() -> None:
     reg = SessionRegistry()
-    task: asyncio.Task[object] = asyncio.ensure_future(asyncio.Event().wait())
-    handle = TurnHandle("s", "turn-1", task=task)
+    handle = TurnHandle("s", "turn-1")
     reg.turn_started(handle)
+    started = asyncio.Event()
+
+    async def run() -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    task = asyncio.create_task(handle.execute(run, _cancelled))
+    await started.wait()
     assert reg.cancel("s") is True
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    assert await task == "on_cancel"
 
 
 def test_turn_finished_clears_only_its_own_handle() -> None:

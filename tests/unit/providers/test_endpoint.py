@@ -1,10 +1,10 @@
-"""xwm_bridge.providers.endpoint.derive_endpoint (forwarding.md §4.3)."""
+"""xwm_bridge.endpoint.derive_endpoint (forwarding.md §4.3)."""
 
 from __future__ import annotations
 
 import pytest
 
-from xwm_bridge.providers.endpoint import Endpoint, EndpointError, derive_endpoint
+from xwm_bridge.endpoint import Endpoint, EndpointError, derive_endpoint
 
 
 @pytest.mark.parametrize(

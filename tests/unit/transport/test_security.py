@@ -11,8 +11,6 @@ from xwm_bridge.transport.security import (
     BearerAuth,
     OriginPolicy,
     OriginRule,
-    is_loopback_host,
-    parse_listen,
 )
 
 PROPS = settings(max_examples=200, deadline=None)
@@ -203,48 +201,3 @@ def test_only_the_token_is_accepted(token: str, header: str) -> None:
         assert ok == (bool(value) and (value == expected_token or credential == expected_token))
     else:
         assert ok == (value[:7].lower() == "bearer " and bool(value[7:].strip()))
-
-
-# --- listen address -------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("addr", "expected"),
-    [
-        ("127.0.0.1:8787", ("127.0.0.1", 8787)),
-        (" 0.0.0.0:0 ", ("0.0.0.0", 0)),
-        ("localhost:65535", ("localhost", 65535)),
-        ("[::1]:9000", ("::1", 9000)),
-        ("[::]:80", ("::", 80)),
-        (":8787", ("", 8787)),
-    ],
-)
-def test_parse_listen(addr: str, expected: tuple[str, int]) -> None:
-    assert parse_listen(addr) == expected
-
-
-@pytest.mark.parametrize(
-    "addr", ["", "8787", "host", "host:", "host:abc", "host:-1", "host:65536", "h:1.5"]
-)
-def test_parse_listen_rejects(addr: str) -> None:
-    with pytest.raises(ValueError):
-        parse_listen(addr)
-
-
-@pytest.mark.parametrize(
-    ("host", "loopback"),
-    [
-        ("localhost", True),
-        ("127.0.0.1", True),
-        ("127.1.2.3", True),
-        ("::1", True),
-        ("0.0.0.0", False),
-        ("::", False),
-        ("", False),
-        ("10.0.0.1", False),
-        ("example.com", False),
-        ("localhost.evil.com", False),
-    ],
-)
-def test_is_loopback_host(host: str, loopback: bool) -> None:
-    assert is_loopback_host(host) is loopback

@@ -11,14 +11,16 @@ from typing import Any
 
 import orjson
 
+from xwm_bridge import jsonrpc
+
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 64 * 1024 * 1024
 CLIENT_INFO = {"name": "xwm-bridge", "version": "1"}
 
 # JSON-RPC error codes used toward the agent
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
+METHOD_NOT_FOUND = jsonrpc.METHOD_NOT_FOUND
+INVALID_PARAMS = jsonrpc.INVALID_PARAMS
+INTERNAL_ERROR = jsonrpc.INTERNAL_ERROR
 RESOURCE_NOT_FOUND = -32002
 
 
@@ -98,22 +100,19 @@ def decode(line: bytes) -> Incoming:
 
 
 def request(rid: int, method: str, params: dict[str, Any]) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + b"\n"
+    return jsonrpc.dumps_line(jsonrpc.request(rid, method, params))
 
 
 def notification(method: str, params: dict[str, Any]) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "method": method, "params": params}) + b"\n"
+    return jsonrpc.dumps_line(jsonrpc.notification(method, params))
 
 
 def response(rid: Any, result: Any) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result}) + b"\n"
+    return jsonrpc.dumps_line(jsonrpc.result(rid, result))
 
 
 def error_response(rid: Any, code: int, message: str) -> bytes:
-    return (
-        orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}})
-        + b"\n"
-    )
+    return jsonrpc.dumps_line(jsonrpc.error(rid, code, message))
 
 
 class IdSpace:

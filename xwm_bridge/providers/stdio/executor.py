@@ -199,7 +199,7 @@ class StdioAgentExecutor:
         return failure_result(ctx, message)
 
     def _cwd(self, ctx: TurnContext, provider: ProviderConfig) -> str:
-        wd = coerce.text(ctx.exec_params.get("workingDirectory"))
+        wd = ctx.turn.working_directory
         if wd:
             if not os.path.isabs(wd) or not os.path.isdir(wd):
                 raise AgentError("workingDirectory must be an existing absolute directory")
@@ -268,7 +268,7 @@ class StdioAgentExecutor:
             return self.failure(ctx, str(exc))
         state = TurnState(ctx, cwd, self)
         agent.sessions[acp_sid] = SessionHandlers(state.on_update, state.on_request)
-        prompt = coerce.text(ctx.exec_params.get("taskPrompt"))
+        prompt = ctx.turn.prompt
         prompt_task = asyncio.get_running_loop().create_task(
             agent.call(
                 "session/prompt",
@@ -348,8 +348,7 @@ class ProviderKindExecutor:
         self._stdio = stdio
 
     def _pick(self, ctx: TurnContext) -> Any:
-        pid = ctx.session.provider or coerce.text(ctx.exec_params.get("provider")) or "codex"
-        return self._stdio if self._stdio.handles(pid) else self._http
+        return self._stdio if self._stdio.handles(provider_id_of(ctx)) else self._http
 
     async def execute(self, ctx: TurnContext) -> dict[str, Any]:
         result: dict[str, Any] = await self._pick(ctx).execute(ctx)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge import coerce
+from xwm_bridge.core.modes import Mode
 
 
 def _raw_text(content: Any) -> str:
@@ -118,7 +119,7 @@ def turn_result(
         "success": stop != "refusal",
         "stopReason": stop,
         "provider": provider_id,
-        "mode": "single-agent",
+        "mode": Mode.SINGLE_AGENT.value,
         "turnId": turn_id,
         "agentSessionId": agent_session_id,
     }

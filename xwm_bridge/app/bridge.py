@@ -1,16 +1,23 @@
-"""Composition root: builds the bridge core once per process and tears it down."""
+"""Composition root: builds the bridge once per process and tears it down.
+
+Lifecycle: :meth:`Bridge.start` (store, upstream pool, router, executors, reapers),
+:meth:`Bridge.drain` (refuse new turns, let running ones finish within the grace
+period, then cancel them), :meth:`Bridge.close` (agents, gateway, pool, store).
+``serve`` hangs these on the aiohttp app's ``cleanup_ctx`` and ``on_shutdown``
+(transport/http.py); ``acp-stdio`` uses ``async with bridge``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+from types import TracebackType
 
 import aiohttp
 
 from xwm_bridge.config import BridgeConfig
-from xwm_bridge.core.dispatcher import Dispatcher
+from xwm_bridge.core.modes import Mode
 from xwm_bridge.core.queues import ThreadQueues
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
@@ -30,6 +37,8 @@ from xwm_bridge.store.redis import RedisStore
 
 log = logging.getLogger("xwm_bridge.bridge")
 PRUNE_INTERVAL = 300.0
+#: idle keep-alive connections to upstreams stay open this long (the pool stays warm)
+UPSTREAM_KEEPALIVE = 60.0
 
 
 class Bridge:
@@ -55,15 +64,14 @@ class Bridge:
             threads=lambda: len(self.queues),
             sessions=lambda: len(self.sessions),
         )
-        self._http: aiohttp.ClientSession | None = None
-        self._reaper: asyncio.Task[None] | None = None
-        self._dispatcher: Dispatcher | None = None
-        self._router: Router | None = None
         self.permissions = PermissionBroker()
         self.stdio_agents = StdioAgentExecutor(config, self.permissions)
         self.gateway = GatewayManager(config)
         self.metrics.bind_gateway(self.gateway.status_counts)
-        self._gateway_reaper: asyncio.Task[None] | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._router: Router | None = None
+        self._runner: TurnRunner | None = None
+        self._drained = False
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -73,10 +81,28 @@ class Bridge:
         return self._http
 
     @property
-    def dispatcher(self) -> Dispatcher:
-        if self._dispatcher is None:
+    def router(self) -> Router:
+        if self._router is None:
             raise RuntimeError("Bridge.start() has not been called")
-        return self._dispatcher
+        return self._router
+
+    @property
+    def runner(self) -> TurnRunner:
+        if self._runner is None:
+            raise RuntimeError("Bridge.start() has not been called")
+        return self._runner
+
+    async def __aenter__(self) -> Bridge:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
 
     async def start(self) -> None:
         await self.store.start()
@@ -85,45 +111,26 @@ class Bridge:
         interrupted = await self.store.recover()
         if interrupted:
             log.warning("turns interrupted by the last shutdown", extra={"count": len(interrupted)})
-        connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, ttl_dns_cache=60)
+        connector = aiohttp.TCPConnector(
+            limit=512, limit_per_host=0, ttl_dns_cache=60, keepalive_timeout=UPSTREAM_KEEPALIVE
+        )
         self._http = aiohttp.ClientSession(connector=connector, trust_env=False)
-        upstream = UpstreamClient(self._http)
-        router = Router(self.config, self._http)
-        runner = TurnRunner(
-            self.config,
+        router = self._router = Router(self.config, self._http)
+        single = SingleAgentExecutor(self.config, UpstreamClient(self._http), self.metrics)
+        self._runner = TurnRunner(
             self.sessions,
             self.supervisor,
             {
-                "single-agent": ProviderKindExecutor(
-                    SingleAgentExecutor(self.config, upstream, self.metrics), self.stdio_agents
-                ),
-                "multi-agent": MultiAgentExecutor(self.config, self.http),
-                "gateway-chat": GatewayTurnExecutor(self.gateway),
+                Mode.SINGLE_AGENT: ProviderKindExecutor(single, self.stdio_agents),
+                Mode.MULTI_AGENT: MultiAgentExecutor(self.config, self._http),
+                Mode.GATEWAY_CHAT: GatewayTurnExecutor(self.gateway),
             },
             self.metrics,
-            router=router,
+            router,
         )
-        self._router = router
-        self._dispatcher = self._make_dispatcher(runner)
-        self._gateway_reaper = asyncio.get_running_loop().create_task(
-            self.gateway.run_reaper(), name="gateway-reaper"
-        )
-        self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="session-reaper")
-
-    def _make_dispatcher(self, runner: TurnRunner) -> Dispatcher:
-        """Hook for other front ends (agent-adapter) that extend the method table."""
-        return Dispatcher(
-            self.config,
-            self.sessions,
-            self.queues,
-            runner,
-            self.supervisor,
-            metrics=self.metrics,
-            router=self._router,
-            broker=self.permissions,
-            gateway=self.gateway,
-            cluster=self.cluster,
-        )
+        spawn = self.supervisor.spawn
+        spawn(self.gateway.run_reaper(), name="gateway-reaper", service=True)
+        spawn(self._reap(), name="session-reaper", service=True)
 
     async def _reap(self) -> None:
         ttl = self.config.limits.session_idle_ttl
@@ -144,16 +151,14 @@ class Bridge:
                     if pruned:
                         log.debug("pruned stored sessions", extra={"count": pruned})
 
-    async def close(self, grace: float | None = None) -> None:
-        """Drain: refuse new and waiting turns, let running turns finish within ``grace``
+    async def drain(self, grace: float | None = None) -> None:
+        """Refuse new and waiting turns, let running turns finish within ``grace``
         seconds, then cancel them (their callers get a cancelled result and the
-        upstream a ``session.cancel``), and close the upstream connection pool."""
+        upstream a ``session.cancel``)."""
+        if self._drained:
+            return
+        self._drained = True
         grace = self.config.limits.shutdown_grace if grace is None else grace
-        for task in (self._reaper, self._gateway_reaper):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
         self.supervisor.begin_shutdown()
         refused = self.queues.close()
         running = self.sessions.running_count()
@@ -163,10 +168,15 @@ class Bridge:
             log.warning("grace period over; cancelling turns", extra={"cancelled": cancelled})
             await self.supervisor.wait(self.config.limits.upstream_cancel_timeout + 2)
         await self.supervisor.shutdown(0)
-        await self.stdio_agents.close()  # process groups terminated: no child survives
+
+    async def close(self, grace: float | None = None) -> None:
+        """Drain (if not done yet), then release every resource: agent process groups
+        are terminated, every queued session write reaches the store."""
+        await self.drain(grace)
+        await self.stdio_agents.close()
         await self.gateway.close()
         if self._http is not None:
             await self._http.close()
         if self.cluster is not None:
             await self.cluster.close()
-        await self.store.close()  # every queued session write reaches the disk
+        await self.store.close()

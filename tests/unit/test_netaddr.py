@@ -1,0 +1,49 @@
+"""xwm_bridge.netaddr: listen address parsing and the loopback test."""
+
+from __future__ import annotations
+
+import pytest
+
+from xwm_bridge.netaddr import is_loopback_host, parse_listen
+
+
+@pytest.mark.parametrize(
+    ("addr", "expected"),
+    [
+        ("127.0.0.1:8787", ("127.0.0.1", 8787)),
+        (" 0.0.0.0:0 ", ("0.0.0.0", 0)),
+        ("localhost:65535", ("localhost", 65535)),
+        ("[::1]:9000", ("::1", 9000)),
+        ("[::]:80", ("::", 80)),
+        (":8787", ("", 8787)),
+    ],
+)
+def test_parse_listen(addr: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(addr) == expected
+
+
+@pytest.mark.parametrize(
+    "addr", ["", "8787", "host", "host:", "host:abc", "host:-1", "host:65536", "h:1.5"]
+)
+def test_parse_listen_rejects(addr: str) -> None:
+    with pytest.raises(ValueError):
+        parse_listen(addr)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("", False),
+        ("10.0.0.1", False),
+        ("example.com", False),
+        ("localhost.evil.com", False),
+    ],
+)
+def test_is_loopback_host(host: str, loopback: bool) -> None:
+    assert is_loopback_host(host) is loopback

@@ -1,0 +1,92 @@
+"""The one dispatcher every transport hands its requests to: a method table, the
+per-request audit line and the request metrics. No method logic lives here."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from xwm_bridge import coerce, jsonrpc
+from xwm_bridge.core.context import CallContext, Handler
+from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.observability import context as obs
+from xwm_bridge.observability.logging import events
+from xwm_bridge.observability.metrics import Metrics
+
+log = logging.getLogger("xwm_bridge.dispatch")
+AUDIT_LOGGER = "xwm_bridge.dispatch"
+
+
+class Dispatcher:
+    """Runs one request through ``methods`` (``Mapping[str, Handler]``).
+
+    Emits one audit line per request with an allowlist of fields (ids, method,
+    outcome, duration, target, provider, counts) — never params, prompts,
+    outputs, headers or tokens.
+    """
+
+    def __init__(self, methods: Mapping[str, Handler], metrics: Metrics) -> None:
+        self._methods = dict(methods)
+        self.metrics = metrics
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(self._methods)
+
+    async def handle(self, request: jsonrpc.Request, call: CallContext) -> dict[str, Any] | None:
+        """Run one request; return the response envelope, or None for a notification."""
+        token = obs.request_id.set(obs.new_request_id())
+        started = time.monotonic()
+        counter: list[int] | None = None
+        if call.notify is not None:
+            counter = [0]
+            inner = call.notify
+
+            async def counted(message: dict[str, Any]) -> None:
+                counter[0] += 1
+                await inner(message)
+
+            call = CallContext(
+                counted, call.transport, call.principal, call.bearer, call.connection
+            )
+        outcome, code = "ok", 0
+        value: dict[str, Any] = {}
+        handler = self._methods.get(request.method)
+        try:
+            if handler is None:
+                raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"unknown method: {request.method}")
+            value = await handler(request.params, call, request.method)
+            response = jsonrpc.result(request.id, value)
+        except RpcError as exc:
+            outcome, code = "error", exc.code
+            response = jsonrpc.error(request.id, exc.code, exc.message)
+        except Exception:
+            outcome, code = "internal_error", jsonrpc.INTERNAL_ERROR
+            log.exception("method failed", extra={"method": request.method})
+            response = jsonrpc.error(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
+        method = request.method if handler is not None else "other"
+        self.metrics.request_outcomes.get(method, call.transport, outcome).inc()
+        audit: dict[str, Any] = {
+            "audit": True,
+            "transport": call.transport,
+            "method": method,
+            "outcome": outcome,
+            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+            "notifications": counter[0] if counter is not None else 0,
+        }
+        if code:
+            audit["code"] = code
+        session_id = request.params.get("sessionId")
+        if session_id is not None:
+            session_id = coerce.text(session_id)
+            if session_id:
+                audit["session_id"] = session_id[:128]
+        if "resolvedExecutionTarget" in value:
+            audit["target"] = value.get("resolvedExecutionTarget")
+            audit["provider"] = value.get("resolvedProviderId")
+            audit["success"] = value.get("success")
+        events.info(AUDIT_LOGGER, "request", audit)
+        obs.request_id.reset(token)
+        return None if request.is_notification else response

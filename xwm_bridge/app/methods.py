@@ -1,0 +1,220 @@
+"""The bridge's method table (contract.md §11): one handler per JSON-RPC method.
+
+Handlers parse their params into typed values once and call into the core
+(queues, sessions, turn runner), the router, the gateway manager or mounts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from xwm_bridge import jsonrpc
+from xwm_bridge.core.context import CallContext, Handler
+from xwm_bridge.core.params import SessionParams, session_id_of
+from xwm_bridge.core.queues import QueueFullError, ShuttingDownError
+from xwm_bridge.core.replay import ReplayParams, replay
+from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.mounts.reconcile import MountsRequest, reconcile
+from xwm_bridge.observability import context as obs
+from xwm_bridge.providers.stdio.permissions import PermissionAnswer
+from xwm_bridge.router.dispatch import resolve_dispatch
+from xwm_bridge.router.resolver import EMPTY_FIELDS, RoutingRequest
+
+if TYPE_CHECKING:
+    from xwm_bridge.app.bridge import Bridge
+
+#: Backends present in this build; capabilities never advertise the others.
+MULTI_AGENT_AVAILABLE = True
+GATEWAY_PROVIDERS: list[dict[str, str]] = [
+    {"providerId": "local", "label": "Local"},
+    {"providerId": "openclaw", "label": "OpenClaw"},
+]
+SHUTTING_DOWN_MESSAGE = "bridge is shutting down; retry on another replica"
+
+
+class BridgeMethods:
+    """The handlers of ``serve`` and ``acp-stdio``, bound to one :class:`Bridge`."""
+
+    def __init__(self, bridge: Bridge) -> None:
+        self._bridge = bridge
+        self._config = bridge.config
+
+    def table(self) -> dict[str, Handler]:
+        return {
+            "acp.capabilities": self.capabilities,
+            "session.start": self.session_turn,
+            "session.message": self.session_turn,
+            "session.cancel": self.session_cancel,
+            "session.close": self.session_close,
+            "session.permission": self.session_permission,
+            "session.replay": self.session_replay,
+            "xworkmate.routing.resolve": self.routing_resolve,
+            "xworkmate.dispatch.resolve": self.dispatch_resolve,
+            "xworkmate.mounts.reconcile": self.mounts_reconcile,
+            "xworkmate.gateway.connect": self.gateway_connect,
+            "xworkmate.gateway.request": self.gateway_request,
+            "xworkmate.gateway.disconnect": self.gateway_disconnect,
+        }
+
+    # --- capabilities ---------------------------------------------------------------------
+
+    async def capabilities(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        catalog = [
+            {"providerId": p.id, "label": p.label or p.id} for p in self._config.available_providers
+        ]
+        single = bool(catalog)
+        multi = self._config.multi_agent_enabled and MULTI_AGENT_AVAILABLE
+        gateways = list(GATEWAY_PROVIDERS)
+        return {
+            "singleAgent": single,
+            "multiAgent": multi,
+            "providerCatalog": catalog,
+            "gatewayProviders": gateways,
+            "capabilities": {
+                "single_agent": single,
+                "multi_agent": multi,
+                "providerCatalog": catalog,
+                "gatewayProviders": gateways,
+            },
+        }
+
+    # --- session turns ----------------------------------------------------------------------
+
+    async def session_turn(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        bridge = self._bridge
+        sp = SessionParams.parse(params)
+        if bridge.supervisor.closing:
+            raise RpcError(jsonrpc.SHUTTING_DOWN, SHUTTING_DOWN_MESSAGE)
+        queues, sessions = bridge.queues, bridge.sessions
+        try:
+            # refuse an overflowing turn before it has any effect (no session.start reset)
+            queues.check_capacity(sp.thread_id)
+        except QueueFullError as exc:
+            raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
+        if method == "session.start":
+            sessions.reset(sp.session_id, sp.thread_id)
+        sessions.turn_queued(sp.session_id)
+        request_id = obs.request_id.get()
+        runner = bridge.runner
+
+        def job() -> Awaitable[dict[str, Any]]:
+            return runner.run(method, sp, call.notify, call.principal, request_id=request_id)
+
+        try:
+            if bridge.cluster is None:
+                result: dict[str, Any] = await queues.submit(sp.thread_id, job)
+            else:
+                result = await self._clustered(sp, job)
+        except QueueFullError as exc:
+            raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
+        except ShuttingDownError:
+            raise RpcError(jsonrpc.SHUTTING_DOWN, SHUTTING_DOWN_MESSAGE) from None
+        finally:
+            sessions.turn_dequeued(sp.session_id)
+        return result
+
+    async def _clustered(
+        self, sp: SessionParams, job: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """Several replicas: a place in the thread's Redis queue, then the local queue."""
+        cluster = self._bridge.cluster
+        assert cluster is not None
+        # Redis order and local order of a thread never disagree
+        async with cluster.ordering(sp.thread_id):
+            ticket = await cluster.enqueue(sp.thread_id, sp.session_id)
+            try:
+                fut = self._bridge.queues.submit_nowait(sp.thread_id, cluster.wrap(ticket, job))
+            except BaseException:
+                await asyncio.shield(cluster.release(ticket))
+                raise
+        try:
+            result: dict[str, Any] = await fut
+            return result
+        finally:
+            if not ticket.started:  # refused, skipped or abandoned before it ran
+                await asyncio.shield(cluster.release(ticket))
+
+    async def session_cancel(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        session_id = session_id_of(params)
+        cancelled = self._bridge.sessions.cancel(session_id)
+        cluster = self._bridge.cluster
+        if not cancelled and cluster is not None:
+            cancelled = await cluster.cancel_remote(session_id)  # running elsewhere
+        return {"accepted": True, "cancelled": cancelled}
+
+    async def session_close(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        session_id = session_id_of(params)
+        return {"accepted": True, "closed": self._bridge.sessions.close(session_id)}
+
+    async def session_permission(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        """The client's answer to a ``permission`` update of a stdio agent."""
+        return self._bridge.permissions.answer(PermissionAnswer.parse(params))
+
+    async def session_replay(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        """Catch-up after a disconnect: the ledger after ``afterSeq``."""
+        rp = ReplayParams.parse(params, self._config.store.replay_max_items)
+        return await replay(self._bridge.sessions, rp)
+
+    # --- routing, dispatch, mounts -----------------------------------------------------------
+
+    async def routing_resolve(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        """contract.md §11.5: a preflight; no session, no queue, no memory write."""
+        req = RoutingRequest.parse(params)
+        if req is None:
+            return {"ok": True, **EMPTY_FIELDS}
+        decision = await self._bridge.router.resolve(req)
+        return {"ok": True, **decision.fields()}
+
+    async def dispatch_resolve(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return resolve_dispatch(params)
+
+    async def mounts_reconcile(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await reconcile(MountsRequest.parse(params), self._config.mounts)
+
+    # --- gateway runtimes ---------------------------------------------------------------------
+
+    async def gateway_connect(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await self._bridge.gateway.connect(
+            params, call.principal, call.notify, call.connection, call.bearer
+        )
+
+    async def gateway_request(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await self._bridge.gateway.request(
+            params, call.principal, call.notify, call.connection
+        )
+
+    async def gateway_disconnect(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        return await self._bridge.gateway.disconnect(
+            params, call.principal, call.notify, call.connection
+        )
+
+
+def session_methods(methods: BridgeMethods) -> dict[str, Handler]:
+    """The ``session.*`` part of the table (other front ends build on it)."""
+    return {k: v for k, v in methods.table().items() if k.startswith("session.")}
