@@ -128,11 +128,48 @@ async def _drain_stderr(bp: BridgeProcess, ready: asyncio.Future[int]) -> None:
         ready.set_exception(RuntimeError("bridge exited before listening:\n" + "\n".join(bp.logs)))
 
 
-StartBridge = Callable[..., Awaitable[BridgeProcess]]
+StartBridge = Callable[..., Awaitable[Any]]
+
+
+async def _spawn_bridge(
+    args: tuple[str, ...],
+    env: dict[str, str] | None,
+    config: dict[str, Any] | None,
+    tmp: Path | None,
+    started: list[BridgeProcess],
+) -> BridgeProcess:
+    argv = [sys.executable, "-m", "xwm_bridge", "serve", "--listen", "127.0.0.1:0", *args]
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=str(ROOT),
+    )
+    bp = BridgeProcess(proc)
+    started.append(bp)
+    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    bp._drain = asyncio.get_running_loop().create_task(_drain_stderr(bp, ready))
+    bp.port = await asyncio.wait_for(ready, 20)
+    return bp
+
+
+def _config_args(config: dict[str, Any] | None, tmp: Path | None, n: int) -> tuple[str, ...]:
+    if config is None:
+        return ()
+    assert tmp is not None, "pass tmp= with config="
+    import yaml
+
+    path = tmp / f"bridge-{n}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return ("--config", str(path))
 
 
 @pytest.fixture
-async def start_bridge() -> AsyncIterator[StartBridge]:
+async def start_bridge_process() -> AsyncIterator[StartBridge]:
+    """The daemon as a separate process: for signals, ``kill -9``, exit codes and
+    anything else that needs a process of its own."""
     started: list[BridgeProcess] = []
 
     async def start(
@@ -141,31 +178,45 @@ async def start_bridge() -> AsyncIterator[StartBridge]:
         config: dict[str, Any] | None = None,
         tmp: Path | None = None,
     ) -> BridgeProcess:
-        argv = [sys.executable, "-m", "xwm_bridge", "serve", "--listen", "127.0.0.1:0", *args]
-        if config is not None:
-            assert tmp is not None, "pass tmp= with config="
-            import yaml
-
-            path = tmp / f"bridge-{len(started)}.yaml"
-            path.write_text(yaml.safe_dump(config))
-            argv += ["--config", str(path)]
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            env=env if env is not None else base_env(ACP_AUTH_TOKEN=TOKEN),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=str(ROOT),
-        )
-        bp = BridgeProcess(proc)
-        started.append(bp)
-        ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        bp._drain = asyncio.get_running_loop().create_task(_drain_stderr(bp, ready))
-        bp.port = await asyncio.wait_for(ready, 20)
-        return bp
+        argv = (*args, *_config_args(config, tmp, len(started)))
+        env = env if env is not None else base_env(ACP_AUTH_TOKEN=TOKEN)
+        return await _spawn_bridge(argv, env, config, tmp, started)
 
     yield start
     for bp in started:
+        await bp.stop(signal.SIGKILL if bp.proc.returncode is None else signal.SIGTERM, wait_s=10)
+
+
+@pytest.fixture
+async def start_bridge() -> AsyncIterator[StartBridge]:
+    """The daemon in this process (tests/inprocess.py), on an ephemeral loopback port;
+    same arguments and the same ``url``/``rpc_url``/``ws_url``/``logs``/``stop()``
+    as :func:`start_bridge_process`, which it falls back to for arguments only a
+    process understands."""
+    from tests.inprocess import InProcessBridge, NeedsProcess, start_in_process
+
+    started: list[InProcessBridge] = []
+    spawned: list[BridgeProcess] = []
+
+    async def start(
+        *args: str,
+        env: dict[str, str] | None = None,
+        config: dict[str, Any] | None = None,
+        tmp: Path | None = None,
+    ) -> Any:
+        argv = (*args, *_config_args(config, tmp, len(started) + len(spawned)))
+        env = env if env is not None else base_env(ACP_AUTH_TOKEN=TOKEN)
+        try:
+            bridge = await start_in_process(argv, env)
+        except NeedsProcess:
+            return await _spawn_bridge(argv, env, config, tmp, spawned)
+        started.append(bridge)
+        return bridge
+
+    yield start
+    for bridge in reversed(started):
+        await bridge.stop()
+    for bp in spawned:
         await bp.stop(signal.SIGKILL if bp.proc.returncode is None else signal.SIGTERM, wait_s=10)
 
 

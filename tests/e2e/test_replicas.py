@@ -147,13 +147,13 @@ async def test_cancel_sent_to_the_other_replica_stops_the_turn(
 
 
 async def test_killing_a_replica_mid_queue_loses_no_queued_turn(
-    start_bridge: StartBridge,
+    start_bridge_process: StartBridge,
     redis: RedisServer,
     fake_upstream: FakeUpstream,
     http: aiohttp.ClientSession,
     tmp_path: Path,
 ) -> None:
-    a, b = await two_replicas(start_bridge, redis, fake_upstream.url, tmp_path)
+    a, b = await two_replicas(start_bridge_process, redis, fake_upstream.url, tmp_path)
     first = asyncio.get_running_loop().create_task(
         rpc(http, a.rpc_url, "session.start", session_params("k1", "slow:60000 stuck"))
     )

@@ -158,7 +158,7 @@ async def test_json_logs_audit_ids_and_no_secret_anywhere(
 
 
 async def test_sigterm_drains_then_cancels_and_exits_zero(
-    start_bridge: StartBridge,
+    start_bridge_process: StartBridge,
     fake_upstream: FakeUpstream,
     http: aiohttp.ClientSession,
     tmp_path: Path,
@@ -168,7 +168,7 @@ async def test_sigterm_drains_then_cancels_and_exits_zero(
         "providers": [{"id": "codex", "endpoint": fake_upstream.url}],
     }
     env = base_env(ACP_AUTH_TOKEN=TOKEN)
-    bridge = await start_bridge(config=config, tmp=tmp_path, env=env)
+    bridge = await start_bridge_process(config=config, tmp=tmp_path, env=env)
 
     quick = asyncio.create_task(
         sse(http, bridge.rpc_url, "session.start", session_params("q", "slow:500 a"))
@@ -275,7 +275,7 @@ def _processes_with(marker: str) -> list[int]:
 
 
 async def test_sigterm_with_a_stubborn_agent_leaves_no_child(
-    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+    start_bridge_process: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
     """An agent that ignores EOF and SIGTERM is mid-turn when the daemon is told to stop:
     the caller gets a cancelled result and the agent's whole process group is gone."""
@@ -289,7 +289,7 @@ async def test_sigterm_with_a_stubborn_agent_leaves_no_child(
         "agents": {"initialize_timeout": 20, "stop_grace": 1},
         "limits": {"shutdown_grace": 1},
     }
-    bridge = await start_bridge(config=config, tmp=tmp_path)
+    bridge = await start_bridge_process(config=config, tmp=tmp_path)
     turn = asyncio.create_task(
         sse(
             http,

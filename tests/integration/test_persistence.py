@@ -78,14 +78,14 @@ async def test_clean_restart_continues_the_session(
 
 
 async def test_sigkill_mid_turn_reports_the_turn_interrupted(
-    start_bridge: StartBridge,
+    start_bridge_process: StartBridge,
     fake_upstream: FakeUpstream,
     http: aiohttp.ClientSession,
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state"
     env = provider_env(fake_upstream.url, XWM_STATE_DIR=str(state))
-    bp = await start_bridge(env=env)
+    bp = await start_bridge_process(env=env)
     done = await rpc(http, bp.rpc_url, "session.start", session_params("k1", "warm up"))
     assert done["result"]["success"] is True
 
@@ -112,7 +112,7 @@ async def test_sigkill_mid_turn_reports_the_turn_interrupted(
     with pytest.raises(aiohttp.ClientError):
         await asyncio.wait_for(client, 10)
 
-    bp2 = await start_bridge(env=env)
+    bp2 = await start_bridge_process(env=env)
     replay = (await rpc(http, bp2.rpc_url, "session.replay", {"sessionId": "k1"}))["result"]
     assert replay["found"] is True
     assert replay["lastTurnId"] == running_turn

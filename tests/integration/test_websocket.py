@@ -240,9 +240,9 @@ async def test_oversized_message_closes_with_1009(
 
 
 async def test_sigterm_lets_running_turn_finish_then_closes_with_1001(
-    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+    start_bridge_process: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
 ) -> None:
-    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    bridge = await start_bridge_process(env=provider_env(fake_upstream.url))
     async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
         await ws.send_str(req("session.start", session_params("g", "slow:500 bye"), rid="t"))
         assert (await recv(ws))["params"]["event"] == "started"
