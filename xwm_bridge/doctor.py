@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
-
 from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
+from xwm_bridge.providers.http1 import Http1Pool
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
 
 MASK = "********"
@@ -134,11 +133,14 @@ async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
             ),
         }
     )
-    async with aiohttp.ClientSession(trust_env=False) as http:
-        client = UpstreamClient(http)
+    pool = Http1Pool()
+    try:
+        client = UpstreamClient(pool)
         results = await asyncio.gather(
             *(check_provider(client, cfg, p) for p in cfg.available_providers)
         )
+    finally:
+        await pool.close()
     checks += [{"check": "provider", **r} for r in results]
     checks.append(await check_openclaw(cfg))
     for p in cfg.providers:

@@ -26,6 +26,7 @@ from xwm_bridge.gateway.manager import GatewayManager
 from xwm_bridge.gateway.turns import GatewayTurnExecutor
 from xwm_bridge.multiagent.executor import MultiAgentExecutor
 from xwm_bridge.observability.metrics import Metrics
+from xwm_bridge.providers.http1 import Http1Pool
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
 from xwm_bridge.providers.stdio.executor import ProviderKindExecutor, StdioAgentExecutor
 from xwm_bridge.providers.stdio.permissions import PermissionBroker
@@ -37,8 +38,9 @@ from xwm_bridge.store.redis import RedisStore
 
 log = logging.getLogger("xwm_bridge.bridge")
 PRUNE_INTERVAL = 300.0
-#: idle keep-alive connections to upstreams stay open this long (the pool stays warm)
-UPSTREAM_KEEPALIVE = 60.0
+#: idle keep-alive connections to upstreams are reused for this long (the pool stays
+#: warm); below the usual server-side keep-alive timeouts, so a reused one is alive
+UPSTREAM_KEEPALIVE = 30.0
 
 
 class Bridge:
@@ -69,6 +71,7 @@ class Bridge:
         self.gateway = GatewayManager(config)
         self.metrics.bind_gateway(self.gateway.status_counts)
         self._http: aiohttp.ClientSession | None = None
+        self._upstream_pool: Http1Pool | None = None
         self._router: Router | None = None
         self._runner: TurnRunner | None = None
         self._drained = False
@@ -111,12 +114,13 @@ class Bridge:
         interrupted = await self.store.recover()
         if interrupted:
             log.warning("turns interrupted by the last shutdown", extra={"count": len(interrupted)})
-        connector = aiohttp.TCPConnector(
-            limit=512, limit_per_host=0, ttl_dns_cache=60, keepalive_timeout=UPSTREAM_KEEPALIVE
-        )
+        # the router's classifier, multi-agent LLM calls and bootstrap use aiohttp
+        connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, ttl_dns_cache=60)
         self._http = aiohttp.ClientSession(connector=connector, trust_env=False)
         router = self._router = Router(self.config, self._http)
-        single = SingleAgentExecutor(self.config, UpstreamClient(self._http), self.metrics)
+        self._upstream_pool = Http1Pool(idle_timeout=UPSTREAM_KEEPALIVE)
+        upstream = UpstreamClient(self._upstream_pool)
+        single = SingleAgentExecutor(self.config, upstream, self.metrics)
         self._runner = TurnRunner(
             self.sessions,
             self.supervisor,
@@ -175,6 +179,8 @@ class Bridge:
         await self.drain(grace)
         await self.stdio_agents.close()
         await self.gateway.close()
+        if self._upstream_pool is not None:
+            await self._upstream_pool.close()
         if self._http is not None:
             await self._http.close()
         if self.cluster is not None:

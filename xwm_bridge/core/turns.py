@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -16,11 +15,12 @@ from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turn import TurnRequest
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.observability import context as obs
+from xwm_bridge.observability.logging import events
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.router.resolver import RoutingDecision, RoutingRequest
 from xwm_bridge.store.base import CANCELLED, COMPLETED, FAILED, INTERRUPTED, RUNNING
 
-log = logging.getLogger("xwm_bridge.turns")
+TURNS_LOGGER = "xwm_bridge.turns"
 ROUTING_REQUIRED = "ROUTING_REQUIRED"
 
 _last_turn_ns = 0
@@ -127,11 +127,12 @@ class TurnRunner:
                 session.last_turn_status = status
                 self._sessions.persist(session)
         elapsed = time.monotonic() - started
-        self._metrics.turn_seconds.labels(decision.execution_target, provider).observe(elapsed)
-        log.info(
+        self._metrics.turn_durations.get(decision.execution_target, provider).observe(elapsed)
+        events.info(
+            TURNS_LOGGER,
             "turn finished",
-            extra={
-                "session_id": sp.session_id,
+            {
+                "session_id": sp.session_id[:128],
                 "mode": turn.mode.value,
                 "route": decision.reason,
                 "provider": provider,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import aiohttp
@@ -25,6 +26,7 @@ from xwm_bridge.router.resolver import (
 from xwm_bridge.router.skills import SkillCommands
 
 log = logging.getLogger("xwm_bridge.router")
+LOCATIONS_CACHED = 1024
 
 
 class Router:
@@ -41,6 +43,7 @@ class Router:
             max_concurrency=rc.classifier_max_concurrency,
         )
         self.memory = memory.MemoryReader(rc.memory_max_bytes)
+        self._located: dict[str, tuple[float, memory.MemoryLocations]] = {}
         self.skills = SkillCommands(
             enabled=rc.skill_commands_enabled,
             find_bin=rc.find_skills_bin,
@@ -50,8 +53,19 @@ class Router:
         )
 
     def _locations(self, req: RoutingRequest) -> memory.MemoryLocations:
+        """Where memory lives for this working directory; resolved (``realpath``) at most
+        once per ``memory.STAT_TTL`` per directory, so a turn makes no filesystem call."""
+        wd = req.working_directory
+        now = time.monotonic()
+        hit = self._located.get(wd)
+        if hit is not None and now - hit[0] < memory.STAT_TTL:
+            return hit[1]
         rc = self._config.router
-        return memory.locate(req.working_directory, rc.memory_home, rc.memory_project_roots)
+        located = memory.locate(wd, rc.memory_home, rc.memory_project_roots)
+        if len(self._located) >= LOCATIONS_CACHED:
+            self._located.clear()
+        self._located[wd] = (now, located)
+        return located
 
     async def resolve(self, req: RoutingRequest) -> RoutingDecision:
         rc = self._config.router
@@ -99,4 +113,6 @@ class Router:
         except OSError as exc:
             log.warning("memory write failed", extra={"path": str(target), "error": str(exc)})
             return False
+        finally:
+            self.memory.invalidate(str(target))  # the next turn reads what we wrote
         return True

@@ -118,6 +118,9 @@ def dedupe_strings(values: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+_CATALOG_KEYWORDS = tuple(kw for _, _, kws in CATALOG for kw in kws)
+
+
 def dedupe_candidates(items: list[SkillCandidate]) -> list[SkillCandidate]:
     seen: set[str] = set()
     out: list[SkillCandidate] = []
@@ -140,6 +143,8 @@ def candidate_keywords(c: SkillCandidate) -> list[str]:
 
 
 def static_find(prompt: str) -> list[SkillCandidate]:
+    if not keywords.any_of(prompt, _CATALOG_KEYWORDS):  # the common case: one regex search
+        return []
     return [
         SkillCandidate(id=cid, label=label)
         for cid, label, kws in CATALOG

@@ -203,8 +203,11 @@ class HttpTransport:
         if denied is not None:
             return denied
         try:
-            async with asyncio.timeout(self.limits.request_read_timeout):
+            if request.content.is_eof():  # all of it has arrived: no wait, so no timer
                 body = await request.read()
+            else:
+                async with asyncio.timeout(self.limits.request_read_timeout):
+                    body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _rpc_error_response(
                 413,
