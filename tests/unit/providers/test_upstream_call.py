@@ -1,4 +1,4 @@
-"""xwm_bridge.providers.upstream_call: one upstream call's envelope and frame sorting, no sockets."""
+"""xwm_bridge.providers.upstream_call: the envelope and the sorting of frames, no sockets."""
 
 from __future__ import annotations
 
