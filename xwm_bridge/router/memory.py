@@ -53,6 +53,9 @@ class Preferences:
     sources: tuple[MemorySource, ...] = ()
 
 
+NO_PREFERENCES = Preferences()
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryLocations:
     """Where memory may live for one request; ``None`` = not allowed."""
@@ -251,6 +254,8 @@ class MemoryReader:
             )
             for (_, hit), text in zip(stale, texts, strict=True):
                 hit.text, hit.read = text, True
+        if not found:
+            return NO_PREFERENCES  # the common case: no memory file at all
         return merge([(s, Path(p), hit.text) for s, p, hit in found])
 
     def invalidate(self, path: str) -> None:

@@ -51,6 +51,7 @@ class Router:
             timeout=rc.skill_command_timeout,
             max_output=rc.skill_command_max_output,
         )
+        self._finder = self.skills.find if self.skills.finds else None
 
     def _locations(self, req: RoutingRequest) -> memory.MemoryLocations:
         """Where memory lives for this working directory; resolved (``realpath``) at most
@@ -69,14 +70,14 @@ class Router:
 
     async def resolve(self, req: RoutingRequest) -> RoutingDecision:
         rc = self._config.router
-        prefs = memory.Preferences()
+        prefs = memory.NO_PREFERENCES
         if rc.memory_enabled:
             prefs = await self.memory.load(self._locations(req))
-        endpoint = choose_endpoint(
-            req.gateway_base_url, req.gateway_api_key, rc.llm_base_url, rc.llm_api_key
-        )
 
-        async def classify(prompt: str) -> str:
+        async def classify(prompt: str) -> str:  # only auto routing gets here
+            endpoint = choose_endpoint(
+                req.gateway_base_url, req.gateway_api_key, rc.llm_base_url, rc.llm_api_key
+            )
             return await self.classifier.classify(prompt, endpoint)
 
         return await resolve(
@@ -84,7 +85,7 @@ class Router:
             self._available,
             memory=prefs,
             classify=classify,
-            finder=self.skills.find,
+            finder=self._finder,
             installer=self.skills.install,
         )
 

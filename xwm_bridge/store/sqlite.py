@@ -269,9 +269,12 @@ class SQLiteStore:
 
     def _apply(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         touched: dict[str, int] = {}
+        live = _superseded(writes)
         db.execute("BEGIN")
         try:
-            for op in writes:
+            for i, op in enumerate(writes):
+                if i not in live:
+                    continue
                 if op[0] == "save":
                     _upsert(db, op[1])
                 elif op[0] == "append":
@@ -300,6 +303,31 @@ class SQLiteStore:
             raise
 
 
+def _superseded(writes: list[Op]) -> set[int]:
+    """Indexes of the writes that still matter: a save is dead when a later save or
+    delete of the same session follows in the batch (a save replaces the whole row),
+    a ledger append when a later delete does. Saves are typically two per turn (turn
+    start and end) and a thread's next turn starts right after, so about half go."""
+    live: set[int] = set()
+    saved: set[str] = set()
+    deleted: set[str] = set()
+    for i in range(len(writes) - 1, -1, -1):
+        op = writes[i]
+        kind = op[0]
+        if kind == "save":
+            sid = op[1].session_id
+            if sid not in saved and sid not in deleted:
+                live.add(i)
+            saved.add(sid)
+        elif kind == "append":
+            if op[1] not in deleted:
+                live.add(i)
+        else:
+            live.add(i)
+            deleted.add(op[1])
+    return live
+
+
 def _with_seq(record: SessionRecord, seq: int) -> SessionRecord:
     return replace(record, seq=seq)
 
@@ -316,11 +344,11 @@ def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
             r.session_id,
             r.thread_id,
             r.provider,
-            orjson.dumps(list(r.history)),
+            orjson.dumps(r.history),
             r.seq,
             r.last_turn_id,
             r.last_turn_status,
-            orjson.dumps([list(kv) for kv in r.upstream]),
+            orjson.dumps(r.upstream),
             r.updated_at,
         ),
     )
