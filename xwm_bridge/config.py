@@ -199,6 +199,10 @@ class PermissionRule:
     action: str = "ask"
     kind: str = "*"
     path: str = "*"
+    #: the rule only applies to turns whose client cannot receive notifications
+    #: (plain-JSON HTTP): e.g. ``{action: reject, streamless: true}`` keeps rejecting
+    #: there instead of waiting for an answer from another client or the console.
+    streamless: bool = False
 
 
 @dataclass(frozen=True, slots=True)

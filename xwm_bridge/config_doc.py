@@ -147,7 +147,7 @@ DESCRIPTIONS: dict[str, str] = {
     "agents.session_timeout": "seconds for `session/new` / `session/load`",
     "agents.prompt_timeout": "hard cap on one `session/prompt`, in seconds (then `session/cancel`)",
     "agents.permission_timeout": "seconds a client has to answer a `permission` update before it is rejected",
-    "agents.permission_rules": "list of `{action: allow|reject|ask, kind: <glob>, path: <glob>}`; first match wins; none = ask",
+    "agents.permission_rules": "list of `{action: allow|reject|ask, kind: <glob>, path: <glob>, streamless: bool}`; first match wins; none = ask; `streamless: true` rules apply only to plain-JSON HTTP turns (e.g. keep `reject` there instead of waiting for an answer)",
     "agents.permission_rules_file": "YAML rule list appended to `permission_rules`, re-read when it changes",
     "agents.fs_enabled": "serve `fs/read_text_file` / `fs/write_text_file` inside the session directory when under `allowed_roots`",
     "agents.fs_max_file_bytes": "largest file an agent may read or write through the bridge",

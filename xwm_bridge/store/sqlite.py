@@ -34,6 +34,13 @@ from xwm_bridge.store.base import (
     emitted_pos,
     recovered,
 )
+from xwm_bridge.store.records import (
+    TURNS_PER_SESSION,
+    PermissionRecord,
+    SessionPage,
+    SessionQuery,
+    TurnRecord,
+)
 
 log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
@@ -66,10 +73,31 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 CREATE INDEX IF NOT EXISTS ledger_session ON ledger (session_id, id);
 CREATE INDEX IF NOT EXISTS ledger_ts ON ledger (ts);
+CREATE INDEX IF NOT EXISTS sessions_updated ON sessions (updated_at);
+CREATE TABLE IF NOT EXISTS turns (
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (session_id, turn_id)
+);
+CREATE TABLE IF NOT EXISTS permissions (
+    session_id TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (session_id, request_id)
+);
 """
+#: per session the newest turns are kept (store.records.TURNS_PER_SESSION)
+TRIM_TURNS = (
+    "DELETE FROM turns WHERE session_id = ? AND turn_id NOT IN (SELECT turn_id FROM turns"
+    " WHERE session_id = ? ORDER BY started_at DESC, turn_id DESC LIMIT ?)"
+)
 
 Op = tuple[Any, ...]
 _STOP: Op = ("stop",)
+_WRITES = frozenset({"save", "append", "delete", "turn", "perm", "unperm"})
 
 
 def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
@@ -132,6 +160,15 @@ class SQLiteStore:
     def delete(self, session_id: str) -> None:
         self._ops.put(("delete", session_id))
 
+    def save_turn(self, record: TurnRecord) -> None:
+        self._ops.put(("turn", record))
+
+    def save_permission(self, record: PermissionRecord) -> None:
+        self._ops.put(("perm", record))
+
+    def delete_permission(self, session_id: str, request_id: str) -> None:
+        self._ops.put(("unperm", session_id, request_id))
+
     # --- reads (run on the store thread after earlier writes) ----------------------------
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -181,6 +218,7 @@ class SQLiteStore:
             ).fetchall()
             ids = []
             with db:
+                db.execute("DELETE FROM permissions")  # their turns died with the process
                 for row in rows:
                     record = _row_to_record(row)
                     fixed, entry = recovered(record, _ledger_seq(db, record.session_id))
@@ -206,9 +244,69 @@ class SQLiteStore:
                 for sid in stale:
                     _delete(db, sid)
                 db.execute("DELETE FROM ledger WHERE ts < ?", (now - self._limits.ledger_max_age,))
+                db.execute(
+                    "DELETE FROM turns WHERE session_id NOT IN (SELECT session_id FROM sessions)"
+                )
             return len(stale)
 
         return await self._call(prune)
+
+    async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
+        def read(db: sqlite3.Connection) -> list[TurnRecord]:
+            rows = db.execute(
+                "SELECT body FROM turns WHERE session_id = ?"
+                " ORDER BY started_at DESC, turn_id DESC LIMIT ?",
+                (session_id, max(0, limit)),
+            ).fetchall()
+            return [TurnRecord.loads(r[0]) for r in reversed(rows)]
+
+        return await self._call(read)
+
+    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+        where, args = ["1 = 1"], []
+        if query.state == "idle":
+            where.append("s.last_turn_status != 'running'")
+        elif query.state:
+            where.append("s.last_turn_status = ?")
+            args.append(query.state)
+        for column, value in (("s.provider", query.provider), ("s.thread_id", query.thread_id)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if query.updated_since:
+            where.append("s.updated_at >= ?")
+            args.append(query.updated_since)
+        if query.after is not None:
+            where.append("(s.updated_at < ? OR (s.updated_at = ? AND s.session_id < ?))")
+            args += [query.after[0], query.after[0], query.after[1]]
+        sql = (
+            "SELECT s.*, t.body FROM sessions s LEFT JOIN turns t"
+            " ON t.session_id = s.session_id AND t.turn_id = s.last_turn_id"
+            f" WHERE {' AND '.join(where)}"
+            " ORDER BY s.updated_at DESC, s.session_id DESC LIMIT ?"
+        )
+        args.append(query.limit + 1)
+
+        def read(db: sqlite3.Connection) -> SessionPage:
+            rows = db.execute(sql, args).fetchall()
+            items = [
+                (_row_to_record(r[:9]), TurnRecord.loads(r[9]) if r[9] else None)
+                for r in rows[: query.limit]
+            ]
+            more = len(rows) > query.limit and items
+            last = items[-1][0] if more else None
+            return SessionPage(items, (last.updated_at, last.session_id) if last else None)
+
+        return await self._call(read)
+
+    async def permissions(self) -> list[PermissionRecord]:
+        def read(db: sqlite3.Connection) -> list[PermissionRecord]:
+            rows = db.execute(
+                "SELECT body FROM permissions ORDER BY created_at, request_id"
+            ).fetchall()
+            return [PermissionRecord.loads(r[0]) for r in rows]
+
+        return await self._call(read)
 
     # --- the store thread ------------------------------------------------------------------
 
@@ -243,7 +341,7 @@ class SQLiteStore:
                     break
             writes: list[Op] = []
             for op in batch:  # strictly in queue order: a read sees every earlier write
-                if op[0] in ("save", "append", "delete"):
+                if op[0] in _WRITES:
                     writes.append(op)
                     continue
                 self._flush(db, writes)
@@ -277,6 +375,8 @@ class SQLiteStore:
                 elif op[0] == "append":
                     _insert_entry(db, op[1], op[2])
                     touched[op[1]] = touched.get(op[1], 0) + 1
+                elif op[0] in ("turn", "perm", "unperm"):
+                    _apply_operator(db, op)
                 else:
                     _delete(db, op[1])
                     self._untrimmed.pop(op[1], None)
@@ -336,3 +436,26 @@ def _insert_entry(db: sqlite3.Connection, session_id: str, e: LedgerEntry) -> No
 def _delete(db: sqlite3.Connection, session_id: str) -> None:
     db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
     db.execute("DELETE FROM ledger WHERE session_id = ?", (session_id,))
+    db.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
+    db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
+
+
+def _apply_operator(db: sqlite3.Connection, op: Op) -> None:
+    """Turn records and pending permission requests (issue 13)."""
+    if op[0] == "turn":
+        t: TurnRecord = op[1]
+        db.execute(
+            "INSERT OR REPLACE INTO turns VALUES (?, ?, ?, ?)",
+            (t.session_id, t.turn_id, t.started_at, t.dumps()),
+        )
+        db.execute(TRIM_TURNS, (t.session_id, t.session_id, TURNS_PER_SESSION))
+    elif op[0] == "perm":
+        p: PermissionRecord = op[1]
+        db.execute(
+            "INSERT OR REPLACE INTO permissions VALUES (?, ?, ?, ?)",
+            (p.session_id, p.request_id, p.created_at, p.dumps()),
+        )
+    else:
+        db.execute(
+            "DELETE FROM permissions WHERE session_id = ? AND request_id = ?", (op[1], op[2])
+        )
