@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
         "observability",
     ),
     ("config",),  # 1: the typed config
-    ("store", "router", "mounts", "config_doc"),  # 2: services the core uses
+    ("store", "router", "mounts", "config_doc", "config_view"),  # 2: services the core uses
     ("core",),  # 3: contracts: context, executors, sessions, queues, turns
     ("providers", "gateway", "multiagent"),  # 4: executors and their clients
     ("app",),  # 5: composition: the bridge object graph and its method table

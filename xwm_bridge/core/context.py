@@ -42,6 +42,8 @@ class CallContext:
     bearer: str = ""
     #: the long-lived connection the call came on, if any.
     connection: Connection | None = None
+    #: where the call came from (``host:port`` of the peer, ``stdio``), for audit records.
+    peer: str = ""
 
 
 #: One JSON-RPC method: ``(params, call, method name) -> result``; raises ``RpcError``.

@@ -353,9 +353,10 @@ class RedisStore:
             offset = scanned = 0
             last: tuple[float, str] | None = None
             while scanned < LIST_SCAN_MAX:
-                batch = await db.zrevrangebyscore(
+                found: Any = await db.zrevrangebyscore(
                     self.key("idx"), top, low, start=offset, num=LIST_BATCH, withscores=True
                 )
+                batch: list[tuple[bytes, float]] = list(found)
                 if not batch:
                     return SessionPage(items, None)
                 offset += len(batch)

@@ -263,7 +263,8 @@ class SQLiteStore:
         return await self._call(read)
 
     async def list_sessions(self, query: SessionQuery) -> SessionPage:
-        where, args = ["1 = 1"], []
+        where: list[str] = ["1 = 1"]
+        args: list[Any] = []
         if query.state == "idle":
             where.append("s.last_turn_status != 'running'")
         elif query.state:

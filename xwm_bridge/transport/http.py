@@ -88,6 +88,15 @@ def _get_only(handler: RouteHandler) -> RouteHandler:
     return get
 
 
+def peer_of(request: web.Request) -> str:
+    """``host:port`` of the TCP peer (a proxy in front shows as itself)."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return request.remote or ""
+
+
 def _rpc_error_response(status: int, code: int, message: str) -> web.Response:
     return _json_response(status, jsonrpc.error(None, code, message))
 
@@ -185,7 +194,7 @@ class HttpTransport:
         self, request: web.Request, notify: Any, transport: str, connection: Any = None
     ) -> CallContext:
         principal, bearer = self.principals.of(request.headers.get("Authorization"))
-        return CallContext(notify, transport, principal, bearer, connection)
+        return CallContext(notify, transport, principal, bearer, connection, peer_of(request))
 
     async def rpc(self, request: web.Request) -> web.StreamResponse:
         cors = self._cors(request) if "Origin" in request.headers else {}

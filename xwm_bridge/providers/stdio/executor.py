@@ -253,6 +253,19 @@ class StdioAgentExecutor:
             agent = self._agents[key] = AcpAgent(agent_spec(self._providers[key], self.config))
         return agent
 
+    def status(self) -> list[dict[str, Any]]:
+        """Every configured stdio agent: started or not, restarts, last error."""
+        out = []
+        for key, provider in self._providers.items():
+            agent = self._agents.get(key)
+            row: dict[str, Any] = {"id": provider.id, "label": provider.label or provider.id}
+            if agent is None:
+                row.update({"running": False, "starts": 0, "restarts": 0, "lastError": None})
+            else:
+                row.update(agent.status())
+            out.append(row)
+        return out
+
     def _provider_id(self, ctx: TurnContext) -> str:
         return provider_id_of(ctx)
 
