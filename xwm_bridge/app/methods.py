@@ -83,7 +83,6 @@ class BridgeMethods:
                 "multi_agent": multi,
                 "providerCatalog": catalog,
                 "gatewayProviders": gateways,
-                "operator": True,
             },
             # issue 13: the operator methods and the live feed's notification
             "operator": {"methods": list(OPERATOR_METHODS), "watchNotification": EVENT_METHOD},
