@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
         "netaddr",
         "llm",
         "observability",
+        "console",
     ),
     ("config",),  # 1: the typed config
     ("store", "router", "mounts", "config_doc", "config_view"),  # 2: services the core uses

@@ -352,7 +352,9 @@ class OperatorMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         self._check_visible(call)
-        return {**self._bridge.health.snapshot(), "watchCursor": self._bridge.events.cursor}
+        log = self._bridge.events
+        samples = [{"ts": e.ts, **e.data} for e in log.samples()]
+        return {**self._bridge.health.snapshot(), "samples": samples, "watchCursor": log.cursor}
 
     async def bridge_config(
         self, params: dict[str, Any], call: CallContext, method: str

@@ -167,6 +167,10 @@ class EventLog:
             sub.offer(event)
         return event
 
+    def samples(self) -> list[WatchEvent]:
+        """The held metric samples, oldest first (the charts' history)."""
+        return list(self._samples)
+
     def subscribe(self, filt: WatchFilter | None = None) -> WatchSubscription:
         sub = WatchSubscription(filt or WatchFilter(), self._max_pending)
         self._subs.add(sub)

@@ -25,10 +25,11 @@ from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
+from xwm_bridge.transport.console import ConsoleHandlers
 from xwm_bridge.transport.events import stream_events
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
-from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache
+from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache, peer_of
 
 log = logging.getLogger("xwm_bridge.http")
 
@@ -62,6 +63,10 @@ SERVE_PATHS = (
     "/acp/rpc",
     "/acp",
     "/acp/sessions/{sessionId}/events",
+    "/console",
+    "/console/",
+    "/console/static/{name}",
+    "/console/ws",
 )
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -88,15 +93,6 @@ def _get_only(handler: RouteHandler) -> RouteHandler:
     return get
 
 
-def peer_of(request: web.Request) -> str:
-    """``host:port`` of the TCP peer (a proxy in front shows as itself)."""
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        host = str(peer[0])
-        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
-    return request.remote or ""
-
-
 def _rpc_error_response(status: int, code: int, message: str) -> web.Response:
     return _json_response(status, jsonrpc.error(None, code, message))
 
@@ -114,6 +110,7 @@ class HttpTransport:
         self.health = HealthHandlers(bridge)
         self.metrics = bridge.metrics
         self._ws_connections: set[web.WebSocketResponse] = set()
+        self.console = ConsoleHandlers(self)
 
     def _routes(self) -> dict[str, tuple[str, RouteHandler]]:
         return {
@@ -127,6 +124,10 @@ class HttpTransport:
             "/acp/rpc": ("*", self.rpc),
             "/acp": ("*", self.websocket),
             "/acp/sessions/{sessionId}/events": ("*", self.session_events),
+            "/console": ("*", self.console.page),
+            "/console/": ("*", self.console.page),
+            "/console/static/{name}": ("*", self.console.static),
+            "/console/ws": ("*", self.console.websocket),
         }
 
     def app(self, paths: Iterable[str] = SERVE_PATHS) -> web.Application:
@@ -356,6 +357,14 @@ class HttpTransport:
             # A turn already running keeps going in its thread worker; queued ones are dropped.
             await inflight.shutdown(0)
         return ws
+
+    def register_ws(self, ws: web.WebSocketResponse) -> None:
+        self._ws_connections.add(ws)
+        self.metrics.ws_connections.inc()
+
+    def unregister_ws(self, ws: web.WebSocketResponse) -> None:
+        self._ws_connections.discard(ws)
+        self.metrics.ws_connections.dec()
 
     async def close_websockets(self) -> None:
         """Close every client WebSocket with 1001 (going away)."""
