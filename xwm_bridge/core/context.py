@@ -58,6 +58,9 @@ class TurnContext:
     notify: Notify | None
     supervisor: Supervisor
     ledger: Ledger | None = None
+    #: an operator watches the live feed (``bridge.watch``): stream from upstreams even
+    #: when the client itself cannot receive notifications (plain-JSON HTTP)
+    watched: bool = False
 
     @property
     def session_id(self) -> str:

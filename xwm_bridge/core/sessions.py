@@ -240,6 +240,10 @@ class SessionRegistry:
         if session is not None:
             session.last_used = time.monotonic()
 
+    def watched(self) -> bool:
+        """Someone follows the live feed (``bridge.watch``)."""
+        return self.events is not None and self.events.subscribers > 0
+
     def queued(self, session_id: str) -> int:
         """Turns of the session waiting in a thread queue."""
         return self._pending.get(session_id, 0)

@@ -113,7 +113,8 @@ class TurnRunner:
         def ledger(message: dict[str, Any], relayed: bool) -> None:
             registry.record(session, turn_id, message, relayed)
 
-        ctx = TurnContext(turn, session, turn_id, notify, self._supervisor, ledger)
+        watched = journal is not None and registry.events is not None and registry.watched()
+        ctx = TurnContext(turn, session, turn_id, notify, self._supervisor, ledger, watched)
         executor = self._executors[turn.mode]
         handle = TurnHandle(sp.session_id, turn_id)
         self._sessions.turn_started(handle)
