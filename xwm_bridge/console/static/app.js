@@ -245,8 +245,7 @@ function permCard(p, compact) {
     where ? h("div", { class: "where", text: where }) : null,
   );
   if (p.state === "pending") {
-    const left = p.deadline ? Math.max(0, Math.round(p.deadline - Date.now() / 1000)) : null;
-    if (left !== null) card.append(h("div", { class: "muted", text: `expires in ${left}s (rejected then)` }));
+    if (p.deadline) card.append(h("div", { class: "muted", "data-deadline": p.deadline }));
     const opts = h("div", { class: "opts" });
     for (const o of p.options || []) {
       const kind = String(o.kind || "");
@@ -264,13 +263,35 @@ function permCard(p, compact) {
   return card;
 }
 
+// keep cards whose record did not change: a button never disappears under the pointer
+function reconcile(container, records, build) {
+  const old = new Map([...container.children].map((el) => [el.dataset.key, el]));
+  const nodes = records.map((p) => {
+    const key = `${p.sessionId}|${p.requestId}|${p.state}|${p.resolution || ""}`;
+    const el = old.get(key) || build(p);
+    el.dataset.key = key;
+    return el;
+  });
+  if (nodes.length !== container.children.length || nodes.some((n, i) => container.children[i] !== n)) {
+    container.replaceChildren(...nodes);
+  }
+}
+
+function tickCountdowns() {
+  for (const el of document.querySelectorAll("[data-deadline]")) {
+    const left = Math.max(0, Math.round(Number(el.dataset.deadline) - Date.now() / 1000));
+    el.textContent = `expires in ${left}s (rejected then)`;
+  }
+}
+
 function renderPermissions() {
   const all = [...state.permissions.values()].sort((a, b) => (b.createdAt || 0) - (a.createdAt || 0));
   const pending = all.filter((p) => p.state === "pending");
   const resolved = all.filter((p) => p.state !== "pending" && p.resolution !== "policy").slice(0, 60);
-  $("perm-pending").replaceChildren(...pending.map((p) => permCard(p, false)));
+  reconcile($("perm-pending"), pending, (p) => permCard(p, false));
   $("perm-none").hidden = pending.length > 0;
-  $("perm-resolved").replaceChildren(...resolved.map((p) => permCard(p, false)));
+  reconcile($("perm-resolved"), resolved, (p) => permCard(p, false));
+  tickCountdowns();
   renderTabs();
 }
 
@@ -308,6 +329,7 @@ function turnCard(t, sessionId) {
   }
   const pendingHere = [...state.permissions.values()].filter((p) => p.sessionId === sessionId && p.turnId === t.turnId && p.resolution !== "policy");
   for (const p of pendingHere) body.append(permCard(p, true));
+  setTimeout(tickCountdowns, 0);
   if (t.error && t.status !== "completed") body.append(h("div", { class: "turn-error", text: t.error }));
   if (t.result) {
     body.append(h("details", {}, h("summary", { text: "result" }), h("pre", { class: "json", text: JSON.stringify(t.result, null, 2) })));
@@ -652,7 +674,7 @@ function init() {
   $("filters").addEventListener("submit", (ev) => ev.preventDefault());
   $("more").addEventListener("click", () => loadSessions(true).then(render));
   window.addEventListener("hashchange", route);
-  setInterval(() => { if (state.view === "permissions") renderPermissions(); }, 1000);
+  setInterval(tickCountdowns, 1000);
   start(sessionStorage.getItem(TOKEN_KEY) || "");
 }
 
