@@ -7,7 +7,7 @@ import logging
 import re
 import signal
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, NoReturn
 
 import click
@@ -126,12 +126,18 @@ def serve(
     """
     from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
-    cfg = _load(
-        config_file,
-        listen=listen,
-        allow_unauthenticated=allow_unauthenticated,
-        log_level=log_level,
-    )
+    try:
+        loaded = load_config(
+            config_file=config_file,
+            flags={
+                "listen": listen,
+                "allow_unauthenticated": allow_unauthenticated,
+                "log_level": log_level,
+            },
+        )
+    except ConfigError as exc:
+        _fail(f"config error: {exc}", EXIT_CONFIG)
+    cfg = loaded.config
     host, port = parse_listen(cfg.listen)
     if (
         not is_loopback_host(host)
@@ -144,11 +150,17 @@ def serve(
             EXIT_CONFIG,
         )
     setup_logging(cfg.log_level, cfg.secrets())
-    code = _run(_serve(cfg, host, port))
+    code = _run(_serve(cfg, host, port, sources=loaded.sources))
     sys.exit(code)
 
 
-async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -> int:
+async def _serve(
+    cfg: BridgeConfig,
+    host: str,
+    port: int,
+    adapter: Any = None,
+    sources: Mapping[str, str] | None = None,
+) -> int:
     from aiohttp import web
 
     from xwm_bridge.app.bridge import Bridge
@@ -156,7 +168,7 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
     from xwm_bridge.app.methods import BridgeMethods
     from xwm_bridge.transport.http import SERVE_PATHS, HttpTransport
 
-    bridge = Bridge(cfg)
+    bridge = Bridge(cfg, sources)
     paths: tuple[str, ...]
     if adapter is None:
         table, paths = BridgeMethods(bridge).table(), SERVE_PATHS

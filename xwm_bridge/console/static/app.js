@@ -405,7 +405,10 @@ function renderHealth() {
       spark(v));
   }));
   if (!hs) return;
-  const td = (t, cls) => h("td", { class: cls || "", text: t == null || t === "" ? "—" : String(t) });
+  const td = (t, cls) => {
+    const nil = t == null || t === "";
+    return h("td", { class: `${cls || ""}${nil ? " nil" : ""}`, text: nil ? "—" : String(t) });
+  };
   table($("t-providers"), ["provider", "kind", "state", "turns", "failures", "last error"], hs.providers.map((p) => [
     td(p.id), td(p.kind), h("td", {}, pill(p.state)), td(p.turns, "num"), td(p.failures, "num"), td(p.lastError, "err")]));
   table($("t-agents"), ["agent", "state", "starts", "restarts", "last error"], hs.agents.map((a) => [
