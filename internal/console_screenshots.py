@@ -51,9 +51,7 @@ async def start_daemon(tmp: Path, upstream: str, token: str) -> tuple[Any, int]:
     }
     path = tmp / "bridge.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("ACP_", "XWM_", "INTERNAL_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACP_", "XWM_", "INTERNAL_"))}
     env.update(ACP_AUTH_TOKEN=token, XWM_STATE_DIR=str(tmp / "state"), PYTHONPATH=str(ROOT))
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "xwm_bridge", "serve", "--listen", "127.0.0.1:0",
@@ -104,14 +102,22 @@ async def main() -> None:
         url = f"{base}/acp/rpc"
         try:
             async with ClientSession() as http, async_playwright() as pw:
-                call = lambda m, p: rpc(http, url, token, m, p)  # noqa: E731
-                await call("session.start", routed("review-auth-module", "review the auth module", "codex", threadId="web-app"))
-                await call("session.start", routed("fix-flaky-test", "error", "codex", threadId="ci"))
+
+                async def start(sid: str, prompt: str, provider: str, **extra: Any) -> Any:
+                    return await rpc(
+                        http, url, token, "session.start", routed(sid, prompt, provider, **extra)
+                    )
+
                 wd = {"workingDirectory": str(tmp)}
-                await call("session.start", routed("summarize-changelog", "summarize the changelog", "fake", **wd))
+                await start("review-auth-module", "review the auth module", "codex", threadId="web")
+                await start("fix-flaky-test", "error", "codex", threadId="ci")
+                await start("summarize-changelog", "summarize the changelog", "fake", **wd)
+                ask = f"permission {tmp / 'config.yaml'}"
                 background = [
-                    asyncio.ensure_future(call("session.start", routed("refactor-config", f"permission {tmp / 'config.yaml'}", "fake", threadId="refactor", **wd))),
-                ]  # fmt: skip
+                    asyncio.ensure_future(
+                        start("refactor-config", ask, "fake", threadId="refactor", **wd)
+                    )
+                ]
                 browser = await pw.chromium.launch(
                     executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
                 )
@@ -123,8 +129,10 @@ async def main() -> None:
                 await page.locator("#login-submit").click()
                 await page.locator("#conn.live").wait_for()
                 background.append(
-                    asyncio.ensure_future(call("session.start", routed("write-release-notes", "drip 40 300", "fake", threadId="docs", **wd)))
-                )  # fmt: skip
+                    asyncio.ensure_future(
+                        start("write-release-notes", "drip 40 300", "fake", threadId="docs", **wd)
+                    )
+                )
                 await page.goto(f"{base}/console#/sessions/write-release-notes")
                 await page.wait_for_function(
                     "() => (document.querySelector('pre[data-turn-output]') || {})"

@@ -167,7 +167,8 @@ async def test_reload_mid_turn_loses_nothing(
     )
     await page.goto(f"{bp.url}/console#/sessions/rl-1")
     await page.wait_for_function(
-        "() => (document.querySelector('pre[data-turn-output]') || {}).textContent?.includes('chunk 2')"
+        "() => (document.querySelector('pre[data-turn-output]') || {})"
+        ".textContent?.includes('chunk 2')"
     )
     await page.reload()  # the token is in sessionStorage: no login again
     await page.locator("#conn.live").wait_for()

@@ -22,7 +22,7 @@ from tests.conftest import (
     session_params,
     sse,
 )
-from tests.integration.test_websocket import recv, recv_until_id, req
+from tests.integration.test_websocket import recv, req
 
 
 async def turn(

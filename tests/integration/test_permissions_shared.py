@@ -28,9 +28,9 @@ async def next_permission(ws: aiohttp.ClientWebSocketResponse, type_: str) -> di
     while True:
         msg = await recv(ws, 20)
         params = msg.get("params") or {}
-        if msg.get("method") == "bridge.event" and params.get("kind") == "permission":
-            if params["type"] == type_:
-                return params
+        is_permission = msg.get("method") == "bridge.event" and params.get("kind") == "permission"
+        if is_permission and params["type"] == type_:
+            return params
 
 
 async def test_plain_http_turn_waits_and_any_transport_answers(
@@ -149,8 +149,8 @@ async def test_sse_turn_stream_carries_the_resolution(
         events.append(event)
         params = event.get("params") or {}
         if params.get("type") == "permission" and params.get("pending"):
-            await rpc(http, bp.rpc_url, "session.permission",
-                      {"sessionId": "ss1", "requestId": params["requestId"], "optionId": "reject"})  # fmt: skip
+            answer = {"sessionId": "ss1", "requestId": params["requestId"], "optionId": "reject"}
+            await rpc(http, bp.rpc_url, "session.permission", answer)
     perms = typed(events, "permission")
     assert perms[0]["pending"] is True
     assert perms[1]["pending"] is False and perms[1]["requestId"] == perms[0]["requestId"]
