@@ -116,6 +116,7 @@ def serve(
     Routes:
       POST /acp/rpc   JSON-RPC; SSE stream when Accept: text/event-stream
       GET  /acp       JSON-RPC over WebSocket
+      GET  /console   the operator console (token asked in the page; console.enabled)
       /, /api/ping, /bridge/bootstrap/health, /bridge/bootstrap/consume
 
     \b
