@@ -12,36 +12,19 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig
+from xwm_bridge.config_view import masked
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
 from xwm_bridge.providers.http1 import Http1Pool
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
 
-MASK = "********"
-SECRET_KEYS = frozenset(
-    {"auth_token", "internal_service_token", "bridge_auth_token", "auth_header"}
-)
 CHECK_TIMEOUT = 5.0
 
 
 def masked_config(loaded: LoadedConfig) -> dict[str, Any]:
-    def walk(value: Any) -> Any:
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return {
-                f.name: (
-                    MASK
-                    if f.name in SECRET_KEYS and getattr(value, f.name)
-                    else walk(getattr(value, f.name))
-                )
-                for f in dataclasses.fields(value)
-            }
-        if isinstance(value, tuple):
-            return [walk(v) for v in value]
-        return value
-
-    out = walk(loaded.config)
-    assert isinstance(out, dict)
-    return out
+    """The effective config with every secret masked (config_view.py; the console
+    shows the same data)."""
+    return masked(loaded.config)
 
 
 def check_stdio_agent(p: ProviderConfig) -> dict[str, Any]:

@@ -109,7 +109,7 @@ class SingleAgentExecutor:
                 ctx.params,  # already stripped of the §4.2 keys (core/turn.py)
                 on_notification,
                 # ask for SSE only when someone can receive the notifications
-                stream=provider.stream and ctx.notify is not None,
+                stream=provider.stream and (ctx.notify is not None or ctx.watched),
             )
         except UpstreamError as exc:
             message = str(exc)

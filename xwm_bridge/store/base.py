@@ -18,6 +18,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from xwm_bridge import jsonrpc
+from xwm_bridge.store.records import (
+    TURNS_PER_SESSION,
+    PermissionRecord,
+    SessionPage,
+    SessionQuery,
+    TurnRecord,
+)
 
 #: ``last_turn_status`` values
 RUNNING = "running"
@@ -131,6 +138,28 @@ class SessionStore(Protocol):
     async def close(self) -> None:
         """Apply every queued write, then release resources."""
 
+    # --- operator views (issue 13) ---------------------------------------------------------
+
+    def save_turn(self, record: TurnRecord) -> None:
+        """Queue an upsert of one turn (by session and turn id); the newest
+        ``TURNS_PER_SESSION`` of a session are kept."""
+
+    async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
+        """The session's newest ``limit`` turns, oldest first."""
+
+    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+        """Records matching the query, newest ``updated_at`` first, each with its last turn."""
+
+    def save_permission(self, record: PermissionRecord) -> None:
+        """Queue an upsert of a pending permission request."""
+
+    def delete_permission(self, session_id: str, request_id: str) -> None:
+        """Queue removal of a permission request (it was resolved)."""
+
+    async def permissions(self) -> list[PermissionRecord]:
+        """Pending permission requests, oldest first. ``recover`` drops those left by a
+        dead process."""
+
 
 def _recovered(record: SessionRecord, ledger_seq: int) -> tuple[SessionRecord, LedgerEntry]:
     seq = max(record.seq, ledger_seq) + 1
@@ -148,6 +177,8 @@ class MemoryStore:
         self._limits = limits or StoreLimits()
         self._records: dict[str, SessionRecord] = {}
         self._ledgers: dict[str, deque[LedgerEntry]] = {}
+        self._turns: dict[str, dict[str, TurnRecord]] = {}
+        self._permissions: dict[tuple[str, str], PermissionRecord] = {}
 
     async def start(self) -> None:
         return None
@@ -164,6 +195,9 @@ class MemoryStore:
     def delete(self, session_id: str) -> None:
         self._records.pop(session_id, None)
         self._ledgers.pop(session_id, None)
+        self._turns.pop(session_id, None)
+        for key in [k for k in self._permissions if k[0] == session_id]:
+            del self._permissions[key]
 
     def _ledger_seq(self, session_id: str) -> int:
         ledger = self._ledgers.get(session_id)
@@ -188,6 +222,7 @@ class MemoryStore:
         return out[:limit]
 
     async def recover(self) -> list[str]:
+        self._permissions.clear()  # their turns died with the process
         ids = []
         for sid, record in list(self._records.items()):
             if record.last_turn_status == RUNNING:
@@ -212,6 +247,40 @@ class MemoryStore:
 
     async def close(self) -> None:
         return None
+
+    def save_turn(self, record: TurnRecord) -> None:
+        turns = self._turns.setdefault(record.session_id, {})
+        turns[record.turn_id] = record
+        while len(turns) > TURNS_PER_SESSION:
+            del turns[min(turns, key=lambda t: (turns[t].started_at, t))]
+
+    async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
+        turns = sorted(self._turns.get(session_id, {}).values(), key=_turn_order)
+        return turns[-limit:] if limit > 0 else []
+
+    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+        rows = sorted(
+            (r for r in self._records.values() if query.matches(r)),
+            key=lambda r: (r.updated_at, r.session_id),
+            reverse=True,
+        )
+        page = rows[: query.limit]
+        items = [(r, self._turns.get(r.session_id, {}).get(r.last_turn_id)) for r in page]
+        more = len(rows) > query.limit
+        return SessionPage(items, (page[-1].updated_at, page[-1].session_id) if more else None)
+
+    def save_permission(self, record: PermissionRecord) -> None:
+        self._permissions[record.key] = record
+
+    def delete_permission(self, session_id: str, request_id: str) -> None:
+        self._permissions.pop((session_id, request_id), None)
+
+    async def permissions(self) -> list[PermissionRecord]:
+        return sorted(self._permissions.values(), key=lambda p: (p.created_at, p.request_id))
+
+
+def _turn_order(t: TurnRecord) -> tuple[float, str]:
+    return (t.started_at, t.turn_id)
 
 
 recovered = _recovered

@@ -25,10 +25,11 @@ from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
+from xwm_bridge.transport.console import ConsoleHandlers
 from xwm_bridge.transport.events import stream_events
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
-from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache
+from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache, peer_of
 
 log = logging.getLogger("xwm_bridge.http")
 
@@ -62,6 +63,10 @@ SERVE_PATHS = (
     "/acp/rpc",
     "/acp",
     "/acp/sessions/{sessionId}/events",
+    "/console",
+    "/console/",
+    "/console/static/{name}",
+    "/console/ws",
 )
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -105,6 +110,7 @@ class HttpTransport:
         self.health = HealthHandlers(bridge)
         self.metrics = bridge.metrics
         self._ws_connections: set[web.WebSocketResponse] = set()
+        self.console = ConsoleHandlers(self)
 
     def _routes(self) -> dict[str, tuple[str, RouteHandler]]:
         return {
@@ -118,6 +124,10 @@ class HttpTransport:
             "/acp/rpc": ("*", self.rpc),
             "/acp": ("*", self.websocket),
             "/acp/sessions/{sessionId}/events": ("*", self.session_events),
+            "/console": ("*", self.console.page),
+            "/console/": ("*", self.console.page),
+            "/console/static/{name}": ("*", self.console.static),
+            "/console/ws": ("*", self.console.websocket),
         }
 
     def app(self, paths: Iterable[str] = SERVE_PATHS) -> web.Application:
@@ -185,7 +195,7 @@ class HttpTransport:
         self, request: web.Request, notify: Any, transport: str, connection: Any = None
     ) -> CallContext:
         principal, bearer = self.principals.of(request.headers.get("Authorization"))
-        return CallContext(notify, transport, principal, bearer, connection)
+        return CallContext(notify, transport, principal, bearer, connection, peer_of(request))
 
     async def rpc(self, request: web.Request) -> web.StreamResponse:
         cors = self._cors(request) if "Origin" in request.headers else {}
@@ -350,6 +360,14 @@ class HttpTransport:
             # A turn already running keeps going in its thread worker; queued ones are dropped.
             await inflight.shutdown(0)
         return ws
+
+    def register_ws(self, ws: web.WebSocketResponse) -> None:
+        self._ws_connections.add(ws)
+        self.metrics.ws_connections.inc()
+
+    def unregister_ws(self, ws: web.WebSocketResponse) -> None:
+        self._ws_connections.discard(ws)
+        self.metrics.ws_connections.dec()
 
     async def close_websockets(self) -> None:
         """Close every client WebSocket with 1001 (going away)."""
