@@ -83,6 +83,8 @@ class TurnRunner:
         # the worker serves many requests in turn: label its log lines with this one
         obs.request_id.set(request_id)
         obs.turn_id.set("")
+        if method == "session.start":  # a new conversation, from this turn on
+            self._sessions.reset(sp.session_id, sp.thread_id)
         routing = RoutingRequest.parse(sp.raw)
         if routing is None:
             raise RpcError(INVALID_PARAMS, ROUTING_REQUIRED)
