@@ -101,6 +101,8 @@ class Limits:
     #: a client that cannot take a notification within this is dropped from the stream.
     notification_send_timeout: float = 30.0
     ws_heartbeat: float = 30.0
+    #: seconds between ``: keep-alive`` comments on a silent SSE stream (0 = off)
+    sse_keepalive: float = 15.0
     artifact_max_files: int = 24
     artifact_max_file_bytes: int = 2 * MIB
     artifact_max_total_bytes: int = 16 * MIB

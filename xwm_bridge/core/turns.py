@@ -143,6 +143,7 @@ class TurnRunner:
             },
         )
         result.update(decision.fields())
+        self._sessions.record_result(session, turn_id, result)  # session.replay returns it
         # routing.md §6.5, with the fix: a failed write is logged, the result stands
         await self._router.record(routing, decision, result)
         return result

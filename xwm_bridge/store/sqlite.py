@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     last_turn_id TEXT NOT NULL,
     last_turn_status TEXT NOT NULL,
     upstream BLOB NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    events INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS ledger (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -62,18 +63,27 @@ CREATE TABLE IF NOT EXISTS ledger (
     pos INTEGER NOT NULL,
     turn_id TEXT NOT NULL,
     message BLOB NOT NULL,
-    ts REAL NOT NULL
+    ts REAL NOT NULL,
+    event_id INTEGER NOT NULL DEFAULT 0,
+    kind TEXT NOT NULL DEFAULT 'notification'
 );
 CREATE INDEX IF NOT EXISTS ledger_session ON ledger (session_id, id);
 CREATE INDEX IF NOT EXISTS ledger_ts ON ledger (ts);
 """
+#: ``PRAGMA user_version`` of this layout. 0: the first layout (issue 6), whose
+#: ledger had no event ids; :func:`migrate` upgrades it in place on open.
+SCHEMA_VERSION = 1
+SESSION_COLUMNS = (
+    "session_id, thread_id, provider, history, seq, last_turn_id, last_turn_status,"
+    " upstream, updated_at, events"
+)
 
 Op = tuple[Any, ...]
 _STOP: Op = ("stop",)
 
 
 def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
-    sid, thread, provider, history, seq, turn_id, status, upstream, updated = row
+    sid, thread, provider, history, seq, turn_id, status, upstream, updated, events = row
     return SessionRecord(
         session_id=sid,
         thread_id=thread,
@@ -84,7 +94,36 @@ def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
         last_turn_status=status,
         upstream=tuple((str(k), str(v)) for k, v in orjson.loads(upstream)),
         updated_at=float(updated),
+        events=int(events),
     )
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring a database of an earlier layout to :data:`SCHEMA_VERSION`, in one
+    transaction. Version 0 → 1: ledger rows get event ids 1, 2, 3, … per session
+    in insertion order, and each session its last event id; nothing else changes."""
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version >= SCHEMA_VERSION or not {"sessions", "ledger"} <= tables:
+        return  # current, or a new file (SCHEMA creates it)
+    with db:
+        db.execute("BEGIN IMMEDIATE")
+        columns = {r[1] for r in db.execute("PRAGMA table_info(ledger)")}
+        if "event_id" not in columns:
+            db.execute("ALTER TABLE ledger ADD COLUMN event_id INTEGER NOT NULL DEFAULT 0")
+            db.execute("ALTER TABLE ledger ADD COLUMN kind TEXT NOT NULL DEFAULT 'notification'")
+        if "events" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
+            db.execute("ALTER TABLE sessions ADD COLUMN events INTEGER NOT NULL DEFAULT 0")
+        db.execute(
+            "UPDATE ledger SET event_id = (SELECT COUNT(*) FROM ledger AS l"
+            " WHERE l.session_id = ledger.session_id AND l.id <= ledger.id)"
+            " WHERE event_id = 0"
+        )
+        db.execute(
+            "UPDATE sessions SET events = (SELECT COALESCE(MAX(event_id), 0) FROM ledger"
+            " WHERE ledger.session_id = sessions.session_id)"
+        )
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 class SQLiteStore:
@@ -145,45 +184,54 @@ class SQLiteStore:
     async def load(self, session_id: str) -> SessionRecord | None:
         def read(db: sqlite3.Connection) -> SessionRecord | None:
             row = db.execute(
-                "SELECT * FROM sessions WHERE session_id = ?", (session_id,)
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
             ).fetchone()
             if row is None:
                 return None
             record = _row_to_record(row)
-            top = _ledger_seq(db, session_id)
-            if top > record.seq:
-                record = _with_seq(record, top)
+            top, events = _ledger_top(db, session_id)
+            if top > record.seq or events > record.events:
+                record = replace(
+                    record, seq=max(top, record.seq), events=max(events, record.events)
+                )
             return record
 
         return await self._call(read)
 
     async def replay(
-        self, session_id: str, after_seq: int, limit: int
-    ) -> list[tuple[int, dict[str, Any]]]:
+        self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
+    ) -> list[LedgerEntry]:
         horizon = time.time() - self._limits.ledger_max_age
         cap = self._limits.ledger_max_entries
+        if after_event is None:
+            where, floor = "pos > ?", emitted_pos(after_seq)
+        else:
+            where, floor = "event_id > ?", after_event
 
-        def read(db: sqlite3.Connection) -> list[tuple[int, dict[str, Any]]]:
+        def read(db: sqlite3.Connection) -> list[LedgerEntry]:
             rows = db.execute(
-                "SELECT pos, message FROM (SELECT id, pos, message, ts FROM ledger"
+                "SELECT pos, turn_id, message, ts, event_id, kind FROM (SELECT * FROM ledger"
                 " WHERE session_id = ? ORDER BY id DESC LIMIT ?)"
-                " WHERE pos > ? AND ts >= ? ORDER BY id LIMIT ?",
-                (session_id, cap, emitted_pos(after_seq), horizon, limit),
+                f" WHERE {where} AND ts >= ? ORDER BY id LIMIT ?",
+                (session_id, cap, floor, horizon, limit),
             ).fetchall()
-            return [(int(r[0]), orjson.loads(r[1])) for r in rows]
+            return [
+                LedgerEntry(int(r[0]), r[1], orjson.loads(r[2]), float(r[3]), int(r[4]), r[5])
+                for r in rows
+            ]
 
         return await self._call(read)
 
     async def recover(self) -> list[str]:
         def fix(db: sqlite3.Connection) -> list[str]:
             rows = db.execute(
-                "SELECT * FROM sessions WHERE last_turn_status = ?", (RUNNING,)
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE last_turn_status = ?", (RUNNING,)
             ).fetchall()
             ids = []
             with db:
                 for row in rows:
                     record = _row_to_record(row)
-                    fixed, entry = recovered(record, _ledger_seq(db, record.session_id))
+                    fixed, entry = recovered(record, *_ledger_top(db, record.session_id))
                     _upsert(db, fixed)
                     _insert_entry(db, record.session_id, entry)
                     ids.append(record.session_id)
@@ -218,7 +266,9 @@ class SQLiteStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
+            migrate(db)
             db.executescript(SCHEMA)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except Exception as exc:  # reported to start()
             self._ready.set_exception(exc)
             return
@@ -328,18 +378,19 @@ def _superseded(writes: list[Op]) -> set[int]:
     return live
 
 
-def _with_seq(record: SessionRecord, seq: int) -> SessionRecord:
-    return replace(record, seq=seq)
-
-
-def _ledger_seq(db: sqlite3.Connection, session_id: str) -> int:
-    row = db.execute("SELECT MAX(pos) FROM ledger WHERE session_id = ?", (session_id,)).fetchone()
-    return int(row[0]) // 2 if row and row[0] is not None else 0
+def _ledger_top(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
+    """The highest bridge seq and event id in a session's ledger."""
+    row = db.execute(
+        "SELECT MAX(pos), MAX(event_id) FROM ledger WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if not row or row[0] is None:
+        return 0, 0
+    return int(row[0]) // 2, int(row[1])
 
 
 def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
     db.execute(
-        "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 10)})",
         (
             r.session_id,
             r.thread_id,
@@ -350,14 +401,16 @@ def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
             r.last_turn_status,
             orjson.dumps(r.upstream),
             r.updated_at,
+            r.events,
         ),
     )
 
 
 def _insert_entry(db: sqlite3.Connection, session_id: str, e: LedgerEntry) -> None:
     db.execute(
-        "INSERT INTO ledger (session_id, pos, turn_id, message, ts) VALUES (?, ?, ?, ?, ?)",
-        (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts),
+        "INSERT INTO ledger (session_id, pos, turn_id, message, ts, event_id, kind)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts, e.event_id, e.kind),
     )
 
 
