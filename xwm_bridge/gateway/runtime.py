@@ -276,7 +276,7 @@ class GatewayRuntime:
                     continue
                 out = hs.on_frame(frame)
                 if out is not None:
-                    await ws.send(out.decode())
+                    await ws.send(out, text=True)  # JSON goes out as a text frame
                     deadline = loop.time() + s.hello_timeout
         except BaseException:
             await _close_quietly(ws)
@@ -439,7 +439,9 @@ class GatewayRuntime:
         try:
             try:
                 async with self._send_lock:
-                    await asyncio.wait_for(ws.send(p.encode_request(rid, method, params)), timeout)
+                    await asyncio.wait_for(
+                        ws.send(p.encode_request(rid, method, params), text=True), timeout
+                    )
             except (OSError, TimeoutError, websockets.WebSocketException) as exc:
                 raise GatewayError(str(exc) or type(exc).__name__, "SOCKET_FAILURE") from None
             try:
