@@ -229,8 +229,9 @@ async def test_upstream_fields_preserved_and_precedence(
 async def test_collector_builds_output_from_streamed_notifications(
     start_bridge: StartBridge, serve_app: ServeApp, http: aiohttp.ClientSession
 ) -> None:
-    """An SSE upstream whose result has no text: output = deltas as sent (not trimmed or
-    newline-joined), turnId and resolvedWorkingDirectory come from the notifications."""
+    """An SSE upstream whose result has no text: output = the deltas trimmed and joined
+    with "\\n" as the original does (issue 15 item 4); turnId and
+    resolvedWorkingDirectory come from the notifications."""
     from aiohttp import web
 
     def note(**params: Any) -> dict[str, Any]:
@@ -255,9 +256,9 @@ async def test_collector_builds_output_from_streamed_notifications(
     relayed = [e for e in events if isinstance(e, dict) and e.get("method") == "session.update"]
     assert [e["params"].get("delta") for e in relayed[1:]] == ["Hel", "lo ", "world", None]
     result = events[-1]["result"]
-    assert result["output"] == "Hello world"
-    assert result["summary"] == "Hello world"
-    assert result["resultSummary"] == "Hello world"
+    assert result["output"] == "Hel\nlo\nworld"
+    assert result["summary"] == "Hel\nlo\nworld"
+    assert result["resultSummary"] == "Hel\nlo\nworld"
     assert result["turnId"] == "turn-up-9"
     assert result["resolvedWorkingDirectory"] == "/up/dir"
     assert result["remoteWorkingDirectory"] == "/up/dir"

@@ -89,7 +89,9 @@ class BootstrapHandlers:
             return _text(400, "ticket is required")
         bridge = str(body.get("bridge", "")).strip().rstrip("/") or self.public_base_url
         if bridge != self.public_base_url:
-            return _text(400, "bridge does not match this bridge's public URL")
+            # 403 as the accounts service answers a ticket for another bridge (the
+            # original relayed the request and passed that status through)
+            return _text(403, "bridge does not match this bridge's public URL")
         token = cfg.internal_service_token
         if not token:
             return _text(500, "internal service token is not configured")
