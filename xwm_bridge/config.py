@@ -170,8 +170,9 @@ class RouterConfig:
     memory_enabled: bool = True
     #: directory holding ``self-improving/``; empty = ``$HOME``.
     memory_home: str = ""
-    #: absolute roots under which ``<workingDirectory>/.xworkmate/memory.md`` may be used.
-    memory_project_roots: tuple[str, ...] = ()
+    #: absolute roots under which ``<workingDirectory>/.xworkmate/memory.md`` may be used;
+    #: unset (``None``) = ``allowed_roots``; ``[]`` = nowhere.
+    memory_project_roots: tuple[str, ...] | None = None
     memory_max_bytes: int = 256 * 1024
     skill_commands_enabled: bool = False
     find_skills_bin: str = ""
@@ -326,6 +327,12 @@ class BridgeConfig:
         if provider.auth_header is not None:
             return provider.auth_header
         return self.upstream_authorization
+
+    @property
+    def memory_roots(self) -> tuple[str, ...]:
+        """Where project-local routing memory may be read and written."""
+        roots = self.router.memory_project_roots
+        return self.allowed_roots if roots is None else roots
 
     @property
     def available_providers(self) -> tuple[ProviderConfig, ...]:
@@ -654,7 +661,7 @@ def _validate(config: BridgeConfig) -> None:
     ):
         if value <= 0:
             raise ConfigError(f"{key}: must be greater than 0")
-    for i, root in enumerate(config.router.memory_project_roots):
+    for i, root in enumerate(config.router.memory_project_roots or ()):
         if not os.path.isabs(root):
             raise ConfigError(f"router.memory_project_roots[{i}]: must be an absolute path")
     if config.router.classifier_timeout <= 0 or config.router.skill_command_timeout <= 0:

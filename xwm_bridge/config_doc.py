@@ -104,7 +104,7 @@ DESCRIPTIONS: dict[str, str] = {
     "router.classifier_max_concurrency": "classifier calls in flight at once, process-wide",
     "router.memory_enabled": "read routing memory and record it after successful auto-routed turns",
     "router.memory_home": "directory holding `self-improving/` memory files; empty = `$HOME`",
-    "router.memory_project_roots": "absolute roots under which `<workingDirectory>/.xworkmate/memory.md` is read and written; empty = none",
+    "router.memory_project_roots": "absolute roots under which `<workingDirectory>/.xworkmate/memory.md` is read and written; unset = `allowed_roots` (so existing clients keep project memory, confined); `[]` = nowhere",
     "router.memory_max_bytes": "a memory file above this size is rotated to `<file>.1` before the next append",
     "router.skill_commands_enabled": "allow running the skill finder/installer commands",
     "router.find_skills_bin": "skill finder executable (no arguments, no shell; run only when enabled)",
