@@ -575,3 +575,22 @@ async def test_requests_go_out_as_text_frames(
     )
     assert out["ok"] is True, out
     assert gateway.state.binary_frames == 0
+
+
+async def test_connect_over_websocket_emits_each_snapshot_once(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    """Issue 15 item 4: one `connecting` snapshot (as the original), one `connected`,
+    and each log line once, on the WebSocket the connect came on."""
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    client = await open_ws(http, bp.ws_url)
+    try:
+        res = await client.call("xworkmate.gateway.connect", connect_params(gateway))
+        assert res["ok"] is True
+        await asyncio.sleep(0.2)  # anything sent twice would have arrived by now
+        statuses = [s["status"] for s in client.snapshots()]
+        assert statuses == ["connecting", "connected"], statuses
+        logs = client.logs()
+        assert len(logs) == len(set(logs)), logs
+    finally:
+        await client.close()
