@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import signal
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
 import click
@@ -20,13 +21,16 @@ from xwm_bridge.config import (
     ConfigError,
     load_config,
 )
-from xwm_bridge.observability.logging import setup_logging
+from xwm_bridge.observability.logging import flush_logs, setup_logging
 from xwm_bridge.store.base import StoreError
 
 log = logging.getLogger("xwm_bridge")
 
 EXIT_CONFIG = 2
 EXIT_LISTEN = 1
+#: a second SIGTERM/SIGINT cut the drain short
+EXIT_FORCED = 1
+FORCE_HINT = "send SIGTERM or SIGINT again to cancel running turns and exit now"
 # The original accepted Go-style single-dash flags (-listen ADDR, -listen=ADDR).
 _SINGLE_DASH = re.compile(r"^-(listen|config|log-level|allow-unauthenticated)(=.*)?$")
 
@@ -59,15 +63,62 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
-async def _until_signal(main: Coroutine[Any, Any, None]) -> None:
-    """Run a stdio server until it ends (end of input) or SIGTERM/SIGINT cancels it."""
-    loop = asyncio.get_running_loop()
+class Signals:
+    """SIGTERM/SIGINT: the first starts the shutdown (``on_first``) and says in the log
+    that another one forces the exit; the second calls ``on_force`` (cancel running
+    turns now); a third exits at once. Installed until :meth:`remove`."""
+
+    def __init__(self, on_first: Callable[[], None], grace_s: float) -> None:
+        self.on_first = on_first
+        self.on_force: Callable[[], None] | None = None
+        self.grace_s = grace_s
+        self.count = 0
+        self._loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._received, sig)
+
+    def _received(self, sig: signal.Signals) -> None:
+        self.count += 1
+        name = signal.Signals(sig).name
+        if self.count == 1:
+            log.info(
+                "shutting down", extra={"signal": name, "grace_s": self.grace_s, "hint": FORCE_HINT}
+            )
+            self.on_first()
+        elif self.count == 2 and self.on_force is not None:
+            log.warning("second signal: forcing the exit", extra={"signal": name})
+            self.on_force()
+        else:
+            log.warning("signal again: exiting now", extra={"signal": name})
+            flush_logs()
+            os._exit(EXIT_FORCED)
+
+    def remove(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.remove_signal_handler(sig)
+
+
+async def _until_signal(
+    main: Coroutine[Any, Any, None],
+    grace_s: float = 0.0,
+    finish: Callable[[Signals], Awaitable[None]] | None = None,
+) -> bool:
+    """Run a stdio server until it ends (end of input) or SIGTERM/SIGINT cancels it,
+    then ``finish`` (the drain) with the signal handlers still installed, so a second
+    signal forces the exit. True when a signal stopped it."""
     async with asyncio.TaskGroup() as group:
         task = group.create_task(main, name="stdio-server")
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.remove_signal_handler(sig)
+
+        def stop() -> None:
+            task.cancel()
+
+        signals = Signals(stop, grace_s)
+    try:
+        if finish is not None:
+            await finish(signals)
+    finally:
+        signals.remove()
+    return signals.count > 0
 
 
 def _load(config_file: str | None, **flags: Any) -> BridgeConfig:
@@ -200,14 +251,15 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
         },
     )
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("shutting down", extra={"grace_s": cfg.limits.shutdown_grace})
-    await runner.cleanup()  # stop listening, drain turns, close sockets, close the bridge
-    log.info("stopped")
-    return 0
+    signals = Signals(stop.set, cfg.limits.shutdown_grace)
+    signals.on_force = bridge.force_shutdown
+    try:
+        await stop.wait()
+        await runner.cleanup()  # stop listening, drain turns, close sockets, close the bridge
+    finally:
+        signals.remove()
+    log.info("stopped", extra={"forced": bridge.forced})
+    return EXIT_FORCED if bridge.forced else 0
 
 
 @cli.command("acp-stdio")
@@ -247,10 +299,15 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
             max_message=cfg.limits.max_body_bytes,
             send_timeout=cfg.limits.notification_send_timeout,
         )
-        await _until_signal(server.serve())
+
+        async def finish(signals: Signals) -> None:
+            signals.on_force = bridge.force_shutdown
+            await bridge.close()
+
+        await _until_signal(server.serve(), cfg.limits.shutdown_grace, finish)
     finally:
-        await bridge.close()
-    return 0
+        await bridge.close()  # a no-op after finish; closes the store if serve() failed
+    return EXIT_FORCED if bridge.forced else 0
 
 
 @cli.command()

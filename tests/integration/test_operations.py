@@ -337,3 +337,45 @@ async def test_doctor_checks_stdio_agent_commands(tmp_path: Path) -> None:
         "ok": False,
         "error": "agent command not found: no-such-agent-xyz",
     }
+
+
+async def test_second_signal_during_the_drain_forces_the_exit(
+    start_bridge_process: StartBridge,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """Issue 15 item 5: the first SIGTERM says in the log that a second one forces the
+    exit; the second cancels the running turns at once instead of waiting the grace."""
+    config = {
+        "limits": {"shutdown_grace": 60},
+        "providers": [{"id": "codex", "endpoint": fake_upstream.url}],
+    }
+    bridge = await start_bridge_process(config=config, tmp=tmp_path)
+    slow = asyncio.create_task(
+        sse(http, bridge.rpc_url, "session.start", session_params("s2", "slow:60000 x"))
+    )
+    await wait_until(lambda: "s2" in fake_upstream.state.active)
+    bridge.proc.send_signal(signal.SIGTERM)
+
+    def line(msg: str) -> dict[str, Any] | None:
+        for text in bridge.logs:
+            entry = orjson.loads(text) if text.startswith("{") else {}
+            if entry.get("msg") == msg:
+                return entry
+        return None
+
+    await wait_until(lambda: line("shutting down") is not None, within=10)
+    first = line("shutting down")
+    assert first is not None and first["signal"] == "SIGTERM"
+    assert "again" in first["hint"] and first["grace_s"] == 60
+    started = asyncio.get_running_loop().time()
+    bridge.proc.send_signal(signal.SIGINT)
+    code = await asyncio.wait_for(bridge.proc.wait(), 20)
+    assert asyncio.get_running_loop().time() - started < 15  # not the 60 s grace
+    assert code == 1
+    forced = line("second signal: forcing the exit")
+    assert forced is not None and forced["level"] == "warning" and forced["signal"] == "SIGINT"
+    final = (await asyncio.wait_for(slow, 10))[-1]["result"]
+    assert final["success"] is False and final["cancelled"] is True
+    assert {c["sessionId"] for c in fake_upstream.state.cancels} == {"s2"}  # upstream told
