@@ -47,6 +47,7 @@ SSE_HEADERS = {
     "Connection": "keep-alive",
     "X-Accel-Buffering": "no",
 }
+KEEPALIVE = b": keep-alive\n\n"
 #: requests one WebSocket connection may have in flight at once
 MAX_INFLIGHT_PER_CONNECTION = 256
 
@@ -237,11 +238,15 @@ class HttpTransport:
         stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
         self._apply_headers(stream, cors)
         sent = self.metrics.sent.get("sse")
+        loop = asyncio.get_running_loop()
+        last_write = loop.time()
 
         async def write(data: bytes) -> None:
+            nonlocal last_write
             if not stream.prepared:
                 await stream.prepare(request)
             await stream.write(data)
+            last_write = loop.time()
             sent.inc(len(data))
 
         sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
@@ -249,7 +254,27 @@ class HttpTransport:
         async def notify(message: dict[str, Any]) -> None:
             await sender.send_bytes(encode_data(jsonrpc.dumps(message)))
 
-        reply = await self.dispatcher.handle(req, self._call(request, notify, "sse"))
+        async def keepalive(interval: float) -> None:
+            # a comment line after `interval` seconds of silence, so that proxies with
+            # idle timeouts (60-100 s is common) do not cut a long, quiet turn
+            while not sender.broken:
+                idle = loop.time() - last_write
+                if idle < interval:
+                    await asyncio.sleep(interval - idle)
+                    continue
+                await sender.send_bytes(KEEPALIVE)
+
+        call = self._call(request, notify, "sse")
+        interval = self.limits.sse_keepalive
+        if interval > 0:
+            async with asyncio.TaskGroup() as group:  # the keep-alive ends with the call
+                beat = group.create_task(keepalive(interval), name="sse-keepalive")
+                try:
+                    reply = await self.dispatcher.handle(req, call)
+                finally:
+                    beat.cancel()
+        else:
+            reply = await self.dispatcher.handle(req, call)
         final = DONE if reply is None else encode_data(jsonrpc.dumps(reply))
         await sender.send_bytes(final)
         if stream.prepared:
