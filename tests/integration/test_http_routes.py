@@ -231,19 +231,23 @@ async def test_origin_check_precedes_auth(
 
 
 @pytest.mark.parametrize(
-    "headers",
-    [{}, {"Authorization": "Bearer wrong-token"}, {"Authorization": "Basic dXNlcjpwdw=="}],
+    ("headers", "message"),
+    [
+        ({}, "missing bearer authorization"),
+        ({"Authorization": "Bearer wrong-token"}, "invalid bearer token"),
+        ({"Authorization": "Basic dXNlcjpwdw=="}, "invalid bearer token"),
+    ],
     ids=["missing", "wrong", "basic"],
 )
 async def test_post_without_valid_bearer_is_401(
-    start_bridge: StartBridge, http: aiohttp.ClientSession, headers: dict[str, str]
+    start_bridge: StartBridge, http: aiohttp.ClientSession, headers: dict[str, str], message: str
 ) -> None:
     bridge = await start_bridge()
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "acp.capabilities"})
     status, resp_headers, raw = await request(http, "POST", bridge.rpc_url, body, headers)
     assert status == 401
     assert resp_headers["Content-Type"].startswith("application/json")
-    assert orjson.loads(raw) == envelope_error(-32001, "missing bearer authorization")
+    assert orjson.loads(raw) == envelope_error(-32001, message)
 
 
 async def test_missing_method_is_400(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from pathlib import Path
 
@@ -51,7 +52,7 @@ async def test_a_silent_sse_turn_sends_comment_lines(
     assert data[-1]["result"]["output"] == "echo: quiet"
     # each comment only after silence: never two within less than the interval
     stamps = [t for t, c in chunks if c.startswith(b":")]
-    assert all(b - a >= 0.15 for a, b in zip(stamps, stamps[1:], strict=False)), stamps
+    assert all(b - a >= 0.15 for a, b in itertools.pairwise(stamps)), stamps
 
 
 async def test_keepalive_off_and_fast_turns_send_none(

@@ -50,7 +50,10 @@ async def test_livez_readyz_and_metrics_unauthenticated(
     assert 'xwm_requests_total{method="session.start",outcome="ok",transport="http"} 1.0' in text
     # unknown method names collapse into one label value: the label set stays bounded
     assert 'xwm_requests_total{method="other",outcome="error",transport="http"} 1.0' in text
-    assert 'xwm_turn_duration_seconds_count{provider="codex",target="single-agent"} 1.0' in text
+    assert (
+        'xwm_turn_duration_seconds_count{mode="single-agent",outcome="success",provider="codex",'
+        'target="single-agent"} 1.0'
+    ) in text
     assert "xwm_websocket_connections 1.0" in text
     assert "xwm_active_turns 0.0" in text
     assert "xwm_sessions_alive 1.0" in text

@@ -69,7 +69,7 @@ class Bridge:
             sessions=lambda: len(self.sessions),
         )
         self.permissions = PermissionBroker()
-        self.stdio_agents = StdioAgentExecutor(config, self.permissions)
+        self.stdio_agents = StdioAgentExecutor(config, self.permissions, self.metrics)
         self.gateway = GatewayManager(config)
         self.metrics.bind_gateway(self.gateway.status_counts)
         self._http: aiohttp.ClientSession | None = None

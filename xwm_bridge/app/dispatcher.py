@@ -60,6 +60,9 @@ class Dispatcher:
                 raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"unknown method: {request.method}")
             value = await handler(request.params, call, request.method)
             response = jsonrpc.result(request.id, value)
+            if value.get("success") is False and "resolvedExecutionTarget" in value:
+                # a turn that ran and failed is not an "ok" request
+                outcome = "cancelled" if value.get("cancelled") is True else "failed"
         except RpcError as exc:
             outcome, code = "error", exc.code
             response = jsonrpc.error(request.id, exc.code, exc.message)

@@ -25,10 +25,11 @@ from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
+from xwm_bridge.transport import rejections as rj
 from xwm_bridge.transport.events import stream_events
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
-from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache
+from xwm_bridge.transport.security import AUTH_MESSAGES, BearerAuth, OriginPolicy, PrincipalCache
 
 log = logging.getLogger("xwm_bridge.http")
 
@@ -171,15 +172,36 @@ class HttpTransport:
         for value in VARY:
             response.headers.add("Vary", value)
 
-    def _guard(self, request: web.Request) -> web.Response | None:
+    def _reject(
+        self, request: web.Request, transport: str, reason: str, status: int, **fields: Any
+    ) -> None:
+        """``status``: the HTTP status (a WebSocket close code, or 0 for a JSON-RPC
+        error on an open socket, is logged as ``ws_close`` / not at all)."""
+        if status >= 1000:
+            fields["ws_close"] = status
+        elif status:
+            fields["status"] = status
+        rj.reject(
+            self.metrics,
+            transport,
+            reason,
+            path=request.path,
+            remote=request.remote or "",
+            **fields,
+        )
+
+    def _guard(self, request: web.Request, transport: str = "http") -> web.Response | None:
         """Origin then bearer checks (contract.md §4 steps 4-5)."""
         origin = request.headers.get("Origin", "").strip()
         if origin and not self.origins.allows(origin):
+            self._reject(request, transport, rj.ORIGIN, 403, origin=origin[:200])
             return _rpc_error_response(
                 403, jsonrpc.ORIGIN_NOT_ALLOWED, f"origin not allowed: {origin}"
             )
-        if not self.auth.check(request.headers.get("Authorization")):
-            return _rpc_error_response(401, jsonrpc.UNAUTHORIZED, "missing bearer authorization")
+        why = self.auth.verify(request.headers.get("Authorization"))
+        if why:
+            self._reject(request, transport, why, 401)
+            return _rpc_error_response(401, jsonrpc.UNAUTHORIZED, AUTH_MESSAGES[why])
         return None
 
     def _call(
@@ -199,6 +221,7 @@ class HttpTransport:
         if request.method != "POST":
             if request.method == "OPTIONS":
                 return web.Response(status=204)
+            self._reject(request, "http", rj.METHOD_NOT_ALLOWED, 405, method=request.method)
             return _rpc_error_response(405, jsonrpc.INVALID_REQUEST, "method not allowed")
         denied = self._guard(request)
         if denied is not None:
@@ -210,17 +233,20 @@ class HttpTransport:
                 async with asyncio.timeout(self.limits.request_read_timeout):
                     body = await request.read()
         except web.HTTPRequestEntityTooLarge:
+            self._reject(request, "http", rj.BODY_TOO_LARGE, 413)
             return _rpc_error_response(
                 413,
                 jsonrpc.INVALID_REQUEST,
                 f"request body too large: limit is {self.limits.max_body_bytes} bytes",
             )
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            self._reject(request, "http", rj.BAD_BODY, 400)
             return _rpc_error_response(400, jsonrpc.INVALID_REQUEST, "invalid body")
         self.metrics.received.get("http").inc(len(body))
         try:
             req = jsonrpc.decode_request(body)
         except jsonrpc.DecodeError as exc:
+            self._reject(request, "http", rj.PARSE_ERROR, 400, error=exc.message[:200])
             return _rpc_error_response(400, jsonrpc.PARSE_ERROR, exc.message)
 
         if "text/event-stream" not in request.headers.get("Accept", "").lower():
@@ -288,9 +314,10 @@ class HttpTransport:
         if request.method == "OPTIONS":
             response: web.StreamResponse = web.Response(status=204)
         elif request.method != "GET":
+            self._reject(request, "sse", rj.METHOD_NOT_ALLOWED, 405, method=request.method)
             response = _rpc_error_response(405, jsonrpc.INVALID_REQUEST, "method not allowed")
         else:
-            denied = self._guard(request)
+            denied = self._guard(request, "sse")
             if denied is not None:
                 response = denied
             else:
@@ -306,7 +333,7 @@ class HttpTransport:
     # --- /acp WebSocket ---------------------------------------------------------------------
 
     async def websocket(self, request: web.Request) -> web.StreamResponse:
-        denied = self._guard(request)
+        denied = self._guard(request, "ws")
         if denied is not None:
             return denied
         if request.method != "GET":
@@ -348,15 +375,21 @@ class HttpTransport:
             async for msg in ws:
                 if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                     if msg.type == aiohttp.WSMsgType.ERROR:
-                        log.info("websocket error", extra={"error": repr(ws.exception())})
+                        exc = ws.exception()
+                        if getattr(exc, "code", None) == aiohttp.WSCloseCode.MESSAGE_TOO_BIG:
+                            self._reject(request, "ws", rj.MESSAGE_TOO_LARGE, 1009)
+                        else:
+                            log.info("websocket error", extra={"error": repr(exc)})
                     break
                 received.inc(len(msg.data))
                 try:
                     req = jsonrpc.decode_request(msg.data)
                 except jsonrpc.DecodeError as exc:
+                    self._reject(request, "ws", rj.PARSE_ERROR, 0, error=exc.message[:200])
                     await sender.send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message))
                     continue
                 if len(inflight) >= MAX_INFLIGHT_PER_CONNECTION:
+                    self._reject(request, "ws", rj.TOO_MANY_INFLIGHT, 0)
                     if not req.is_notification:
                         await sender.send(
                             jsonrpc.error(
