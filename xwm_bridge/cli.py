@@ -239,6 +239,14 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
         click.echo(f"ACP server failed: {exc}", err=True)
         await runner.cleanup()
         return EXIT_LISTEN
+    if not cfg.available_providers:
+        log.warning(
+            "no provider is enabled",
+            extra={
+                "hint": "single-agent turns answer unavailable; enable a provider in "
+                "providers: (endpoint, or kind: stdio with a command), see doctor"
+            },
+        )
     bound = runner.addresses  # the real port when --listen asked for port 0
     actual_port = bound[0][1] if bound else port
     log.info(
@@ -313,13 +321,22 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
 @cli.command()
 @CONFIG_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
-def doctor(config_file: str | None, as_json: bool) -> None:
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Validate the config only: no network, no agent started, no store opened.",
+)
+def doctor(config_file: str | None, as_json: bool, offline: bool) -> None:
     """Show the effective config (secrets masked, with where each value came from)
-    and check that every enabled provider answers acp.capabilities (stdio agents:
-    that their command resolves); the OpenClaw gateway's reachability is reported.
+    and check every configured component: HTTP/WS providers answer acp.capabilities,
+    stdio agents start and answer initialize (agents.initialize_timeout), the
+    OpenClaw gateway accepts a connection when one is configured (openclaw_url or
+    openclaw_token set), and the session store can be written.
 
-    Exits 1 if an enabled provider is unusable or the auth policy would refuse
-    to start, 2 on a config error, else 0.
+    \b
+    Exits 0 when every check passes (warnings, e.g. a stdio provider without a
+    command, do not fail it), 1 when a configured component fails or the auth
+    policy would refuse to start, 2 on a config error.
     """
     import orjson
 
@@ -329,7 +346,7 @@ def doctor(config_file: str | None, as_json: bool) -> None:
         loaded = load_config(config_file=config_file)
     except ConfigError as exc:
         _fail(f"config error: {exc}", EXIT_CONFIG)
-    checks = asyncio.run(run_checks(loaded.config))
+    checks = asyncio.run(run_checks(loaded, offline=offline))
     config = masked_config(loaded)
     if as_json:
         doc = {"config": config, "sources": dict(loaded.sources), "checks": checks}

@@ -310,3 +310,34 @@ async def test_redis_numbers_ledgers_of_the_previous_layout(tmp_path: Path) -> N
             assert await store.migrate() == 0  # done once
         finally:
             await store.close()
+
+
+async def test_a_running_store_reports_its_health(make_store: Factory) -> None:
+    store = await make_store(StoreLimits())
+    assert await store.health(2.0) == ""
+    store.save(SessionRecord("s1", "t1"))
+    assert await store.health(2.0) == ""
+
+
+async def test_sqlite_health_after_close_and_second_opener_refused(tmp_path: Path) -> None:
+    """Issue 15 item 12: one process per database; the second opener is told who."""
+    import os
+
+    from xwm_bridge.store.base import StoreError
+
+    path = tmp_path / "sessions.db"
+    first = SQLiteStore(path)
+    await first.start()
+    second = SQLiteStore(path)
+    with pytest.raises(StoreError) as info:
+        await second.start()
+    message = str(info.value)
+    assert str(path) in message and f"pid {os.getpid()}" in message
+    assert "XWM_STATE_DIR" in message
+    await first.close()
+    assert "not running" in await first.health(1.0)
+    await second.start()  # the lock went with the first store
+    try:
+        assert await second.health(1.0) == ""
+    finally:
+        await second.close()

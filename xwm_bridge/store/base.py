@@ -147,6 +147,11 @@ class SessionStore(Protocol):
     async def close(self) -> None:
         """Apply every queued write, then release resources."""
 
+    async def health(self, deadline_s: float = 5.0) -> str:
+        """ "" when the running store can read and write within ``deadline_s`` seconds
+        (and its last write succeeded), else the reason, naming the store (never a
+        password). For ``/readyz`` and ``doctor`` (``store.health.probe_store``)."""
+
 
 def _recovered(
     record: SessionRecord, ledger_seq: int, ledger_events: int = 0
@@ -248,6 +253,9 @@ class MemoryStore:
 
     async def close(self) -> None:
         return None
+
+    async def health(self, deadline_s: float = 5.0) -> str:
+        return ""
 
 
 recovered = _recovered

@@ -153,6 +153,8 @@ class RedisStore:
         self._writer: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
+        #: the error of the last write batch, "" once one succeeds (``health``)
+        self.write_error = ""
 
     def key(self, kind: str, name: str = "") -> str:
         return f"{self.prefix}{kind}:{name}" if name else f"{self.prefix}{kind}"
@@ -242,6 +244,20 @@ class RedisStore:
                     return 1
                 except aioredis.WatchError:
                     continue
+
+    async def health(self, deadline_s: float = 5.0) -> str:
+        """PING within ``deadline_s``, and the last write batch succeeded."""
+        if self._writer is None or self._closed or self._writer.done():
+            return f"session store: Redis at {self._where}: writer not running"
+        try:
+            await asyncio.wait_for(self.client.ping(), deadline_s)
+        except (OSError, TimeoutError, aioredis.RedisError) as exc:
+            return (
+                f"session store: cannot reach Redis at {self._where}: {exc or type(exc).__name__}"
+            )
+        if self.write_error:
+            return f"session store: Redis at {self._where}: last write failed: {self.write_error}"
+        return ""
 
     async def replica_alive(self, replica_id: str) -> bool:
         return bool(await self.client.exists(self.key("replica", replica_id)))
@@ -423,8 +439,11 @@ class RedisStore:
             self._queue_append(pipe, sid, entries)
         try:
             await asyncio.wait_for(pipe.execute(), self.timeout)
-        except Exception:
+        except Exception as exc:
+            self.write_error = str(exc) or type(exc).__name__
             log.exception("session store write failed", extra={"ops": len(writes)})
+        else:
+            self.write_error = ""
         for op in writes:
             if op[0] == "eval" and not op[4].done():
                 op[4].set_result(None)

@@ -12,7 +12,10 @@ the last batch, never corrupt the file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -139,26 +142,84 @@ class SQLiteStore:
         self._wake = threading.Event()
         #: ledger entries added per session since its last trim (store thread only)
         self._untrimmed: dict[str, int] = {}
+        #: the held ``<db>.lock`` (one process per database)
+        self._lock_fd: int | None = None
+        #: the error of the last write batch, "" once one succeeds (``health``)
+        self.write_error = ""
 
     # --- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def lock_path(self) -> Path:
+        return lock_path(self.path)
+
+    def _lock(self) -> None:
+        """Hold ``<db>.lock`` for the life of the store: a second process on the same
+        database would mark this one's running turns interrupted and fork its sessions."""
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = lock_holder(fd)
+            os.close(fd)
+            raise StoreError(
+                f"session store: {self.path} is in use by another xwm-bridge process"
+                f"{f' (pid {holder})' if holder else ''}; run one process per state "
+                "directory: give this one its own store.state_dir (XWM_STATE_DIR), or "
+                "XWM_SESSION_STORE=memory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # releases the flock
 
     async def start(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock()
             self._thread = threading.Thread(target=self._run, name="sqlite-store", daemon=True)
             self._thread.start()
             await asyncio.wait_for(asyncio.wrap_future(self._ready), READ_TIMEOUT)
         except (OSError, sqlite3.Error, TimeoutError) as exc:
+            self._unlock()
             raise StoreError(f"session store: cannot open {self.path}: {exc}") from None
 
     async def close(self) -> None:
         if self._thread is None or self._closed:
+            self._unlock()
             return
         self._closed = True
         self._ops.put(_STOP)
         self._wake.set()
         thread = self._thread
-        await asyncio.wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
+        finally:
+            self._unlock()
+
+    async def health(self, deadline_s: float = 5.0) -> str:
+        """ "" when the store thread answers a read and can take the write lock within
+        ``deadline_s`` seconds and the last write batch succeeded; else why not."""
+        if self._thread is None or self._closed or not self._thread.is_alive():
+            return f"session store {self.path}: not running"
+
+        def probe(db: sqlite3.Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")  # the write lock: the file is writable
+            db.execute("ROLLBACK")
+
+        try:
+            await asyncio.wait_for(self._call(probe), deadline_s)
+        except (TimeoutError, sqlite3.Error, RuntimeError) as exc:
+            return f"session store {self.path}: {exc or type(exc).__name__}"
+        if self.write_error:
+            return f"session store {self.path}: last write failed: {self.write_error}"
+        return ""
 
     # --- writes (never block the loop) ---------------------------------------------------
 
@@ -313,8 +374,11 @@ class SQLiteStore:
             return
         try:
             self._apply(db, writes)
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
+            self.write_error = str(exc) or type(exc).__name__
             log.exception("session store write failed", extra={"ops": len(writes)})
+        else:
+            self.write_error = ""
         writes.clear()
 
     def _apply(self, db: sqlite3.Connection, writes: list[Op]) -> None:
@@ -376,6 +440,17 @@ def _superseded(writes: list[Op]) -> set[int]:
             live.add(i)
             deleted.add(op[1])
     return live
+
+
+def lock_path(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + ".lock")
+
+
+def lock_holder(fd: int) -> str:
+    """The pid written in a lock file (may be stale or empty)."""
+    with contextlib.suppress(OSError, ValueError):
+        return os.pread(fd, 32, 0).decode().strip()
+    return ""
 
 
 def _ledger_top(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
