@@ -432,7 +432,9 @@ def agent_adapter(
     gemini.initialize, gemini.raw. Env: GEMINI_ADAPTER_AUTH_TOKEN,
     GEMINI_ADAPTER_ALLOWED_ORIGINS, GEMINI_ADAPTER_PROVIDER_ID|LABEL,
     GEMINI_ADAPTER_PROTOCOL_VERSION, GEMINI_ADAPTER_UPSTREAM_METHOD.
-    The YAML config supplies agents.* (permissions, fs, terminal), allowed_roots and limits.
+    With --config, a kind: stdio provider with that id in providers: supplies the label,
+    command, env and cwd (flags, then env vars, replace the parts they name); agents.*
+    (permissions, fs, terminal), allowed_roots and limits come from it too.
     """
     import os
 
