@@ -16,6 +16,7 @@ import click
 from xwm_bridge import __version__
 from xwm_bridge.config import (
     CONFIG_FILE_ENV,
+    LOG_FORMATS,
     LOG_LEVELS,
     BridgeConfig,
     ConfigError,
@@ -45,7 +46,14 @@ LOG_LEVEL_OPTION = click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default=None,
-    help="Log level for the JSON log lines on stderr (env XWM_LOG_LEVEL; default info).",
+    help="Log level of the log lines on stderr (env XWM_LOG_LEVEL; default info).",
+)
+LOG_FORMAT_OPTION = click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default=None,
+    help="json (one object per line), text (human-readable) or auto: text when stderr "
+    "is a terminal, else JSON (env XWM_LOG_FORMAT; default auto).",
 )
 
 
@@ -133,9 +141,21 @@ def _load(config_file: str | None, **flags: Any) -> BridgeConfig:
 def cli() -> None:
     """xwm-bridge routes coding-agent sessions.
 
-    Clients speak one JSON-RPC contract (acp.capabilities, session.start,
-    session.message, session.cancel, session.close); the bridge forwards each
-    turn to an upstream ACP provider and streams progress back.
+    Clients speak one JSON-RPC contract; the bridge runs each turn on an upstream
+    ACP provider, a local stdio ACP agent, the multi-agent loop or an OpenClaw
+    gateway, and streams progress back as session.update notifications.
+
+    \b
+    Methods (serve, acp-stdio):
+      acp.capabilities
+      session.start, session.message, session.cancel, session.close,
+      session.permission, session.replay
+      xworkmate.routing.resolve, xworkmate.dispatch.resolve, xworkmate.mounts.reconcile
+      xworkmate.gateway.connect, xworkmate.gateway.request, xworkmate.gateway.disconnect
+
+    With no command, the MCP toolbridge runs on stdin/stdout (as the original).
+    Shell completion: eval "$(_XWM_BRIDGE_COMPLETE=bash_source xwm-bridge)"
+    (zsh_source, fish_source for those shells).
     """
 
 
@@ -155,11 +175,13 @@ def cli() -> None:
 )
 @CONFIG_OPTION
 @LOG_LEVEL_OPTION
+@LOG_FORMAT_OPTION
 def serve(
     listen: str | None,
     allow_unauthenticated: bool | None,
     config_file: str | None,
     log_level: str | None,
+    log_format: str | None,
 ) -> None:
     """Serve the bridge over HTTP and WebSocket.
 
@@ -167,13 +189,22 @@ def serve(
     Routes:
       POST /acp/rpc   JSON-RPC; SSE stream when Accept: text/event-stream
       GET  /acp       JSON-RPC over WebSocket
+      GET  /acp/sessions/{sessionId}/events   SSE catch-up (Last-Event-ID, ?follow=1)
+      /livez, /readyz, /metrics   liveness, readiness, Prometheus (no auth)
       /, /api/ping, /bridge/bootstrap/health, /bridge/bootstrap/consume
+
+    \b
+    Methods: acp.capabilities, session.start, session.message, session.cancel,
+    session.close, session.permission, session.replay, xworkmate.routing.resolve,
+    xworkmate.dispatch.resolve, xworkmate.mounts.reconcile, xworkmate.gateway.connect,
+    xworkmate.gateway.request, xworkmate.gateway.disconnect.
 
     \b
     Security: bearer token ACP_AUTH_TOKEN (constant-time check), origin
     allow-list ACP_ALLOWED_ORIGINS, body and message limits from the config.
     Upstream credentials: INTERNAL_SERVICE_TOKEN, else BRIDGE_AUTH_TOKEN.
-    Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace).
+    Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace);
+    a second signal cancels them and exits 1.
     """
     from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
@@ -182,6 +213,7 @@ def serve(
         listen=listen,
         allow_unauthenticated=allow_unauthenticated,
         log_level=log_level,
+        log_format=log_format,
     )
     host, port = parse_listen(cfg.listen)
     if (
@@ -194,7 +226,7 @@ def serve(
             "or pass --allow-unauthenticated if a proxy in front authenticates clients",
             EXIT_CONFIG,
         )
-    setup_logging(cfg.log_level, cfg.secrets())
+    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
     code = _run(_serve(cfg, host, port))
     sys.exit(code)
 
@@ -273,7 +305,8 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
 @cli.command("acp-stdio")
 @CONFIG_OPTION
 @LOG_LEVEL_OPTION
-def acp_stdio(config_file: str | None, log_level: str | None) -> None:
+@LOG_FORMAT_OPTION
+def acp_stdio(config_file: str | None, log_level: str | None, log_format: str | None) -> None:
     """Serve the bridge contract on stdin/stdout (for use as a child process).
 
     Input: newline-delimited JSON or Content-Length framed messages. Output: one
@@ -281,8 +314,8 @@ def acp_stdio(config_file: str | None, log_level: str | None) -> None:
     Requests run concurrently, so session.cancel interrupts a running turn.
     Logs go to stderr. Exits 0 at end of input once running requests finish.
     """
-    cfg = _load(config_file, log_level=log_level)
-    setup_logging(cfg.log_level, cfg.secrets())
+    cfg = _load(config_file, log_level=log_level, log_format=log_format)
+    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
     sys.exit(_run(_acp_stdio(cfg)))
 
 
@@ -359,7 +392,8 @@ def doctor(config_file: str | None, as_json: bool, offline: bool) -> None:
 @cli.command("toolbridge")
 @CONFIG_OPTION
 @LOG_LEVEL_OPTION
-def toolbridge(config_file: str | None, log_level: str | None) -> None:
+@LOG_FORMAT_OPTION
+def toolbridge(config_file: str | None, log_level: str | None, log_format: str | None) -> None:
     """Serve the MCP tool bridge on stdin/stdout (also the mode when no command is given).
 
     \b
@@ -369,8 +403,8 @@ def toolbridge(config_file: str | None, log_level: str | None) -> None:
     Input: newline JSON or Content-Length frames; output: one JSON object per line.
     Logs go to stderr. Exits 0 at end of input once running calls finish.
     """
-    cfg = _load(config_file, log_level=log_level)
-    setup_logging(cfg.log_level, cfg.secrets())
+    cfg = _load(config_file, log_level=log_level, log_format=log_format)
+    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
     sys.exit(_run(_toolbridge(cfg)))
 
 
@@ -417,17 +451,20 @@ async def _toolbridge(cfg: BridgeConfig) -> int:
 )
 @CONFIG_OPTION
 @LOG_LEVEL_OPTION
+@LOG_FORMAT_OPTION
 def agent_adapter(
     listen: str | None,
     agent_bin: str | None,
     agent_args: str | None,
     config_file: str | None,
     log_level: str | None,
+    log_format: str | None,
 ) -> None:
     """Expose one stdio ACP agent (default: gemini --acp) as a bridge-protocol service.
 
     \b
-    Routes: POST /acp/rpc (JSON, or SSE with Accept: text/event-stream), GET /acp (WebSocket).
+    Routes: POST /acp/rpc (JSON, or SSE with Accept: text/event-stream), GET /acp (WebSocket),
+    /livez, /readyz, /metrics.
     Methods: acp.capabilities, session.start|message|cancel|close|permission,
     gemini.initialize, gemini.raw. Env: GEMINI_ADAPTER_AUTH_TOKEN,
     GEMINI_ADAPTER_ALLOWED_ORIGINS, GEMINI_ADAPTER_PROVIDER_ID|LABEL,
@@ -441,7 +478,7 @@ def agent_adapter(
     from xwm_bridge.adapters.agent_adapter import AdapterSettings
     from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
-    base = _load(config_file, log_level=log_level)
+    base = _load(config_file, log_level=log_level, log_format=log_format)
     try:
         settings = AdapterSettings.from_env(
             os.environ, listen=listen, agent_bin=agent_bin, agent_args=agent_args
@@ -455,7 +492,7 @@ def agent_adapter(
             f"refusing to listen on {settings.listen} without GEMINI_ADAPTER_AUTH_TOKEN",
             EXIT_CONFIG,
         )
-    setup_logging(cfg.log_level, (*cfg.secrets(), settings.auth_token))
+    setup_logging(cfg.log_level, (*cfg.secrets(), settings.auth_token), log_format=cfg.log_format)
     sys.exit(_run(_serve(cfg, host, port, adapter=settings)))
 
 
@@ -466,8 +503,18 @@ def _normalize_argv(argv: Sequence[str]) -> list[str]:
     return [("-" + a) if _SINGLE_DASH.match(a) else a for a in argv]
 
 
+COMPLETE_VAR = "_XWM_BRIDGE_COMPLETE"
+NO_COMMAND_NOTICE = (
+    "xwm-bridge: no command given; running the MCP toolbridge on stdin/stdout "
+    "(xwm-bridge --help lists the commands)"
+)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _normalize_argv(sys.argv[1:] if argv is None else argv)
-    if not args:  # the original runs the toolbridge when no mode is given (config.md §1)
+    if not args and not os.environ.get(COMPLETE_VAR):
+        # the original runs the toolbridge when no mode is given (config.md §1); say so
+        # on stderr (stdout carries the MCP protocol)
+        click.echo(NO_COMMAND_NOTICE, err=True)
         args = ["toolbridge"]
-    cli.main(args=args, prog_name="xwm-bridge")
+    cli.main(args=args, prog_name="xwm-bridge", complete_var=COMPLETE_VAR)

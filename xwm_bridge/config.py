@@ -303,6 +303,8 @@ class BridgeConfig:
     #: directories whose files may be read (artifacts); empty = none.
     allowed_roots: tuple[str, ...] = ()
     log_level: str = "info"
+    #: ``auto`` (text on a terminal, else JSON), ``json`` or ``text``
+    log_format: str = "auto"
     #: /readyz also requires every enabled provider to accept a TCP connection.
     ready_requires_providers: bool = False
     limits: Limits = field(default_factory=Limits)
@@ -381,6 +383,7 @@ ENV_VARS: dict[str, str] = {
     "openclaw_token": "XWM_OPENCLAW_TOKEN",
     "allowed_roots": "XWM_ALLOWED_ROOTS",
     "log_level": "XWM_LOG_LEVEL",
+    "log_format": "XWM_LOG_FORMAT",
 }
 #: nested keys set from the environment (config.md §2.3 for the toolbridge)
 NESTED_ENV_VARS: dict[str, str] = {
@@ -415,6 +418,7 @@ _ENV_FLAGS = {
 }
 _INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("auto", "json", "text")
 
 
 def provider_env_var(provider_id: str) -> str:
@@ -619,6 +623,8 @@ def _validate(config: BridgeConfig) -> None:
         raise ConfigError(f"listen: {exc}") from None
     if config.log_level.lower() not in LOG_LEVELS:
         raise ConfigError(f"log_level: must be one of {', '.join(LOG_LEVELS)}")
+    if config.log_format not in LOG_FORMATS:
+        raise ConfigError(f"log_format: must be one of {', '.join(LOG_FORMATS)}")
     seen: set[str] = set()
     for i, p in enumerate(config.providers):
         key = f"providers[{i}]"

@@ -46,6 +46,7 @@ DESCRIPTIONS: dict[str, str] = {
     "openclaw_token": "token sent to the `openclaw` gateway; empty = bare `internal_service_token`/`bridge_auth_token`",
     "allowed_roots": "absolute directories whose files may be returned as artifacts; empty = none",
     "log_level": "debug, info, warning or error",
+    "log_format": "`json` (one object per line), `text` (human-readable, for a terminal) or `auto`: text when stderr is a terminal, else JSON",
     "ready_requires_providers": "`/readyz` answers 503 unless every enabled provider accepts a TCP connection",
     "limits.max_body_bytes": "largest HTTP request body (413 above) and stdio message",
     "limits.max_ws_message_bytes": "largest WebSocket message (close 1009 above)",

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from xwm_bridge import jsonrpc
+from xwm_bridge import __version__, jsonrpc
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.core.context import CallContext
@@ -154,7 +154,9 @@ class HttpTransport:
         return web.Response(text=ROOT_TEXT, content_type="text/plain")
 
     async def ping(self, request: web.Request) -> web.Response:
-        return _json_response(200, ping_fields(self.bridge.config.image))
+        # the original's fields (from IMAGE), plus this build's own version
+        body = {**ping_fields(self.bridge.config.image), "packageVersion": __version__}
+        return _json_response(200, body)
 
     # --- /acp/rpc -------------------------------------------------------------------------
 
