@@ -239,6 +239,9 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
     from xwm_bridge.app.methods import BridgeMethods
     from xwm_bridge.transport.http import SERVE_PATHS, HttpTransport
 
+    from xwm_bridge.observability.sdnotify import Notifier
+
+    notifier = Notifier.from_env()  # systemd Type=notify; agents never see the socket
     bridge = Bridge(cfg)
     paths: tuple[str, ...]
     if adapter is None:
@@ -290,8 +293,14 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
             "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
         },
     )
+    notifier.ready(f"listening on {host}:{actual_port}")
     stop = asyncio.Event()
-    signals = Signals(stop.set, cfg.limits.shutdown_grace)
+
+    def on_first() -> None:
+        notifier.stopping()
+        stop.set()
+
+    signals = Signals(on_first, cfg.limits.shutdown_grace)
     signals.on_force = bridge.force_shutdown
     try:
         await stop.wait()

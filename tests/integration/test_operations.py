@@ -351,3 +351,28 @@ async def test_second_signal_during_the_drain_forces_the_exit(
     final = (await asyncio.wait_for(slow, 10))[-1]["result"]
     assert final["success"] is False and final["cancelled"] is True
     assert {c["sessionId"] for c in fake_upstream.state.cancels} == {"s2"}  # upstream told
+
+
+async def test_serve_notifies_systemd_ready_and_stopping(
+    start_bridge_process: StartBridge, tmp_path: Path
+) -> None:
+    """Issue 15 item 12: Type=notify readiness over $NOTIFY_SOCKET."""
+    import socket
+
+    path = str(tmp_path / "notify.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind(path)
+    server.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        bridge = await start_bridge_process(env=base_env(ACP_AUTH_TOKEN=TOKEN, NOTIFY_SOCKET=path))
+        ready = (await asyncio.wait_for(loop.sock_recv(server, 4096), 10)).decode()
+        lines = ready.split("\n")
+        assert lines[0] == "READY=1" and f"MAINPID={bridge.proc.pid}" in lines
+        assert f"STATUS=listening on 127.0.0.1:{bridge.port}" in lines
+        bridge.proc.send_signal(signal.SIGTERM)
+        stopping = await asyncio.wait_for(loop.sock_recv(server, 4096), 10)
+        assert stopping.startswith(b"STOPPING=1")
+        assert await asyncio.wait_for(bridge.proc.wait(), 30) == 0
+    finally:
+        server.close()
