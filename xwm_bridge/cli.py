@@ -237,9 +237,8 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
     from xwm_bridge.app.bridge import Bridge
     from xwm_bridge.app.dispatcher import Dispatcher
     from xwm_bridge.app.methods import BridgeMethods
-    from xwm_bridge.transport.http import SERVE_PATHS, HttpTransport
-
     from xwm_bridge.observability.sdnotify import Notifier
+    from xwm_bridge.transport.http import SERVE_PATHS, HttpTransport
 
     notifier = Notifier.from_env()  # systemd Type=notify; agents never see the socket
     bridge = Bridge(cfg)
