@@ -19,6 +19,7 @@ from tests.conftest import (
     rpc,
     session_params,
 )
+from xwm_bridge import __version__
 
 IMAGE = "ghcr.io/x-evor/xworkmate-bridge:0123456789abcdef0123456789abcdef01234567"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -82,6 +83,7 @@ async def test_ping_reports_image_fields_for_any_method(
         "status": "ok",
         "tag": COMMIT,
         "version": COMMIT,
+        "packageVersion": __version__,  # additive (issue 15): this build's version
     }
 
 
@@ -119,7 +121,7 @@ async def test_ping_image_reference_variants(
     bridge = await start_bridge(env=env)
     status, _, body = await request(http, "GET", bridge.url + "/api/ping")
     assert status == 200
-    assert orjson.loads(body) == {"status": "ok", **expected}
+    assert orjson.loads(body) == {"status": "ok", **expected, "packageVersion": __version__}
 
 
 @pytest.mark.parametrize(
