@@ -1,9 +1,10 @@
 """The session store interface, its records, and the in-memory implementation.
 
 A store keeps what a session needs to survive a restart: the record (thread,
-provider binding, upstream session ids, prompt history, ``seq``, last turn id
-and status) and a bounded ledger of the notifications of recent turns, which
-``session.replay`` and the SSE catch-up stream read back.
+provider binding, upstream session ids, prompt history, ``seq``, the last event
+id, last turn id and status) and a bounded ledger of the notifications and final
+results of recent turns, which ``session.replay`` and the SSE catch-up stream
+read back.
 
 Writes (:meth:`SessionStore.save`, :meth:`append`, :meth:`delete`) never block
 the event loop: an implementation queues them and applies them in order.
@@ -52,21 +53,36 @@ class SessionRecord:
     #: upstream session ids, e.g. ``acpSessionId`` / ``acpCwd`` / ``gatewaySessionKey``
     upstream: tuple[tuple[str, str], ...] = ()
     updated_at: float = field(default_factory=time.time)
+    #: the event id of the session's last ledger entry (see :class:`LedgerEntry`)
+    events: int = 0
+
+
+#: ledger entry kinds: a notification sent to the client, or a turn's final result
+NOTIFICATION = "notification"
+RESULT = "result"
 
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """One notification sent to the client during a turn.
+    """One notification sent to the client during a turn, or the turn's final result.
 
-    ``pos`` orders entries against ``seq``: a bridge ``session.update`` with
-    seq N has pos 2N; an upstream frame relayed after it has pos 2N+1, so
-    "everything after seq N" is ``pos > 2N``.
+    Two positions:
+
+    * ``event_id`` — distinct and increasing per session (1, 2, 3, … from the
+      session's start, every entry counted): the SSE ``id:``, ``Last-Event-ID``
+      and ``session.replay``'s ``afterEventId``;
+    * ``pos`` orders entries against the bridge ``seq``: a bridge
+      ``session.update`` with seq N has pos 2N; an upstream frame relayed after
+      it, or the turn's result, has pos 2N+1, so "everything after seq N" is
+      ``pos > 2N``.
     """
 
     pos: int
     turn_id: str
     message: dict[str, Any]
     ts: float = field(default_factory=time.time)
+    event_id: int = 0
+    kind: str = NOTIFICATION
 
 
 def emitted_pos(seq: int) -> int:
@@ -122,12 +138,12 @@ class SessionStore(Protocol):
         """The record, with ``seq`` at least the highest seq in its ledger."""
 
     async def replay(
-        self, session_id: str, after_seq: int, limit: int
-    ) -> list[tuple[int, dict[str, Any]]]:
-        """``(pos, message)`` of the ledger entries sent after bridge update
-        ``after_seq``, oldest first. The read is queued synchronously when the
-        coroutine is first awaited: it sees every write queued before (the Redis
-        store may also show writes queued just after)."""
+        self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
+    ) -> list[LedgerEntry]:
+        """The ledger entries after bridge update ``after_seq`` — or, when
+        ``after_event`` is given, after that event id — oldest first. The read is
+        queued synchronously when the coroutine is first awaited: it sees every
+        write queued before (the Redis store may also show writes queued just after)."""
 
     async def recover(self) -> list[str]:
         """Mark turns left ``running`` by a dead process as interrupted; their ids."""
@@ -160,12 +176,30 @@ class SessionStore(Protocol):
         """Pending permission requests, oldest first. ``recover`` drops those left by a
         dead process."""
 
+    async def health(self, deadline_s: float = 5.0) -> str:
+        """ "" when the running store can read and write within ``deadline_s`` seconds
+        (and its last write succeeded), else the reason, naming the store (never a
+        password). For ``/readyz`` and ``doctor`` (``store.health.probe_store``)."""
 
-def _recovered(record: SessionRecord, ledger_seq: int) -> tuple[SessionRecord, LedgerEntry]:
+
+def _recovered(
+    record: SessionRecord, ledger_seq: int, ledger_events: int = 0
+) -> tuple[SessionRecord, LedgerEntry]:
     seq = max(record.seq, ledger_seq) + 1
-    entry = LedgerEntry(emitted_pos(seq), record.last_turn_id, interrupted_update(record, seq))
-    fixed = replace(record, seq=seq, last_turn_status=INTERRUPTED, updated_at=time.time())
+    event = max(record.events, ledger_events) + 1
+    message = interrupted_update(record, seq)
+    entry = LedgerEntry(emitted_pos(seq), record.last_turn_id, message, event_id=event)
+    fixed = replace(
+        record, seq=seq, events=event, last_turn_status=INTERRUPTED, updated_at=time.time()
+    )
     return fixed, entry
+
+
+def selected(entry: LedgerEntry, after_seq: int, after_event: int | None) -> bool:
+    """Whether a replay after ``after_seq`` (or ``after_event``) includes ``entry``."""
+    if after_event is not None:
+        return entry.event_id > after_event
+    return entry.pos > emitted_pos(after_seq)
 
 
 class MemoryStore:
@@ -203,21 +237,28 @@ class MemoryStore:
         ledger = self._ledgers.get(session_id)
         return max((e.pos // 2 for e in ledger), default=0) if ledger else 0
 
+    def _ledger_events(self, session_id: str) -> int:
+        ledger = self._ledgers.get(session_id)
+        return ledger[-1].event_id if ledger else 0
+
     async def load(self, session_id: str) -> SessionRecord | None:
         record = self._records.get(session_id)
         if record is None:
             return None
-        return replace(record, seq=max(record.seq, self._ledger_seq(session_id)))
+        return replace(
+            record,
+            seq=max(record.seq, self._ledger_seq(session_id)),
+            events=max(record.events, self._ledger_events(session_id)),
+        )
 
     async def replay(
-        self, session_id: str, after_seq: int, limit: int
-    ) -> list[tuple[int, dict[str, Any]]]:
+        self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
+    ) -> list[LedgerEntry]:
         horizon = time.time() - self._limits.ledger_max_age
-        floor = emitted_pos(after_seq)
         out = [
-            (e.pos, e.message)
+            e
             for e in self._ledgers.get(session_id, ())
-            if e.pos > floor and e.ts >= horizon
+            if e.ts >= horizon and selected(e, after_seq, after_event)
         ]
         return out[:limit]
 
@@ -226,7 +267,7 @@ class MemoryStore:
         ids = []
         for sid, record in list(self._records.items()):
             if record.last_turn_status == RUNNING:
-                fixed, entry = _recovered(record, self._ledger_seq(sid))
+                fixed, entry = _recovered(record, self._ledger_seq(sid), self._ledger_events(sid))
                 self.save(fixed)
                 self.append(sid, entry)
                 ids.append(sid)
@@ -277,6 +318,9 @@ class MemoryStore:
 
     async def permissions(self) -> list[PermissionRecord]:
         return sorted(self._permissions.values(), key=lambda p: (p.created_at, p.request_id))
+
+    async def health(self, deadline_s: float = 5.0) -> str:
+        return ""
 
 
 def _turn_order(t: TurnRecord) -> tuple[float, str]:

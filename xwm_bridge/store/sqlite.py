@@ -12,7 +12,10 @@ the last batch, never corrupt the file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -61,7 +64,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     last_turn_id TEXT NOT NULL,
     last_turn_status TEXT NOT NULL,
     upstream BLOB NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    events INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS ledger (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -69,7 +73,9 @@ CREATE TABLE IF NOT EXISTS ledger (
     pos INTEGER NOT NULL,
     turn_id TEXT NOT NULL,
     message BLOB NOT NULL,
-    ts REAL NOT NULL
+    ts REAL NOT NULL,
+    event_id INTEGER NOT NULL DEFAULT 0,
+    kind TEXT NOT NULL DEFAULT 'notification'
 );
 CREATE INDEX IF NOT EXISTS ledger_session ON ledger (session_id, id);
 CREATE INDEX IF NOT EXISTS ledger_ts ON ledger (ts);
@@ -97,6 +103,13 @@ TRIM_TURNS = (
 
 #: turn rows over TURNS_PER_SESSION are deleted every this many inserts per session
 TURN_TRIM_EVERY = 8
+#: ``PRAGMA user_version`` of this layout. 0: the first layout (issue 6), whose
+#: ledger had no event ids; :func:`migrate` upgrades it in place on open.
+SCHEMA_VERSION = 1
+SESSION_COLUMNS = (
+    "session_id, thread_id, provider, history, seq, last_turn_id, last_turn_status,"
+    " upstream, updated_at, events"
+)
 
 Op = tuple[Any, ...]
 _STOP: Op = ("stop",)
@@ -104,7 +117,7 @@ _WRITES = frozenset({"save", "append", "delete", "turn", "perm", "unperm"})
 
 
 def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
-    sid, thread, provider, history, seq, turn_id, status, upstream, updated = row
+    sid, thread, provider, history, seq, turn_id, status, upstream, updated, events = row
     return SessionRecord(
         session_id=sid,
         thread_id=thread,
@@ -115,7 +128,36 @@ def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
         last_turn_status=status,
         upstream=tuple((str(k), str(v)) for k, v in orjson.loads(upstream)),
         updated_at=float(updated),
+        events=int(events),
     )
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring a database of an earlier layout to :data:`SCHEMA_VERSION`, in one
+    transaction. Version 0 → 1: ledger rows get event ids 1, 2, 3, … per session
+    in insertion order, and each session its last event id; nothing else changes."""
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version >= SCHEMA_VERSION or not {"sessions", "ledger"} <= tables:
+        return  # current, or a new file (SCHEMA creates it)
+    with db:
+        db.execute("BEGIN IMMEDIATE")
+        columns = {r[1] for r in db.execute("PRAGMA table_info(ledger)")}
+        if "event_id" not in columns:
+            db.execute("ALTER TABLE ledger ADD COLUMN event_id INTEGER NOT NULL DEFAULT 0")
+            db.execute("ALTER TABLE ledger ADD COLUMN kind TEXT NOT NULL DEFAULT 'notification'")
+        if "events" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
+            db.execute("ALTER TABLE sessions ADD COLUMN events INTEGER NOT NULL DEFAULT 0")
+        db.execute(
+            "UPDATE ledger SET event_id = (SELECT COUNT(*) FROM ledger AS l"
+            " WHERE l.session_id = ledger.session_id AND l.id <= ledger.id)"
+            " WHERE event_id = 0"
+        )
+        db.execute(
+            "UPDATE sessions SET events = (SELECT COALESCE(MAX(event_id), 0) FROM ledger"
+            " WHERE ledger.session_id = sessions.session_id)"
+        )
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 class SQLiteStore:
@@ -133,26 +175,84 @@ class SQLiteStore:
         #: (store thread only)
         self._untrimmed: dict[str, int] = {}
         self._untrimmed_turns: dict[str, int] = {}
+        #: the held ``<db>.lock`` (one process per database)
+        self._lock_fd: int | None = None
+        #: the error of the last write batch, "" once one succeeds (``health``)
+        self.write_error = ""
 
     # --- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def lock_path(self) -> Path:
+        return lock_path(self.path)
+
+    def _lock(self) -> None:
+        """Hold ``<db>.lock`` for the life of the store: a second process on the same
+        database would mark this one's running turns interrupted and fork its sessions."""
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = lock_holder(fd)
+            os.close(fd)
+            raise StoreError(
+                f"session store: {self.path} is in use by another xwm-bridge process"
+                f"{f' (pid {holder})' if holder else ''}; run one process per state "
+                "directory: give this one its own store.state_dir (XWM_STATE_DIR), or "
+                "XWM_SESSION_STORE=memory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # releases the flock
 
     async def start(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock()
             self._thread = threading.Thread(target=self._run, name="sqlite-store", daemon=True)
             self._thread.start()
             await asyncio.wait_for(asyncio.wrap_future(self._ready), READ_TIMEOUT)
         except (OSError, sqlite3.Error, TimeoutError) as exc:
+            self._unlock()
             raise StoreError(f"session store: cannot open {self.path}: {exc}") from None
 
     async def close(self) -> None:
         if self._thread is None or self._closed:
+            self._unlock()
             return
         self._closed = True
         self._ops.put(_STOP)
         self._wake.set()
         thread = self._thread
-        await asyncio.wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
+        finally:
+            self._unlock()
+
+    async def health(self, deadline_s: float = 5.0) -> str:
+        """ "" when the store thread answers a read and can take the write lock within
+        ``deadline_s`` seconds and the last write batch succeeded; else why not."""
+        if self._thread is None or self._closed or not self._thread.is_alive():
+            return f"session store {self.path}: not running"
+
+        def probe(db: sqlite3.Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")  # the write lock: the file is writable
+            db.execute("ROLLBACK")
+
+        try:
+            await asyncio.wait_for(self._call(probe), deadline_s)
+        except (TimeoutError, sqlite3.Error, RuntimeError) as exc:
+            return f"session store {self.path}: {exc or type(exc).__name__}"
+        if self.write_error:
+            return f"session store {self.path}: last write failed: {self.write_error}"
+        return ""
 
     # --- writes (never block the loop) ---------------------------------------------------
 
@@ -187,46 +287,55 @@ class SQLiteStore:
     async def load(self, session_id: str) -> SessionRecord | None:
         def read(db: sqlite3.Connection) -> SessionRecord | None:
             row = db.execute(
-                "SELECT * FROM sessions WHERE session_id = ?", (session_id,)
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
             ).fetchone()
             if row is None:
                 return None
             record = _row_to_record(row)
-            top = _ledger_seq(db, session_id)
-            if top > record.seq:
-                record = _with_seq(record, top)
+            top, events = _ledger_top(db, session_id)
+            if top > record.seq or events > record.events:
+                record = replace(
+                    record, seq=max(top, record.seq), events=max(events, record.events)
+                )
             return record
 
         return await self._call(read)
 
     async def replay(
-        self, session_id: str, after_seq: int, limit: int
-    ) -> list[tuple[int, dict[str, Any]]]:
+        self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
+    ) -> list[LedgerEntry]:
         horizon = time.time() - self._limits.ledger_max_age
         cap = self._limits.ledger_max_entries
+        if after_event is None:
+            where, floor = "pos > ?", emitted_pos(after_seq)
+        else:
+            where, floor = "event_id > ?", after_event
 
-        def read(db: sqlite3.Connection) -> list[tuple[int, dict[str, Any]]]:
+        def read(db: sqlite3.Connection) -> list[LedgerEntry]:
             rows = db.execute(
-                "SELECT pos, message FROM (SELECT id, pos, message, ts FROM ledger"
+                "SELECT pos, turn_id, message, ts, event_id, kind FROM (SELECT * FROM ledger"
                 " WHERE session_id = ? ORDER BY id DESC LIMIT ?)"
-                " WHERE pos > ? AND ts >= ? ORDER BY id LIMIT ?",
-                (session_id, cap, emitted_pos(after_seq), horizon, limit),
+                f" WHERE {where} AND ts >= ? ORDER BY id LIMIT ?",
+                (session_id, cap, floor, horizon, limit),
             ).fetchall()
-            return [(int(r[0]), orjson.loads(r[1])) for r in rows]
+            return [
+                LedgerEntry(int(r[0]), r[1], orjson.loads(r[2]), float(r[3]), int(r[4]), r[5])
+                for r in rows
+            ]
 
         return await self._call(read)
 
     async def recover(self) -> list[str]:
         def fix(db: sqlite3.Connection) -> list[str]:
             rows = db.execute(
-                "SELECT * FROM sessions WHERE last_turn_status = ?", (RUNNING,)
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE last_turn_status = ?", (RUNNING,)
             ).fetchall()
             ids = []
             with db:
                 db.execute("DELETE FROM permissions")  # their turns died with the process
                 for row in rows:
                     record = _row_to_record(row)
-                    fixed, entry = recovered(record, _ledger_seq(db, record.session_id))
+                    fixed, entry = recovered(record, *_ledger_top(db, record.session_id))
                     _upsert(db, fixed)
                     _insert_entry(db, record.session_id, entry)
                     ids.append(record.session_id)
@@ -286,7 +395,8 @@ class SQLiteStore:
             where.append("(s.updated_at < ? OR (s.updated_at = ? AND s.session_id < ?))")
             args += [query.after[0], query.after[0], query.after[1]]
         sql = (
-            "SELECT s.*, t.body FROM sessions s LEFT JOIN turns t"
+            f"SELECT {', '.join('s.' + c.strip() for c in SESSION_COLUMNS.split(','))}, t.body"
+            " FROM sessions s LEFT JOIN turns t"
             " ON t.session_id = s.session_id AND t.turn_id = s.last_turn_id"
             f" WHERE {' AND '.join(where)}"
             " ORDER BY s.updated_at DESC, s.session_id DESC LIMIT ?"
@@ -296,7 +406,7 @@ class SQLiteStore:
         def read(db: sqlite3.Connection) -> SessionPage:
             rows = db.execute(sql, args).fetchall()
             items = [
-                (_row_to_record(r[:9]), TurnRecord.loads(r[9]) if r[9] else None)
+                (_row_to_record(r[:-1]), TurnRecord.loads(r[-1]) if r[-1] else None)
                 for r in rows[: query.limit]
             ]
             more = len(rows) > query.limit and items
@@ -322,7 +432,9 @@ class SQLiteStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
+            migrate(db)
             db.executescript(SCHEMA)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except Exception as exc:  # reported to start()
             self._ready.set_exception(exc)
             return
@@ -367,8 +479,11 @@ class SQLiteStore:
             return
         try:
             self._apply(db, writes)
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
+            self.write_error = str(exc) or type(exc).__name__
             log.exception("session store write failed", extra={"ops": len(writes)})
+        else:
+            self.write_error = ""
         writes.clear()
 
     def _apply(self, db: sqlite3.Connection, writes: list[Op]) -> None:
@@ -456,18 +571,30 @@ def _superseded(writes: list[Op]) -> set[int]:
     return live
 
 
-def _with_seq(record: SessionRecord, seq: int) -> SessionRecord:
-    return replace(record, seq=seq)
+def lock_path(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + ".lock")
 
 
-def _ledger_seq(db: sqlite3.Connection, session_id: str) -> int:
-    row = db.execute("SELECT MAX(pos) FROM ledger WHERE session_id = ?", (session_id,)).fetchone()
-    return int(row[0]) // 2 if row and row[0] is not None else 0
+def lock_holder(fd: int) -> str:
+    """The pid written in a lock file (may be stale or empty)."""
+    with contextlib.suppress(OSError, ValueError):
+        return os.pread(fd, 32, 0).decode().strip()
+    return ""
+
+
+def _ledger_top(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
+    """The highest bridge seq and event id in a session's ledger."""
+    row = db.execute(
+        "SELECT MAX(pos), MAX(event_id) FROM ledger WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if not row or row[0] is None:
+        return 0, 0
+    return int(row[0]) // 2, int(row[1])
 
 
 def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
     db.execute(
-        "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 10)})",
         (
             r.session_id,
             r.thread_id,
@@ -478,14 +605,16 @@ def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
             r.last_turn_status,
             orjson.dumps(r.upstream),
             r.updated_at,
+            r.events,
         ),
     )
 
 
 def _insert_entry(db: sqlite3.Connection, session_id: str, e: LedgerEntry) -> None:
     db.execute(
-        "INSERT INTO ledger (session_id, pos, turn_id, message, ts) VALUES (?, ?, ?, ?, ?)",
-        (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts),
+        "INSERT INTO ledger (session_id, pos, turn_id, message, ts, event_id, kind)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts, e.event_id, e.kind),
     )
 
 

@@ -18,6 +18,7 @@ from xwm_bridge.core.context import CallContext
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
+from xwm_bridge.transport.rejections import PARSE_ERROR, reject
 
 log = logging.getLogger("xwm_bridge.stdio")
 MAX_INFLIGHT = 256
@@ -56,6 +57,9 @@ class StdioServer:
     async def _handle_frame(self, item: bytes | FramingError) -> None:
         req = decode_frame(item)
         if not isinstance(req, jsonrpc.Request):
+            error = req.get("error")
+            detail = str(error.get("message", "")) if isinstance(error, dict) else ""
+            reject(self._dispatcher.metrics, "stdio", PARSE_ERROR, error=detail[:200])
             await self._send(req)
             return
         while len(self._inflight) >= MAX_INFLIGHT:  # backpressure: stop reading
