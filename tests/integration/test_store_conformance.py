@@ -16,6 +16,7 @@ from xwm_bridge.store.base import (
     RUNNING,
     LedgerEntry,
     MemoryStore,
+    SessionQuery,
     SessionRecord,
     SessionStore,
     StoreLimits,
@@ -126,6 +127,55 @@ async def test_ledger_is_bounded_by_entries_and_age(make_store: Factory) -> None
     assert [m["params"]["seq"] for m in await messages(store, "s2", 0, 100)] == [2]
     await store.prune()
     assert [m["params"]["seq"] for m in await messages(store, "s2", 0, 100)] == [2]
+
+
+async def test_list_sessions_filters_and_pages_newest_first(make_store: Factory) -> None:
+    store = await make_store(StoreLimits())
+    now = time.time()
+    for i in range(7):
+        cwd = "/work/a" if i % 2 == 0 else "/work/b"
+        store.save(
+            SessionRecord(f"s{i}", f"s{i}", upstream=(("acp.cwd", cwd),), updated_at=now + i)
+        )
+    store.save(SessionRecord("plain", "plain", updated_at=now + 100))  # not an ACP session
+    # the same instant: ties are broken by session id, descending
+    store.save(SessionRecord("t1", "t1", upstream=(("acp.cwd", "/work/a"),), updated_at=now + 50))
+    store.save(SessionRecord("t2", "t2", upstream=(("acp.cwd", "/work/a"),), updated_at=now + 50))
+    store.append("ledger-only", LedgerEntry(emitted_pos(1), "turn-1", update("ledger-only", 1)))
+
+    every = await store.list_sessions(SessionQuery(limit=100))
+    assert [r.session_id for r in every] == [
+        "plain",
+        "t2",
+        "t1",
+        "s6",
+        "s5",
+        "s4",
+        "s3",
+        "s2",
+        "s1",
+        "s0",
+    ]
+    acp = await store.list_sessions(SessionQuery(limit=100, upstream_key="acp.cwd"))
+    assert "plain" not in {r.session_id for r in acp} and len(acp) == 9
+
+    query = SessionQuery(limit=2, upstream_key="acp.cwd", upstream_value="/work/a")
+    pages: list[list[str]] = []
+    while True:
+        page = await store.list_sessions(query)
+        if not page:
+            break
+        pages.append([r.session_id for r in page])
+        last = page[-1]
+        query = SessionQuery(2, "acp.cwd", "/work/a", (last.updated_at, last.session_id))
+    assert pages == [["t2", "t1"], ["s6", "s4"], ["s2", "s0"]]
+    found = await store.list_sessions(
+        SessionQuery(limit=1, upstream_key="acp.cwd", upstream_value="/nope")
+    )
+    assert found == []
+    # the records come back whole
+    (first,) = await store.list_sessions(SessionQuery(limit=1, upstream_key="acp.cwd"))
+    assert first.session_id == "t2" and dict(first.upstream) == {"acp.cwd": "/work/a"}
 
 
 async def test_delete_drops_record_and_ledger(make_store: Factory) -> None:

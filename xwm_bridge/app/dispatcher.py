@@ -49,7 +49,7 @@ class Dispatcher:
                 await inner(message)
 
             call = CallContext(
-                counted, call.transport, call.principal, call.bearer, call.connection
+                counted, call.transport, call.principal, call.bearer, call.connection, call.client
             )
         outcome, code = "ok", 0
         value: dict[str, Any] = {}

@@ -22,6 +22,21 @@ Notify = Callable[[dict[str, Any]], Awaitable[None]]
 Ledger = Callable[[dict[str, Any], bool], None]
 
 
+class ClientRequests(Protocol):
+    """Requests an agent makes that the *calling client* serves instead of the bridge.
+
+    The ACP front door sets one per turn: a stdio agent's ``fs/*`` and
+    ``terminal/*`` requests then go to the editor that declared those capabilities
+    (it owns the buffers and the terminals). ``request`` raises
+    :class:`~xwm_bridge.jsonrpc.RpcError` with the client's error (or ``-32800``
+    when the turn was cancelled meanwhile).
+    """
+
+    def serves(self, method: str) -> bool: ...
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any: ...
+
+
 class Connection(Protocol):
     """A long-lived client connection (WebSocket, stdio) that out-of-request
     notifications (gateway events) may use while it is open."""
@@ -42,6 +57,8 @@ class CallContext:
     bearer: str = ""
     #: the long-lived connection the call came on, if any.
     connection: Connection | None = None
+    #: requests of the turn's agent that the calling client serves (ACP front door).
+    client: ClientRequests | None = None
 
 
 #: One JSON-RPC method: ``(params, call, method name) -> result``; raises ``RpcError``.
@@ -56,6 +73,8 @@ class TurnContext:
     notify: Notify | None
     supervisor: Supervisor
     ledger: Ledger | None = None
+    #: agent requests the calling client serves (see :class:`ClientRequests`).
+    client: ClientRequests | None = None
 
     @property
     def session_id(self) -> str:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from xwm_bridge.core.context import STARTED_UPDATE, Notify, TurnContext
+from xwm_bridge.core.context import STARTED_UPDATE, ClientRequests, Notify, TurnContext
 from xwm_bridge.core.executors import Executor
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.core.params import SessionParams
@@ -78,6 +78,7 @@ class TurnRunner:
         principal: str = "",
         *,
         request_id: str = "",
+        client: ClientRequests | None = None,
     ) -> dict[str, Any]:
         """Run one turn at the head of its thread queue (in the thread's worker task)."""
         # the worker serves many requests in turn: label its log lines with this one
@@ -108,7 +109,7 @@ class TurnRunner:
         def ledger(message: dict[str, Any], relayed: bool) -> None:
             registry.record(session, turn_id, message, relayed)
 
-        ctx = TurnContext(turn, session, turn_id, notify, self._supervisor, ledger)
+        ctx = TurnContext(turn, session, turn_id, notify, self._supervisor, ledger, client)
         executor = self._executors[turn.mode]
         handle = TurnHandle(sp.session_id, turn_id)
         self._sessions.turn_started(handle)

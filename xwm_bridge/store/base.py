@@ -78,6 +78,37 @@ class StoreLimits:
     retention: float = 7 * 86400.0
 
 
+@dataclass(frozen=True, slots=True)
+class SessionQuery:
+    """What :meth:`SessionStore.list_sessions` returns: newest first
+    (``updated_at`` then ``session_id``, both descending), keyset-paged."""
+
+    limit: int = 50
+    #: only records whose upstream map has this key…
+    upstream_key: str = ""
+    #: …with this value (``None``: any value)
+    upstream_value: str | None = None
+    #: ``(updated_at, session_id)`` of the last record of the previous page
+    after: tuple[float, str] | None = None
+
+    def matches(self, record: SessionRecord) -> bool:
+        if self.after is not None and (record.updated_at, record.session_id) >= self.after:
+            return False
+        if not self.upstream_key:
+            return True
+        for key, value in record.upstream:
+            if key == self.upstream_key:
+                return self.upstream_value is None or value == self.upstream_value
+        return False
+
+
+def newest_first(records: list[SessionRecord], query: SessionQuery) -> list[SessionRecord]:
+    """One page of ``records`` for ``query`` (filtered, ordered, cut to ``limit``)."""
+    hits = [r for r in records if query.matches(r)]
+    hits.sort(key=lambda r: (r.updated_at, r.session_id), reverse=True)
+    return hits[: max(query.limit, 0)]
+
+
 def interrupted_update(record: SessionRecord, seq: int) -> dict[str, Any]:
     """The ``session.update`` recorded for a turn that died with the process."""
     return jsonrpc.notification(
@@ -121,6 +152,9 @@ class SessionStore(Protocol):
         ``after_seq``, oldest first. The read is queued synchronously when the
         coroutine is first awaited: it sees every write queued before (the Redis
         store may also show writes queued just after)."""
+
+    async def list_sessions(self, query: SessionQuery) -> list[SessionRecord]:
+        """One page of stored records, newest first (see :class:`SessionQuery`)."""
 
     async def recover(self) -> list[str]:
         """Mark turns left ``running`` by a dead process as interrupted; their ids."""
@@ -186,6 +220,9 @@ class MemoryStore:
             if e.pos > floor and e.ts >= horizon
         ]
         return out[:limit]
+
+    async def list_sessions(self, query: SessionQuery) -> list[SessionRecord]:
+        return newest_first(list(self._records.values()), query)
 
     async def recover(self) -> list[str]:
         ids = []

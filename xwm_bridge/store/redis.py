@@ -33,16 +33,20 @@ import redis.asyncio as aioredis
 from xwm_bridge.store.base import (
     RUNNING,
     LedgerEntry,
+    SessionQuery,
     SessionRecord,
     StoreError,
     StoreLimits,
     emitted_pos,
+    newest_first,
     recovered,
 )
 
 log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
 MAX_BATCH = 1024
+#: record hashes one ``list_sessions`` looks at, at most
+LIST_SCAN_LIMIT = 100_000
 Op = tuple[Any, ...]
 # KEYS: fence, record, running; ARGV: token (0 = unfenced), expire-at ms, session id,
 # running 0/1, fields… — a record write of a turn whose fencing token is stale (its lease
@@ -245,6 +249,31 @@ class RedisStore:
             return out[:limit]
 
         result: list[tuple[int, dict[str, Any]]] = await self._call(read)
+        return result
+
+    async def list_sessions(self, query: SessionQuery) -> list[SessionRecord]:
+        """A SCAN over the record hashes (bounded by ``LIST_SCAN_LIMIT``), filtered and
+        sorted here: Redis keeps no index by time."""
+        head = self.key("s") + ":"
+
+        async def read(db: aioredis.Redis) -> list[SessionRecord]:
+            records: list[SessionRecord] = []
+            keys: list[bytes] = []
+            async for key in db.scan_iter(match=head + "*", count=512, _type="HASH"):
+                keys.append(key)
+                if len(keys) >= LIST_SCAN_LIMIT:
+                    break
+            for start in range(0, len(keys), 256):
+                batch = keys[start : start + 256]
+                pipe = db.pipeline(transaction=False)
+                for key in batch:
+                    pipe.hgetall(key)
+                for key, h in zip(batch, await pipe.execute(), strict=True):
+                    if h and b"thread_id" in h:
+                        records.append(_from_hash(_text(key)[len(head) :], h))
+            return newest_first(records, query)
+
+        result: list[SessionRecord] = await self._call(read)
         return result
 
     async def recover(self) -> list[str]:

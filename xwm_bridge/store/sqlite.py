@@ -21,13 +21,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 
 from xwm_bridge.store.base import (
     RUNNING,
     LedgerEntry,
+    SessionQuery,
     SessionRecord,
     StoreError,
     StoreLimits,
@@ -171,6 +172,24 @@ class SQLiteStore:
                 (session_id, cap, emitted_pos(after_seq), horizon, limit),
             ).fetchall()
             return [(int(r[0]), orjson.loads(r[1])) for r in rows]
+
+        return await self._call(read)
+
+    async def list_sessions(self, query: SessionQuery) -> list[SessionRecord]:
+        def read(db: sqlite3.Connection) -> list[SessionRecord]:
+            sql, args = "SELECT * FROM sessions", cast(tuple[Any, ...], ())
+            if query.after is not None:
+                at, sid = query.after
+                sql += " WHERE updated_at < ? OR (updated_at = ? AND session_id < ?)"
+                args = (at, at, sid)
+            cursor = db.execute(sql + " ORDER BY updated_at DESC, session_id DESC", args)
+            out: list[SessionRecord] = []
+            while len(out) < query.limit:  # the upstream filter runs on decoded rows
+                rows = cursor.fetchmany(256)
+                if not rows:
+                    break
+                out += [r for r in map(_row_to_record, rows) if query.matches(r)]
+            return out[: query.limit]
 
         return await self._call(read)
 
