@@ -18,13 +18,17 @@ import aiohttp
 from aiohttp import web
 
 from xwm_bridge import jsonrpc
+from xwm_bridge.acp.front import AcpFrontDoor
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.dispatcher import Dispatcher
+from xwm_bridge.app.methods import BridgeMethods
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
+from xwm_bridge.transport.acp_remote import PATH as ACP_REMOTE_PATH
+from xwm_bridge.transport.acp_remote import AcpRemote
 from xwm_bridge.transport.events import stream_events
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
@@ -62,6 +66,7 @@ SERVE_PATHS = (
     "/acp/rpc",
     "/acp",
     "/acp/sessions/{sessionId}/events",
+    ACP_REMOTE_PATH,
 )
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -105,6 +110,17 @@ class HttpTransport:
         self.health = HealthHandlers(bridge)
         self.metrics = bridge.metrics
         self._ws_connections: set[web.WebSocketResponse] = set()
+        #: the ACP remote transport (``/acp/remote``): the bridge as an ACP agent
+        self.acp = AcpRemote(
+            AcpFrontDoor(bridge, BridgeMethods(bridge)),
+            self._guard,
+            lambda request: self.principals.of(request.headers.get("Authorization")),
+            max_body=self.limits.max_body_bytes,
+            max_ws_message=self.limits.max_ws_message_bytes,
+            ws_heartbeat=self.limits.ws_heartbeat,
+            send_timeout=self.limits.notification_send_timeout,
+            read_timeout=self.limits.request_read_timeout,
+        )
 
     def _routes(self) -> dict[str, tuple[str, RouteHandler]]:
         return {
@@ -118,6 +134,7 @@ class HttpTransport:
             "/acp/rpc": ("*", self.rpc),
             "/acp": ("*", self.websocket),
             "/acp/sessions/{sessionId}/events": ("*", self.session_events),
+            ACP_REMOTE_PATH: ("*", self.acp.handle),
         }
 
     def app(self, paths: Iterable[str] = SERVE_PATHS) -> web.Application:
@@ -135,6 +152,7 @@ class HttpTransport:
 
     async def _lifespan(self, app: web.Application) -> AsyncIterator[None]:
         await self.bridge.start()
+        self.bridge.supervisor.spawn(self.acp.reap(), name="acp-remote-reaper", service=True)
         try:
             yield
         finally:
@@ -144,6 +162,7 @@ class HttpTransport:
         # connections are still open here: running turns deliver their results
         await self.bridge.drain()
         await self.close_websockets()
+        await self.acp.close()
 
     async def not_found(self, request: web.Request) -> web.Response:
         return web.Response(status=404, text=NOT_FOUND_TEXT, content_type="text/plain")
