@@ -96,7 +96,7 @@ def test_meta_on_session_new() -> None:
 def test_default_route_is_validated() -> None:
     from xwm_bridge.config import ConfigError
 
-    with pytest.raises(ConfigError, match="acp.default_route"):
+    with pytest.raises(ConfigError, match=r"acp\.default_route"):
         catalog(default_route="single-agent:nope")
-    with pytest.raises(ConfigError, match="acp.default_route"):
+    with pytest.raises(ConfigError, match=r"acp\.default_route"):
         catalog(default_route="somewhere")
