@@ -70,9 +70,7 @@ class Outbox:
         self.closed = True
         self._wake.set()
 
-    async def get(
-        self, generation: int, keepalive: float = KEEPALIVE_INTERVAL
-    ) -> dict[str, Any] | str:
+    async def get(self, generation: int, keepalive: float | None = None) -> dict[str, Any] | str:
         while True:
             if self.closed or generation != self.generation:
                 return END
@@ -80,7 +78,7 @@ class Outbox:
                 return self._items.popleft()
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), keepalive)
+                await asyncio.wait_for(self._wake.wait(), keepalive or KEEPALIVE_INTERVAL)
             except TimeoutError:
                 return KEEPALIVE
 
