@@ -13,10 +13,12 @@ separate id space). The first word of the prompt picks the behaviour:
 * ``slow``                one chunk, then waits for ``session/cancel`` (→ ``cancelled``)
 * ``crash``               exits with status 3 in the middle of the turn
 * ``big``                 one 200 KiB message chunk (over asyncio's 64 KiB line default)
+* ``describe``            replies the types of its content blocks (``text,image:image/png``)
 * anything else           ``agent says: <prompt>`` in three chunks, a plan and usage
 
 Environment: ``FAKE_AGENT_IGNORE_EOF=1`` keeps running after stdin closes (and
-ignores SIGTERM); ``FAKE_AGENT_LOAD_SESSION=1`` advertises and accepts ``session/load``.
+ignores SIGTERM); ``FAKE_AGENT_LOAD_SESSION=1`` advertises and accepts ``session/load``;
+``FAKE_AGENT_PROMPT_CAPS=image,embeddedContext`` advertises those ``promptCapabilities``.
 """
 
 from __future__ import annotations
@@ -74,7 +76,14 @@ class Agent:
                     "id": rid,
                     "result": {
                         "protocolVersion": 1,
-                        "agentCapabilities": {"loadSession": self.load},
+                        "agentCapabilities": {
+                            "loadSession": self.load,
+                            "promptCapabilities": {
+                                c: True
+                                for c in os.environ.get("FAKE_AGENT_PROMPT_CAPS", "").split(",")
+                                if c
+                            },
+                        },
                         "authMethods": [],
                         "agentInfo": {"name": "fake-acp-agent", "version": "1"},
                     },
@@ -102,7 +111,7 @@ class Agent:
             self.send({"id": rid, "error": {"code": -32602, "message": "unknown session"}})
             return
         blocks = params.get("prompt") or []
-        text = "".join(b.get("text", "") for b in blocks if isinstance(b, dict)).strip()
+        text = " ".join(b.get("text", "") for b in blocks if isinstance(b, dict)).strip()
         word, _, rest = text.partition(" ")
         cancel = self.cancelled[sid] = asyncio.Event()
         stop = "end_turn"
@@ -131,6 +140,15 @@ class Agent:
             self.chunk(sid, "about to crash")
             print("fake agent crashing on purpose", file=sys.stderr, flush=True)
             os._exit(3)
+        elif word == "describe":
+            kinds = [
+                f"{b.get('type')}:{b.get('mimeType')}"
+                if b.get("type") == "image"
+                else b.get("type")
+                for b in blocks
+                if isinstance(b, dict)
+            ]
+            self.chunk(sid, ",".join(str(k) for k in kinds))
         elif word == "big":
             self.chunk(sid, "x" * 200 * 1024)
         else:

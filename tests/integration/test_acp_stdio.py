@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
-from acp import RequestError
+from acp import RequestError, image_block, text_block
 from acp.schema import TextContentBlock
 
 from internal.peers.fake_llm import create_app as llm_app
@@ -377,3 +377,22 @@ async def test_bad_input_gets_errors_and_eof_exits_cleanly(
     assert "Traceback" not in stderr
     assert (await proc.stdout.read()) == b""  # nothing but JSON-RPC ever reaches stdout
     _ = TextContentBlock  # the SDK type of the blocks above
+
+
+IMAGE = image_block("iVBORw0KGgo=", "image/png")
+
+
+@pytest.mark.parametrize(
+    ("agent_caps", "seen"), [("image", "text,image:image/png"), ("", "text,text")]
+)
+async def test_images_reach_a_stdio_agent_that_takes_them(
+    agent_caps: str, seen: str, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    cfg = config(fake_upstream, tmp_path, acp={"default_route": "single-agent:fake"})
+    cfg["providers"][1]["env"] = [f"FAKE_AGENT_PROMPT_CAPS={agent_caps}"]
+    async with spawn_acp(tmp_path, cfg) as acp:
+        session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        blocks = [text_block("describe"), IMAGE]
+        answer = await acp.conn.prompt(session_id=session.session_id, prompt=blocks)
+        assert answer.stop_reason == "end_turn"
+        assert acp.checker.text() == seen

@@ -36,7 +36,9 @@ class AcpFrontDoor:
         self.sessions = AcpSessions()
         #: permission relays (each bounded by ``agents.permission_timeout``)
         self.tasks = Supervisor()
-        self.prompt_support = PromptSupport()
+        # images reach only stdio agents that take them (others get a text marker)
+        stdio = any(p.is_stdio for p in bridge.config.available_providers)
+        self.prompt_support = PromptSupport(image=stdio)
 
     def connect(
         self,

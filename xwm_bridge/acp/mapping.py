@@ -9,6 +9,9 @@ ACP                bridge
 ``prompt[]``       ``taskPrompt``: text blocks as is; a ``resource_link`` as its URI;
                    an embedded text ``resource`` inlined under its URI
 session ``cwd``    ``workingDirectory``
+images, resources  also ``acpPrompt`` (the blocks): a stdio agent whose
+                   ``promptCapabilities`` take them gets them as sent; other routes
+                   get the text (an image as ``[image: <mimeType>]``)
 ``route`` option   ``routing``: ``auto`` → ``{routingMode: auto}``; else explicit
                    (``singleAgent`` + provider, ``multiAgent``, ``gateway`` + provider)
 ``model`` option   ``routing.explicitModel``
@@ -42,6 +45,7 @@ from typing import Any
 
 from xwm_bridge import coerce
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+from xwm_bridge.providers.stdio.codec import PROMPT_BLOCKS_PARAM
 
 STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled")
 #: stop reasons of other vocabularies (OpenAI-style gateways) → ACP
@@ -135,6 +139,8 @@ def prompt_text(blocks: list[dict[str, Any]]) -> str:
             name = coerce.text(block.get("name"))
             uri = coerce.text(block.get("uri"))
             parts.append(f"[{name}]({uri})" if name and name != uri else uri)
+        elif kind == "image":
+            parts.append(f"[image: {coerce.text(block.get('mimeType'), 'image')}]")
         elif kind == "resource":
             res = block.get("resource") or {}
             uri = coerce.text(res.get("uri"))
@@ -190,6 +196,8 @@ def turn_params(
         "taskPrompt": prompt_text(blocks),
         "routing": routing_params(route, model),
     }
+    if any(b.get("type") not in ("text", "resource_link") for b in blocks):
+        params[PROMPT_BLOCKS_PARAM] = blocks  # a stdio agent that takes them gets the blocks
     if cwd:
         params["workingDirectory"] = cwd
     return params

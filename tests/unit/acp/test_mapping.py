@@ -171,6 +171,7 @@ def test_prompt_to_turn_params() -> None:
         "threadId": "s1",
         "taskPrompt": 'review this\n[a.py](file:///w/a.py)\n<resource uri="file:///w/b.py">\nprint(1)\n</resource>',
         "workingDirectory": "/w",
+        "acpPrompt": blocks,  # not text only: the blocks go along for stdio agents
         "routing": {
             "routingMode": "explicit",
             "explicitExecutionTarget": "singleAgent",
@@ -178,6 +179,10 @@ def test_prompt_to_turn_params() -> None:
             "explicitModel": "gpt-x",
         },
     }
+    assert "acpPrompt" not in mapping.turn_params("s1", "/w", blocks[:2], "auto", "")
+    image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+    assert mapping.check_prompt([image], PromptSupport(image=True)) == [image]
+    assert mapping.prompt_text([image]) == "[image: image/png]"
     assert mapping.routing_params("auto", "") == {"routingMode": "auto"}
     assert mapping.routing_params("multi-agent", "")["explicitExecutionTarget"] == "multiAgent"
     gw = mapping.routing_params("gateway:openclaw", "")

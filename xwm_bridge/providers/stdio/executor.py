@@ -279,7 +279,14 @@ class StdioAgentExecutor:
         prompt_task = asyncio.get_running_loop().create_task(
             agent.call(
                 "session/prompt",
-                {"sessionId": acp_sid, "prompt": codec.prompt_blocks(prompt)},
+                {
+                    "sessionId": acp_sid,
+                    "prompt": codec.content_blocks(
+                        ctx.turn.params.raw.get(codec.PROMPT_BLOCKS_PARAM),
+                        agent.init_result,
+                        prompt,
+                    ),
+                },
                 self.config.agents.prompt_timeout,
             ),
             name=f"acp-prompt:{ctx.turn_id}",
