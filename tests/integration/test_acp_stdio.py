@@ -107,6 +107,17 @@ async def test_cancel_mid_turn_reaches_the_upstream(
         answer = await acp.conn.prompt(session_id=session.session_id, prompt=prompt("after"))
         assert answer.stop_reason == "end_turn"
 
+        # a cancel sent right behind the prompt (before the turn has started) still counts
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        turn = asyncio.ensure_future(
+            acp.conn.prompt(session_id=session.session_id, prompt=prompt("slow:4000 at once"))
+        )
+        await asyncio.sleep(0)
+        await acp.conn.cancel(session_id=session.session_id)
+        assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
+        assert loop.time() - started < 3.5  # the upstream's slow turn was cut short
+
 
 async def test_cancel_of_a_stdio_agent_turn(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     cfg = config(fake_upstream, tmp_path, acp={"default_route": "single-agent:fake"})
