@@ -43,6 +43,13 @@ class Agent:
         self.load = os.environ.get("FAKE_AGENT_LOAD_SESSION") == "1"
         self.tasks: set[asyncio.Task[Any]] = set()
 
+    def capabilities(self) -> dict[str, Any]:
+        caps: dict[str, Any] = {"loadSession": self.load}
+        prompt = [c for c in os.environ.get("FAKE_AGENT_PROMPT_CAPS", "").split(",") if c]
+        if prompt:
+            caps["promptCapabilities"] = dict.fromkeys(prompt, True)
+        return caps
+
     def send(self, obj: dict[str, Any]) -> None:
         sys.stdout.buffer.write(orjson.dumps({"jsonrpc": "2.0", **obj}) + b"\n")
         sys.stdout.buffer.flush()
@@ -76,14 +83,7 @@ class Agent:
                     "id": rid,
                     "result": {
                         "protocolVersion": 1,
-                        "agentCapabilities": {
-                            "loadSession": self.load,
-                            "promptCapabilities": {
-                                c: True
-                                for c in os.environ.get("FAKE_AGENT_PROMPT_CAPS", "").split(",")
-                                if c
-                            },
-                        },
+                        "agentCapabilities": self.capabilities(),
                         "authMethods": [],
                         "agentInfo": {"name": "fake-acp-agent", "version": "1"},
                     },
