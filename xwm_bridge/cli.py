@@ -267,9 +267,12 @@ def acp(config_file: str | None, log_level: str | None) -> None:
     (session/cancel), persisted (session/list, session/load, session/resume after
     a restart). A stdio agent's permission requests, and its fs/* and terminal/*
     when the client declares them, are relayed to the client.
-    Logs go to stderr. Exits 0 at end of input.
+    Sessions are kept in <state dir>/acp unless store.state_dir (XWM_STATE_DIR)
+    is set, apart from a serve daemon's. Logs go to stderr. Exits 0 at end of input.
     """
-    cfg = _load(config_file, log_level=log_level)
+    from xwm_bridge.store import with_own_state_dir
+
+    cfg = with_own_state_dir(_load(config_file, log_level=log_level), "acp")
     setup_logging(cfg.log_level, cfg.secrets())
     sys.exit(_run(_acp(cfg)))
 

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from acp import connect_to_agent
+from acp import RequestError, connect_to_agent
 from acp.client.connection import ClientSideConnection
 from acp.http import create_http_stream
 from acp.ws import create_websocket_stream
@@ -42,12 +42,16 @@ def config(upstream: FakeUpstream, tmp: Path, **extra: Any) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def sdk_client(
-    url: str, kind: str, client: RecordingClient | None = None
+    url: str,
+    kind: str,
+    client: RecordingClient | None = None,
+    headers: dict[str, str] | None = None,
 ) -> AsyncIterator[tuple[ClientSideConnection, RecordingClient, FrameChecker]]:
+    headers = headers or AUTH
     if kind == "ws":
-        transport = await create_websocket_stream(url.replace("http://", "ws://"), headers=AUTH)
+        transport = await create_websocket_stream(url.replace("http://", "ws://"), headers=headers)
     else:
-        transport = create_http_stream(url, headers=AUTH)
+        transport = create_http_stream(url, headers=headers)
     client = client or RecordingClient()
     checker = FrameChecker()
     conn = connect_to_agent(client, transport, observers=[checker])
@@ -264,3 +268,25 @@ async def test_auth_origin_and_limits(
     assert ws.close_code == 1009
     await ws.close()
     _ = TOKEN
+
+
+async def test_sessions_belong_to_their_principal(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    other = "other-client-token-42"
+    cfg = config(fake_upstream, tmp_path, client_tokens=[other])
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    async with sdk_client(url, "ws") as (conn, _, _c):
+        mine = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        await conn.prompt(session_id=mine.session_id, prompt=prompt("private"))
+        listed = await conn.list_sessions(cwd=str(tmp_path))
+        assert [s.session_id for s in listed.sessions] == [mine.session_id]
+    theirs = {"Authorization": f"Bearer {other}"}
+    async with sdk_client(url, "http", headers=theirs) as (conn, _, _c):
+        assert (await conn.list_sessions(cwd=str(tmp_path))).sessions == []
+        with pytest.raises(RequestError) as err:
+            await conn.load_session(cwd=str(tmp_path), session_id=mine.session_id, mcp_servers=[])
+        assert err.value.code == -32002
+        with pytest.raises(RequestError):
+            await conn.resume_session(cwd=str(tmp_path), session_id=mine.session_id, mcp_servers=[])

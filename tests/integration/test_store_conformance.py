@@ -156,10 +156,11 @@ async def test_list_sessions_filters_and_pages_newest_first(make_store: Factory)
         "s1",
         "s0",
     ]
-    acp = await store.list_sessions(SessionQuery(limit=100, upstream_key="acp.cwd"))
+    acp = await store.list_sessions(SessionQuery(limit=100, upstream=(("acp.cwd", None),)))
     assert "plain" not in {r.session_id for r in acp} and len(acp) == 9
 
-    query = SessionQuery(limit=2, upstream_key="acp.cwd", upstream_value="/work/a")
+    where: tuple[tuple[str, str | None], ...] = (("acp.cwd", "/work/a"),)
+    query = SessionQuery(limit=2, upstream=where)
     pages: list[list[str]] = []
     while True:
         page = await store.list_sessions(query)
@@ -167,15 +168,22 @@ async def test_list_sessions_filters_and_pages_newest_first(make_store: Factory)
             break
         pages.append([r.session_id for r in page])
         last = page[-1]
-        query = SessionQuery(2, "acp.cwd", "/work/a", (last.updated_at, last.session_id))
+        query = SessionQuery(2, where, (last.updated_at, last.session_id))
     assert pages == [["t2", "t1"], ["s6", "s4"], ["s2", "s0"]]
-    found = await store.list_sessions(
-        SessionQuery(limit=1, upstream_key="acp.cwd", upstream_value="/nope")
-    )
+    found = await store.list_sessions(SessionQuery(limit=1, upstream=(("acp.cwd", "/nope"),)))
     assert found == []
     # the records come back whole
-    (first,) = await store.list_sessions(SessionQuery(limit=1, upstream_key="acp.cwd"))
+    (first,) = await store.list_sessions(SessionQuery(limit=1, upstream=(("acp.cwd", None),)))
     assert first.session_id == "t2" and dict(first.upstream) == {"acp.cwd": "/work/a"}
+    # several keys: all must match
+    store.save(
+        SessionRecord(
+            "owned", "owned", upstream=(("acp.cwd", "/work/a"), ("acp.owner", "p1")), updated_at=now
+        )
+    )
+    both = (("acp.cwd", "/work/a"), ("acp.owner", "p1"))
+    mine = await store.list_sessions(SessionQuery(limit=10, upstream=both))
+    assert [r.session_id for r in mine] == ["owned"]
 
 
 async def test_delete_drops_record_and_ledger(make_store: Factory) -> None:

@@ -81,12 +81,18 @@ class AcpFrontDoor:
         live.upstream.update(session.upstream_keys())
         self.bridge.sessions.persist(live)
 
-    async def find(self, session_id: str, cwd: str) -> tuple[AcpSession | None, tuple[str, ...]]:
-        """A session by id: live, else from the store (after a restart); and its prompts."""
+    async def find(
+        self, session_id: str, cwd: str, principal: str
+    ) -> tuple[AcpSession | None, tuple[str, ...]]:
+        """A session by id: live, else from the store (after a restart); and its prompts.
+        Another principal's session is not found."""
         live = self.bridge.sessions.get(session_id)
         record = None if live is not None else await self.bridge.store.load(session_id)
         if live is None and record is None:
-            return self.sessions.get(session_id), ()
+            known = self.sessions.get(session_id)
+            if known is not None and known.owner and known.owner != principal:
+                return None, ()
+            return known, ()
         upstream = live.upstream if live is not None else dict(record.upstream if record else ())
         history = tuple(live.history) if live is not None else (record.history if record else ())
         session = self.sessions.get(session_id)
@@ -94,6 +100,8 @@ class AcpFrontDoor:
             session = self.sessions.add(
                 from_upstream(session_id, upstream, Choice(self.catalog.default), cwd)
             )
+        if session.owner and session.owner != principal:
+            return None, ()
         try:  # a route removed from the config since: back to the default
             session.choice = self.catalog.check(session.choice)
         except RpcError:

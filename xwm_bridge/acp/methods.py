@@ -142,7 +142,7 @@ class AcpMethods:
         cwd = _cwd(params)
         _check_mcp(params)
         choice = self.front.catalog.from_meta(params.get("_meta"))
-        session = AcpSession(new_session_id(), cwd, choice)
+        session = AcpSession(new_session_id(), cwd, choice, owner=self.conn.principal)
         self.front.sessions.add(session)
         await self.front.persist(session)
         self.front.attach(session, self.conn)
@@ -185,7 +185,7 @@ class AcpMethods:
         sid = _text_param(params, "sessionId")
         cwd = _cwd(params)
         _check_mcp(params)
-        session, history = await self.front.find(sid, cwd)
+        session, history = await self.front.find(sid, cwd, self.conn.principal)
         if session is None:
             raise RpcError(codec.RESOURCE_NOT_FOUND, f"unknown session {sid!r}")
         if session.cwd != cwd:
@@ -202,8 +202,7 @@ class AcpMethods:
         page = self.front.config.acp.list_page_size
         query = SessionQuery(
             limit=page + 1,
-            upstream_key="acp.cwd",
-            upstream_value=cwd,
+            upstream=(("acp.cwd", cwd), ("acp.owner", self.conn.principal)),
             after=decode_cursor(params.get("cursor")),
         )
         records = await self.front.bridge.store.list_sessions(query)

@@ -27,6 +27,8 @@ CWD_KEY = "acp.cwd"
 ROUTE_KEY = "acp.route"
 MODEL_KEY = "acp.model"
 TITLE_KEY = "acp.title"
+#: the principal that created the session: only it lists, loads or resumes it
+OWNER_KEY = "acp.owner"
 #: sessions kept in memory; the least recently used detached ones go first (the store keeps them)
 MAX_LIVE_SESSIONS = 4096
 
@@ -47,6 +49,7 @@ class AcpSession:
     cwd: str
     choice: Choice
     title: str = ""
+    owner: str = ""
     client: Client | None = None
     #: while ``session/load`` replays: live updates wait here with their ledger position
     buffer: list[tuple[int | None, dict[str, Any]]] | None = None
@@ -58,6 +61,8 @@ class AcpSession:
         keys = {CWD_KEY: self.cwd, ROUTE_KEY: self.choice.route, MODEL_KEY: self.choice.model}
         if self.title:
             keys[TITLE_KEY] = self.title
+        if self.owner:
+            keys[OWNER_KEY] = self.owner
         return keys
 
     async def deliver(self, message: dict[str, Any], pos: int | None = None) -> None:
@@ -93,6 +98,7 @@ def from_upstream(
         upstream.get(CWD_KEY) or cwd,
         Choice(route, upstream.get(MODEL_KEY, "")),
         title=upstream.get(TITLE_KEY, ""),
+        owner=upstream.get(OWNER_KEY, ""),
     )
 
 

@@ -84,22 +84,21 @@ class SessionQuery:
     (``updated_at`` then ``session_id``, both descending), keyset-paged."""
 
     limit: int = 50
-    #: only records whose upstream map has this key…
-    upstream_key: str = ""
-    #: …with this value (``None``: any value)
-    upstream_value: str | None = None
+    #: only records whose upstream map has each of these keys, with that value
+    #: (``None``: any value)
+    upstream: tuple[tuple[str, str | None], ...] = ()
     #: ``(updated_at, session_id)`` of the last record of the previous page
     after: tuple[float, str] | None = None
 
     def matches(self, record: SessionRecord) -> bool:
         if self.after is not None and (record.updated_at, record.session_id) >= self.after:
             return False
-        if not self.upstream_key:
+        if not self.upstream:
             return True
-        for key, value in record.upstream:
-            if key == self.upstream_key:
-                return self.upstream_value is None or value == self.upstream_value
-        return False
+        have = dict(record.upstream)
+        return all(
+            key in have and (value is None or have[key] == value) for key, value in self.upstream
+        )
 
 
 def newest_first(records: list[SessionRecord], query: SessionQuery) -> list[SessionRecord]:
