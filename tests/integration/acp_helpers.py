@@ -22,10 +22,14 @@ from acp.client.connection import ClientSideConnection
 from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
+    CreateTerminalResponse,
     DeniedOutcome,
     FileSystemCapabilities,
     ReadTextFileResponse,
+    ReleaseTerminalResponse,
     RequestPermissionResponse,
+    TerminalOutputResponse,
+    WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
 
@@ -44,6 +48,10 @@ class RecordingClient:
     updates: list[Any] = field(default_factory=list)
     permission_asked: asyncio.Event = field(default_factory=asyncio.Event)
     hold_permission: bool = False
+    #: ``write_text_file`` waits until the SDK cancels it (a cancel test)
+    hold_write: bool = False
+    write_asked: asyncio.Event = field(default_factory=asyncio.Event)
+    terminals: list[tuple[str, str, list[str]]] = field(default_factory=list)
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         self.updates.append(update)
@@ -65,9 +73,37 @@ class RecordingClient:
     async def write_text_file(
         self, session_id: str, path: str, content: str, **kwargs: Any
     ) -> WriteTextFileResponse:
+        self.write_asked.set()
+        if self.hold_write:
+            await asyncio.Event().wait()
         self.written.append((path, content))
         self.files[path] = content
         return WriteTextFileResponse()
+
+    async def create_terminal(
+        self, session_id: str, command: str, args: list[str] | None = None, **kwargs: Any
+    ) -> CreateTerminalResponse:
+        tid = f"editor-term-{len(self.terminals) + 1}"
+        self.terminals.append((tid, command, list(args or [])))
+        return CreateTerminalResponse(terminal_id=tid)
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> WaitForTerminalExitResponse:
+        return WaitForTerminalExitResponse(exit_code=0)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> TerminalOutputResponse:
+        _, command, args = next(t for t in self.terminals if t[0] == terminal_id)
+        return TerminalOutputResponse(
+            output=f"editor ran {command} {' '.join(args)}", truncated=False
+        )
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> ReleaseTerminalResponse:
+        return ReleaseTerminalResponse()
 
     async def read_text_file(
         self,

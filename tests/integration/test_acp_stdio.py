@@ -213,6 +213,43 @@ async def test_fs_requests_are_relayed_to_a_client_that_declared_fs(
         assert [f["params"]["sessionId"] for f in fs_requests] == [session.session_id] * 3
 
 
+async def test_terminals_are_relayed_to_a_client_that_declared_them(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    cfg = config(fake_upstream, tmp_path, acp={"default_route": "single-agent:fake"})
+    cfg["agents"]["terminal_enabled"] = True
+    async with spawn_acp(tmp_path, cfg, capabilities=caps(terminal=True)) as acp:
+        session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        await acp.conn.prompt(session_id=session.session_id, prompt=prompt("terminal ls -la"))
+        assert acp.client.terminals == [("editor-term-1", "ls", ["-la"])]
+        assert "terminal output: editor ran ls -la" in acp.checker.text()
+    # without the capability the bridge runs it (terminal_enabled), confined to the cwd
+    async with spawn_acp(tmp_path, cfg) as acp:
+        session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        await acp.conn.prompt(
+            session_id=session.session_id, prompt=prompt("terminal echo bridge-ran")
+        )
+        assert acp.client.terminals == []
+        assert "terminal output: bridge-ran" in acp.checker.text()
+
+
+async def test_cancel_answers_a_pending_relayed_fs_request(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    cfg = config(fake_upstream, tmp_path, acp={"default_route": "single-agent:fake"})
+    client = RecordingClient(hold_write=True)
+    async with spawn_acp(tmp_path, cfg, client=client, capabilities=caps(fs=True)) as acp:
+        session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        turn = asyncio.ensure_future(
+            acp.conn.prompt(session_id=session.session_id, prompt=prompt(f"write {tmp_path}/x y"))
+        )
+        await asyncio.wait_for(client.write_asked.wait(), 20)
+        await acp.conn.cancel(session_id=session.session_id)
+        assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
+        # the agent got an answer for its request (an error), so it could stop
+        assert "write error" in acp.checker.text()
+
+
 async def test_sessions_listed_and_loaded_after_a_restart(
     fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
