@@ -290,3 +290,27 @@ async def test_sessions_belong_to_their_principal(
         assert err.value.code == -32002
         with pytest.raises(RequestError):
             await conn.resume_session(cwd=str(tmp_path), session_id=mine.session_id, mcp_servers=[])
+
+
+async def test_idle_http_connections_are_closed(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    http: aiohttp.ClientSession,
+) -> None:
+    cfg = config(fake_upstream, tmp_path)
+    cfg["acp"]["connection_idle_ttl"] = 0.4
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    init = orjson.dumps(
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+    )
+    async with http.post(url, data=init, headers=JSON) as resp:
+        cid = resp.headers["Acp-Connection-Id"]
+    note = orjson.dumps({"jsonrpc": "2.0", "method": "_ping", "params": {}})
+    headers = {**JSON, "Acp-Connection-Id": cid}
+    async with http.post(url, data=note, headers=headers) as resp:
+        assert resp.status == 202
+    await asyncio.sleep(1.5)  # no stream and no request for longer than the TTL: closed
+    async with http.post(url, data=note, headers=headers) as resp:
+        assert resp.status == 404

@@ -250,8 +250,8 @@ class AcpRemote:
         generation = box.attach()
         try:
             await self._pump(response, box, generation)
-        except (ConnectionError, RuntimeError, asyncio.CancelledError):
-            pass
+        except (ConnectionError, RuntimeError, TimeoutError) as exc:  # the client went away
+            log.debug("ACP stream ended", extra={"error": repr(exc)})
         finally:
             box.detach(generation)
             remote.touch()
@@ -294,7 +294,11 @@ class AcpRemote:
             await asyncio.sleep(min(REAP_INTERVAL, self._idle_ttl / 2))
             now = time.monotonic()
             for remote in list(self.http.values()):
-                if not remote.streaming and now - remote.last_activity >= self._idle_ttl:
+                if remote.broken:
+                    await self._drop(
+                        remote, "a stream's buffer is full: the client stopped reading"
+                    )
+                elif not remote.streaming and now - remote.last_activity >= self._idle_ttl:
                     await self._drop(remote, "idle")
 
     async def close(self) -> None:
