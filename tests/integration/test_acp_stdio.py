@@ -444,3 +444,37 @@ async def test_images_reach_a_stdio_agent_that_takes_them(
         answer = await acp.conn.prompt(session_id=session.session_id, prompt=blocks)
         assert answer.stop_reason == "end_turn"
         assert acp.checker.text() == seen
+
+
+async def test_openclaw_gateway_route_connects_a_runtime_and_streams(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    from internal.peers.fake_gateway import TOKEN as GW_TOKEN
+    from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
+
+    gw = FakeGateway(FakeGatewayState())
+    await gw.start()
+    try:
+        cfg = config(
+            fake_upstream,
+            tmp_path,
+            acp={"default_route": "gateway:openclaw"},
+            openclaw_url=f"ws://127.0.0.1:{gw.port}",
+            openclaw_token=GW_TOKEN,
+        )
+        async with spawn_acp(tmp_path, cfg) as acp:
+            session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+            answer = await acp.conn.prompt(session_id=session.session_id, prompt=prompt("tool: hi"))
+            assert answer.stop_reason == "end_turn"  # OpenClaw's "stop"
+            assert acp.checker.text() == "FAKE-GW says: tool: hi"
+            (tool,) = acp.checker.updates("tool_call")
+            assert tool["toolCallId"] == "t1" and tool["title"] == "read"
+            turn = asyncio.ensure_future(
+                acp.conn.prompt(session_id=session.session_id, prompt=prompt("slow:9000 a b c d e"))
+            )
+            await wait_until(lambda: acp.checker.text().endswith("FAKE-GW says:"), within=15)
+            await acp.conn.cancel(session_id=session.session_id)
+            assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
+            assert gw.state.aborted  # chat.abort reached the gateway
+    finally:
+        await gw.stop()
