@@ -195,7 +195,7 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
         extra={
             "host": host,
             "port": actual_port,
-            "providers": [p.id for p in cfg.available_providers],
+            "providers": [p.id for p in bridge.config.available_providers],
             "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
         },
     )

@@ -1,12 +1,15 @@
 """``xwm-bridge doctor``: the effective config (secrets masked, with sources) and a
 reachability check of every enabled provider, using the deploy probe's request
-(``acp.capabilities``, config.md §4)."""
+(``acp.capabilities``, config.md §4). Stdio agents — configured or found on PATH
+(providers/stdio/registry.py) — are started and must answer ``initialize``
+within ``agents.probe_timeout``; known agents that were not found are listed
+with the reason (not a failure)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import shutil
+import os
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,11 +18,13 @@ from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
 from xwm_bridge.providers.http1 import Http1Pool
+from xwm_bridge.providers.stdio import registry
+from xwm_bridge.providers.stdio.probe import probe
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
 
 MASK = "********"
 SECRET_KEYS = frozenset(
-    {"auth_token", "internal_service_token", "bridge_auth_token", "auth_header"}
+    {"auth_token", "internal_service_token", "bridge_auth_token", "auth_header", "auth_api_key"}
 )
 CHECK_TIMEOUT = 5.0
 
@@ -44,21 +49,33 @@ def masked_config(loaded: LoadedConfig) -> dict[str, Any]:
     return out
 
 
-def check_stdio_agent(p: ProviderConfig) -> dict[str, Any]:
-    """A local agent is usable when its executable resolves (it is not started here)."""
+async def check_stdio_agent(cfg: BridgeConfig, p: ProviderConfig) -> dict[str, Any]:
+    """A local agent is usable when it starts and answers ``initialize`` in time."""
     exe = p.command[0]
     env_path = dict(item.split("=", 1) for item in p.env if "=" in item).get("PATH")
-    path = shutil.which(exe, path=env_path)
+    path = registry.which(exe, cfg.agents.search_paths, env_path or os.environ.get("PATH", ""))
     if path is None:
         return {"provider": p.id, "ok": False, "error": f"agent command not found: {exe}"}
-    return {"provider": p.id, "ok": True, "detail": f"stdio agent {path}"}
+    result = await probe(p, cfg)
+    row: dict[str, Any] = {"provider": p.id, "ok": result.ok, "command": path}
+    row["detail" if result.ok else "error"] = result.detail
+    return row
+
+
+def agent_rows(detection: registry.Detection) -> list[dict[str, Any]]:
+    """Known agents that are not providers: reported with the reason, never fatal."""
+    return [
+        {"check": "agent", "provider": a.id, "ok": False, "optional": True, "error": a.reason}
+        for a in detection.agents
+        if not a.found and a.source == "registry"
+    ]
 
 
 async def check_provider(
     client: UpstreamClient, cfg: BridgeConfig, p: ProviderConfig
 ) -> dict[str, Any]:
     if p.is_stdio:
-        return check_stdio_agent(p)
+        return await check_stdio_agent(cfg, p)
     try:
         endpoint = derive_endpoint(p.endpoint)
     except EndpointError as exc:
@@ -116,6 +133,8 @@ def passed(checks: list[dict[str, Any]]) -> bool:
 
 
 async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
+    detection = registry.detect(cfg)
+    cfg = detection.config
     checks: list[dict[str, Any]] = []
     host, _ = parse_listen(cfg.listen)
     exposed = not is_loopback_host(host)
@@ -142,6 +161,7 @@ async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
     finally:
         await pool.close()
     checks += [{"check": "provider", **r} for r in results]
+    checks += agent_rows(detection)
     checks.append(await check_openclaw(cfg))
     for p in cfg.providers:
         if not p.available:
@@ -163,7 +183,7 @@ def render_text(
         lines.append(f"  providers[{i}] = {p!r}  [{src}]")
     lines.append("checks:")
     for c in checks:
-        mark = "ok  " if c["ok"] else "FAIL"
+        mark = "ok  " if c["ok"] else ("--  " if c.get("optional") else "FAIL")
         what = c.get("provider", c["check"])
         detail = c.get("error") or c.get("detail") or c.get("url", "")
         lines.append(f"  [{mark}] {c['check']} {what}: {detail}")

@@ -242,7 +242,7 @@ async def test_doctor_reports_and_masks(fake_upstream: FakeUpstream, tmp_path: P
     good = provider_env(fake_upstream.url, INTERNAL_SERVICE_TOKEN="svc-doctor-secret")
     code, doc = await doctor(good)
     assert code == 0
-    assert all(c["ok"] for c in doc["checks"] if c["check"] != "gateway")
+    assert all(c["ok"] for c in doc["checks"] if not c.get("optional"))
     gateway = next(c for c in doc["checks"] if c["check"] == "gateway")
     assert gateway["optional"] is True  # reported, not fatal: runtimes open on demand
     assert doc["config"]["auth_token"] == "********"
@@ -306,34 +306,3 @@ async def test_sigterm_with_a_stubborn_agent_leaves_no_child(
     assert result["success"] is False and result.get("cancelled") is True
     assert await asyncio.wait_for(bridge.proc.wait(), 20) == 0
     await wait_until(lambda: not _processes_with(marker), within=5)
-
-
-async def test_doctor_checks_stdio_agent_commands(tmp_path: Path) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "providers:\n"
-        f"  - {{id: present, kind: stdio, command: [{sys.executable}, -V]}}\n"
-        "  - {id: missing, kind: stdio, command: [no-such-agent-xyz, acp]}\n"
-    )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "xwm_bridge",
-        "doctor",
-        "--json",
-        "--config",
-        str(config),
-        env=base_env(),
-        cwd=str(ROOT),
-        stdout=asyncio.subprocess.PIPE,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 30)
-    checks = {c["provider"]: c for c in orjson.loads(out)["checks"] if c["check"] == "provider"}
-    assert proc.returncode == 1
-    assert checks["present"]["ok"] is True
-    assert checks["missing"] == {
-        "check": "provider",
-        "provider": "missing",
-        "ok": False,
-        "error": "agent command not found: no-such-agent-xyz",
-    }

@@ -28,11 +28,14 @@ from xwm_bridge.multiagent.executor import MultiAgentExecutor
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.http1 import Http1Pool
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
+from xwm_bridge.providers.stdio import registry
+from xwm_bridge.providers.stdio.catalog import FILE_NAME as CATALOG_FILE
+from xwm_bridge.providers.stdio.catalog import AgentCatalog
 from xwm_bridge.providers.stdio.executor import ProviderKindExecutor, StdioAgentExecutor
 from xwm_bridge.providers.stdio.permissions import PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.router.service import Router
-from xwm_bridge.store import open_store
+from xwm_bridge.store import open_store, state_dir
 from xwm_bridge.store.cluster import Cluster
 from xwm_bridge.store.redis import RedisStore
 
@@ -47,7 +50,9 @@ class Bridge:
     """Owns the sessions, thread queues, upstream client and background tasks."""
 
     def __init__(self, config: BridgeConfig) -> None:
-        self.config = config
+        #: local agents found on PATH become providers (providers/stdio/registry.py)
+        self.agents = registry.detect(config)
+        config = self.config = self.agents.config
         self.supervisor = Supervisor()
         store = self.store = open_store(config)
         shared = isinstance(store, RedisStore)
@@ -67,7 +72,13 @@ class Bridge:
             sessions=lambda: len(self.sessions),
         )
         self.permissions = PermissionBroker()
-        self.stdio_agents = StdioAgentExecutor(config, self.permissions)
+        catalog_path = None if config.store.backend == "memory" else state_dir(config)
+        self.stdio_agents = StdioAgentExecutor(
+            config,
+            self.permissions,
+            self.metrics,
+            AgentCatalog(catalog_path / CATALOG_FILE if catalog_path else None),
+        )
         self.gateway = GatewayManager(config)
         self.metrics.bind_gateway(self.gateway.status_counts)
         self._http: aiohttp.ClientSession | None = None
@@ -107,7 +118,19 @@ class Bridge:
     ) -> None:
         await self.close()
 
+    def log_agents(self) -> None:
+        """The startup line: which local agents were found, which not and why."""
+        log.info(
+            "local agents",
+            extra={
+                "found": {a.id: a.path for a in self.agents.agents if a.found},
+                "not_found": self.agents.missing,
+                "sandbox": self.config.agents.sandbox,
+            },
+        )
+
     async def start(self) -> None:
+        self.log_agents()
         await self.store.start()
         if self.cluster is not None:
             await self.cluster.start()

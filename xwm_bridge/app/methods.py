@@ -74,6 +74,7 @@ class BridgeMethods:
             "multiAgent": multi,
             "providerCatalog": catalog,
             "gatewayProviders": gateways,
+            "localAgents": self._local_agents(),
             "capabilities": {
                 "single_agent": single,
                 "multi_agent": multi,
@@ -81,6 +82,19 @@ class BridgeMethods:
                 "gatewayProviders": gateways,
             },
         }
+
+    def _local_agents(self) -> list[dict[str, Any]]:
+        """Each known or configured stdio agent: found or not (and why), and what it
+        told the bridge about itself (models, modes, auth methods) once it ran."""
+        executor = self._bridge.stdio_agents
+        out = []
+        for status in self._bridge.agents.agents:
+            item = status.wire()
+            if status.found and executor.handles(status.id):
+                item["providerId"] = status.id
+                item.update(executor.catalog.wire(status.id))
+            out.append(item)
+        return out
 
     # --- session turns ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from xwm_bridge.core.params import session_id_of
 from xwm_bridge.core.sessions import SessionRegistry
+from xwm_bridge.core.usage import Usage
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 
 AFTER_SEQ_INVALID = "afterSeq must be a non-negative integer"
@@ -47,13 +48,17 @@ async def replay(sessions: SessionRegistry, rp: ReplayParams) -> dict[str, Any]:
     record = None if live is not None else await sessions.store.load(rp.session_id)
     notes = await sessions.store.replay(rp.session_id, rp.after_seq, rp.limit + 1)
     more = len(notes) > rp.limit
+    upstream: dict[str, str] = {}
     if live is not None:
         seq, turn_id, status = live.seq, live.last_turn_id, live.last_turn_status
+        upstream = live.upstream
     elif record is not None:
         seq, turn_id, status = record.seq, record.last_turn_id, record.last_turn_status
+        upstream = dict(record.upstream)
     else:
         seq, turn_id, status = 0, "", ""
-    return {
+    totals = Usage.from_record(upstream)
+    out = {
         "sessionId": rp.session_id,
         "found": live is not None or record is not None,
         "afterSeq": rp.after_seq,
@@ -63,3 +68,6 @@ async def replay(sessions: SessionRegistry, rp: ReplayParams) -> dict[str, Any]:
         "notifications": [message for _, message in notes[: rp.limit]],
         "truncated": more,
     }
+    if totals.turns:
+        out["usage"] = {**totals.wire(), "turns": totals.turns}
+    return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xwm_bridge.providers.stdio import codec
+from xwm_bridge.providers.stdio.features import AgentFeatures
 
 log = logging.getLogger("xwm_bridge.agents")
 
@@ -86,15 +87,20 @@ class AcpAgent:
         self.generation = 0
         self.last_exit: str = ""
         self.dropped_lines = 0
+        #: the auth method this process was authenticated with ("" = not yet)
+        self.authenticated = ""
 
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.returncode is None
 
     @property
+    def features(self) -> AgentFeatures:
+        return AgentFeatures.of(self.init_result)
+
+    @property
     def can_load_session(self) -> bool:
-        caps = self.init_result.get("agentCapabilities")
-        return isinstance(caps, dict) and caps.get("loadSession") is True
+        return self.features.load_session
 
     async def ensure_started(self) -> dict[str, Any]:
         """Start (or restart after a crash) and ``initialize``; return its result."""
@@ -116,7 +122,7 @@ class AcpAgent:
             return self.init_result
 
     async def _spawn(self) -> None:
-        env = {**os.environ, **self.spec.env}
+        env = dict(self.spec.env)  # the whole environment: nothing inherited (launch.py)
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.spec.argv,
@@ -130,6 +136,7 @@ class AcpAgent:
         except OSError as exc:
             raise AgentError(f"cannot start agent {self.spec.name}: {exc}") from None
         self.generation += 1
+        self.authenticated = ""
         self._stderr.clear()
         log.info(
             "agent started",
