@@ -29,6 +29,8 @@ log = logging.getLogger("xwm_bridge.agents")
 READ_CHUNK = 256 * 1024
 WRITE_TIMEOUT = 30.0
 STDERR_TAIL = 20
+#: how long a call to a dead process waits to learn its exit status
+EXIT_REPORT_WAIT = 2.0
 
 
 class AgentError(Exception):
@@ -89,6 +91,8 @@ class AcpAgent:
         self.dropped_lines = 0
         #: the auth method this process was authenticated with ("" = not yet)
         self.authenticated = ""
+        self._exited = asyncio.Event()
+        self._exit_message = ""
 
     @property
     def alive(self) -> bool:
@@ -137,6 +141,8 @@ class AcpAgent:
             raise AgentError(f"cannot start agent {self.spec.name}: {exc}") from None
         self.generation += 1
         self.authenticated = ""
+        self._exited = asyncio.Event()
+        self._exit_message = ""
         self._stderr.clear()
         log.info(
             "agent started",
@@ -151,10 +157,19 @@ class AcpAgent:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _not_running(self) -> AgentError:
+        """The error for a call to a process that is gone: how it exited, once known."""
+        if self._proc is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exited.wait(), EXIT_REPORT_WAIT)
+        if self._exit_message:
+            return AgentError(self._exit_message)
+        return AgentError(f"agent {self.spec.name} is not running{self._exit_suffix()}")
+
     async def call(self, method: str, params: dict[str, Any], deadline_s: float) -> Any:
         """Send a request and wait for its answer, at most ``deadline_s`` seconds."""
         if not self.alive:
-            raise AgentError(f"agent {self.spec.name} is not running{self._exit_suffix()}")
+            raise await self._not_running()
         rid = self._ids.next()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
@@ -181,7 +196,12 @@ class AcpAgent:
             try:
                 proc.stdin.write(data)
                 await asyncio.wait_for(proc.stdin.drain(), WRITE_TIMEOUT)
-            except (OSError, TimeoutError) as exc:
+            except OSError as exc:  # a closed pipe: say how the process ended, if it did
+                error = await self._not_running()
+                if not self._exit_message:
+                    error = AgentError(f"cannot write to agent {self.spec.name}: {exc!r}")
+                raise error from None
+            except TimeoutError as exc:
                 raise AgentError(f"cannot write to agent {self.spec.name}: {exc!r}") from None
 
     async def _read_stdout(self, proc: asyncio.subprocess.Process) -> None:
@@ -208,6 +228,8 @@ class AcpAgent:
             )
             # after a restart the pending calls belong to the new process: leave them
             if proc is self._proc or self._proc is None:
+                self._exit_message = message
+                self._exited.set()
                 self.init_result = {}
                 for fut in list(self._pending.values()):
                     if not fut.done():
