@@ -125,10 +125,12 @@ def agent_spec(
     sandboxed agent is confined to (unsandboxed agents serve every directory)."""
     agents = config.agents
     entry = registry.entry_for(provider)
+    gives_mcp = bool(provider.mcp_servers or provider.toolbridge or provider.client_mcp_servers)
+    mcp_env = entry.mcp_env if entry is not None and gives_mcp else ()
     built = agent_environment(
         os.environ if environ is None else environ,
         (*(entry.env if entry else ()), *provider.pass_env),
-        provider.env,
+        (*mcp_env, *provider.env),
         config.own_secrets(),
     )
     if built.withheld:

@@ -54,6 +54,10 @@ class AgentEntry:
     auth: tuple[ApiKeyAuth, ...] = ()
     #: advertise ``fs.readTextFile`` (gemini-cli cannot create files when it is)
     fs_read: bool = True
+    #: ``NAME=value`` the agent needs to use the MCP servers a client gives it, set
+    #: only for providers that give it some (``mcp_servers``, ``toolbridge``,
+    #: ``client_mcp_servers``); the provider's ``env`` wins
+    mcp_env: tuple[str, ...] = ()
     install: str = ""
     source: str = ""
 
@@ -92,8 +96,12 @@ REGISTRY: tuple[AgentEntry, ...] = (
         state=("{home}/.gemini",),
         auth=(ApiKeyAuth("gemini-api-key", ("GEMINI_API_KEY",), META_STRING),),
         fs_read=False,
+        # gemini starts no MCP server, not even one given in session/new, in a folder
+        # it does not trust (McpClientManager.startConfiguredMcpServers)
+        mcp_env=("GEMINI_CLI_TRUST_WORKSPACE=true",),
         install="npm install -g @google/gemini-cli",
-        source="@google/gemini-cli 0.61.0 bundle: GeminiAgent.initialize/authenticate",
+        source="@google/gemini-cli 0.61.0 bundle: GeminiAgent.initialize/authenticate, "
+        "checkPathTrust",
     ),
     AgentEntry(
         id="codex",

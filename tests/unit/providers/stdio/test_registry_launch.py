@@ -154,3 +154,23 @@ def test_sandboxed_spec_wraps_and_creates_state(tmp_path: Path) -> None:
     binds = [spec.argv[i + 1] for i, a in enumerate(spec.argv) if a == "--bind"]
     assert binds == [str(tmp_path), str(home / ".gemini")]
     assert spec.env["TMPDIR"] == "/tmp" and spec.cwd == str(tmp_path)
+
+
+def test_mcp_env_only_for_providers_that_give_mcp_servers() -> None:
+    plain = ProviderConfig("gemini", kind="stdio", command=("gemini", "--acp"))
+    with_tools = ProviderConfig("gemini", kind="stdio", command=("gemini",), toolbridge=True)
+    overridden = ProviderConfig(
+        "gemini",
+        kind="stdio",
+        command=("gemini",),
+        toolbridge=True,
+        env=("GEMINI_CLI_TRUST_WORKSPACE=false",),
+    )
+    config = BridgeConfig()
+    assert "GEMINI_CLI_TRUST_WORKSPACE" not in launch.agent_spec(plain, config, environ={}).env
+    assert launch.agent_spec(with_tools, config, environ={}).env == {
+        "GEMINI_CLI_TRUST_WORKSPACE": "true"
+    }
+    assert launch.agent_spec(overridden, config, environ={}).env == {
+        "GEMINI_CLI_TRUST_WORKSPACE": "false"
+    }
