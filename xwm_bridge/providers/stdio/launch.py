@@ -19,17 +19,21 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import re
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from xwm_bridge.config import BridgeConfig, ProviderConfig
+from xwm_bridge.observability.logging import add_secrets
 from xwm_bridge.providers.stdio import codec, registry
-from xwm_bridge.providers.stdio.agent import AgentSpec
+from xwm_bridge.providers.stdio.agent import AgentError, AgentSpec
 
 log = logging.getLogger("xwm_bridge.agents")
 
 BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
 SANDBOX_TMP = "/tmp"
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +142,16 @@ def agent_spec(
             "agent environment: variables holding a bridge secret were not copied",
             extra={"agent": provider.id, "names": list(built.withheld)},
         )
+    # keys copied from the bridge's environment stay out of the logs too
+    add_secrets(v for k, v in built.env.items() if _SECRET_NAME.search(k))
     argv: tuple[str, ...] = provider.command
     workdir = cwd or provider.cwd
     if agents.sandbox == "bwrap":
+        if shutil.which(agents.bwrap_path) is None:
+            raise AgentError(
+                f"agents.sandbox is bwrap but {agents.bwrap_path} is not installed "
+                "(Debian: apt install bubblewrap)"
+            )
         writable = [
             *_prepare_state(registry.state_paths(entry, built.env)),
             *provider.writable_paths,

@@ -59,4 +59,8 @@ async def probe_spec(spec: AgentSpec, deadline: float) -> ProbeResult:
 
 
 async def probe(provider: ProviderConfig, config: BridgeConfig) -> ProbeResult:
-    return await probe_spec(agent_spec(provider, config), config.agents.probe_timeout)
+    try:
+        spec = agent_spec(provider, config)
+    except AgentError as exc:  # e.g. the sandbox is not installed
+        return ProbeResult(provider.id, False, str(exc))
+    return await probe_spec(spec, config.agents.probe_timeout)

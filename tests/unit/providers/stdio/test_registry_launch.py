@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from xwm_bridge.config import (
     DEFAULT_PROVIDERS,
     AgentsConfig,
@@ -13,6 +15,7 @@ from xwm_bridge.config import (
     load_config,
 )
 from xwm_bridge.providers.stdio import launch, registry
+from xwm_bridge.providers.stdio.agent import AgentError
 
 
 def exe(directory: Path, name: str) -> Path:
@@ -174,3 +177,10 @@ def test_mcp_env_only_for_providers_that_give_mcp_servers() -> None:
     assert launch.agent_spec(overridden, config, environ={}).env == {
         "GEMINI_CLI_TRUST_WORKSPACE": "false"
     }
+
+
+def test_sandbox_without_bwrap_is_a_clear_error() -> None:
+    provider = ProviderConfig("x", kind="stdio", command=("x",))
+    agents = AgentsConfig(sandbox="bwrap", bwrap_path="/nonexistent/bwrap")
+    with pytest.raises(AgentError, match="/nonexistent/bwrap is not installed"):
+        launch.agent_spec(provider, BridgeConfig(agents=agents), environ={})
