@@ -316,3 +316,18 @@ async def test_bwrap_confines_the_agents_own_writes(
     assert not private.exists()
     # the bridge's own fs/* still serves the session directory
     assert await say(f"write {work / 'via-fs.txt'} hello") == "written"
+
+
+async def test_found_agents_on_an_exposed_listener_are_warned_about(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    fake_agent_on_path(bin_dir, "goose")
+    # the in-process daemon binds loopback whatever the config says; the config decides
+    exposed = await start_bridge(env=detect_env(bin_dir, ACP_LISTEN_ADDR="0.0.0.0:8787"))
+    await rpc(http, exposed.rpc_url, "acp.capabilities", {})
+    assert any("serve remote clients unsandboxed" in line for line in exposed.logs)
+    await exposed.stop()
+    local = await start_bridge(env=detect_env(bin_dir))
+    await rpc(http, local.rpc_url, "acp.capabilities", {})
+    assert not any("unsandboxed" in line for line in local.logs)

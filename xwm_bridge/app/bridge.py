@@ -25,6 +25,7 @@ from xwm_bridge.core.turns import TurnRunner
 from xwm_bridge.gateway.manager import GatewayManager
 from xwm_bridge.gateway.turns import GatewayTurnExecutor
 from xwm_bridge.multiagent.executor import MultiAgentExecutor
+from xwm_bridge.netaddr import is_loopback_host, parse_listen
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.http1 import Http1Pool
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
@@ -120,14 +121,24 @@ class Bridge:
 
     def log_agents(self) -> None:
         """The startup line: which local agents were found, which not and why."""
+        found = {a.id: a.path for a in self.agents.agents if a.found}
         log.info(
             "local agents",
             extra={
-                "found": {a.id: a.path for a in self.agents.agents if a.found},
+                "found": found,
                 "not_found": self.agents.missing,
                 "sandbox": self.config.agents.sandbox,
             },
         )
+        detected = [a.id for a in self.agents.agents if a.found and a.source == "registry"]
+        host, _ = parse_listen(self.config.listen)
+        if detected and not is_loopback_host(host) and self.config.agents.sandbox == "none":
+            log.warning(
+                "local agents found on PATH serve remote clients unsandboxed: any "
+                "authenticated client can run them in a directory it names; set "
+                "agents.sandbox: bwrap or agents.detect: false",
+                extra={"agents": detected, "listen": self.config.listen},
+            )
 
     async def start(self) -> None:
         self.log_agents()
