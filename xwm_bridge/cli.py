@@ -122,7 +122,9 @@ def serve(
     Security: bearer token ACP_AUTH_TOKEN (constant-time check), origin
     allow-list ACP_ALLOWED_ORIGINS, body and message limits from the config.
     Upstream credentials: INTERNAL_SERVICE_TOKEN, else BRIDGE_AUTH_TOKEN.
-    Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace).
+    Local agents: known ACP agents found on PATH (opencode, gemini, codex-acp,
+  claude-agent-acp, qwen, goose) become providers (agents.detect, XWM_AGENTS_DETECT).
+  Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace).
     """
     from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
@@ -258,8 +260,10 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 def doctor(config_file: str | None, as_json: bool) -> None:
     """Show the effective config (secrets masked, with where each value came from)
-    and check that every enabled provider answers acp.capabilities (stdio agents:
-    that their command resolves); the OpenClaw gateway's reachability is reported.
+    and check that every enabled provider answers acp.capabilities; stdio agents
+    (configured, or known ones found on PATH) are started and must answer initialize
+    within agents.probe_timeout. Known agents not found, with the reason, and the
+    OpenClaw gateway's reachability are reported.
 
     Exits 1 if an enabled provider is unusable or the auth policy would refuse
     to start, 2 on a config error, else 0.

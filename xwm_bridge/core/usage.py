@@ -9,7 +9,8 @@ Sources, as agents send them:
   ``output_tokens``) when the standard field is absent;
 * ``usage_update`` notifications — the context window (``used`` of ``size``
   tokens) and the *cumulative* cost of the agent's session (``cost: {amount,
-  currency}``). A turn's cost is the growth of that figure during the turn.
+  currency}``). A turn's cost is the growth of that figure during the turn (the
+  whole figure when it went down: the agent's count started again).
 
 The session totals live in the session record (``upstream["usage"]``, JSON) so
 they survive restarts and show in ``session.replay``.
@@ -173,7 +174,9 @@ class TurnUsage:
     def result(self) -> Usage:
         cost = 0.0
         if self.cost_now is not None:
-            cost = max(0.0, self.cost_now - (self.cost_before or 0.0))
+            before = self.cost_before or 0.0
+            # a lower figure: the agent's count started again (a restarted process)
+            cost = self.cost_now - before if self.cost_now >= before else self.cost_now
         reported = not self.tokens.empty or self.cost_now is not None
         return replace(
             self.tokens,

@@ -60,3 +60,9 @@ def test_session_totals_round_trip_and_currency() -> None:
     assert (a + Usage(cost=1.0, currency="EUR", turns=1)).currency == "mixed"
     assert Usage.from_record({"usage": "{not json"}) == Usage()
     assert Usage.from_record({}) == Usage()
+
+
+def test_a_cumulative_cost_that_started_again() -> None:
+    t = TurnUsage(cost_before=2.0)
+    t.observe_update({"cost": {"amount": 0.3, "currency": "USD"}})
+    assert t.result().cost == 0.3
