@@ -123,8 +123,8 @@ def serve(
     allow-list ACP_ALLOWED_ORIGINS, body and message limits from the config.
     Upstream credentials: INTERNAL_SERVICE_TOKEN, else BRIDGE_AUTH_TOKEN.
     Local agents: known ACP agents found on PATH (opencode, gemini, codex-acp,
-  claude-agent-acp, qwen, goose) become providers (agents.detect, XWM_AGENTS_DETECT).
-  Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace).
+    claude-agent-acp, qwen, goose) become providers (agents.detect, XWM_AGENTS_DETECT).
+    Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace).
     """
     from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
