@@ -22,6 +22,7 @@ SECRET_KEYS = frozenset(
         "internal_service_token",
         "bridge_auth_token",
         "auth_header",
+        "auth_api_key",
         "openclaw_token",
         "llm_api_key",
         "api_key",

@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -60,14 +61,36 @@ class _Clock:
         return f"{self._stamp}.{int((now - second) * 1000):03d}Z"
 
 
+#: every live redactor, so secrets learnt at run time reach all of them
+_LIVE_REDACTORS: weakref.WeakSet[Redactor] = weakref.WeakSet()
+MIN_SECRET_LEN = 4
+
+
+def add_secrets(values: Iterable[str]) -> None:
+    """Redact these values from every log line written from now on."""
+    values = tuple(values)
+    for redactor in list(_LIVE_REDACTORS):
+        redactor.add(values)
+
+
 class Redactor:
     """Replaces every configured secret value by ``[REDACTED]`` in a rendered line."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._set(secrets)
+        _LIVE_REDACTORS.add(self)
+
+    def _set(self, secrets: Iterable[str]) -> None:
         # longest first, so a "Bearer x" value is replaced before its bare "x"
         values = sorted({s for s in secrets if s}, key=len, reverse=True)
         self._text = values
         self._bytes = [v.encode() for v in values]
+
+    def add(self, secrets: Iterable[str]) -> None:
+        """Also redact these values (secrets learnt at run time, e.g. a client's MCP env)."""
+        new = {s for s in secrets if len(s) >= MIN_SECRET_LEN} - set(self._text)
+        if new:
+            self._set([*self._text, *new])
 
     def text(self, value: str) -> str:
         for secret in self._text:
