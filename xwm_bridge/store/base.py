@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.store.records import (
+    MAX_PROMPT_CHARS,
     TURNS_PER_SESSION,
     PermissionRecord,
     SessionPage,
@@ -41,7 +42,10 @@ class StoreError(Exception):
     """The store cannot be opened or reached; the message names it (never a password)."""
 
 
-@dataclass(frozen=True, slots=True)
+#: Not frozen: built twice per turn on the hot path, where a frozen dataclass's
+#: ``object.__setattr__`` per field costs 3x; treat instances as immutable (they are
+#: handed to the store's writer), and use ``dataclasses.replace`` to change one.
+@dataclass(slots=True)
 class SessionRecord:
     session_id: str
     thread_id: str
@@ -62,7 +66,10 @@ NOTIFICATION = "notification"
 RESULT = "result"
 
 
-@dataclass(frozen=True, slots=True)
+#: Not frozen: built twice per turn on the hot path, where a frozen dataclass's
+#: ``object.__setattr__`` per field costs 3x; treat instances as immutable (they are
+#: handed to the store's writer), and use ``dataclasses.replace`` to change one.
+@dataclass(slots=True)
 class LedgerEntry:
     """One notification sent to the client during a turn, or the turn's final result.
 
@@ -182,6 +189,21 @@ class SessionStore(Protocol):
         password). For ``/readyz`` and ``doctor`` (``store.health.probe_store``)."""
 
 
+def interrupted_turn(record: SessionRecord, stored: TurnRecord | None) -> TurnRecord:
+    """The turn record of the session's last turn, which died with the process: the
+    stored one (if a record was written) marked ``interrupted``, else one made from the
+    session record (a running turn's record is only written when the turn ends)."""
+    base = stored or TurnRecord(
+        session_id=record.session_id,
+        turn_id=record.last_turn_id,
+        thread_id=record.thread_id,
+        provider=record.provider,
+        prompt=(record.history[-1] if record.history else "")[:MAX_PROMPT_CHARS],
+        started_at=record.updated_at,
+    )
+    return replace(base, status=INTERRUPTED, finished_at=time.time(), error=INTERRUPTED_MESSAGE)
+
+
 def _recovered(
     record: SessionRecord, ledger_seq: int, ledger_events: int = 0
 ) -> tuple[SessionRecord, LedgerEntry]:
@@ -270,6 +292,8 @@ class MemoryStore:
                 fixed, entry = _recovered(record, self._ledger_seq(sid), self._ledger_events(sid))
                 self.save(fixed)
                 self.append(sid, entry)
+                stored = self._turns.get(sid, {}).get(record.last_turn_id)
+                self.save_turn(interrupted_turn(record, stored))
                 ids.append(sid)
         return ids
 
