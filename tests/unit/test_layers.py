@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
         "netaddr",
         "llm",
         "observability",
+        "tasks",
         "console",
     ),
     ("config",),  # 1: the typed config
