@@ -25,6 +25,7 @@ from tests.conftest import (
     scripted_app,
     session_params,
     sse,
+    wait_queue_depth,
     wait_until,
 )
 
@@ -179,9 +180,11 @@ async def test_sigterm_drains_then_cancels_and_exits_zero(
     slow_sse = asyncio.create_task(
         sse(http, bridge.rpc_url, "session.start", session_params("s", "slow:20000 b"))
     )
+    await wait_until(lambda: "s" in fake_upstream.state.active)  # before the queued one
     queued = asyncio.create_task(
         rpc(http, bridge.rpc_url, "session.message", session_params("s", "never runs"))
     )
+    await wait_queue_depth(http, bridge.url, 1)
     ws = await http.ws_connect(bridge.ws_url, headers=AUTH)
     await ws.send_bytes(
         orjson.dumps(
