@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import wait_until
 from tests.redis_server import redis_server
 from xwm_bridge.store.base import (
     INTERRUPTED,
@@ -514,3 +515,98 @@ async def test_sqlite_health_after_close_and_second_opener_refused(tmp_path: Pat
         assert await second.health(1.0) == ""
     finally:
         await second.close()
+
+
+# --- back-pressure: a store that falls behind slows its writers, its queue stays bounded ---
+
+
+async def _waits_until_drained(
+    store: Any, block: Callable[[], None], entered: Callable[[], bool], release: Callable[[], None]
+) -> None:
+    import asyncio
+
+    store.backlog.high, store.backlog.low = 20, 5
+    await store.writable()  # nothing queued: at once
+    block()
+    store.append("s1", LedgerEntry(emitted_pos(1), "turn-1", update("s1", 1)))
+    await wait_until(entered)  # the writer holds that batch, blocked
+    for seq in range(2, 42):
+        store.append("s1", LedgerEntry(emitted_pos(seq), "turn-1", update("s1", seq)))
+    waiter = asyncio.ensure_future(store.writable())
+    done, _ = await asyncio.wait({waiter}, timeout=0.2)
+    assert not done  # 40 queued > 20: the writer waits
+    release()
+    await asyncio.wait_for(waiter, 5)  # the store caught up: it resumes
+    assert len(await messages(store, "s1", 0, 100)) == 41  # nothing lost
+
+
+async def test_sqlite_writers_wait_while_the_store_thread_is_behind(tmp_path: Path) -> None:
+    import threading
+
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.start()
+    gate, inside = threading.Event(), threading.Event()
+    apply = store._apply
+
+    def slow_apply(db: Any, writes: Any) -> None:
+        inside.set()
+        gate.wait(10)
+        apply(db, writes)
+
+    try:
+        await _waits_until_drained(
+            store, lambda: setattr(store, "_apply", slow_apply), inside.is_set, gate.set
+        )
+    finally:
+        gate.set()
+        await store.close()
+
+
+async def test_redis_writers_wait_while_the_writer_is_behind(tmp_path: Path) -> None:
+    import asyncio
+
+    async with redis_server(tmp_path) as server:
+        store = RedisStore(server.url, StoreLimits(), prefix="bp:")
+        await store.start()
+        gate, inside = asyncio.Event(), asyncio.Event()
+        flush = store._flush
+
+        async def slow_flush(writes: Any) -> None:
+            if writes:
+                inside.set()
+                await asyncio.wait_for(gate.wait(), 10)
+            await flush(writes)
+
+        try:
+            await _waits_until_drained(
+                store, lambda: setattr(store, "_flush", slow_flush), inside.is_set, gate.set
+            )
+        finally:
+            gate.set()
+            await store.close()
+
+
+async def test_writable_gives_up_after_its_deadline(tmp_path: Path) -> None:
+    # a stuck store thread does not hang its writers for ever
+    import threading
+
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.start()
+    gate = threading.Event()
+    apply = store._apply
+
+    def stuck(db: Any, writes: Any) -> None:
+        gate.wait(10)
+        apply(db, writes)
+
+    store._apply = stuck  # type: ignore[method-assign]
+    store.backlog.high, store.backlog.low, store.backlog.wait_s = 5, 1, 0.1
+    try:
+        for seq in range(1, 20):
+            store.append("s1", LedgerEntry(emitted_pos(seq), "turn-1", update("s1", seq)))
+        started = time.monotonic()
+        await store.writable()
+        assert 0.05 < time.monotonic() - started < 5
+    finally:
+        gate.set()
+        await store.close()

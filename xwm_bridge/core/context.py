@@ -86,6 +86,9 @@ class TurnContext:
     client: ClientRequests | None = None
     #: the batch form of ``notify`` (see :class:`CallContext`).
     notify_many: NotifyMany | None = None
+    #: awaited after ledger writes: returns once the session store keeps up
+    #: (``SessionStore.writable``), so a store that falls behind slows the turn
+    writable: Callable[[], Awaitable[None]] | None = None
 
     @property
     def session_id(self) -> str:
@@ -104,6 +107,8 @@ class TurnContext:
         """Pass an upstream notification through unchanged (contract.md §13.2)."""
         if self.ledger is not None:
             self.ledger(message, True)
+            if self.writable is not None:
+                await self.writable()
         if self.notify is not None:
             await self.notify(message)
 
@@ -113,6 +118,8 @@ class TurnContext:
         if self.ledger is not None:
             for message in messages:
                 self.ledger(message, True)
+            if self.writable is not None:
+                await self.writable()
         if self.notify_many is not None:
             await self.notify_many(messages)
         elif self.notify is not None:
@@ -131,6 +138,8 @@ class TurnContext:
         message = {"jsonrpc": "2.0", "method": "session.update", "params": params}
         if self.ledger is not None:
             self.ledger(message, False)
+            if self.writable is not None:
+                await self.writable()
         if self.notify is not None:
             await self.notify(message)
 

@@ -134,7 +134,16 @@ class TurnRunner:
 
         watched = journal is not None and registry.events is not None and registry.watched()
         ctx = TurnContext(
-            turn, session, turn_id, notify, self._supervisor, ledger, watched, client, notify_many
+            turn,
+            session,
+            turn_id,
+            notify,
+            self._supervisor,
+            ledger,
+            watched,
+            client,
+            notify_many,
+            registry.store.writable,
         )
         executor = self._executors[turn.mode]
         handle = TurnHandle(sp.session_id, turn_id)

@@ -13,8 +13,12 @@ Reads are coroutines and observe every write queued before them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -27,6 +31,8 @@ from xwm_bridge.store.records import (
     SessionQuery,
     TurnRecord,
 )
+
+log = logging.getLogger("xwm_bridge.store")
 
 #: ``last_turn_status`` values
 RUNNING = "running"
@@ -127,10 +133,68 @@ def interrupted_update(record: SessionRecord, seq: int) -> dict[str, Any]:
     )
 
 
+#: queued writes above which :meth:`SessionStore.writable` makes writers wait, the
+#: level where they resume, and the longest wait (a stuck store must not hang turns)
+BACKLOG_HIGH = 8192
+BACKLOG_LOW = 2048
+WRITABLE_WAIT = 10.0
+
+
+class WriteBacklog:
+    """Back-pressure on a store's write queue: above ``high`` queued writes,
+    :meth:`writable` waits (at most ``wait_s``) until the queue's consumer, after a
+    batch, finds it below ``low`` and calls :meth:`drained` (from any thread)."""
+
+    def __init__(self, size: Callable[[], int], store: str) -> None:
+        self.size = size
+        self.store = store
+        self.high = BACKLOG_HIGH
+        self.low = BACKLOG_LOW
+        self.wait_s = WRITABLE_WAIT
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def writable(self) -> None:
+        if self.size() < self.high:
+            return
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self._loop = asyncio.get_running_loop()
+            waiter = self._waiter = self._loop.create_future()
+            log.warning(
+                "session store is behind: turns wait for it",
+                extra={"store": self.store, "queued": self.size()},
+            )
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), self.wait_s)
+        except TimeoutError:
+            log.error(
+                "session store still behind; writing on",
+                extra={"store": self.store, "queued": self.size(), "waited_s": self.wait_s},
+            )
+
+    def drained(self) -> None:
+        waiter, loop = self._waiter, self._loop
+        if waiter is None or loop is None or waiter.done() or self.size() >= self.low:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            loop.call_soon_threadsafe(_wake, waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class SessionStore(Protocol):
     name: str
 
     async def start(self) -> None: ...
+
+    async def writable(self) -> None:
+        """Return once the queued writes are below the store's high-water mark (at once,
+        usually). A writer of many entries (a streaming turn) awaits it, so a store
+        that falls behind slows the writers instead of growing its queue without bound."""
 
     def save(self, record: SessionRecord) -> None:
         """Queue an upsert of the record."""
@@ -238,6 +302,9 @@ class MemoryStore:
 
     async def start(self) -> None:
         return None
+
+    async def writable(self) -> None:
+        return None  # writes are applied at once
 
     def save(self, record: SessionRecord) -> None:
         self._records[record.session_id] = record

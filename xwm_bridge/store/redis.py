@@ -39,6 +39,7 @@ from xwm_bridge.store.base import (
     SessionRecord,
     StoreError,
     StoreLimits,
+    WriteBacklog,
     interrupted_turn,
     recovered,
     selected,
@@ -175,6 +176,7 @@ class RedisStore:
             url, socket_timeout=timeout, socket_connect_timeout=timeout
         )
         self._ops: asyncio.Queue[Op] = asyncio.Queue()
+        self.backlog = WriteBacklog(self._ops.qsize, self.name)
         #: thread id → fencing token of the turn this replica runs on it (cluster.py)
         self.fences: dict[str, int] = {}
         self._writer: asyncio.Task[None] | None = None
@@ -290,6 +292,9 @@ class RedisStore:
         return bool(await self.client.exists(self.key("replica", replica_id)))
 
     # --- writes (never block the loop) ---------------------------------------------------
+
+    async def writable(self) -> None:
+        await self.backlog.writable()
 
     def save(self, record: SessionRecord) -> None:
         self._ops.put_nowait(("save", record, self.fences.get(record.thread_id, 0)))
@@ -606,6 +611,7 @@ class RedisStore:
             writes = [op for op in batch if op[0] in _WRITES]
             reads = [op for op in batch if op[0] == "call"]
             await self._flush(writes)
+            self.backlog.drained()
             await self._run_reads(reads)
             if any(op[0] == "stop" for op in batch):
                 return

@@ -35,6 +35,7 @@ from xwm_bridge.store.base import (
     SessionRecord,
     StoreError,
     StoreLimits,
+    WriteBacklog,
     emitted_pos,
     interrupted_turn,
     recovered,
@@ -169,6 +170,7 @@ class SQLiteStore:
         self.path = path
         self._limits = limits or StoreLimits()
         self._ops: queue.SimpleQueue[Op] = queue.SimpleQueue()
+        self.backlog = WriteBacklog(self._ops.qsize, self.name)
         self._thread: threading.Thread | None = None
         self._ready: Future[None] = Future()
         self._closed = False
@@ -257,6 +259,9 @@ class SQLiteStore:
         return ""
 
     # --- writes (never block the loop) ---------------------------------------------------
+
+    async def writable(self) -> None:
+        await self.backlog.writable()
 
     def save(self, record: SessionRecord) -> None:
         self._ops.put(("save", record))
@@ -490,6 +495,7 @@ class SQLiteStore:
                 except Exception as exc:
                     fut.set_exception(exc)
             self._flush(db, writes)
+            self.backlog.drained()
 
     def _flush(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         if not writes:

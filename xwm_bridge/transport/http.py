@@ -359,6 +359,7 @@ class HttpTransport:
             reply = await self.dispatcher.handle(req, call)
         final = DONE if reply is None else encode_data(jsonrpc.dumps(reply))
         await sender.send_bytes(final)
+        sender.close()
         if stream.prepared:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await stream.write_eof()
@@ -459,6 +460,7 @@ class HttpTransport:
                 inflight.spawn(serve_one(req), name=f"ws-request:{req.method}")
         finally:
             live.closed = True
+            sender.close()
             self._ws_connections.discard(ws)
             self.metrics.ws_connections.dec()
             # A turn already running keeps going in its thread worker; queued ones are dropped.

@@ -82,6 +82,12 @@ class OrderedSender:
     async def send(self, message: dict[str, Any]) -> None:
         await self.send_bytes(jsonrpc.dumps(message))
 
+    def close(self) -> None:
+        """The connection is done: its watchdog timer goes now, not when it fires."""
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.cancel()
+
 
 def _watch(ref: weakref.ref[OrderedSender]) -> None:
     sender = ref()

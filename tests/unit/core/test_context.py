@@ -52,3 +52,24 @@ async def test_ledger_only_without_a_client_channel() -> None:
     ctx, seen = context(notify=None)
     await ctx.relay_many(FRAMES)
     assert len(seen) == 3
+
+
+async def test_ledger_writes_wait_for_the_store_to_keep_up() -> None:
+    import asyncio
+
+    gate = asyncio.Event()
+    sent: list[str] = []
+
+    async def writable() -> None:
+        await gate.wait()
+
+    async def notify(message: dict[str, Any]) -> None:
+        sent.append(message["params"]["delta"])
+
+    ctx, _ = context(notify=notify, writable=writable)
+    relay = asyncio.ensure_future(ctx.relay_many(FRAMES))
+    done, _ = await asyncio.wait({relay}, timeout=0.05)
+    assert not done and sent == []  # held back while the store is behind
+    gate.set()
+    await asyncio.wait_for(relay, 5)
+    assert sent == ["0", "1", "2"]

@@ -69,3 +69,24 @@ async def test_cancelling_the_sender_is_not_a_timeout() -> None:
     else:
         raise AssertionError("the cancellation was swallowed")
     assert not sender.broken
+
+
+async def test_close_cancels_the_watchdog_and_the_sender_is_not_kept_alive() -> None:
+    import gc
+    import weakref
+
+    async def write(data: bytes) -> None:
+        return None
+
+    sender = OrderedSender(write, timeout=30)
+    assert await sender.send_bytes(b"a")
+    assert sender._watchdog is not None  # armed by the write, for 30 s
+    sender.close()
+    assert sender._watchdog is None
+    # even unclosed, the timer holds the sender weakly: a finished response goes at once
+    other = OrderedSender(write, timeout=30)
+    assert await other.send_bytes(b"a")
+    ref = weakref.ref(other)
+    del other
+    gc.collect()
+    assert ref() is None
