@@ -25,6 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
         "endpoint",
         "netaddr",
         "llm",
+        "wire",
+        "httpbody",
         "observability",
     ),
     ("config",),  # 1: the typed config

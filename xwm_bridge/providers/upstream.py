@@ -19,6 +19,7 @@ import aiohttp
 import websockets
 from websockets.asyncio.client import connect as ws_connect
 
+from xwm_bridge import httpbody
 from xwm_bridge.config import ProviderConfig
 from xwm_bridge.endpoint import Endpoint
 from xwm_bridge.providers.upstream_call import (
@@ -48,18 +49,10 @@ class UpstreamError(Exception):
 async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
     """The whole body, or :class:`UpstreamError` past ``cap`` bytes (``content.read(n)``
     returns only what is buffered, which cut long answers short)."""
-    if resp.content_length is not None and resp.content_length > cap:
-        raise UpstreamError("upstream response too large")
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk = await resp.content.readany()
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > cap:
-            raise UpstreamError("upstream response too large")
-        chunks.append(chunk)
+    try:
+        return await httpbody.read_capped(resp, cap)
+    except httpbody.BodyTooLarge:
+        raise UpstreamError("upstream response too large") from None
 
 
 class UpstreamClient:

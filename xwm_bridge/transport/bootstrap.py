@@ -15,12 +15,16 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from xwm_bridge.httpbody import BodyTooLarge, read_capped
+
 if TYPE_CHECKING:
     from xwm_bridge.app.bridge import Bridge
 
 ISSUED_BY = "xworkmate-bridge"
 CONSUME_PATH = "/api/internal/xworkmate/bridge/bootstrap/consume"
 MAX_TRACKED_CLIENTS = 10_000
+#: the accounts service's answer is read to its end, up to this
+MAX_ACCOUNTS_REPLY = 1024 * 1024
 
 
 def _text(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -102,9 +106,11 @@ class BootstrapHandlers:
                 timeout=aiohttp.ClientTimeout(total=cfg.limits.bootstrap_timeout),
             ) as resp:
                 status = resp.status
-                payload = await resp.content.read(1024 * 1024)
+                payload = await read_capped(resp, MAX_ACCOUNTS_REPLY)
         except (aiohttp.ClientError, TimeoutError):
             return _text(502, "failed to contact accounts service")
+        except BodyTooLarge:
+            return _text(502, "accounts bootstrap response too large")
         if not 200 <= status < 300:
             return _text(status, "accounts bootstrap consume failed")
         try:
