@@ -22,6 +22,7 @@ from xwm_bridge.config import (
 )
 from xwm_bridge.observability.logging import setup_logging
 from xwm_bridge.store.base import StoreError
+from xwm_bridge.wire import WireEncoder
 
 log = logging.getLogger("xwm_bridge")
 
@@ -246,6 +247,7 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
             stdout_writer(),
             max_message=cfg.limits.max_body_bytes,
             send_timeout=cfg.limits.notification_send_timeout,
+            wire=WireEncoder(cfg.secrets()),
         )
         await _until_signal(server.serve())
     finally:
@@ -313,6 +315,7 @@ async def _toolbridge(cfg: BridgeConfig) -> int:
             stdin_reader(),
             stdout_writer(),
             max_message=cfg.limits.max_body_bytes,
+            wire=WireEncoder(cfg.secrets()),
         )
         await _until_signal(server.serve())
     return 0

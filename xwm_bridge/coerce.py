@@ -45,7 +45,10 @@ def text(value: Any, default: str = "") -> str:
     elif isinstance(value, (int, float)):
         out = _number_text(value)
     else:
-        out = orjson.dumps(value).decode()
+        try:
+            out = orjson.dumps(value).decode()
+        except TypeError:  # nested deeper than orjson writes (input is capped far below)
+            return default
     out = out.strip()
     return out if out else default
 

@@ -260,6 +260,13 @@ class StoreConfig:
     state_dir: str = ""
     #: notifications kept per session for ``session.replay``.
     ledger_max_entries: int = 512
+    #: encoded bytes of notifications kept per session (the newest that fit).
+    ledger_max_bytes: int = 8 * MIB
+    #: bytes of prompt history kept per session (oldest prompts go first; the
+    #: latest is always kept).
+    history_max_bytes: int = MIB
+    #: backend ``memory``: every session together; the oldest entries go first.
+    memory_max_bytes: int = 256 * MIB
     #: seconds a ledger entry is kept.
     ledger_max_age: float = 3600.0
     #: seconds an untouched session is kept in the store.
@@ -689,6 +696,9 @@ def _validate(config: BridgeConfig) -> None:
         raise ConfigError(f"store.backend: must be one of {', '.join(STORE_BACKENDS)}")
     if config.store.ledger_max_entries <= 0 or config.store.replay_max_items <= 0:
         raise ConfigError("store: ledger_max_entries and replay_max_items must be greater than 0")
+    for name in ("ledger_max_bytes", "history_max_bytes", "memory_max_bytes"):
+        if getattr(config.store, name) <= 0:
+            raise ConfigError(f"store.{name}: must be greater than 0")
     if config.store.ledger_max_age <= 0 or config.store.retention <= 0:
         raise ConfigError("store: ledger_max_age and retention must be greater than 0")
     if config.store.redis_timeout <= 0 or config.store.lease_ttl < 1:

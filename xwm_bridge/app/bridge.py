@@ -32,6 +32,7 @@ from xwm_bridge.providers.stdio.permissions import PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.router.service import Router
 from xwm_bridge.store import open_store
+from xwm_bridge.store.base import SessionStore
 from xwm_bridge.store.cluster import Cluster
 from xwm_bridge.store.redis import RedisStore
 
@@ -39,6 +40,11 @@ log = logging.getLogger("xwm_bridge.bridge")
 PRUNE_INTERVAL = 300.0
 #: idle keep-alive connections to upstreams stay open this long (the pool stays warm)
 UPSTREAM_KEEPALIVE = 60.0
+
+
+def store_error_counts(store: SessionStore) -> dict[str, int]:
+    c = store.counters
+    return {"bad_record": c.bad_records, "write": c.write_errors, "restart": c.restarts}
 
 
 class Bridge:
@@ -49,7 +55,9 @@ class Bridge:
         self.supervisor = Supervisor()
         store = self.store = open_store(config)
         shared = isinstance(store, RedisStore)
-        self.sessions = SessionRegistry(store, shared=shared)
+        self.sessions = SessionRegistry(
+            store, shared=shared, history_max_bytes=config.store.history_max_bytes
+        )
         #: several replicas on one Redis: cross-replica thread queues and cancel
         self.cluster = (
             Cluster(store, self.sessions.cancel) if isinstance(store, RedisStore) else None
@@ -68,6 +76,7 @@ class Bridge:
         self.stdio_agents = StdioAgentExecutor(config, self.permissions)
         self.gateway = GatewayManager(config)
         self.metrics.bind_gateway(self.gateway.status_counts)
+        self.metrics.bind_store(store.alive, lambda: store_error_counts(store))
         self._http: aiohttp.ClientSession | None = None
         self._router: Router | None = None
         self._runner: TurnRunner | None = None

@@ -20,14 +20,16 @@ from typing import Any, TypeVar
 from xwm_bridge.core.feed import SessionFeed
 from xwm_bridge.store.base import (
     LedgerEntry,
-    MemoryStore,
     SessionRecord,
     SessionStore,
     emitted_pos,
     relayed_pos,
 )
+from xwm_bridge.store.memory import MemoryStore
 
 MAX_HISTORY = 64
+#: default of ``store.history_max_bytes``
+HISTORY_MAX_BYTES = 1024 * 1024
 T = TypeVar("T")
 
 
@@ -43,6 +45,8 @@ class Session:
     last_turn_status: str = ""
     #: upstream session ids (``acpSessionId``, ``acpCwd``, ``gatewaySessionKey``…)
     upstream: dict[str, str] = field(default_factory=dict)
+    #: prompt history cap in UTF-8 bytes (``store.history_max_bytes``)
+    history_max_bytes: int = HISTORY_MAX_BYTES
 
     def snapshot(self) -> SessionRecord:
         return SessionRecord(
@@ -74,9 +78,22 @@ class Session:
         return self.seq
 
     def add_prompt(self, prompt: str) -> None:
-        if prompt:
-            self.history.append(prompt)
-            del self.history[:-MAX_HISTORY]
+        """Keep the prompt: at most MAX_HISTORY, and the newest that fit in
+        ``history_max_bytes`` (the latest one always stays: gateway turns send it)."""
+        if not prompt:
+            return
+        history = self.history
+        history.append(prompt)
+        del history[:-MAX_HISTORY]
+        cap = self.history_max_bytes
+        if sum(map(len, history)) * 4 <= cap:  # a UTF-8 char is at most 4 bytes
+            return
+        sizes = [len(p.encode()) for p in history]
+        total, drop = sum(sizes), 0
+        while total > cap and drop < len(sizes) - 1:
+            total -= sizes[drop]
+            drop += 1
+        del history[:drop]
 
 
 @dataclass(slots=True, eq=False)
@@ -144,8 +161,15 @@ class TurnHandle:
 
 
 class SessionRegistry:
-    def __init__(self, store: SessionStore | None = None, *, shared: bool = False) -> None:
+    def __init__(
+        self,
+        store: SessionStore | None = None,
+        *,
+        shared: bool = False,
+        history_max_bytes: int = HISTORY_MAX_BYTES,
+    ) -> None:
         self.store: SessionStore = store if store is not None else MemoryStore()
+        self.history_max_bytes = history_max_bytes
         #: other replicas write the same store: reload the record at turn start unless
         #: ``must_reload(thread_id)`` says this replica ran the thread's previous turn
         self.shared = shared
@@ -162,8 +186,12 @@ class SessionRegistry:
         return self._sessions.get(session_id)
 
     def reset(self, session_id: str, thread_id: str) -> Session:
-        session = self._sessions[session_id] = Session(session_id, thread_id)
+        session = self._sessions[session_id] = self._new(Session(session_id, thread_id))
         self.store.delete(session_id)  # a new conversation: old record and ledger go
+        return session
+
+    def _new(self, session: Session) -> Session:
+        session.history_max_bytes = self.history_max_bytes
         return session
 
     async def load(self, session_id: str, thread_id: str) -> Session:
@@ -172,7 +200,7 @@ class SessionRegistry:
             record = await self.store.load(session_id)
             live = self._sessions.get(session_id)
             if record is not None and live is None:
-                self._sessions[session_id] = Session.restore(record)
+                self._sessions[session_id] = self._new(Session.restore(record))
             elif record is not None and live is not None and self.shared:
                 # another replica may have run the last turns: take its state, keep
                 # this object (running-turn and agent-session bookkeeping refer to it)
@@ -207,7 +235,7 @@ class SessionRegistry:
     def get_or_create(self, session_id: str, thread_id: str) -> Session:
         session = self._sessions.get(session_id)
         if session is None:
-            session = self._sessions[session_id] = Session(session_id, thread_id)
+            session = self._sessions[session_id] = self._new(Session(session_id, thread_id))
         if thread_id:
             session.thread_id = thread_id
         session.last_used = time.monotonic()

@@ -28,12 +28,19 @@ from typing import Any
 import orjson
 
 from xwm_bridge.observability.context import request_id, turn_id
+from xwm_bridge.observability.redact import REDACTED, Redactor
+
+__all__ = ["REDACTED", "EventLog", "JsonFormatter", "LineSink", "Redactor", "setup_logging"]
 
 _STANDARD = frozenset(
     vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None)).keys()
 ) | {"message", "asctime", "taskName"}
-REDACTED = "[REDACTED]"
-_REDACTED_B = REDACTED.encode()
+#: longest string a log field keeps (a 3 MB ``sessionId`` must not make a 3 MB line)
+MAX_FIELD_CHARS = 2048
+#: longest traceback kept in ``exc``
+MAX_EXC_CHARS = 16384
+#: a line longer than this has its container fields shortened to a bounded repr
+MAX_LINE_BYTES = 65536
 LEVEL_NAMES = {
     logging.DEBUG: "debug",
     logging.INFO: "info",
@@ -58,26 +65,29 @@ class _Clock:
         return f"{self._stamp}.{int((now - second) * 1000):03d}Z"
 
 
-class Redactor:
-    """Replaces every configured secret value by ``[REDACTED]`` in a rendered line."""
-
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        # longest first, so a "Bearer x" value is replaced before its bare "x"
-        values = sorted({s for s in secrets if s}, key=len, reverse=True)
-        self._text = values
-        self._bytes = [v.encode() for v in values]
-
-    def text(self, value: str) -> str:
-        for secret in self._text:
-            if secret in value:
-                value = value.replace(secret, REDACTED)
+def _cap(value: str, limit: int) -> str:
+    if len(value) <= limit:
         return value
+    return f"{value[:limit]}…(+{len(value) - limit} chars)"
 
-    def bytes(self, line: bytes) -> bytes:
-        for secret in self._bytes:
-            if secret in line:
-                line = line.replace(secret, _REDACTED_B)
-        return line
+
+def _capped(fields: dict[str, Any]) -> dict[str, Any]:
+    """Every string field cut to :data:`MAX_FIELD_CHARS` (values often come from clients
+    and peers); containers stay, and are bounded by the line cap."""
+    out = fields
+    for key, value in fields.items():
+        if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+            if out is fields:
+                out = dict(fields)
+            out[key] = _cap(value, MAX_FIELD_CHARS)
+    return out
+
+
+def _scalars(entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: (v if isinstance(v, (str, int, float, bool)) else _cap(repr(v), MAX_FIELD_CHARS))
+        for k, v in entry.items()
+    }
 
 
 def render_line(
@@ -94,7 +104,7 @@ def render_line(
         "ts": clock.stamp(created),
         "level": level,
         "logger": logger,
-        "msg": msg,
+        "msg": _cap(msg, MAX_FIELD_CHARS),
     }
     rid, tid = request_id.get(), turn_id.get()
     if rid:
@@ -102,18 +112,20 @@ def render_line(
     if tid:
         entry["turn_id"] = tid
     if fields:
-        entry.update(fields)
+        entry.update(_capped(fields))
     if exc:
-        entry["exc"] = exc
+        entry["exc"] = _cap(exc, MAX_EXC_CHARS)
     try:
         line = orjson.dumps(entry, default=repr)
     except TypeError:  # e.g. a peer's value nested deeper than orjson writes
-        entry = {
-            k: (v if isinstance(v, (str, int, float, bool)) else repr(v)[:2000])
-            for k, v in entry.items()
-        }
+        entry = _scalars(entry)
         line = orjson.dumps(entry)
-    return redactor.bytes(line) + b"\n"
+    if len(line) > MAX_LINE_BYTES:  # big containers (lists, dicts) in the fields
+        entry = _scalars(entry)
+        line = orjson.dumps(entry)
+    if redactor.hit(line):  # rebuilt from the line: repr()-ed objects are strings by now
+        line = orjson.dumps(redactor.value(orjson.loads(line)))
+    return line + b"\n"
 
 
 class LineSink:

@@ -7,7 +7,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -97,6 +97,25 @@ class Metrics:
                 yield family
 
         registry.register(_GatewayStates())
+
+    def bind_store(self, up: Callable[[], bool], counts: Callable[[], dict[str, int]]) -> None:
+        """``xwm_store_up`` (the writer runs and its last batch was accepted) and
+        ``xwm_store_errors_total{kind}`` (``bad_record``: dropped, could not be
+        encoded; ``write``: refused by the backend; ``restart``: writer restarted)."""
+
+        class _Store(Collector):
+            def collect(self) -> Iterable[Metric]:
+                yield GaugeMetricFamily(
+                    "xwm_store_up", "Session store writer running and accepting writes", float(up())
+                )
+                family = CounterMetricFamily(
+                    "xwm_store_errors", "Session store failures by kind", labels=["kind"]
+                )
+                for kind, value in sorted(counts().items()):
+                    family.add_metric([kind], value)
+                yield family
+
+        self.registry.register(_Store())
 
     def bind_state(
         self,

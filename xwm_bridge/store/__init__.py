@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 from xwm_bridge.config import BridgeConfig
-from xwm_bridge.store.base import MemoryStore, SessionStore, StoreLimits
+from xwm_bridge.store.base import SessionStore, StoreLimits
+from xwm_bridge.store.memory import MemoryStore
 from xwm_bridge.store.sqlite import SQLiteStore
 
 DB_NAME = "sessions.db"
@@ -33,7 +34,13 @@ def state_dir(config: BridgeConfig, env: dict[str, str] | None = None) -> Path:
 
 def open_store(config: BridgeConfig) -> SessionStore:
     sc = config.store
-    limits = StoreLimits(sc.ledger_max_entries, sc.ledger_max_age, sc.retention)
+    limits = StoreLimits(
+        sc.ledger_max_entries,
+        sc.ledger_max_age,
+        sc.retention,
+        ledger_max_bytes=sc.ledger_max_bytes,
+        memory_max_bytes=sc.memory_max_bytes,
+    )
     if sc.backend == "memory":
         return MemoryStore(limits)
     if sc.backend == "redis":

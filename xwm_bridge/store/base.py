@@ -8,12 +8,16 @@ and status) and a bounded ledger of the notifications of recent turns, which
 Writes (:meth:`SessionStore.save`, :meth:`append`, :meth:`delete`) never block
 the event loop: an implementation queues them and applies them in order.
 Reads are coroutines and observe every write queued before them.
+
+A bad record (one that cannot be encoded or bound) never stops the writer: it
+is dropped, logged and counted in :class:`StoreCounters`, and the writes queued
+around it are applied. :meth:`SessionStore.health` is what ``/readyz`` and
+``doctor`` ask.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -31,6 +35,42 @@ INTERRUPTED_MESSAGE = "turn interrupted: the bridge restarted while it was runni
 
 class StoreError(Exception):
     """The store cannot be opened or reached; the message names it (never a password)."""
+
+
+#: deadline of one health probe (``/readyz`` answers within it)
+HEALTH_TIMEOUT = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """The answer of :meth:`SessionStore.health`: which check ran, and how it went."""
+
+    backend: str
+    #: ``writable`` (SQLite: a probe row written), ``reachable`` (Redis: PING),
+    #: ``running`` (the writer thread or task is alive)
+    check: str
+    ok: bool
+    error: str = ""
+
+    def wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"backend": self.backend, "check": self.check, "ok": self.ok}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(slots=True)
+class StoreCounters:
+    """What went wrong in the writer, for metrics (``xwm_store_*``) and logs."""
+
+    #: records dropped because they could not be encoded or bound (one bad record)
+    bad_records: int = 0
+    #: writes the backend refused (disk full, read-only file, Redis down)
+    write_errors: int = 0
+    #: times the writer loop or thread was restarted after an unexpected error
+    restarts: int = 0
+    #: the last backend error, cleared by the next successful write batch
+    last_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +110,20 @@ def relayed_pos(seq: int) -> int:
     return 2 * seq + 1
 
 
+MIB = 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class StoreLimits:
     ledger_max_entries: int = 512
     ledger_max_age: float = 3600.0
     #: sessions untouched this long are deleted from the store.
     retention: float = 7 * 86400.0
+    #: encoded bytes of one session's ledger: the newest entries that fit are kept
+    ledger_max_bytes: int = 8 * MIB
+    #: the in-memory store, every session together (ledgers and prompt histories):
+    #: the oldest ledger entries go first, then the least recently saved sessions
+    memory_max_bytes: int = 256 * MIB
 
 
 def interrupted_update(record: SessionRecord, seq: int) -> dict[str, Any]:
@@ -99,8 +147,16 @@ def interrupted_update(record: SessionRecord, seq: int) -> dict[str, Any]:
 
 class SessionStore(Protocol):
     name: str
+    counters: StoreCounters
 
     async def start(self) -> None: ...
+
+    def alive(self) -> bool:
+        """The writer runs and its last batch was accepted (cheap: no I/O; for metrics)."""
+
+    async def health(self) -> StoreHealth:
+        """Probe the store within :data:`HEALTH_TIMEOUT`; never raises. A writer found
+        dead is restarted first."""
 
     def save(self, record: SessionRecord) -> None:
         """Queue an upsert of the record."""
@@ -137,81 +193,6 @@ def _recovered(record: SessionRecord, ledger_seq: int) -> tuple[SessionRecord, L
     entry = LedgerEntry(emitted_pos(seq), record.last_turn_id, interrupted_update(record, seq))
     fixed = replace(record, seq=seq, last_turn_status=INTERRUPTED, updated_at=time.time())
     return fixed, entry
-
-
-class MemoryStore:
-    """Process-local store: today's behaviour (nothing survives a restart)."""
-
-    name = "memory"
-
-    def __init__(self, limits: StoreLimits | None = None) -> None:
-        self._limits = limits or StoreLimits()
-        self._records: dict[str, SessionRecord] = {}
-        self._ledgers: dict[str, deque[LedgerEntry]] = {}
-
-    async def start(self) -> None:
-        return None
-
-    def save(self, record: SessionRecord) -> None:
-        self._records[record.session_id] = record
-
-    def append(self, session_id: str, entry: LedgerEntry) -> None:
-        ledger = self._ledgers.get(session_id)
-        if ledger is None:
-            ledger = self._ledgers[session_id] = deque(maxlen=self._limits.ledger_max_entries)
-        ledger.append(entry)
-
-    def delete(self, session_id: str) -> None:
-        self._records.pop(session_id, None)
-        self._ledgers.pop(session_id, None)
-
-    def _ledger_seq(self, session_id: str) -> int:
-        ledger = self._ledgers.get(session_id)
-        return max((e.pos // 2 for e in ledger), default=0) if ledger else 0
-
-    async def load(self, session_id: str) -> SessionRecord | None:
-        record = self._records.get(session_id)
-        if record is None:
-            return None
-        return replace(record, seq=max(record.seq, self._ledger_seq(session_id)))
-
-    async def replay(
-        self, session_id: str, after_seq: int, limit: int
-    ) -> list[tuple[int, dict[str, Any]]]:
-        horizon = time.time() - self._limits.ledger_max_age
-        floor = emitted_pos(after_seq)
-        out = [
-            (e.pos, e.message)
-            for e in self._ledgers.get(session_id, ())
-            if e.pos > floor and e.ts >= horizon
-        ]
-        return out[:limit]
-
-    async def recover(self) -> list[str]:
-        ids = []
-        for sid, record in list(self._records.items()):
-            if record.last_turn_status == RUNNING:
-                fixed, entry = _recovered(record, self._ledger_seq(sid))
-                self.save(fixed)
-                self.append(sid, entry)
-                ids.append(sid)
-        return ids
-
-    async def prune(self) -> int:
-        now = time.time()
-        stale = [
-            s for s, r in self._records.items() if now - r.updated_at >= self._limits.retention
-        ]
-        for sid in stale:
-            self.delete(sid)
-        horizon = now - self._limits.ledger_max_age
-        for ledger in self._ledgers.values():
-            while ledger and ledger[0].ts < horizon:
-                ledger.popleft()
-        return len(stale)
-
-    async def close(self) -> None:
-        return None
 
 
 recovered = _recovered

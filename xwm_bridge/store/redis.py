@@ -31,10 +31,13 @@ import orjson
 import redis.asyncio as aioredis
 
 from xwm_bridge.store.base import (
+    HEALTH_TIMEOUT,
     RUNNING,
     LedgerEntry,
     SessionRecord,
+    StoreCounters,
     StoreError,
+    StoreHealth,
     StoreLimits,
     emitted_pos,
     recovered,
@@ -56,12 +59,23 @@ if ARGV[4] == '1' then redis.call('SADD', KEYS[3], ARGV[3])
 else redis.call('SREM', KEYS[3], ARGV[3]) end
 return 1
 """
-# KEYS: ledger, record; ARGV: cap, ttl s, seq, entries…
+# KEYS: ledger, record; ARGV: cap, ttl s, seq, max bytes, entries… — the ledger keeps the
+# newest `cap` entries that fit in `max bytes`; the record hash keeps the ledger's byte size
+# (reset when the list was empty: expired or deleted)
 APPEND = """
-redis.call('RPUSH', KEYS[1], unpack(ARGV, 4))
-redis.call('LTRIM', KEYS[1], -tonumber(ARGV[1]), -1)
+local added = 0
+for i = 5, #ARGV do added = added + #ARGV[i] end
+local before = redis.call('LLEN', KEYS[1])
+local n = redis.call('RPUSH', KEYS[1], unpack(ARGV, 5))
+local total = added
+if before > 0 then total = redis.call('HINCRBY', KEYS[2], 'ledger_bytes', added) end
+local cap, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[4])
+while n > 0 and (n > cap or total > max_bytes) do
+  total = total - #redis.call('LPOP', KEYS[1])
+  n = n - 1
+end
+redis.call('HSET', KEYS[2], 'ledger_bytes', total, 'ledger_seq', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('HSET', KEYS[2], 'ledger_seq', ARGV[3])
 return 1
 """
 Call = Callable[[aioredis.Redis], Awaitable[Any]]
@@ -133,6 +147,7 @@ class RedisStore:
         self._writer: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
+        self.counters = StoreCounters()
 
     def key(self, kind: str, name: str = "") -> str:
         return f"{self.prefix}{kind}:{name}" if name else f"{self.prefix}{kind}"
@@ -149,6 +164,32 @@ class RedisStore:
         loop = asyncio.get_running_loop()
         self._writer = loop.create_task(self._serve(), name="redis-store")
         self._heartbeat = loop.create_task(self._heartbeats(), name="redis-heartbeat")
+
+    def alive(self) -> bool:
+        writer = self._writer
+        running = writer is not None and not writer.done() and not self._closed
+        return running and not self.counters.last_error
+
+    def _ensure_running(self) -> None:
+        """Start the writer task again if it ended (it should not: it catches everything)."""
+        if self._closed or self._writer is None or not self._writer.done():
+            return
+        self.counters.restarts += 1
+        log.error("session store writer had stopped; starting it again")
+        self._writer = asyncio.get_running_loop().create_task(self._serve(), name="redis-store")
+
+    async def health(self) -> StoreHealth:
+        if self._writer is None or self._closed:
+            return StoreHealth(self.name, "running", False, "the session store is not running")
+        self._ensure_running()
+        try:
+            await asyncio.wait_for(self.client.ping(), min(self.timeout, HEALTH_TIMEOUT))
+        except TimeoutError:
+            error = f"no PING answer within {min(self.timeout, HEALTH_TIMEOUT):g}s"
+            return StoreHealth(self.name, "reachable", False, f"Redis at {self._where}: {error}")
+        except Exception as exc:
+            return StoreHealth(self.name, "reachable", False, f"Redis at {self._where}: {exc}")
+        return StoreHealth(self.name, "reachable", True)
 
     async def close(self) -> None:
         if self._closed:
@@ -199,6 +240,7 @@ class RedisStore:
     async def _call(self, fn: Call) -> Any:
         if self._writer is None or self._closed:
             raise RuntimeError("session store is not running")
+        self._ensure_running()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._ops.put_nowait(("call", fn, fut))
         return await asyncio.wait_for(fut, self.timeout * 3)
@@ -296,22 +338,35 @@ class RedisStore:
     def _queue_save(self, pipe: Any, r: SessionRecord, fence: int = 0) -> None:
         skey = self.key("s", r.session_id)
         owner = self.replica_id if r.last_turn_status == RUNNING else ""
-        expire_at = int((r.updated_at + self._limits.retention) * 1000)
+        try:
+            expire_at = int((r.updated_at + self._limits.retention) * 1000)
+            record = _to_hash(r, owner)
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._dropped("save", r.session_id, exc)
+            return
         fields: list[Any] = []
-        for name, value in _to_hash(r, owner).items():
+        for name, value in record.items():
             fields += [name, value]
         running = "1" if r.last_turn_status == RUNNING else "0"
         keys = [self.key("fence", r.thread_id), skey, self.key("running")]
         pipe.eval(SAVE, len(keys), *keys, fence, expire_at, r.session_id, running, *fields)
 
     def _queue_append(self, pipe: Any, sid: str, entries: list[LedgerEntry]) -> None:
-        """One command for consecutive entries of one session."""
-        items = [
-            orjson.dumps({"p": e.pos, "t": e.turn_id, "ts": e.ts, "m": e.message}) for e in entries
-        ]
+        """One command for consecutive entries of one session (an entry that cannot be
+        encoded is dropped alone)."""
+        items = []
+        for e in entries:
+            try:
+                items.append(orjson.dumps({"p": e.pos, "t": e.turn_id, "ts": e.ts, "m": e.message}))
+            except TypeError as exc:
+                self._dropped("append", sid, exc)
+        if not items:
+            return
         cap, ttl = self._limits.ledger_max_entries, int(self._limits.retention)
         top = max(e.pos for e in entries) // 2  # ledger_seq: load() needs no ledger scan
-        pipe.eval(APPEND, 2, self.key("l", sid), self.key("s", sid), cap, ttl, top, *items)
+        max_bytes = self._limits.ledger_max_bytes
+        keys = (self.key("l", sid), self.key("s", sid))
+        pipe.eval(APPEND, 2, *keys, cap, ttl, top, max_bytes, *items)
 
     def queue_eval(
         self, script: str, keys: list[str], args: list[str | int]
@@ -345,28 +400,49 @@ class RedisStore:
             self._queue_append(pipe, sid, entries)
         try:
             await asyncio.wait_for(pipe.execute(), self.timeout)
-        except Exception:
+        except Exception as exc:
+            self.counters.write_errors += len(writes)
+            self.counters.last_error = f"{type(exc).__name__}: {exc}"[:300]
             log.exception("session store write failed", extra={"ops": len(writes)})
+        else:
+            self.counters.last_error = ""
         for op in writes:
             if op[0] == "eval" and not op[4].done():
                 op[4].set_result(None)
         writes.clear()
+
+    def _dropped(self, kind: str, session_id: str, exc: Exception) -> None:
+        self.counters.bad_records += 1
+        log.error(
+            "session store dropped a record",
+            extra={"op": kind, "session_id": session_id[:128], "error": f"{exc}"[:300]},
+        )
 
     async def _serve(self) -> None:
         """Per batch: every queued write in one pipeline, then every queued read at once.
 
         A read sees every write queued before it, and possibly some queued after it
         in the same batch (the catch-up stream de-duplicates that overlap); one
-        batch costs two round trips however many turns share it.
+        batch costs two round trips however many turns share it. Nothing ends the
+        loop but ``stop``: a batch that fails is logged and its readers get the error.
         """
         while True:
             batch = [await self._ops.get()]
             while len(batch) < MAX_BATCH and not self._ops.empty():
                 batch.append(self._ops.get_nowait())
-            writes = [op for op in batch if op[0] in ("save", "append", "delete", "eval")]
-            reads = [op for op in batch if op[0] == "call"]
-            await self._flush(writes)
-            await self._run_reads(reads)
+            try:
+                writes = [op for op in batch if op[0] in ("save", "append", "delete", "eval")]
+                reads = [op for op in batch if op[0] == "call"]
+                await self._flush(writes)
+                await self._run_reads(reads)
+            except Exception as exc:
+                self.counters.restarts += 1
+                log.exception("session store batch failed; the writer goes on")
+                for op in batch:
+                    if op[0] == "call" and not op[2].done():
+                        op[2].set_exception(exc)
+                    elif op[0] == "eval" and not op[4].done():
+                        op[4].set_result(None)
             if any(op[0] == "stop" for op in batch):
                 return
 

@@ -7,11 +7,16 @@ in one transaction, and answers reads after the writes queued before them, so
 a read always observes every earlier write. ``synchronous=NORMAL`` in WAL mode:
 a committed batch survives a process crash (``kill -9``); an OS crash may lose
 the last batch, never corrupt the file.
+
+The thread survives any bad record: a batch that fails is applied again one
+write at a time, and only the writes that fail alone are dropped (logged and
+counted). A thread found dead is started again by the next read or health probe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import sqlite3
@@ -26,10 +31,13 @@ from typing import Any, TypeVar
 import orjson
 
 from xwm_bridge.store.base import (
+    HEALTH_TIMEOUT,
     RUNNING,
     LedgerEntry,
     SessionRecord,
+    StoreCounters,
     StoreError,
+    StoreHealth,
     StoreLimits,
     emitted_pos,
     recovered,
@@ -66,8 +74,15 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 CREATE INDEX IF NOT EXISTS ledger_session ON ledger (session_id, id);
 CREATE INDEX IF NOT EXISTS ledger_ts ON ledger (ts);
+CREATE TABLE IF NOT EXISTS health (k TEXT PRIMARY KEY, v REAL NOT NULL);
 """
 
+#: drop a session's oldest entries past ``ledger_max_bytes`` (the newest that fit stay)
+TRIM_BYTES = (
+    "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT MAX(id) FROM"
+    " (SELECT id, SUM(length(message)) OVER (ORDER BY id DESC) AS total FROM ledger"
+    " WHERE session_id = ?) WHERE total > ?)"
+)
 Op = tuple[Any, ...]
 _STOP: Op = ("stop",)
 
@@ -98,19 +113,56 @@ class SQLiteStore:
         self._ready: Future[None] = Future()
         self._closed = False
         self._wake = threading.Event()
-        #: ledger entries added per session since its last trim (store thread only)
+        #: ledger entries and bytes added per session since its last trim (store thread only)
         self._untrimmed: dict[str, int] = {}
+        self._untrimmed_bytes: dict[str, int] = {}
+        self.counters = StoreCounters()
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._thread = threading.Thread(target=self._run, name="sqlite-store", daemon=True)
-            self._thread.start()
+            self._start_thread()
             await asyncio.wait_for(asyncio.wrap_future(self._ready), READ_TIMEOUT)
         except (OSError, sqlite3.Error, TimeoutError) as exc:
             raise StoreError(f"session store: cannot open {self.path}: {exc}") from None
+
+    def _start_thread(self) -> None:
+        self._ready = Future()
+        self._thread = threading.Thread(target=self._run, name="sqlite-store", daemon=True)
+        self._thread.start()
+
+    def _ensure_running(self) -> None:
+        """Start the store thread again if it died (it should not: it catches everything)."""
+        if self._closed or self._thread is None or self._thread.is_alive():
+            return
+        self.counters.restarts += 1
+        log.error("session store thread had stopped; starting it again")
+        self._start_thread()
+
+    def alive(self) -> bool:
+        thread = self._thread
+        running = thread is not None and thread.is_alive() and not self._closed
+        return running and not self.counters.last_error
+
+    async def health(self) -> StoreHealth:
+        if self._thread is None or self._closed:
+            return StoreHealth(self.name, "running", False, "the session store is not running")
+        self._ensure_running()
+
+        def probe(db: sqlite3.Connection) -> None:
+            db.execute("INSERT OR REPLACE INTO health (k, v) VALUES ('probe', ?)", (time.time(),))
+
+        try:
+            await asyncio.wait_for(self._call(probe), HEALTH_TIMEOUT)
+        except TimeoutError:
+            error = f"no answer from the store thread within {HEALTH_TIMEOUT:g}s"
+            return StoreHealth(self.name, "writable", False, f"{self.path}: {error}")
+        except Exception as exc:
+            return StoreHealth(self.name, "writable", False, f"{self.path}: {exc}")
+        self.counters.last_error = ""  # a write went through: the backend is back
+        return StoreHealth(self.name, "writable", True)
 
     async def close(self) -> None:
         if self._thread is None or self._closed:
@@ -137,6 +189,7 @@ class SQLiteStore:
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._thread is None or self._closed:
             raise RuntimeError("session store is not running")
+        self._ensure_running()
         fut: Future[T] = Future()
         self._ops.put(("call", fn, fut))
         self._wake.set()
@@ -161,14 +214,16 @@ class SQLiteStore:
         self, session_id: str, after_seq: int, limit: int
     ) -> list[tuple[int, dict[str, Any]]]:
         horizon = time.time() - self._limits.ledger_max_age
-        cap = self._limits.ledger_max_entries
+        cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
 
         def read(db: sqlite3.Connection) -> list[tuple[int, dict[str, Any]]]:
+            # the newest `cap` entries that fit in `max_bytes` (trimming may lag behind)
             rows = db.execute(
-                "SELECT pos, message FROM (SELECT id, pos, message, ts FROM ledger"
+                "SELECT pos, message FROM (SELECT id, pos, message, ts,"
+                " SUM(length(message)) OVER (ORDER BY id DESC) AS total FROM ledger"
                 " WHERE session_id = ? ORDER BY id DESC LIMIT ?)"
-                " WHERE pos > ? AND ts >= ? ORDER BY id LIMIT ?",
-                (session_id, cap, emitted_pos(after_seq), horizon, limit),
+                " WHERE total <= ? AND pos > ? AND ts >= ? ORDER BY id LIMIT ?",
+                (session_id, cap, max_bytes, emitted_pos(after_seq), horizon, limit),
             ).fetchall()
             return [(int(r[0]), orjson.loads(r[1])) for r in rows]
 
@@ -224,7 +279,13 @@ class SQLiteStore:
             return
         self._ready.set_result(None)
         try:
-            self._serve(db)
+            while True:
+                try:
+                    self._serve(db)
+                    return
+                except Exception:  # a bug, not a bad record (those are handled per write)
+                    self.counters.restarts += 1
+                    log.exception("session store loop failed; it goes on")
         finally:
             db.close()
 
@@ -263,41 +324,83 @@ class SQLiteStore:
             return
         try:
             self._apply(db, writes)
-        except sqlite3.Error:
-            log.exception("session store write failed", extra={"ops": len(writes)})
+        except Exception as exc:
+            if isinstance(exc, sqlite3.OperationalError) or len(writes) == 1:
+                self._dropped(writes, exc)  # the backend refuses: retrying alone won't help
+            else:
+                self._isolate(db, writes)
+        else:
+            self.counters.last_error = ""
         writes.clear()
+
+    def _isolate(self, db: sqlite3.Connection, writes: list[Op]) -> None:
+        """A batch failed on a bad record: apply its writes one by one, drop the bad."""
+        for op in writes:
+            try:
+                self._apply(db, [op])
+            except Exception as exc:
+                self._dropped([op], exc)
+
+    def _dropped(self, ops: list[Op], exc: Exception) -> None:
+        backend = isinstance(exc, sqlite3.OperationalError)
+        if backend:
+            self.counters.write_errors += len(ops)
+            self.counters.last_error = str(exc)[:300]
+        else:
+            self.counters.bad_records += len(ops)
+        log.error(
+            "session store write failed; dropped" if backend else "session store dropped a record",
+            extra={
+                "ops": len(ops),
+                "op": ops[0][0],
+                "session_id": _session_of(ops[0])[:128],
+                "error": f"{type(exc).__name__}: {exc}"[:300],
+            },
+        )
 
     def _apply(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         touched: dict[str, int] = {}
+        sizes: dict[str, int] = {}
         db.execute("BEGIN")
         try:
             for op in writes:
                 if op[0] == "save":
                     _upsert(db, op[1])
                 elif op[0] == "append":
-                    _insert_entry(db, op[1], op[2])
+                    sizes[op[1]] = sizes.get(op[1], 0) + _insert_entry(db, op[1], op[2])
                     touched[op[1]] = touched.get(op[1], 0) + 1
                 else:
                     _delete(db, op[1])
                     self._untrimmed.pop(op[1], None)
-            # trim a session's ledger every cap/8 entries, not per batch (replay reads
-            # only the newest `cap` entries, so the slack is never visible)
-            cap = self._limits.ledger_max_entries
+                    self._untrimmed_bytes.pop(op[1], None)
+            # trim a session's ledger every cap/8 entries (or max_bytes/8 bytes), not per
+            # batch (replay reads only the newest entries that fit: the slack is invisible)
+            cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
             for sid, added in touched.items():
                 pending = self._untrimmed.get(sid, 0) + added
-                if pending < max(1, cap // 8):
+                pending_bytes = self._untrimmed_bytes.get(sid, 0) + sizes[sid]
+                if pending < max(1, cap // 8) and pending_bytes < max_bytes // 8:
                     self._untrimmed[sid] = pending
+                    self._untrimmed_bytes[sid] = pending_bytes
                     continue
                 self._untrimmed.pop(sid, None)
+                self._untrimmed_bytes.pop(sid, None)
                 db.execute(
                     "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT id FROM ledger"
                     " WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
                     (sid, sid, cap),
                 )
+                db.execute(TRIM_BYTES, (sid, sid, max_bytes))
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # keep the original error
+                db.execute("ROLLBACK")
             raise
+
+
+def _session_of(op: Op) -> str:
+    target = op[1]
+    return target.session_id if isinstance(target, SessionRecord) else str(target)
 
 
 def _with_seq(record: SessionRecord, seq: int) -> SessionRecord:
@@ -326,11 +429,14 @@ def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
     )
 
 
-def _insert_entry(db: sqlite3.Connection, session_id: str, e: LedgerEntry) -> None:
+def _insert_entry(db: sqlite3.Connection, session_id: str, e: LedgerEntry) -> int:
+    """Insert one entry; its encoded size."""
+    message = orjson.dumps(e.message)
     db.execute(
         "INSERT INTO ledger (session_id, pos, turn_id, message, ts) VALUES (?, ?, ?, ?, ?)",
-        (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts),
+        (session_id, e.pos, e.turn_id, message, e.ts),
     )
+    return len(message)
 
 
 def _delete(db: sqlite3.Connection, session_id: str) -> None:

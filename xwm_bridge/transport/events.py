@@ -23,15 +23,20 @@ from xwm_bridge import jsonrpc
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.core.feed import Subscription
 from xwm_bridge.transport.notify import OrderedSender
+from xwm_bridge.wire import PLAIN, WireEncoder
 
 KEEPALIVE_SECONDS = 15.0
 FOLLOW_MAX_SECONDS = 3600.0
 BAD_AFTER = "afterSeq / Last-Event-ID must be a non-negative integer"
 
 
-def event_bytes(pos: int, message: dict[str, Any]) -> bytes:
-    """One SSE event: ``id:`` is the bridge seq the entry is or follows."""
-    return b"id: %d\ndata: " % (pos // 2) + jsonrpc.dumps(message) + b"\n\n"
+def event_bytes(pos: int, message: dict[str, Any], wire: WireEncoder = PLAIN) -> bytes | None:
+    """One SSE event: ``id:`` is the bridge seq the entry is or follows (None when the
+    message cannot be encoded)."""
+    data = wire.encode(message)
+    if data is None:
+        return None
+    return b"id: %d\ndata: " % (pos // 2) + data + b"\n\n"
 
 
 def parse_after(header: str | None, query: str | None) -> int | None:
@@ -39,6 +44,13 @@ def parse_after(header: str | None, query: str | None) -> int | None:
     if not raw.isdigit():
         return None
     return int(raw)
+
+
+def _fingerprint(message: dict[str, Any]) -> bytes:
+    try:
+        return jsonrpc.dumps(message)
+    except TypeError:  # not encodable: never equal to another entry
+        return b"%d" % id(message)
 
 
 def drop_overlap(missed: list[tuple[int, dict[str, Any]]], sub: Subscription) -> None:
@@ -51,8 +63,8 @@ def drop_overlap(missed: list[tuple[int, dict[str, Any]]], sub: Subscription) ->
     queued = list(sub.pending)
     if not queued or not missed:
         return
-    key = [(pos, jsonrpc.dumps(m)) for pos, m in queued]
-    tail = [(pos, jsonrpc.dumps(m)) for pos, m in missed[-len(queued) :]]
+    key = [(pos, _fingerprint(m)) for pos, m in queued]
+    tail = [(pos, _fingerprint(m)) for pos, m in missed[-len(queued) :]]
     for j in range(min(len(key), len(tail)), 0, -1):
         if tail[-j:] == key[:j]:
             for _ in range(j):
@@ -61,7 +73,11 @@ def drop_overlap(missed: list[tuple[int, dict[str, Any]]], sub: Subscription) ->
 
 
 async def stream_events(
-    request: web.Request, bridge: Bridge, send_timeout: float, headers: dict[str, str]
+    request: web.Request,
+    bridge: Bridge,
+    send_timeout: float,
+    headers: dict[str, str],
+    wire: WireEncoder = PLAIN,
 ) -> web.StreamResponse:
     session_id = request.match_info.get("sessionId", "")
     after = parse_after(request.headers.get("Last-Event-ID"), request.query.get("afterSeq"))
@@ -90,7 +106,8 @@ async def stream_events(
         await stream.prepare(request)
         sender = OrderedSender(stream.write, timeout=send_timeout)
         for pos, message in missed:
-            if not await sender.send_bytes(event_bytes(pos, message)):
+            event = event_bytes(pos, message, wire)
+            if event is not None and not await sender.send_bytes(event):
                 return stream
         if sub is None:
             return stream
@@ -103,7 +120,9 @@ async def stream_events(
                 if not sub.overflowed:
                     await sender.send_bytes(b": keep-alive\n\n")
                 continue
-            await sender.send_bytes(event_bytes(*entry))
+            event = event_bytes(*entry, wire)
+            if event is not None:
+                await sender.send_bytes(event)
     finally:
         if sub is not None:
             sessions.feed.unsubscribe(sub)

@@ -29,6 +29,7 @@ from xwm_bridge.transport.events import stream_events
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache
+from xwm_bridge.wire import WireEncoder
 
 log = logging.getLogger("xwm_bridge.http")
 
@@ -104,6 +105,8 @@ class HttpTransport:
         self.bootstrap = bootstrap.BootstrapHandlers(bridge)
         self.health = HealthHandlers(bridge)
         self.metrics = bridge.metrics
+        #: every message to a client is encoded here: secrets redacted, never raises
+        self.wire = WireEncoder(cfg.secrets())
         self._ws_connections: set[web.WebSocketResponse] = set()
 
     def _routes(self) -> dict[str, tuple[str, RouteHandler]]:
@@ -217,13 +220,15 @@ class HttpTransport:
         try:
             req = jsonrpc.decode_request(body)
         except jsonrpc.DecodeError as exc:
-            return _rpc_error_response(400, jsonrpc.PARSE_ERROR, exc.message)
+            return _json_response(400, exc.envelope())
 
         if "text/event-stream" not in request.headers.get("Accept", "").lower():
             reply = await self.dispatcher.handle(req, self._call(request, None, "http"))
             if reply is None:
                 return web.Response(status=200)
-            data = jsonrpc.dumps(reply) + b"\n"
+            encoded = self.wire.encode(reply)
+            assert encoded is not None  # a response always encodes (or becomes -32603)
+            data = encoded + b"\n"
             self.metrics.sent.get("http").inc(len(data))
             return web.Response(status=200, body=data, headers=JSON_HEADERS)
         return await self._rpc_sse(request, req, cors)
@@ -242,12 +247,16 @@ class HttpTransport:
             sent.inc(len(data))
 
         sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
+        wire = self.wire
 
         async def notify(message: dict[str, Any]) -> None:
-            await sender.send_bytes(encode_data(jsonrpc.dumps(message)))
+            data = wire.encode(message)
+            if data is not None:
+                await sender.send_bytes(encode_data(data))
 
         reply = await self.dispatcher.handle(req, self._call(request, notify, "sse"))
-        final = DONE if reply is None else encode_data(jsonrpc.dumps(reply))
+        encoded = None if reply is None else wire.encode(reply)
+        final = DONE if encoded is None else encode_data(encoded)
         await sender.send_bytes(final)
         if stream.prepared:
             with contextlib.suppress(ConnectionError, RuntimeError):
@@ -270,7 +279,7 @@ class HttpTransport:
                 if cors:
                     extra["Vary"] = ", ".join(VARY)
                 return await stream_events(
-                    request, self.bridge, self.limits.notification_send_timeout, extra
+                    request, self.bridge, self.limits.notification_send_timeout, extra, self.wire
                 )
         self._apply_headers(response, cors)
         return response
@@ -305,7 +314,7 @@ class HttpTransport:
             await ws.send_str(data.decode())  # JSON goes out as text frames
             sent.inc(len(data))
 
-        sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
+        sender = OrderedSender(write, timeout=self.limits.notification_send_timeout, wire=self.wire)
         live = LiveConnection(sender.send)
         call = self._call(request, sender.send, "ws", live)
         # the connection owns its requests: they end with it
@@ -326,7 +335,7 @@ class HttpTransport:
                 try:
                     req = jsonrpc.decode_request(msg.data)
                 except jsonrpc.DecodeError as exc:
-                    await sender.send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message))
+                    await sender.send(exc.envelope())
                     continue
                 if len(inflight) >= MAX_INFLIGHT_PER_CONNECTION:
                     if not req.is_notification:

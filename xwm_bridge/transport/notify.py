@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from xwm_bridge import jsonrpc
+from xwm_bridge.wire import PLAIN, WireEncoder
 
 log = logging.getLogger("xwm_bridge.transport")
 
@@ -19,9 +19,16 @@ class OrderedSender:
     blocking the turn that produces them.
     """
 
-    def __init__(self, write: Callable[[bytes], Awaitable[None]], *, timeout: float) -> None:
+    def __init__(
+        self,
+        write: Callable[[bytes], Awaitable[None]],
+        *,
+        timeout: float,
+        wire: WireEncoder = PLAIN,
+    ) -> None:
         self._write = write
         self._timeout = timeout
+        self._wire = wire
         self._lock = asyncio.Lock()
         self.broken = False
 
@@ -40,7 +47,10 @@ class OrderedSender:
             return True
 
     async def send(self, message: dict[str, Any]) -> None:
-        await self.send_bytes(jsonrpc.dumps(message))
+        """Encode (secrets redacted; never raises) and send one message."""
+        data = self._wire.encode(message)
+        if data is not None:
+            await self.send_bytes(data)
 
 
 class LiveConnection:

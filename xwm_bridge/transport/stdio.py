@@ -18,6 +18,7 @@ from xwm_bridge.core.context import CallContext
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
+from xwm_bridge.wire import PLAIN, WireEncoder
 
 log = logging.getLogger("xwm_bridge.stdio")
 MAX_INFLIGHT = 256
@@ -33,8 +34,10 @@ class StdioServer:
         *,
         max_message: int,
         send_timeout: float,
+        wire: WireEncoder = PLAIN,
     ) -> None:
         self._dispatcher = dispatcher
+        self._wire = wire
         self._read = read
         self._sender = OrderedSender(write, timeout=send_timeout)
         self._decoder = StdioDecoder(max_message=max_message)
@@ -44,7 +47,9 @@ class StdioServer:
         self._live = LiveConnection(self._send)
 
     async def _send(self, message: dict[str, object]) -> None:
-        await self._sender.send_bytes(jsonrpc.dumps(message) + b"\n")
+        data = self._wire.encode(message)
+        if data is not None:
+            await self._sender.send_bytes(data + b"\n")
 
     async def _serve_one(self, req: jsonrpc.Request) -> None:
         reply = await self._dispatcher.handle(

@@ -45,6 +45,23 @@ def test_history_under_cap_keeps_everything() -> None:
 # --- registry: reset / get_or_create / close ------------------------------------------
 
 
+def test_history_is_bounded_by_bytes_oldest_first() -> None:
+    """issue 16 item 12: 64 prompts of 3.9 MiB used to stay in memory and in every save."""
+    s = Session("s", "t", history_max_bytes=10_000)
+    for i in range(64):
+        s.add_prompt(f"{i:02d}" + "p" * 3_998)
+    assert len(s.history) == 2 and s.history[-1].startswith("63")
+    assert sum(len(p.encode()) for p in s.history) <= 10_000
+    s.add_prompt("é" * 20_000)  # alone over the cap: the latest prompt always stays
+    assert s.history == ["é" * 20_000]
+
+
+def test_registry_applies_the_history_cap() -> None:
+    reg = SessionRegistry(history_max_bytes=100)
+    assert reg.get_or_create("s", "t").history_max_bytes == 100
+    assert reg.reset("s2", "t").history_max_bytes == 100
+
+
 def test_get_or_create_creates_once() -> None:
     reg = SessionRegistry()
     assert reg.get("s") is None

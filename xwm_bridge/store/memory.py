@@ -1,0 +1,188 @@
+"""The in-memory session store (backend ``memory``): nothing survives a restart.
+
+Bounded by count, age and bytes: each session's ledger keeps the newest entries
+that fit in ``ledger_max_bytes``, and all sessions together (ledgers plus prompt
+histories) fit in ``memory_max_bytes`` — past it, the oldest ledger entries of
+any session go first, then the least recently saved sessions. An entry that
+cannot be encoded (and so could never be sent back) is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from xwm_bridge.store.base import (
+    RUNNING,
+    LedgerEntry,
+    SessionRecord,
+    StoreCounters,
+    StoreHealth,
+    StoreLimits,
+    emitted_pos,
+    recovered,
+)
+
+log = logging.getLogger("xwm_bridge.store")
+#: what an entry costs beyond its encoded message (the object, its deque slot)
+ENTRY_OVERHEAD = 128
+
+
+def record_size(record: SessionRecord) -> int:
+    return ENTRY_OVERHEAD + sum(len(p) for p in record.history)
+
+
+class MemoryStore:
+    name = "memory"
+
+    def __init__(self, limits: StoreLimits | None = None) -> None:
+        self._limits = limits or StoreLimits()
+        #: least recently saved first (a save moves a record to the end)
+        self._records: dict[str, SessionRecord] = {}
+        self._ledgers: dict[str, deque[tuple[LedgerEntry, int]]] = {}
+        self._ledger_bytes: dict[str, int] = {}
+        #: every entry in append order, for the global cap (may hold removed ones)
+        self._order: deque[tuple[str, LedgerEntry]] = deque()
+        self._live_entries = 0
+        self._bytes = 0
+        self.counters = StoreCounters()
+
+    @property
+    def bytes_held(self) -> int:
+        return self._bytes
+
+    async def start(self) -> None:
+        return None
+
+    def alive(self) -> bool:
+        return True
+
+    async def health(self) -> StoreHealth:
+        return StoreHealth(self.name, "running", True)
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def save(self, record: SessionRecord) -> None:
+        old = self._records.pop(record.session_id, None)
+        if old is not None:
+            self._bytes -= record_size(old)
+        self._records[record.session_id] = record
+        self._bytes += record_size(record)
+        self._enforce_global()
+
+    def append(self, session_id: str, entry: LedgerEntry) -> None:
+        try:
+            size = len(orjson.dumps(entry.message)) + ENTRY_OVERHEAD
+        except TypeError as exc:  # e.g. nested deeper than orjson writes
+            self.counters.bad_records += 1
+            log.error(
+                "session store dropped a record",
+                extra={"op": "append", "session_id": session_id[:128], "error": str(exc)},
+            )
+            return
+        ledger = self._ledgers.get(session_id)
+        if ledger is None:
+            ledger = self._ledgers[session_id] = deque()
+        ledger.append((entry, size))
+        self._order.append((session_id, entry))
+        self._live_entries += 1
+        self._ledger_bytes[session_id] = self._ledger_bytes.get(session_id, 0) + size
+        self._bytes += size
+        limits = self._limits
+        while ledger and (
+            len(ledger) > limits.ledger_max_entries
+            or self._ledger_bytes[session_id] > limits.ledger_max_bytes
+        ):
+            self._pop_oldest(session_id, ledger)
+        self._enforce_global()
+
+    def delete(self, session_id: str) -> None:
+        record = self._records.pop(session_id, None)
+        if record is not None:
+            self._bytes -= record_size(record)
+        self._drop_ledger(session_id)
+
+    def _pop_oldest(self, session_id: str, ledger: deque[tuple[LedgerEntry, int]]) -> None:
+        _, size = ledger.popleft()
+        self._ledger_bytes[session_id] -= size
+        self._bytes -= size
+        self._live_entries -= 1
+        if not ledger:
+            del self._ledgers[session_id]
+            del self._ledger_bytes[session_id]
+
+    def _drop_ledger(self, session_id: str) -> None:
+        ledger = self._ledgers.pop(session_id, None)
+        if ledger is not None:
+            self._bytes -= self._ledger_bytes.pop(session_id)
+            self._live_entries -= len(ledger)
+
+    def _enforce_global(self) -> None:
+        cap = self._limits.memory_max_bytes
+        while self._bytes > cap and self._order:  # oldest entries of any session first
+            session_id, entry = self._order.popleft()
+            ledger = self._ledgers.get(session_id)
+            if ledger and ledger[0][0] is entry:
+                self._pop_oldest(session_id, ledger)
+        while self._bytes > cap and self._records:  # then the least recently saved sessions
+            oldest = next(iter(self._records))
+            self.delete(oldest)
+        if len(self._order) > 2 * self._live_entries + 1024:  # forget removed entries
+            live = [(sid, e) for sid, ledger in self._ledgers.items() for e, _ in ledger]
+            live.sort(key=lambda item: item[1].ts)
+            self._order = deque(live)
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def _ledger_seq(self, session_id: str) -> int:
+        ledger = self._ledgers.get(session_id)
+        return max((e.pos // 2 for e, _ in ledger), default=0) if ledger else 0
+
+    async def load(self, session_id: str) -> SessionRecord | None:
+        record = self._records.get(session_id)
+        if record is None:
+            return None
+        return replace(record, seq=max(record.seq, self._ledger_seq(session_id)))
+
+    async def replay(
+        self, session_id: str, after_seq: int, limit: int
+    ) -> list[tuple[int, dict[str, Any]]]:
+        horizon = time.time() - self._limits.ledger_max_age
+        floor = emitted_pos(after_seq)
+        out = [
+            (e.pos, e.message)
+            for e, _ in self._ledgers.get(session_id, ())
+            if e.pos > floor and e.ts >= horizon
+        ]
+        return out[:limit]
+
+    async def recover(self) -> list[str]:
+        ids = []
+        for sid, record in list(self._records.items()):
+            if record.last_turn_status == RUNNING:
+                fixed, entry = recovered(record, self._ledger_seq(sid))
+                self.save(fixed)
+                self.append(sid, entry)
+                ids.append(sid)
+        return ids
+
+    async def prune(self) -> int:
+        now = time.time()
+        stale = [
+            s for s, r in self._records.items() if now - r.updated_at >= self._limits.retention
+        ]
+        for sid in stale:
+            self.delete(sid)
+        horizon = now - self._limits.ledger_max_age
+        for sid, ledger in list(self._ledgers.items()):
+            while ledger and ledger[0][0].ts < horizon:
+                self._pop_oldest(sid, ledger)
+        return len(stale)
+
+    async def close(self) -> None:
+        return None
