@@ -134,11 +134,7 @@ def serve(
         log_level=log_level,
     )
     host, port = parse_listen(cfg.listen)
-    if (
-        not is_loopback_host(host)
-        and not (cfg.auth_token or cfg.client_tokens)
-        and not cfg.allow_unauthenticated
-    ):
+    if not is_loopback_host(host) and not cfg.authenticates and not cfg.allow_unauthenticated:
         _fail(
             f"refusing to listen on {cfg.listen} without ACP_AUTH_TOKEN: set a token, "
             "or pass --allow-unauthenticated if a proxy in front authenticates clients",
@@ -269,6 +265,7 @@ def doctor(config_file: str | None, as_json: bool) -> None:
     import orjson
 
     from xwm_bridge.doctor import masked_config, passed, render_text, run_checks
+    from xwm_bridge.observability.redact import Redactor
 
     try:
         loaded = load_config(config_file=config_file)
@@ -276,11 +273,12 @@ def doctor(config_file: str | None, as_json: bool) -> None:
         _fail(f"config error: {exc}", EXIT_CONFIG)
     checks = asyncio.run(run_checks(loaded.config))
     config = masked_config(loaded)
+    redactor = Redactor(loaded.config.secrets())  # a secret quoted in an error text, too
     if as_json:
         doc = {"config": config, "sources": dict(loaded.sources), "checks": checks}
-        click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        click.echo(redactor.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo(render_text(config, loaded.sources, checks))
+        click.echo(redactor.text(render_text(config, loaded.sources, checks)))
     sys.exit(0 if passed(checks) else 1)
 
 

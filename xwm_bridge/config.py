@@ -16,7 +16,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 import yaml
@@ -32,6 +32,9 @@ DEFAULT_ALLOWED_ORIGINS = (
     "http://127.0.0.1:*",
 )
 MIB = 1024 * 1024
+SECRET_MARK = "secret"
+#: a credential: masked by ``doctor``, redacted from every log line and client reply
+Secret = Annotated[str, SECRET_MARK]
 
 
 class ConfigError(Exception):
@@ -48,7 +51,7 @@ class ProviderConfig:
     enabled: bool = True
     #: ``Authorization`` value sent upstream; ``None`` = the shared default
     #: derived from INTERNAL_SERVICE_TOKEN / BRIDGE_AUTH_TOKEN; ``""`` = none.
-    auth_header: str | None = None
+    auth_header: Secret | None = None
     #: ask HTTP upstreams for SSE so their notifications stream through.
     stream: bool = True
     connect_timeout: float = 10.0
@@ -126,14 +129,14 @@ class MultiAgentConfig:
     #: server-side model endpoint used when the client sends no aiGatewayApiKey;
     #: the server key only ever goes to this URL, never to a client-chosen one.
     base_url: str = ""
-    api_key: str = ""
+    api_key: Secret = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ToolbridgeConfig:
     """``xwm-bridge toolbridge`` (MCP over stdio); env names as in config.md §2.3."""
 
-    llm_api_key: str = ""
+    llm_api_key: Secret = ""
     llm_base_url: str = "https://api.openai.com/v1"
     llm_model: str = "gpt-4o"
     chat_timeout: float = 120.0
@@ -144,7 +147,7 @@ class ToolbridgeConfig:
     claude_review_timeout: float = 600.0
     claude_output_max_bytes: int = 4 * MIB
     vault_url: str = ""
-    vault_token: str = ""
+    vault_token: Secret = ""
     vault_namespace: str = ""
     vault_timeout: float = 30.0
     #: ``mount/path`` prefixes vault_kv may touch; empty = any path.
@@ -160,7 +163,7 @@ class RouterConfig:
     #: the classifier endpoint used with ``llm_api_key`` (the server key never
     #: goes to a client-chosen URL).
     llm_base_url: str = "https://api.openai.com/v1"
-    llm_api_key: str = ""
+    llm_api_key: Secret = ""
     classifier_timeout: float = 10.0
     classifier_cache_ttl: float = 300.0
     classifier_cache_entries: int = 1024
@@ -288,13 +291,17 @@ STORE_BACKENDS = ("sqlite", "redis", "memory")
 @dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
-    auth_token: str = ""
-    #: further accepted client bearer tokens; each one is its own principal (gateway runtimes).
-    client_tokens: tuple[str, ...] = ()
+    auth_token: Secret = ""
+    #: further accepted client bearer tokens; each one is its own principal (gateway
+    #: runtimes, sessions).
+    client_tokens: tuple[Secret, ...] = ()
+    #: accepted bearer tokens that may also see and act on every principal's sessions
+    #: (the operator console).
+    admin_tokens: tuple[Secret, ...] = ()
     allow_unauthenticated: bool = False
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS
-    internal_service_token: str = ""
-    bridge_auth_token: str = ""
+    internal_service_token: Secret = ""
+    bridge_auth_token: Secret = ""
     multi_agent_enabled: bool = True
     multi_agent_model: str = "gpt-4o"
     routing_model: str = "gpt-4o"
@@ -303,7 +310,7 @@ class BridgeConfig:
     accounts_base_url: str = "https://accounts.svc.plus"
     openclaw_url: str = "wss://openclaw.svc.plus:443"
     #: token for the ``openclaw`` gateway; empty = bare INTERNAL_SERVICE_TOKEN/BRIDGE_AUTH_TOKEN.
-    openclaw_token: str = ""
+    openclaw_token: Secret = ""
     #: directories whose files may be read (artifacts); empty = none.
     allowed_roots: tuple[str, ...] = ()
     log_level: str = "info"
@@ -336,28 +343,72 @@ class BridgeConfig:
     def available_providers(self) -> tuple[ProviderConfig, ...]:
         return tuple(p for p in self.providers if p.available)
 
+    @property
+    def authenticates(self) -> bool:
+        """Clients must present one of the configured tokens."""
+        return bool(self.auth_token or self.client_tokens or self.admin_tokens)
+
     def secrets(self) -> tuple[str, ...]:
-        """Every configured secret value, for log redaction."""
-        values = [
-            self.auth_token,
-            self.internal_service_token,
-            self.bridge_auth_token,
-            self.openclaw_token,
-            *self.client_tokens,
-        ]
-        values.append(self.router.llm_api_key)
-        values += [p.auth_header or "" for p in self.providers]
-        values += [self.multi_agent.api_key, self.toolbridge.llm_api_key]
-        values.append(self.toolbridge.vault_token)
-        values.append(urlsplit(self.store.redis_url).password or "")
-        # stdio agents' environment commonly carries API keys
-        values += [item.split("=", 1)[1] for p in self.providers for item in p.env if "=" in item]
+        """Every configured secret value, whatever its length, for redaction: each
+        ``Secret``-typed field (and the bare credential of ``Bearer x``), the password
+        of any URL, and provider ``env`` values (those whose name says secret, or long)."""
+        values: list[str] = []
+        for owner, name, hint in _fields(self):
+            value = getattr(owner, name)
+            if _is_secret(hint):
+                values += list(value) if isinstance(value, tuple) else [value or ""]
+            elif isinstance(value, str) and "://" in value:
+                values.append(url_password(value))
+        for p in self.providers:
+            for item in p.env:
+                key, _, value = item.partition("=")
+                if _SECRET_NAME.search(key) or len(value) >= 8:
+                    values.append(value)
         out: list[str] = []
         for value in values:
             out.append(value)
-            if " " in value:  # also the bare credential of "Bearer x"
-                out.append(value.split(" ", 1)[1].strip())
-        return tuple(v for v in out if len(v) >= 4)
+            if " " in value.strip():  # also the bare credential of "Bearer x"
+                out.append(value.strip().split(" ", 1)[1].strip())
+        return tuple(dict.fromkeys(v for v in out if v))
+
+
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE", re.IGNORECASE)
+
+
+def url_password(value: str) -> str:
+    try:
+        return urlsplit(value.strip()).password or ""
+    except ValueError:
+        return ""
+
+
+def _is_secret(hint: Any) -> bool:
+    """``Secret``, ``Secret | None`` or ``tuple[Secret, ...]``."""
+    if get_origin(hint) is Annotated:
+        return SECRET_MARK in hint.__metadata__
+    return any(_is_secret(arg) for arg in get_args(hint) if arg is not Ellipsis)
+
+
+def _fields(obj: Any) -> list[tuple[Any, str, Any]]:
+    """(dataclass, field name, annotated type) of every field, nested sections and
+    providers included."""
+    out: list[tuple[Any, str, Any]] = []
+    hints = get_type_hints(type(obj), include_extras=True)
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out += _fields(value)
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            for item in value:
+                out += _fields(item)
+        else:
+            out.append((obj, f.name, hints[f.name]))
+    return out
+
+
+def secret_field(obj: Any, name: str) -> bool:
+    """Whether ``name`` of the config dataclass ``obj`` holds a credential."""
+    return _is_secret(get_type_hints(type(obj), include_extras=True)[name])
 
 
 # --- environment mapping (config.md §2.1) ------------------------------------------------
@@ -366,6 +417,7 @@ ENV_VARS: dict[str, str] = {
     "listen": "ACP_LISTEN_ADDR",
     "auth_token": "ACP_AUTH_TOKEN",
     "client_tokens": "XWM_CLIENT_TOKENS",
+    "admin_tokens": "XWM_ADMIN_TOKENS",
     "allowed_origins": "ACP_ALLOWED_ORIGINS",
     "internal_service_token": "INTERNAL_SERVICE_TOKEN",
     "bridge_auth_token": "BRIDGE_AUTH_TOKEN",
@@ -405,7 +457,12 @@ NESTED_ENV_VARS: dict[str, str] = {
     "store.redis_url": "XWM_REDIS_URL",
 }
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
-_LIST_SEPARATORS = {"allowed_origins": ",", "allowed_roots": ":", "client_tokens": ","}
+_LIST_SEPARATORS = {
+    "allowed_origins": ",",
+    "allowed_roots": ":",
+    "client_tokens": ",",
+    "admin_tokens": ",",
+}
 _ENV_FLAGS = {
     f.name: f.default
     for f in dataclasses.fields(BridgeConfig)
@@ -615,6 +672,10 @@ def _validate(config: BridgeConfig) -> None:
         parse_listen(config.listen)
     except ValueError as exc:
         raise ConfigError(f"listen: {exc}") from None
+    for key in ("client_tokens", "admin_tokens"):
+        for i, token in enumerate(getattr(config, key)):
+            if not token.strip():  # a blank token would switch authentication off
+                raise ConfigError(f"{key}[{i}]: must not be blank")
     if config.log_level.lower() not in LOG_LEVELS:
         raise ConfigError(f"log_level: must be one of {', '.join(LOG_LEVELS)}")
     seen: set[str] = set()

@@ -31,7 +31,8 @@ NESTED_SECTIONS: dict[str, type[Any]] = {
 DESCRIPTIONS: dict[str, str] = {
     "listen": "HOST:PORT to listen on (`serve`); port 0 picks a free port",
     "auth_token": "bearer token clients must present; empty = any non-empty bearer (loopback only)",
-    "client_tokens": "more accepted client bearer tokens (comma-separated in env); each owns its own gateway runtimes",
+    "client_tokens": "more accepted client bearer tokens (comma-separated in env); each is its own principal: it owns its gateway runtimes and sessions; a blank entry is a config error",
+    "admin_tokens": "accepted bearer tokens that may also replay, follow, message, cancel and close every principal's sessions (the operator console); a blank entry is a config error",
     "allow_unauthenticated": "allow a non-loopback listen address without `auth_token`",
     "allowed_origins": "browser origins allowed on `/acp/rpc` and `/acp`; `scheme://host:*` = any port",
     "internal_service_token": "upstream `Authorization` (normalized to `Bearer …`); accounts `X-Service-Token`",

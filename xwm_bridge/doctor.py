@@ -1,6 +1,13 @@
 """``xwm-bridge doctor``: the effective config (secrets masked, with sources) and a
 reachability check of every enabled provider, using the deploy probe's request
-(``acp.capabilities``, config.md §4)."""
+(``acp.capabilities``, config.md §4).
+
+Masked: every ``Secret``-typed field of the config (tokens, API keys, the vault
+token, provider ``auth_header``), the userinfo of any URL (a Redis or provider
+URL password), and the value of every provider ``env`` item. The whole output is
+then passed through the log redactor, so a secret quoted in a check's error text
+is masked too.
+"""
 
 from __future__ import annotations
 
@@ -13,31 +20,52 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig
+from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig, secret_field
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
 
 MASK = "********"
-SECRET_KEYS = frozenset(
-    {"auth_token", "internal_service_token", "bridge_auth_token", "auth_header"}
-)
 CHECK_TIMEOUT = 5.0
+
+
+def mask_userinfo(value: str) -> str:
+    """``scheme://user:password@host/…`` → ``scheme://********@host/…``."""
+    if "://" not in value or "@" not in value:
+        return value
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return MASK
+    if "@" not in parts.netloc:
+        return value
+    host = parts.netloc.rsplit("@", 1)[1]
+    return parts._replace(netloc=f"{MASK}@{host}").geturl()
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [MASK if v else v for v in value]
+    return MASK if value else value
 
 
 def masked_config(loaded: LoadedConfig) -> dict[str, Any]:
     def walk(value: Any) -> Any:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return {
-                f.name: (
-                    MASK
-                    if f.name in SECRET_KEYS and getattr(value, f.name)
-                    else walk(getattr(value, f.name))
-                )
-                for f in dataclasses.fields(value)
-            }
+            out: dict[str, Any] = {}
+            for f in dataclasses.fields(value):
+                item = getattr(value, f.name)
+                if secret_field(value, f.name):
+                    out[f.name] = _masked(item)
+                elif f.name == "env" and isinstance(value, ProviderConfig):
+                    out[f.name] = [f"{e.partition('=')[0]}={MASK}" for e in item]
+                else:
+                    out[f.name] = walk(item)
+            return out
         if isinstance(value, tuple):
             return [walk(v) for v in value]
+        if isinstance(value, str):
+            return mask_userinfo(value)
         return value
 
     out = walk(loaded.config)
@@ -123,11 +151,9 @@ async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
     checks.append(
         {
             "check": "auth",
-            "ok": bool(cfg.auth_token or cfg.client_tokens)
-            or not exposed
-            or cfg.allow_unauthenticated,
+            "ok": cfg.authenticates or not exposed or cfg.allow_unauthenticated,
             "detail": "token set"
-            if cfg.auth_token or cfg.client_tokens
+            if cfg.authenticates
             else (
                 "no token: any bearer accepted"
                 + (" on a non-loopback address" if exposed else " (loopback)")

@@ -330,3 +330,124 @@ async def test_non_loopback_bind_with_token_starts(
     status, _, body = await post_caps(http, bridge.rpc_url, {"Authorization": "Bearer any"})
     assert status == 401
     assert orjson.loads(body) == UNAUTHORIZED
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key", "args"),
+    [
+        ("client_tokens: ['']\n", "client_tokens[0]", ()),
+        ("client_tokens: ['${XWM_TEST_UNSET_TOKEN:-}']\n", "client_tokens[0]", ()),
+        ("client_tokens: ['']\n", "client_tokens[0]", ("--listen", "0.0.0.0:0")),
+        ("admin_tokens: [ok, ' ']\n", "admin_tokens[1]", ()),
+    ],
+    ids=["loopback", "unset-var", "non-loopback", "admin"],
+)
+def test_blank_client_tokens_are_refused_at_start(
+    tmp_path: Any, yaml_text: str, key: str, args: tuple[str, ...]
+) -> None:
+    """issue 16 item 5: a blank token passed the non-loopback check and, on loopback,
+    accepted any bearer. Now it is a config error naming the key."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml_text)
+    proc = run_serve(*args, "--config", str(config), env=base_env())
+    assert proc.returncode == 2, proc.stderr
+    assert f"{key}: must not be blank" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# --- secrets in replies (issue 16 item 11) --------------------------------------------------
+
+ECHO_TOKENS = ['svc-"quoted\\back-token', "sv"]  # JSON-escaped forms, and a short token
+
+
+@pytest.mark.parametrize("service_token", ECHO_TOKENS, ids=["escaped", "short"])
+async def test_an_upstream_echoing_authorization_leaks_nothing(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    serve_app: Any,
+    tmp_path: Any,
+    service_token: str,
+) -> None:
+    """The upstream puts the request's Authorization header in its error body and in
+    a notification: the client sees [REDACTED] on every transport, and so do the logs."""
+    from aiohttp import web
+
+    from tests.conftest import providers_config, session_params, sse
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        echoed = request.headers.get("Authorization", "")
+        prompt = body["params"]["taskPrompt"]
+        if prompt == "status":
+            return web.Response(status=500, text=f"denied: Authorization: {echoed}")
+        if prompt == "rpc-error":
+            error = {"code": -32000, "message": f"bad credential {echoed}"}
+            return web.json_response({"jsonrpc": "2.0", "id": body["id"], "error": error})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        note = {"jsonrpc": "2.0", "method": "session.update", "params": {"echo": echoed}}
+        done = {"jsonrpc": "2.0", "id": body["id"], "result": {"success": True, "output": echoed}}
+        for message in (note, done):
+            await resp.write(b"data: " + orjson.dumps(message) + b"\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    url = await serve_app(app)
+    env = base_env(ACP_AUTH_TOKEN=TOKEN, INTERNAL_SERVICE_TOKEN=service_token)
+    config = providers_config({"id": "codex", "endpoint": url, "stream": False})
+    bridge = await start_bridge(env=env, config=config, tmp=tmp_path)
+    escaped = orjson.dumps(service_token)[1:-1].decode()
+
+    def clean(data: str) -> None:
+        if len(service_token) > 3:
+            assert service_token not in data and escaped not in data
+        else:  # a short token: no value may hold it (keys may: "jsonrpc", "sessionId", …)
+            for value in _strings(orjson.loads(data)):
+                assert service_token not in value.replace("[REDACTED]", "\0")
+
+    for prompt in ("status", "rpc-error"):
+        body = orjson.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "session.start",
+             "params": session_params(f"leak-{prompt}", prompt)}
+        )  # fmt: skip
+        async with http.post(bridge.rpc_url, data=body, headers=AUTH) as resp:
+            raw = await resp.text()
+        clean(raw)
+        assert "[REDACTED]" in raw
+    streaming = providers_config({"id": "codex", "endpoint": url})
+    bridge2 = await start_bridge(env=env, config=streaming, tmp=tmp_path)
+    events = await sse(http, bridge2.rpc_url, "session.start", session_params("leak-sse", "ok"))
+    for event in events:
+        clean(orjson.dumps(event).decode())
+    assert events[-1]["result"]["output"] == "Bearer [REDACTED]"
+    async with http.ws_connect(bridge2.ws_url, headers=AUTH) as ws:
+        await ws.send_str(
+            orjson.dumps(
+                {"jsonrpc": "2.0", "id": 3, "method": "session.message",
+                 "params": session_params("leak-sse", "ok")}
+            ).decode()
+        )  # fmt: skip
+        while True:
+            raw = (await ws.receive(timeout=10)).data
+            clean(raw)
+            if orjson.loads(raw).get("id") == 3:
+                break
+    replay = orjson.dumps(
+        {"jsonrpc": "2.0", "id": 4, "method": "session.replay", "params": {"sessionId": "leak-sse"}}
+    )
+    async with http.post(bridge2.rpc_url, data=replay, headers=AUTH) as resp:
+        clean(await resp.text())
+    for line in bridge.logs + bridge2.logs:
+        clean(line)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []

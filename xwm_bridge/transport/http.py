@@ -99,7 +99,7 @@ class HttpTransport:
         self.dispatcher = dispatcher
         cfg = bridge.config
         self.origins = OriginPolicy(cfg.allowed_origins)
-        self.auth = BearerAuth(cfg.auth_token, cfg.client_tokens)
+        self.auth = BearerAuth(cfg.auth_token, (*cfg.client_tokens, *cfg.admin_tokens))
         self.principals = PrincipalCache()
         self.limits = cfg.limits
         self.bootstrap = bootstrap.BootstrapHandlers(bridge)
