@@ -277,3 +277,49 @@ async def test_bootstrap_reads_a_long_accounts_reply(
         assert resp.status == 200, await resp.text()
         body = await resp.json()
     assert orjson.loads(body["setupCode"])["BRIDGE_AUTH_TOKEN"] == "t"
+
+
+# --- item 4: bad values are -32602 at the boundary -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        (
+            "session.start",
+            {"sessionId": "nul-1", "taskPrompt": "x", "workingDirectory": "/tmp/a\0b"},
+        ),
+        ("session.message", {"sessionId": "nul-2", "taskPrompt": "x", "workingDirectory": "a\0"}),
+        ("xworkmate.routing.resolve", {"taskPrompt": "x", "workingDirectory": "/tmp/\0"}),
+        ("xworkmate.mounts.reconcile", {"codexHome": "/tmp/x\0y"}),
+        ("xworkmate.mounts.reconcile", {"opencodeHome": "\0"}),
+        ("session.replay", {"sessionId": "s", "afterSeq": 2**63}),
+        ("session.replay", {"sessionId": "s", "afterSeq": 2**64 - 1}),
+        ("session.replay", {"sessionId": "s", "afterSeq": 2**62}),
+        ("xworkmate.mounts.reconcile", {"aris": {"llmChatServerPath": "/x\0"}}),
+    ],
+)
+async def test_bad_values_are_invalid_params(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, method: str, params: dict[str, Any]
+) -> None:
+    bridge = await start_bridge()
+    routing = {"routing": {"routingMode": "explicit", "explicitExecutionTarget": "singleAgent"}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, **routing}}
+    async with http.post(bridge.rpc_url, data=orjson.dumps(body), headers=AUTH) as resp:
+        assert resp.status == 200
+        reply = await resp.json()
+    assert reply["error"]["code"] == -32602, reply
+
+
+@pytest.mark.parametrize(
+    "after", ["9" * 20, "18446744073709551616", "9223372036854775808", "٣", "²", "-1", "1e3"]
+)
+async def test_bad_catch_up_positions_are_400_invalid_params(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, after: str
+) -> None:
+    bridge = await start_bridge()
+    url = f"{bridge.url}/acp/sessions/s1/events"
+    for headers, params in (({**AUTH, "Last-Event-ID": after}, {}), (AUTH, {"afterSeq": after})):
+        async with http.get(url, headers=headers, params=params) as resp:
+            assert resp.status == 400, await resp.text()
+            assert (await resp.json())["error"]["code"] == -32602

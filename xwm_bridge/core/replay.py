@@ -15,7 +15,10 @@ from xwm_bridge.core.params import session_id_of
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 
+#: the highest seq a client may name: ledger positions (2·seq + 1) stay within int64
+MAX_SEQ = 2**62 - 1
 AFTER_SEQ_INVALID = "afterSeq must be a non-negative integer"
+AFTER_SEQ_TOO_LARGE = f"afterSeq must be at most {MAX_SEQ}"
 LIMIT_INVALID = "limit must be a positive integer"
 
 
@@ -38,7 +41,9 @@ class ReplayParams:
     def parse(cls, params: dict[str, Any], max_items: int) -> ReplayParams:
         session_id = session_id_of(params)
         after = _int_param(params, "afterSeq", 0, AFTER_SEQ_INVALID, 0)
-        limit = _int_param(params, "limit", max_items, LIMIT_INVALID, 1)
+        if after > MAX_SEQ:
+            raise RpcError(INVALID_PARAMS, AFTER_SEQ_TOO_LARGE)
+        limit = _int_param(params, "limit", max_items, LIMIT_INVALID, 1)  # then capped
         return cls(session_id, after, min(limit, max_items))
 
 

@@ -80,7 +80,7 @@ class RoutingRequest:
         skills = routing.get("availableSkills")
         return cls(
             prompt=coerce.text(params.get("taskPrompt")),
-            working_directory=coerce.text(params.get("workingDirectory")),
+            working_directory=coerce.path_text(params.get("workingDirectory"), "workingDirectory"),
             gateway_base_url=coerce.text(params.get("aiGatewayBaseUrl")),
             gateway_api_key=coerce.text(params.get("aiGatewayApiKey")),
             routing_mode=coerce.text(routing.get("routingMode")),

@@ -27,6 +27,8 @@ from xwm_bridge.wire import PLAIN, WireEncoder
 
 KEEPALIVE_SECONDS = 15.0
 FOLLOW_MAX_SECONDS = 3600.0
+#: as session.replay's afterSeq: ledger positions (2·seq + 1) stay within int64
+MAX_SEQ = 2**62 - 1
 BAD_AFTER = "afterSeq / Last-Event-ID must be a non-negative integer"
 
 
@@ -40,10 +42,14 @@ def event_bytes(pos: int, message: dict[str, Any], wire: WireEncoder = PLAIN) ->
 
 
 def parse_after(header: str | None, query: str | None) -> int | None:
+    """The position to resume after; None when it is not ASCII digits up to MAX_SEQ
+    (``str.isdigit`` alone also accepts "²" and "٣", which ``int()`` refuses or reads;
+    a longer number overflowed the store's integer)."""
     raw = (header or query or "0").strip()
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
         return None
-    return int(raw)
+    value = int(raw)
+    return value if value <= MAX_SEQ else None
 
 
 def _fingerprint(message: dict[str, Any]) -> bytes:
