@@ -451,3 +451,83 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for v in value for s in _strings(v)]
     return []
+
+
+# --- sessions belong to a principal (issue 16 item 8) ----------------------------------------
+
+TOKEN_A, TOKEN_B, TOKEN_ADMIN = "client-token-aaaa", "client-token-bbbb", "admin-token-cccc"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def call(
+    http: aiohttp.ClientSession, url: str, token: str, method: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    async with http.post(url, data=body, headers=bearer(token)) as resp:
+        assert resp.status == 200, await resp.text()
+        reply: dict[str, Any] = orjson.loads(await resp.read())
+        return reply
+
+
+async def catch_up(http: aiohttp.ClientSession, url: str, token: str) -> tuple[int, bytes]:
+    async with http.get(url, headers=bearer(token)) as resp:
+        return resp.status, await resp.read()
+
+
+async def test_sessions_belong_to_the_token_that_made_them(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: Any, tmp_path: Any
+) -> None:
+    from tests.conftest import provider_env, session_params
+
+    env = provider_env(fake_upstream.url, XWM_ADMIN_TOKENS=TOKEN_ADMIN)
+    config = {"client_tokens": [TOKEN_A, TOKEN_B], "store": {"state_dir": str(tmp_path)}}
+    bridge = await start_bridge(env=env, config=config, tmp=tmp_path)
+    url = bridge.rpc_url
+    events = f"{bridge.url}/acp/sessions/owned/events"
+    started = await call(http, url, TOKEN_A, "session.start", session_params("owned", "hi"))
+    assert started["result"]["success"] is True
+
+    async def refused_to(token: str) -> None:
+        for method, params in [
+            ("session.replay", {"sessionId": "owned"}),
+            ("session.message", session_params("owned", "mine now")),
+            ("session.start", session_params("owned", "reset it")),
+            ("session.cancel", {"sessionId": "owned"}),
+            ("session.close", {"sessionId": "owned"}),
+        ]:
+            reply = await call(http, url, token, method, params)
+            assert reply["error"] == {
+                "code": -32003,
+                "message": "session belongs to another client",
+            }, method
+        status, body = await catch_up(http, events, token)
+        assert status == 403 and orjson.loads(body)["error"]["code"] == -32003
+
+    await refused_to(TOKEN_B)
+    # the owner still has it, untouched by B's attempts
+    replay = await call(http, url, TOKEN_A, "session.replay", {"sessionId": "owned"})
+    assert replay["result"]["found"] is True and replay["result"]["notifications"]
+    assert (await catch_up(http, events, TOKEN_A))[0] == 200
+    more = await call(http, url, TOKEN_A, "session.message", session_params("owned", "again"))
+    assert more["result"]["success"] is True
+    # an admin token sees (and may act on) every session
+    admin = await call(http, url, TOKEN_ADMIN, "session.replay", {"sessionId": "owned"})
+    assert admin["result"]["found"] is True
+    assert (await catch_up(http, events, TOKEN_ADMIN))[0] == 200
+    # B's own sessions are B's
+    mine = await call(http, url, TOKEN_B, "session.start", session_params("b-own", "hi"))
+    assert mine["result"]["success"] is True
+    assert "error" in await call(http, url, TOKEN_A, "session.replay", {"sessionId": "b-own"})
+
+    # the owner is stored: after a restart B is still refused
+    await bridge.stop()
+    again = await start_bridge(env=env, config=config, tmp=tmp_path)
+    url, events = again.rpc_url, f"{again.url}/acp/sessions/owned/events"
+    await refused_to(TOKEN_B)
+    replay = await call(http, url, TOKEN_A, "session.replay", {"sessionId": "owned"})
+    assert replay["result"]["found"] is True
+    closed = await call(http, url, TOKEN_A, "session.close", {"sessionId": "owned"})
+    assert closed["result"]["accepted"] is True

@@ -326,3 +326,37 @@ async def test_memory_store_has_a_global_cap() -> None:
     assert await store.load("s99") is not None
     store.delete("s99")
     assert store.bytes_held < 200_000
+
+
+async def test_the_owner_survives_in_the_store(make_store: Factory) -> None:
+    store = await make_store(StoreLimits())
+    store.save(SessionRecord("s1", "t1", owner="bearer:abc"))
+    loaded = await store.load("s1")
+    assert loaded is not None and loaded.owner == "bearer:abc"
+
+
+async def test_sqlite_files_from_before_owners_are_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "sessions.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL,"
+        " provider TEXT NOT NULL, history BLOB NOT NULL, seq INTEGER NOT NULL,"
+        " last_turn_id TEXT NOT NULL, last_turn_status TEXT NOT NULL, upstream BLOB NOT NULL,"
+        " updated_at REAL NOT NULL);"
+        "INSERT INTO sessions VALUES ('old', 't', 'codex', '[]', 3, 'turn-1', 'completed', '[]',"
+        f" {time.time()});"
+    )
+    old.commit()
+    old.close()
+    store = SQLiteStore(path)
+    await store.start()
+    try:
+        loaded = await store.load("old")
+        assert loaded is not None and loaded.owner == "" and loaded.seq == 3
+        store.save(SessionRecord("new", "t", owner="bearer:x"))
+        new = await store.load("new")
+        assert new is not None and new.owner == "bearer:x"
+    finally:
+        await store.close()

@@ -17,6 +17,7 @@ from types import TracebackType
 import aiohttp
 
 from xwm_bridge.config import BridgeConfig
+from xwm_bridge.core import principals
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.core.queues import ThreadQueues
 from xwm_bridge.core.sessions import SessionRegistry
@@ -58,6 +59,9 @@ class Bridge:
         self.sessions = SessionRegistry(
             store, shared=shared, history_max_bytes=config.store.history_max_bytes
         )
+        # sessions belong to the principal that made them once clients authenticate
+        self.sessions.enforce_owner = config.authenticates
+        self.sessions.admins = frozenset(principals.digest(t) for t in config.admin_tokens)
         #: several replicas on one Redis: cross-replica thread queues and cancel
         self.cluster = (
             Cluster(store, self.sessions.cancel) if isinstance(store, RedisStore) else None

@@ -92,6 +92,7 @@ class BridgeMethods:
         if bridge.supervisor.closing:
             raise RpcError(jsonrpc.SHUTTING_DOWN, SHUTTING_DOWN_MESSAGE)
         queues, sessions = bridge.queues, bridge.sessions
+        await sessions.check_owner(sp.session_id, call.principal)  # before any effect
         try:
             # refuse an overflowing turn before it has any effect (no session.start reset)
             queues.check_capacity(sp.thread_id)
@@ -144,6 +145,7 @@ class BridgeMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
+        await self._bridge.sessions.check_owner(session_id, call.principal)
         cancelled = self._bridge.sessions.cancel(session_id)
         cluster = self._bridge.cluster
         if not cancelled and cluster is not None:
@@ -154,19 +156,23 @@ class BridgeMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
+        await self._bridge.sessions.check_owner(session_id, call.principal)
         return {"accepted": True, "closed": self._bridge.sessions.close(session_id)}
 
     async def session_permission(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         """The client's answer to a ``permission`` update of a stdio agent."""
-        return self._bridge.permissions.answer(PermissionAnswer.parse(params))
+        answer = PermissionAnswer.parse(params)
+        await self._bridge.sessions.check_owner(answer.session_id, call.principal)
+        return self._bridge.permissions.answer(answer)
 
     async def session_replay(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         """Catch-up after a disconnect: the ledger after ``afterSeq``."""
         rp = ReplayParams.parse(params, self._config.store.replay_max_items)
+        await self._bridge.sessions.check_owner(rp.session_id, call.principal)
         return await replay(self._bridge.sessions, rp)
 
     # --- routing, dispatch, mounts -----------------------------------------------------------

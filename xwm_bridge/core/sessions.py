@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from xwm_bridge.core.feed import SessionFeed
+from xwm_bridge.jsonrpc import FORBIDDEN, RpcError
 from xwm_bridge.store.base import (
     LedgerEntry,
     SessionRecord,
@@ -28,6 +29,7 @@ from xwm_bridge.store.base import (
 from xwm_bridge.store.memory import MemoryStore
 
 MAX_HISTORY = 64
+SESSION_FORBIDDEN = "session belongs to another client"
 #: default of ``store.history_max_bytes``
 HISTORY_MAX_BYTES = 1024 * 1024
 T = TypeVar("T")
@@ -47,6 +49,8 @@ class Session:
     upstream: dict[str, str] = field(default_factory=dict)
     #: prompt history cap in UTF-8 bytes (``store.history_max_bytes``)
     history_max_bytes: int = HISTORY_MAX_BYTES
+    #: the principal that created it ("" = unowned: the first turn claims it)
+    owner: str = ""
 
     def snapshot(self) -> SessionRecord:
         return SessionRecord(
@@ -58,6 +62,7 @@ class Session:
             last_turn_id=self.last_turn_id,
             last_turn_status=self.last_turn_status,
             upstream=tuple(self.upstream.items()),
+            owner=self.owner,
         )
 
     @classmethod
@@ -71,6 +76,7 @@ class Session:
             last_turn_id=record.last_turn_id,
             last_turn_status=record.last_turn_status,
             upstream=dict(record.upstream),
+            owner=record.owner,
         )
 
     def next_seq(self) -> int:
@@ -170,6 +176,11 @@ class SessionRegistry:
     ) -> None:
         self.store: SessionStore = store if store is not None else MemoryStore()
         self.history_max_bytes = history_max_bytes
+        #: refuse a session to principals other than its owner (on when clients
+        #: authenticate: without a token any bearer is accepted, so it names nobody)
+        self.enforce_owner = False
+        #: principals that may use every session (``admin_tokens``)
+        self.admins: frozenset[str] = frozenset()
         #: other replicas write the same store: reload the record at turn start unless
         #: ``must_reload(thread_id)`` says this replica ran the thread's previous turn
         self.shared = shared
@@ -216,7 +227,36 @@ class SessionRegistry:
                     fresh.last_turn_status,
                 )
                 live.upstream = fresh.upstream
+                live.owner = fresh.owner or live.owner
         return self.get_or_create(session_id, thread_id)
+
+    # --- ownership (issue 16 item 8) ------------------------------------------------------
+
+    def may_use(self, owner: str, principal: str) -> bool:
+        return (
+            not self.enforce_owner or not owner or owner == principal or principal in self.admins
+        )
+
+    async def check_owner(self, session_id: str, principal: str) -> None:
+        """Raise ``-32003`` unless ``principal`` may use the session (live or stored;
+        an unknown session is anyone's)."""
+        if not self.enforce_owner or principal in self.admins:
+            return
+        live = self._sessions.get(session_id)
+        if live is not None:
+            owner = live.owner
+        else:
+            record = await self.store.load(session_id)
+            owner = record.owner if record is not None else ""
+        if not self.may_use(owner, principal):
+            raise RpcError(FORBIDDEN, SESSION_FORBIDDEN)
+
+    def claim(self, session: Session, principal: str) -> None:
+        """Refuse a turn on another principal's session; record the owner of a new one."""
+        if not self.may_use(session.owner, principal):
+            raise RpcError(FORBIDDEN, SESSION_FORBIDDEN)
+        if not session.owner:
+            session.owner = principal
 
     def persist(self, session: Session) -> None:
         if self._sessions.get(session.session_id) is session:  # not replaced by a reset

@@ -95,6 +95,7 @@ class TurnRunner:
             }
         turn = TurnRequest.build(method, sp, routing, decision, principal)
         session = await self._sessions.load(sp.session_id, sp.thread_id)
+        self._sessions.claim(session, principal)  # -32003 on another principal's session
         provider = turn.provider
         if provider:
             session.provider = provider

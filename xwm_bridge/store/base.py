@@ -85,6 +85,8 @@ class SessionRecord:
     #: upstream session ids, e.g. ``acpSessionId`` / ``acpCwd`` / ``gatewaySessionKey``
     upstream: tuple[tuple[str, str], ...] = ()
     updated_at: float = field(default_factory=time.time)
+    #: the principal that created the session (a digest of its bearer); "" = unowned
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,7 +91,8 @@ def _to_hash(r: SessionRecord, owner: str) -> dict[str, str | int | float | byte
         "last_turn_status": r.last_turn_status,
         "upstream": orjson.dumps([list(kv) for kv in r.upstream]),
         "updated_at": r.updated_at,
-        "owner": owner,
+        "owner": owner,  # the replica running the turn
+        "principal": r.owner,  # the client the session belongs to
     }
 
 
@@ -115,6 +116,7 @@ def _from_hash(sid: str, h: Mapping[Any, Any]) -> SessionRecord:
         last_turn_status=text("last_turn_status"),
         upstream=tuple((str(k), str(v)) for k, v in orjson.loads(h.get(b"upstream", b"[]"))),
         updated_at=float(text("updated_at") or 0),
+        owner=text("principal"),
     )
 
 

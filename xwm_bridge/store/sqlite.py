@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     last_turn_id TEXT NOT NULL,
     last_turn_status TEXT NOT NULL,
     upstream BLOB NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    owner TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS ledger (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -87,8 +88,15 @@ Op = tuple[Any, ...]
 _STOP: Op = ("stop",)
 
 
+def _migrate(db: sqlite3.Connection) -> None:
+    """Files written before sessions had owners get the column (appended, unowned)."""
+    columns = {r[1] for r in db.execute("PRAGMA table_info(sessions)")}
+    if "owner" not in columns:
+        db.execute("ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+
+
 def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
-    sid, thread, provider, history, seq, turn_id, status, upstream, updated = row
+    sid, thread, provider, history, seq, turn_id, status, upstream, updated, owner = row
     return SessionRecord(
         session_id=sid,
         thread_id=thread,
@@ -99,6 +107,7 @@ def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
         last_turn_status=status,
         upstream=tuple((str(k), str(v)) for k, v in orjson.loads(upstream)),
         updated_at=float(updated),
+        owner=owner,
     )
 
 
@@ -274,6 +283,7 @@ class SQLiteStore:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(SCHEMA)
+            _migrate(db)
         except Exception as exc:  # reported to start()
             self._ready.set_exception(exc)
             return
@@ -414,7 +424,7 @@ def _ledger_seq(db: sqlite3.Connection, session_id: str) -> int:
 
 def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
     db.execute(
-        "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             r.session_id,
             r.thread_id,
@@ -425,6 +435,7 @@ def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
             r.last_turn_status,
             orjson.dumps([list(kv) for kv in r.upstream]),
             r.updated_at,
+            r.owner,
         ),
     )
 

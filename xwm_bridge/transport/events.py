@@ -84,12 +84,18 @@ async def stream_events(
     send_timeout: float,
     headers: dict[str, str],
     wire: WireEncoder = PLAIN,
+    principal: str = "",
 ) -> web.StreamResponse:
     session_id = request.match_info.get("sessionId", "")
     after = parse_after(request.headers.get("Last-Event-ID"), request.query.get("afterSeq"))
     if after is None or not session_id:
         body = jsonrpc.error(None, jsonrpc.INVALID_PARAMS, BAD_AFTER)
         return web.Response(status=400, body=jsonrpc.dumps(body), content_type="application/json")
+    try:
+        await bridge.sessions.check_owner(session_id, principal)
+    except jsonrpc.RpcError as exc:  # another principal's session
+        body = jsonrpc.error(None, exc.code, exc.message)
+        return web.Response(status=403, body=jsonrpc.dumps(body), content_type="application/json")
     follow = request.query.get("follow", "0").lower() in ("1", "true", "yes")
     sessions = bridge.sessions
     stream = web.StreamResponse(

@@ -278,8 +278,14 @@ class HttpTransport:
                 extra = dict(cors)
                 if cors:
                     extra["Vary"] = ", ".join(VARY)
+                principal, _ = self.principals.of(request.headers.get("Authorization"))
                 return await stream_events(
-                    request, self.bridge, self.limits.notification_send_timeout, extra, self.wire
+                    request,
+                    self.bridge,
+                    self.limits.notification_send_timeout,
+                    extra,
+                    self.wire,
+                    principal,
                 )
         self._apply_headers(response, cors)
         return response
