@@ -23,7 +23,7 @@ import yaml
 
 from xwm_bridge import coerce
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
-from xwm_bridge.netaddr import parse_listen
+from xwm_bridge.netaddr import endpoint_of, parse_listen
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
 DEFAULT_ALLOWED_ORIGINS = (
@@ -168,6 +168,9 @@ class RouterConfig:
     classifier_cache_ttl: float = 300.0
     classifier_cache_entries: int = 1024
     classifier_max_concurrency: int = 4
+    #: hosts (any port) or ``host:port`` a client's own ``aiGatewayBaseUrl`` may name for
+    #: the classifier; ``*`` = any. Empty = loopback plus the configured endpoints.
+    classifier_allowed_hosts: tuple[str, ...] = ()
     memory_enabled: bool = True
     #: directory holding ``self-improving/``; empty = ``$HOME``.
     memory_home: str = ""
@@ -247,7 +250,8 @@ class GatewayConfig:
     max_message_bytes: int = 16 * MIB
     #: send the caller's own bearer to a ``local`` gateway that got no token.
     forward_client_bearer: bool = False
-    #: hosts (or ``host:port``) a ``local`` runtime may dial; empty = any (as the original).
+    #: hosts (any port) or ``host:port`` a ``local`` runtime may dial; ``*`` = any.
+    #: Empty = loopback (any port) plus the endpoints configured in this file.
     allowed_hosts: tuple[str, ...] = ()
 
 
@@ -342,6 +346,16 @@ class BridgeConfig:
     @property
     def available_providers(self) -> tuple[ProviderConfig, ...]:
         return tuple(p for p in self.providers if p.available)
+
+    def configured_endpoints(self) -> tuple[str, ...]:
+        """``host:port`` of every URL in the config (providers, gateway, LLM bases…):
+        with loopback, where client-chosen destinations may go by default."""
+        urls = [
+            getattr(owner, name)
+            for owner, name, _ in _fields(self)
+            if isinstance(getattr(owner, name), str) and "://" in getattr(owner, name)
+        ]
+        return tuple(dict.fromkeys(e for e in map(endpoint_of, urls) if e))
 
     @property
     def authenticates(self) -> bool:

@@ -13,6 +13,7 @@ import aiohttp
 
 from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
+from xwm_bridge.netaddr import HostPolicy, endpoint_of
 from xwm_bridge.router import memory
 from xwm_bridge.router.classifier import Classifier, choose_endpoint
 from xwm_bridge.router.resolver import (
@@ -41,6 +42,10 @@ class Router:
             max_concurrency=rc.classifier_max_concurrency,
         )
         self.memory = memory.MemoryReader(rc.memory_max_bytes)
+        #: where a client's own classifier URL may point (issue 16 item 10)
+        self.classifier_hosts = HostPolicy(
+            rc.classifier_allowed_hosts, config.configured_endpoints()
+        )
         self.skills = SkillCommands(
             enabled=rc.skill_commands_enabled,
             find_bin=rc.find_skills_bin,
@@ -61,6 +66,14 @@ class Router:
         endpoint = choose_endpoint(
             req.gateway_base_url, req.gateway_api_key, rc.llm_base_url, rc.llm_api_key
         )
+        if endpoint is not None and req.gateway_api_key.strip():
+            host, _, port = endpoint_of(endpoint.base_url).rpartition(":")
+            if not host or not self.classifier_hosts.allows(host, int(port or 0)):
+                log.info(
+                    "classifier skipped: aiGatewayBaseUrl host not allowed",
+                    extra={"host": host[:256]},
+                )
+                endpoint = None  # no classifier call: routing falls back as without a key
 
         async def classify(prompt: str) -> str:
             return await self.classifier.classify(prompt, endpoint)
