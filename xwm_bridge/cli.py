@@ -178,6 +178,8 @@ async def _serve(cfg: BridgeConfig, host: str, port: int, adapter: Any = None) -
         click.echo(f"xwm-bridge: {exc}", err=True)
         await bridge.close(0)
         return EXIT_CONFIG
+    assert runner.server is not None
+    transport.guard.install(runner.server)  # header deadline, per-address cap
     site = web.TCPSite(runner, host or None, port, reuse_address=True)
     try:
         await site.start()

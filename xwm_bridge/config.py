@@ -100,7 +100,13 @@ class Limits:
     #: a session with no turn for this long is forgotten.
     session_idle_ttl: float = 3600.0
     request_read_timeout: float = 30.0
-    keepalive_timeout: float = 120.0
+    #: a new connection must send its first complete request head within this.
+    header_read_timeout: float = 10.0
+    #: an idle keep-alive connection (and a later request head on it) is closed after
+    #: this; above the 60 s nginx keeps idle upstream connections.
+    keepalive_timeout: float = 75.0
+    #: open connections per client IP (0 = no cap); behind a proxy all share its IP.
+    max_connections_per_address: int = 256
     #: a client that cannot take a notification within this is dropped from the stream.
     notification_send_timeout: float = 30.0
     ws_heartbeat: float = 30.0

@@ -64,6 +64,12 @@ class Metrics:
         self.bytes_out = Counter(
             "xwm_bytes_sent", "Response and notification bytes sent", ["transport"], registry=r
         )
+        self._connections_closed = Counter(
+            "xwm_connections_closed",
+            "Client connections closed by a limit (per_address, header_timeout)",
+            ["reason"],
+            registry=r,
+        )
         self.ws_connections = Gauge(
             "xwm_websocket_connections", "Open client WebSocket connections", registry=r
         )
@@ -81,6 +87,7 @@ class Metrics:
         self.upstream_failures = Children(self.upstream_errors)
         self.received = Children(self.bytes_in)
         self.sent = Children(self.bytes_out)
+        self.connections_closed = Children(self._connections_closed)
 
     def bind_gateway(self, status_counts: Callable[[], dict[str, int]]) -> None:
         """``xwm_gateway_runtimes{state}``, read from the gateway manager on each scrape."""

@@ -7,6 +7,7 @@ client address, and the client's ``bridge`` must name this bridge's public URL
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
@@ -80,9 +81,12 @@ class BootstrapHandlers:
             )
         cfg = self._bridge.config
         try:
-            raw = await request.read()
+            async with asyncio.timeout(cfg.limits.request_read_timeout):  # a slow body ends
+                raw = await request.read()
             body = orjson.loads(raw)
         except (web.HTTPRequestEntityTooLarge, orjson.JSONDecodeError):
+            return _text(400, "invalid request body")
+        except (TimeoutError, aiohttp.ClientError, ConnectionError):
             return _text(400, "invalid request body")
         if not isinstance(body, dict) or any(
             k in body and not isinstance(body[k], str) for k in ("ticket", "bridge")

@@ -26,6 +26,7 @@ from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
 from xwm_bridge.transport.events import stream_events
+from xwm_bridge.transport.guard import ConnectionGuard
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache
@@ -105,6 +106,12 @@ class HttpTransport:
         self.bootstrap = bootstrap.BootstrapHandlers(bridge)
         self.health = HealthHandlers(bridge)
         self.metrics = bridge.metrics
+        #: header deadline and per-address cap; install() it on the server before serving
+        self.guard = ConnectionGuard(
+            head_timeout=self.limits.header_read_timeout,
+            max_per_address=self.limits.max_connections_per_address,
+            metrics=bridge.metrics,
+        )
         #: every message to a client is encoded here: secrets redacted, never raises
         self.wire = WireEncoder(cfg.secrets())
         self._ws_connections: set[web.WebSocketResponse] = set()
