@@ -323,3 +323,46 @@ async def test_bad_catch_up_positions_are_400_invalid_params(
         async with http.get(url, headers=headers, params=params) as resp:
             assert resp.status == 400, await resp.text()
             assert (await resp.json())["error"]["code"] == -32602
+
+
+# --- item 12: bounds by bytes ---------------------------------------------------------
+
+
+async def test_client_supplied_fields_are_capped_in_every_log_line(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: Any
+) -> None:
+    from tests.conftest import provider_env
+
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    huge = "s" * 3_000_000  # a 3 MB sessionId wrote a 3 MB "turn finished" line
+    reply = await rpc(http, bridge.rpc_url, "session.start", session_params(huge, "hi"))
+    assert reply["result"]["success"] is True
+    lines = bridge.logs
+    assert any('"turn finished"' in line for line in lines)
+    assert max(len(line) for line in lines) < 16_384
+
+
+async def test_big_prompts_are_bounded_in_history_and_replay(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: Any, tmp_path: Path
+) -> None:
+    """64 prompts of 3.9 MiB grew RSS by 437 MiB and made session.replay take 9.3 s."""
+    from tests.conftest import provider_env
+
+    config = {"store": {"history_max_bytes": 200_000, "ledger_max_bytes": 300_000}}
+    bridge = await start_bridge(env=provider_env(fake_upstream.url), config=config, tmp=tmp_path)
+    prompt = "p" * 100_000
+    for i in range(8):
+        reply = await rpc(http, bridge.rpc_url, "session.message", session_params("big", prompt))
+        assert reply["result"]["success"] is True, i
+    session = bridge.bridge.sessions.get("big")
+    assert session is not None and sum(map(len, session.history)) <= 200_000
+    async with http.post(
+        bridge.rpc_url,
+        data=orjson.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "session.replay", "params": {"sessionId": "big"}}
+        ),
+        headers=AUTH,
+    ) as resp:
+        body = await resp.read()
+    assert len(body) <= 300_000 + 10_000  # the ledger's cap, plus the envelope
+    assert orjson.loads(body)["result"]["notifications"]

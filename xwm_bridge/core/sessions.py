@@ -233,9 +233,7 @@ class SessionRegistry:
     # --- ownership (issue 16 item 8) ------------------------------------------------------
 
     def may_use(self, owner: str, principal: str) -> bool:
-        return (
-            not self.enforce_owner or not owner or owner == principal or principal in self.admins
-        )
+        return not self.enforce_owner or not owner or owner == principal or principal in self.admins
 
     async def check_owner(self, session_id: str, principal: str) -> None:
         """Raise ``-32003`` unless ``principal`` may use the session (live or stored;

@@ -31,6 +31,7 @@ from xwm_bridge.observability.metrics import Metrics
 
 log = logging.getLogger("xwm_bridge.http")
 
+
 def _response(status: str, text: str) -> bytes:
     body = text.encode() + b"\n"
     head = f"HTTP/1.1 {status}\r\nConnection: close\r\nContent-Type: text/plain\r\n"
