@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck check bench clean
+.PHONY: run test lint typecheck check bench clean console-screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# screenshots of each console view (needs Debian's chromium: apt-get install chromium)
+console-screenshots: $(STAMP)
+	$(BIN)/python -m internal.console_screenshots
 
 bench: $(STAMP)
 	$(BIN)/python -m internal.bench.forwarding

@@ -412,3 +412,12 @@ async def wait_queue_depth(http: aiohttp.ClientSession, base_url: str, depth: in
         if loop.time() > deadline:
             raise AssertionError(f"queue depth never reached {depth}")
         await asyncio.sleep(0.02)
+
+
+def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Callable[[], Any]] | None:
+    """Tests run on uvloop when it is installed, as the daemon does (cli._run)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return {"uvloop": uvloop.new_event_loop}

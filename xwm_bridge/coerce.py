@@ -38,6 +38,9 @@ def _number_text(value: float | int) -> str:
 
 def text(value: Any, default: str = "") -> str:
     """**text**: strings trimmed; numbers/bools rendered; blank → default."""
+    if type(value) is str:  # the common case first: one check, one strip
+        out = value.strip()
+        return out if out else default
     if value is None:
         return default
     if isinstance(value, bool):

@@ -211,6 +211,10 @@ class PermissionRule:
     action: str = "ask"
     kind: str = "*"
     path: str = "*"
+    #: the rule only applies to turns whose client cannot receive notifications
+    #: (plain-JSON HTTP): e.g. ``{action: reject, streamless: true}`` keeps rejecting
+    #: there instead of waiting for an answer from another client or the console.
+    streamless: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +303,20 @@ STORE_BACKENDS = ("sqlite", "redis", "memory")
 
 
 @dataclass(frozen=True, slots=True)
+class ConsoleConfig:
+    """The operator console (``GET /console``) and the ``bridge.watch`` event log."""
+
+    #: serve ``/console`` (the methods behind it are always there).
+    enabled: bool = True
+    #: events the log keeps for watchers that reconnect with ``since``.
+    event_buffer: int = 4096
+    #: events one watcher may fall behind before its watch ends (it re-watches).
+    watch_max_pending: int = 2048
+    #: seconds between health and metrics samples.
+    health_interval: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: Secret = ""
@@ -334,6 +352,7 @@ class BridgeConfig:
     agents: AgentsConfig = field(default_factory=AgentsConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 
     @property
@@ -784,5 +803,10 @@ def _validate(config: BridgeConfig) -> None:
         raise ConfigError("store: ledger_max_age and retention must be greater than 0")
     if config.store.redis_timeout <= 0 or config.store.lease_ttl < 1:
         raise ConfigError("store: redis_timeout must be > 0 and lease_ttl at least 1 second")
+    cc = config.console
+    if cc.event_buffer < 16 or cc.watch_max_pending < 16:
+        raise ConfigError("console: event_buffer and watch_max_pending must be at least 16")
+    if cc.health_interval < 0.1:
+        raise ConfigError("console.health_interval: must be at least 0.1 seconds")
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")

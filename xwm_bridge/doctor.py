@@ -2,11 +2,9 @@
 reachability check of every enabled provider, using the deploy probe's request
 (``acp.capabilities``, config.md §4).
 
-Masked: every ``Secret``-typed field of the config (tokens, API keys, the vault
-token, provider ``auth_header``), the userinfo of any URL (a Redis or provider
-URL password), and the value of every provider ``env`` item. The whole output is
-then passed through the log redactor, so a secret quoted in a check's error text
-is masked too.
+Masked as in config_view.py (every ``Secret``-typed field, URL userinfo, provider
+``env`` values); the whole output is then passed through the log redactor, so a
+secret quoted in a check's error text is masked too.
 """
 
 from __future__ import annotations
@@ -18,59 +16,20 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
-
-from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig, secret_field
+from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig
+from xwm_bridge.config_view import masked
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
+from xwm_bridge.providers.http1 import Http1Pool
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
 
-MASK = "********"
 CHECK_TIMEOUT = 5.0
 
 
-def mask_userinfo(value: str) -> str:
-    """``scheme://user:password@host/…`` → ``scheme://********@host/…``."""
-    if "://" not in value or "@" not in value:
-        return value
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return MASK
-    if "@" not in parts.netloc:
-        return value
-    host = parts.netloc.rsplit("@", 1)[1]
-    return parts._replace(netloc=f"{MASK}@{host}").geturl()
-
-
-def _masked(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [MASK if v else v for v in value]
-    return MASK if value else value
-
-
 def masked_config(loaded: LoadedConfig) -> dict[str, Any]:
-    def walk(value: Any) -> Any:
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            out: dict[str, Any] = {}
-            for f in dataclasses.fields(value):
-                item = getattr(value, f.name)
-                if secret_field(value, f.name):
-                    out[f.name] = _masked(item)
-                elif f.name == "env" and isinstance(value, ProviderConfig):
-                    out[f.name] = [f"{e.partition('=')[0]}={MASK}" for e in item]
-                else:
-                    out[f.name] = walk(item)
-            return out
-        if isinstance(value, tuple):
-            return [walk(v) for v in value]
-        if isinstance(value, str):
-            return mask_userinfo(value)
-        return value
-
-    out = walk(loaded.config)
-    assert isinstance(out, dict)
-    return out
+    """The effective config with every secret masked (config_view.py; the console
+    shows the same data)."""
+    return masked(loaded.config)
 
 
 def check_stdio_agent(p: ProviderConfig) -> dict[str, Any]:
@@ -160,11 +119,14 @@ async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
             ),
         }
     )
-    async with aiohttp.ClientSession(trust_env=False) as http:
-        client = UpstreamClient(http)
+    pool = Http1Pool()
+    try:
+        client = UpstreamClient(pool)
         results = await asyncio.gather(
             *(check_provider(client, cfg, p) for p in cfg.available_providers)
         )
+    finally:
+        await pool.close()
     checks += [{"check": "provider", **r} for r in results]
     checks.append(await check_openclaw(cfg))
     for p in cfg.providers:

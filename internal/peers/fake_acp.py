@@ -8,6 +8,7 @@ notifications carrying ``delta`` pieces, after ``latency_ms``.
 Directives at the start of ``taskPrompt`` change one turn:
 
 * ``slow:<ms>``     sleep that long before answering (cancellable by ``session.cancel``)
+* ``drip:<ms>``     stream the chunks that far apart (output that visibly grows)
 * ``error``         answer a JSON-RPC error ``{"code":-32000,"message":"fake upstream error"}``
 * ``malformed``     answer a body that is not JSON
 * ``status:<n>``    answer HTTP status n with a plain-text body
@@ -32,7 +33,9 @@ from typing import Any
 import orjson
 from aiohttp import WSMsgType, web
 
-_DIRECTIVE = re.compile(r"^(slow:(\d+)|error|malformed|status:(\d{3})|nullresult|hang)\b\s*")
+_DIRECTIVE = re.compile(
+    r"^(slow:(\d+)|drip:(\d+)|error|malformed|status:(\d{3})|nullresult|hang)\b\s*"
+)
 
 
 @dataclass
@@ -125,7 +128,15 @@ async def _turn(
         n = max(1, state.chunks)
         size = max(1, -(-len(output) // n))
         pieces = [output[i : i + size] for i in range(0, len(output), size)]
+        gap = int(directive[5:]) / 1000 if directive.startswith("drip:") else 0.0
         for seq, piece in enumerate(pieces, 1):
+            if gap and seq > 1:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(cancel.wait(), gap)
+                if cancel.is_set():
+                    state.cancelled_turns += 1
+                    result = {"success": False, "error": "cancelled", "turnId": turn_id}
+                    return {"jsonrpc": "2.0", "id": rid, "result": result}, None, 200
             await emit(
                 {
                     "jsonrpc": "2.0",

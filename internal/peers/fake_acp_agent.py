@@ -11,6 +11,8 @@ separate id space). The first word of the prompt picks the behaviour:
 * ``write <path> <text>`` ``fs/write_text_file``
 * ``terminal <cmd> [args]`` ``terminal/create`` → ``wait_for_exit`` → ``output``
 * ``slow``                one chunk, then waits for ``session/cancel`` (→ ``cancelled``)
+* ``drip <n> <ms>``       n chunks ``ms`` apart, then a plan and usage
+* ``permcrash <path>``    asks ``session/request_permission``, then exits (status 4) unanswered
 * ``crash``               exits with status 3 in the middle of the turn
 * ``big``                 one 200 KiB message chunk (over asyncio's 64 KiB line default)
 * anything else           ``agent says: <prompt>`` in three chunks, a plan and usage
@@ -22,6 +24,7 @@ ignores SIGTERM); ``FAKE_AGENT_LOAD_SESSION=1`` advertises and accepts ``session
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
@@ -127,6 +130,32 @@ class Agent:
             self.chunk(sid, "working")
             await cancel.wait()
             stop = "cancelled"
+        elif word == "drip":
+            count, _, gap = rest.strip().partition(" ")
+            for i in range(int(count or 5)):
+                if i:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(cancel.wait(), int(gap or 200) / 1000)
+                if cancel.is_set():
+                    break
+                self.chunk(sid, f"chunk {i + 1} ")
+            self.update(sid, {"sessionUpdate": "usage_update", "used": 7, "size": 1000})
+        elif word == "permcrash":
+            tool = {"toolCallId": "call-9", "title": f"Write {rest.strip()}", "kind": "edit"}
+            self.send(
+                {
+                    "id": "agent-crash",
+                    "method": "session/request_permission",
+                    "params": {
+                        "sessionId": sid,
+                        "toolCall": tool,
+                        "options": [{"optionId": "once", "name": "Allow", "kind": "allow_once"}],
+                    },
+                }
+            )
+            await asyncio.sleep(0.5)
+            print("fake agent exiting with a permission request open", file=sys.stderr, flush=True)
+            os._exit(4)
         elif word == "crash":
             self.chunk(sid, "about to crash")
             print("fake agent crashing on purpose", file=sys.stderr, flush=True)

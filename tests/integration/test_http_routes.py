@@ -470,6 +470,18 @@ async def test_capabilities_shape(start_bridge: StartBridge, http: aiohttp.Clien
                 "providerCatalog": CATALOG,
                 "gatewayProviders": GATEWAYS,
             },
+            # additive (issue 13): the operator methods and the watch notification
+            "operator": {
+                "methods": [
+                    "session.list",
+                    "session.get",
+                    "permission.list",
+                    "bridge.watch",
+                    "bridge.health",
+                    "bridge.config",
+                ],
+                "watchNotification": "bridge.event",
+            },
         },
     }
 

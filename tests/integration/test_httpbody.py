@@ -1,5 +1,7 @@
 """xwm_bridge.httpbody.read_capped over a real socket: bodies from 1 KB up to the
-upstream cap are read to their end; one byte more is refused (issue 16 item 2)."""
+upstream cap are read to their end; one byte more is refused (issue 16 item 2). The
+upstream client (providers/http1.py) is covered through the daemon in
+test_hostile_peers.py."""
 
 from __future__ import annotations
 
@@ -9,8 +11,7 @@ from aiohttp import web
 
 from tests.conftest import ServeApp
 from xwm_bridge.httpbody import BodyTooLarge, read_capped
-from xwm_bridge.providers.upstream import MAX_UPSTREAM_RESPONSE, UpstreamError
-from xwm_bridge.providers.upstream import read_capped as upstream_read
+from xwm_bridge.providers.upstream import MAX_UPSTREAM_RESPONSE
 
 SIZES = [1024, 100 * 1024, 130 * 1024, 1024 * 1024, 16 * 1024 * 1024, MAX_UPSTREAM_RESPONSE]
 
@@ -49,7 +50,7 @@ async def test_bodies_up_to_the_cap_are_read_whole(url: str, size: int, chunked:
         aiohttp.ClientSession() as http,
         http.get(url, params={"size": size, "chunked": int(chunked)}) as resp,
     ):
-        data = await upstream_read(resp, MAX_UPSTREAM_RESPONSE)
+        data = await read_capped(resp, MAX_UPSTREAM_RESPONSE)
     assert len(data) == size
 
 
@@ -62,6 +63,64 @@ async def test_one_byte_past_the_cap_is_refused(url: str, chunked: bool) -> None
         async with http.get(url, params={"size": cap + 1, "chunked": int(chunked)}) as resp:
             with pytest.raises(BodyTooLarge, match=str(cap)):
                 await read_capped(resp, cap)
-        async with http.get(url, params={"size": cap + 1, "chunked": int(chunked)}) as resp:
-            with pytest.raises(UpstreamError, match="too large"):
-                await upstream_read(resp, cap)
+
+
+def envelope_app() -> web.Application:
+    """A plain-JSON upstream whose result output is ``size`` bytes (chunked or not)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        import orjson
+
+        body = orjson.loads(await request.read())
+        size, chunked = int(request.match_info["size"]), request.match_info["chunked"]
+        head = b'{"jsonrpc":"2.0","id":"%s","result":{"output":"' % body["id"].encode()
+        tail = b'"}}'
+        data = head + b"o" * max(size - len(head) - len(tail), 0) + tail
+        if chunked != "1":
+            return web.Response(body=data, content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for i in range(0, len(data), 1 << 20):
+            await resp.write(data[i : i + (1 << 20)])
+        await resp.write_eof()
+        return resp
+
+    app = web.Application(client_max_size=1 << 20)
+    app.router.add_post("/{size}/{chunked}/acp/rpc", handle)
+    return app
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_the_upstream_client_reads_plain_json_up_to_the_cap(
+    serve_app: ServeApp, chunked: bool
+) -> None:
+    """Through the upstream client the daemon uses (providers/http1.py)."""
+    from xwm_bridge.config import ProviderConfig
+    from xwm_bridge.endpoint import derive_endpoint
+    from xwm_bridge.providers.http1 import Http1Pool
+    from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
+
+    base = await serve_app(envelope_app())
+    pool = Http1Pool()
+    client = UpstreamClient(pool)
+
+    async def ignore(_: object) -> None:
+        return None
+
+    try:
+        for size in SIZES:
+            url = f"{base}/{size}/{int(chunked)}"
+            provider = ProviderConfig("p", endpoint=url, stream=False)
+            reply = await client.call(
+                provider, derive_endpoint(url), "", "session.start", {}, ignore, stream=False
+            )
+            assert len(reply["result"]["output"]) > size - 100, size
+        url = f"{base}/{MAX_UPSTREAM_RESPONSE + 1}/{int(chunked)}"
+        provider = ProviderConfig("p", endpoint=url, stream=False)
+        with pytest.raises(UpstreamError, match="too large"):
+            await client.call(
+                provider, derive_endpoint(url), "", "session.start", {}, ignore, stream=False
+            )
+    finally:
+        await pool.close()

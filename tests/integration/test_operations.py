@@ -194,7 +194,7 @@ async def test_sigterm_drains_then_cancels_and_exits_zero(
 
     bridge.proc.send_signal(signal.SIGTERM)
     quick_events = await asyncio.wait_for(quick, 10)
-    assert quick_events[-1]["result"]["success"] is True  # finished within the grace period
+    assert quick_events[-1]["result"]["success"] is True, quick_events  # within the grace period
     slow_events = await asyncio.wait_for(slow_sse, 10)
     final = slow_events[-1]["result"]
     assert (

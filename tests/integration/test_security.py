@@ -531,3 +531,36 @@ async def test_sessions_belong_to_the_token_that_made_them(
     assert replay["result"]["found"] is True
     closed = await call(http, url, TOKEN_A, "session.close", {"sessionId": "owned"})
     assert closed["result"]["accepted"] is True
+
+
+async def test_operator_methods_show_a_client_only_its_own_sessions(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: Any, tmp_path: Any
+) -> None:
+    """The console's methods (issue 13) under issue 16: with several client tokens, a
+    client lists and reads only its own sessions and gets no bridge-wide feed; an admin
+    token sees everything."""
+    from tests.conftest import provider_env, session_params
+
+    env = provider_env(fake_upstream.url, XWM_ADMIN_TOKENS=TOKEN_ADMIN)
+    bridge = await start_bridge(env=env, config={"client_tokens": [TOKEN_A, TOKEN_B]}, tmp=tmp_path)
+    url = bridge.rpc_url
+    await call(http, url, TOKEN_A, "session.start", session_params("a-1", "hi"))
+    await call(http, url, TOKEN_B, "session.start", session_params("b-1", "hi"))
+
+    async def listed(token: str) -> set[str]:
+        reply = await call(http, url, token, "session.list", {})
+        return {s["sessionId"] for s in reply["result"]["sessions"]}
+
+    assert await listed(TOKEN_A) == {"a-1"}
+    assert await listed(TOKEN_B) == {"b-1"}
+    assert await listed(TOKEN_ADMIN) == {"a-1", "b-1"}
+    assert (await call(http, url, TOKEN_A, "session.get", {"sessionId": "a-1"}))["result"]
+    other = await call(http, url, TOKEN_A, "session.get", {"sessionId": "b-1"})
+    assert other["error"]["code"] == -32003
+    admin_view = await call(http, url, TOKEN_ADMIN, "session.get", {"sessionId": "b-1"})
+    assert admin_view["result"]["session"]["sessionId"] == "b-1"
+    for method in ("bridge.watch", "bridge.health", "bridge.config"):
+        refused = await call(http, url, TOKEN_B, method, {"waitMs": 0})
+        assert refused["error"]["code"] == -32003, method
+        allowed = await call(http, url, TOKEN_ADMIN, method, {"waitMs": 0})
+        assert "result" in allowed, (method, allowed)

@@ -149,6 +149,7 @@ async def test_example_18_content_length_then_newline_message(
         "capabilities",
         "gatewayProviders",
         "multiAgent",
+        "operator",  # additive (issue 13)
         "providerCatalog",
         "singleAgent",
     }

@@ -170,7 +170,10 @@ async def test_permission_rejected_by_policy(
 async def test_ask_without_stream_and_unanswered_ask_reject(
     start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
-    bp = await start_bridge(config=config(tmp_path, permission_timeout=0.5), tmp=tmp_path)
+    # a `streamless` rule keeps rejecting plain-JSON HTTP turns (they wait otherwise)
+    rules = [{"action": "reject", "kind": "*", "path": "*", "streamless": True}]
+    cfg = config(tmp_path, permission_timeout=0.5, permission_rules=rules)
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
     target = tmp_path / "a.txt"
     plain = await rpc(
         http,
@@ -179,8 +182,8 @@ async def test_ask_without_stream_and_unanswered_ask_reject(
         agent_params("p3", f"permission {target}", workingDirectory=str(tmp_path)),
     )
     record = plain["result"]["permissions"][0]
-    assert record["outcome"] == "reject_once"
-    assert "cannot carry notifications" in record["reason"]
+    assert record["outcome"] == "reject_once" and record["decision"] == "reject"
+    assert "streamless" in record["reason"]
     events = await collect(
         http,
         bp.rpc_url,

@@ -360,3 +360,88 @@ async def test_sqlite_files_from_before_owners_are_migrated(tmp_path: Path) -> N
         assert new is not None and new.owner == "bearer:x"
     finally:
         await store.close()
+
+
+# --- operator views (issue 13): turns, pending permissions, the session list -------------
+
+
+async def test_turns_round_trip_and_are_bounded(make_store: Factory) -> None:
+    from xwm_bridge.store.records import TURNS_PER_SESSION, TurnRecord
+
+    store = await make_store(StoreLimits())
+    store.save(SessionRecord("s1", "t1"))
+    first = TurnRecord("s1", "turn-0000000001", prompt="hi", started_at=1.0)
+    store.save_turn(first)
+    done = TurnRecord(
+        "s1", "turn-0000000001", prompt="hi", status="completed", started_at=1.0,
+        finished_at=2.5, usage={"used": 3}, result={"success": True, "output": "ok"},
+    )  # fmt: skip
+    store.save_turn(done)  # an upsert, not a second turn
+    turns = await store.turns("s1", 10)
+    assert turns == [done]
+    for i in range(2, TURNS_PER_SESSION + 5):
+        store.save_turn(TurnRecord("s1", f"turn-{i:010d}", started_at=float(i)))
+    turns = await store.turns("s1", 1000)
+    assert len(turns) == TURNS_PER_SESSION
+    assert turns[-1].turn_id == f"turn-{TURNS_PER_SESSION + 4:010d}"  # the newest kept
+    assert [t.started_at for t in turns] == sorted(t.started_at for t in turns)
+    assert len(await store.turns("s1", 3)) == 3
+    store.delete("s1")
+    assert await store.turns("s1", 10) == []
+
+
+async def test_list_sessions_filters_and_pages(make_store: Factory) -> None:
+    from xwm_bridge.store.records import SessionQuery, TurnRecord
+
+    store = await make_store(StoreLimits())
+    base = time.time() - 100  # a Redis record expires `retention` after its update
+    for i, (status, provider, thread) in enumerate(
+        [("completed", "codex", "a"), ("failed", "codex", "b"), ("running", "fake", "a")]
+    ):
+        sid = f"s{i}"
+        store.save(
+            SessionRecord(
+                sid, thread, provider=provider, last_turn_id=f"turn-{i}",
+                last_turn_status=status, updated_at=base + i,
+            )
+        )  # fmt: skip
+        store.save_turn(TurnRecord(sid, f"turn-{i}", status=status, started_at=base + i))
+    page = await store.list_sessions(SessionQuery())
+    assert [r.session_id for r, _ in page.items] == ["s2", "s1", "s0"]
+    assert all(t is not None and t.turn_id == r.last_turn_id for r, t in page.items)
+    assert page.next_after is None
+
+    async def ids(**kw: Any) -> list[str]:
+        return [r.session_id for r, _ in (await store.list_sessions(SessionQuery(**kw))).items]
+
+    assert await ids(state="failed") == ["s1"]
+    assert await ids(state="idle") == ["s1", "s0"]
+    assert await ids(provider="codex") == ["s1", "s0"]
+    assert await ids(thread_id="a") == ["s2", "s0"]
+    assert await ids(updated_since=base + 1) == ["s2", "s1"]
+    first = await store.list_sessions(SessionQuery(limit=2))
+    assert [r.session_id for r, _ in first.items] == ["s2", "s1"]
+    assert first.next_after is not None
+    rest = await store.list_sessions(SessionQuery(limit=2, after=first.next_after))
+    assert [r.session_id for r, _ in rest.items] == ["s0"] and rest.next_after is None
+    store.delete("s1")
+    assert await ids() == ["s2", "s0"]
+
+
+async def test_pending_permissions_survive_until_resolved(make_store: Factory) -> None:
+    from xwm_bridge.store.records import PermissionRecord
+
+    store = await make_store(StoreLimits())
+    asked = PermissionRecord(
+        "s1", "perm-1", turn_id="turn-1", tool_call={"kind": "edit", "title": "Write x"},
+        options=({"optionId": "once", "kind": "allow_once"},), created_at=5.0,
+    )  # fmt: skip
+    store.save_permission(asked)
+    store.save_permission(PermissionRecord("s2", "perm-2", created_at=6.0))
+    pending = await store.permissions()
+    assert [p.request_id for p in pending] == ["perm-1", "perm-2"]
+    assert pending[0].tool_call == asked.tool_call and pending[0].options == asked.options
+    store.delete_permission("s1", "perm-1")
+    assert [p.request_id for p in await store.permissions()] == ["perm-2"]
+    store.delete("s2")  # a session's requests go with it
+    assert await store.permissions() == []

@@ -28,14 +28,15 @@ LAYERS: list[tuple[str, ...]] = [
         "wire",
         "httpbody",
         "observability",
+        "console",
     ),
     ("config",),  # 1: the typed config
-    ("store", "router", "mounts", "config_doc"),  # 2: services the core uses
+    ("store", "router", "mounts", "config_doc", "config_view"),  # 2: services the core uses
     ("core",),  # 3: contracts: context, executors, sessions, queues, turns
     ("providers", "gateway", "multiagent"),  # 4: executors and their clients
     ("app",),  # 5: composition: the bridge object graph and its method table
     ("transport", "adapters", "toolbridge", "doctor"),  # 6: edges and other front ends
-    ("cli", "__main__"),  # 7: the command line
+    ("cli", "__main__", "client"),  # 7: the command line and its terminal client
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -12,35 +12,42 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from types import TracebackType
 
 import aiohttp
 
+from xwm_bridge.app.health import HealthSampler
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core import principals
+from xwm_bridge.core.journal import TurnJournal
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.core.queues import ThreadQueues
 from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
+from xwm_bridge.core.watch import EventLog
 from xwm_bridge.gateway.manager import GatewayManager
 from xwm_bridge.gateway.turns import GatewayTurnExecutor
 from xwm_bridge.multiagent.executor import MultiAgentExecutor
 from xwm_bridge.observability.metrics import Metrics
+from xwm_bridge.providers.http1 import Http1Pool
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
 from xwm_bridge.providers.stdio.executor import ProviderKindExecutor, StdioAgentExecutor
-from xwm_bridge.providers.stdio.permissions import PermissionBroker
+from xwm_bridge.providers.stdio.permissions import POLICY, PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.router.service import Router
 from xwm_bridge.store import open_store
 from xwm_bridge.store.base import SessionStore
 from xwm_bridge.store.cluster import Cluster
+from xwm_bridge.store.records import PermissionRecord
 from xwm_bridge.store.redis import RedisStore
 
 log = logging.getLogger("xwm_bridge.bridge")
 PRUNE_INTERVAL = 300.0
-#: idle keep-alive connections to upstreams stay open this long (the pool stays warm)
-UPSTREAM_KEEPALIVE = 60.0
+#: idle keep-alive connections to upstreams are reused for this long (the pool stays
+#: warm); below the usual server-side keep-alive timeouts, so a reused one is alive
+UPSTREAM_KEEPALIVE = 30.0
 
 
 def store_error_counts(store: SessionStore) -> dict[str, int]:
@@ -51,17 +58,24 @@ def store_error_counts(store: SessionStore) -> dict[str, int]:
 class Bridge:
     """Owns the sessions, thread queues, upstream client and background tasks."""
 
-    def __init__(self, config: BridgeConfig) -> None:
+    def __init__(self, config: BridgeConfig, sources: Mapping[str, str] | None = None) -> None:
         self.config = config
+        #: where each config value came from (``doctor``, the console's config view)
+        self.config_sources: Mapping[str, str] = dict(sources or {})
         self.supervisor = Supervisor()
         store = self.store = open_store(config)
         shared = isinstance(store, RedisStore)
+        cc = config.console
+        #: the live feed of ``bridge.watch`` (issue 13)
+        self.events = EventLog(cc.event_buffer, max_pending=cc.watch_max_pending)
         self.sessions = SessionRegistry(
             store, shared=shared, history_max_bytes=config.store.history_max_bytes
         )
+        self.sessions.events = self.events
         # sessions belong to the principal that made them once clients authenticate
         self.sessions.enforce_owner = config.authenticates
         self.sessions.admins = frozenset(principals.digest(t) for t in config.admin_tokens)
+        self.sessions.single_principal = not (config.client_tokens or config.admin_tokens)
         #: several replicas on one Redis: cross-replica thread queues and cancel
         self.cluster = (
             Cluster(store, self.sessions.cancel) if isinstance(store, RedisStore) else None
@@ -76,15 +90,28 @@ class Bridge:
             threads=lambda: len(self.queues),
             sessions=lambda: len(self.sessions),
         )
-        self.permissions = PermissionBroker()
+        self.permissions = PermissionBroker(owner=self.events.epoch)
+        self.permissions.listeners.append(self._permission_changed)
         self.stdio_agents = StdioAgentExecutor(config, self.permissions)
         self.gateway = GatewayManager(config)
         self.metrics.bind_gateway(self.gateway.status_counts)
         self.metrics.bind_store(store.alive, lambda: store_error_counts(store))
+        self.health = HealthSampler(self)
         self._http: aiohttp.ClientSession | None = None
+        self._upstream_pool: Http1Pool | None = None
         self._router: Router | None = None
         self._runner: TurnRunner | None = None
         self._drained = False
+
+    def _permission_changed(self, type_: str, record: PermissionRecord) -> None:
+        """Pending requests live in the store (every replica and a reconnecting client
+        see them) and every change goes to the watchers."""
+        if record.resolution != POLICY:
+            if record.state == "pending":
+                self.store.save_permission(record)
+            else:
+                self.store.delete_permission(record.session_id, record.request_id)
+        self.events.publish("permission", type_, record.wire(), record.session_id)
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -124,12 +151,13 @@ class Bridge:
         interrupted = await self.store.recover()
         if interrupted:
             log.warning("turns interrupted by the last shutdown", extra={"count": len(interrupted)})
-        connector = aiohttp.TCPConnector(
-            limit=512, limit_per_host=0, ttl_dns_cache=60, keepalive_timeout=UPSTREAM_KEEPALIVE
-        )
+        # the router's classifier, multi-agent LLM calls and bootstrap use aiohttp
+        connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, ttl_dns_cache=60)
         self._http = aiohttp.ClientSession(connector=connector, trust_env=False)
         router = self._router = Router(self.config, self._http)
-        single = SingleAgentExecutor(self.config, UpstreamClient(self._http), self.metrics)
+        self._upstream_pool = Http1Pool(idle_timeout=UPSTREAM_KEEPALIVE)
+        upstream = UpstreamClient(self._upstream_pool)
+        single = SingleAgentExecutor(self.config, upstream, self.metrics)
         self._runner = TurnRunner(
             self.sessions,
             self.supervisor,
@@ -141,7 +169,11 @@ class Bridge:
             self.metrics,
             router,
         )
+        journal = self._runner.journal = TurnJournal(self.store, self.events)
+        book = self.health.book
+        journal.observers.append(lambda t: book.observe(t.provider, t.status, t.error))
         spawn = self.supervisor.spawn
+        spawn(self.health.run(), name="health-sampler", service=True)
         spawn(self.gateway.run_reaper(), name="gateway-reaper", service=True)
         spawn(self._reap(), name="session-reaper", service=True)
 
@@ -188,6 +220,8 @@ class Bridge:
         await self.drain(grace)
         await self.stdio_agents.close()
         await self.gateway.close()
+        if self._upstream_pool is not None:
+            await self._upstream_pool.close()
         if self._http is not None:
             await self._http.close()
         if self.cluster is not None:

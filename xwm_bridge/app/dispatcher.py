@@ -3,6 +3,7 @@ per-request audit line and the request metrics. No method logic lives here."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -48,9 +49,7 @@ class Dispatcher:
                 counter[0] += 1
                 await inner(message)
 
-            call = CallContext(
-                counted, call.transport, call.principal, call.bearer, call.connection
-            )
+            call = dataclasses.replace(call, notify=counted)
         outcome, code = "ok", 0
         value: dict[str, Any] = {}
         handler = self._methods.get(request.method)

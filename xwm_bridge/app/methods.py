@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from xwm_bridge import jsonrpc
+from xwm_bridge.app.operator import EVENT_METHOD, OPERATOR_METHODS, OperatorMethods
 from xwm_bridge.core.context import CallContext, Handler
 from xwm_bridge.core.params import SessionParams, session_id_of
 from xwm_bridge.core.queues import QueueFullError, ShuttingDownError
@@ -21,6 +22,7 @@ from xwm_bridge.observability import context as obs
 from xwm_bridge.providers.stdio.permissions import PermissionAnswer
 from xwm_bridge.router.dispatch import resolve_dispatch
 from xwm_bridge.router.resolver import EMPTY_FIELDS, RoutingRequest
+from xwm_bridge.store.records import Answerer
 
 if TYPE_CHECKING:
     from xwm_bridge.app.bridge import Bridge
@@ -40,6 +42,7 @@ class BridgeMethods:
     def __init__(self, bridge: Bridge) -> None:
         self._bridge = bridge
         self._config = bridge.config
+        self._operator = OperatorMethods(bridge)
 
     def table(self) -> dict[str, Handler]:
         return {
@@ -56,6 +59,7 @@ class BridgeMethods:
             "xworkmate.gateway.connect": self.gateway_connect,
             "xworkmate.gateway.request": self.gateway_request,
             "xworkmate.gateway.disconnect": self.gateway_disconnect,
+            **self._operator.table(),
         }
 
     # --- capabilities ---------------------------------------------------------------------
@@ -80,6 +84,8 @@ class BridgeMethods:
                 "providerCatalog": catalog,
                 "gatewayProviders": gateways,
             },
+            # issue 13: the operator methods and the live feed's notification
+            "operator": {"methods": list(OPERATOR_METHODS), "watchNotification": EVENT_METHOD},
         }
 
     # --- session turns ----------------------------------------------------------------------
@@ -162,10 +168,12 @@ class BridgeMethods:
     async def session_permission(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        """The client's answer to a ``permission`` update of a stdio agent."""
+        """The client's answer to a ``permission`` update of a stdio agent, from any
+        transport (the first valid answer wins; the record says who gave it)."""
         answer = PermissionAnswer.parse(params)
         await self._bridge.sessions.check_owner(answer.session_id, call.principal)
-        return self._bridge.permissions.answer(answer)
+        by = Answerer(call.transport, call.peer, call.principal)
+        return self._bridge.permissions.answer(answer, by)
 
     async def session_replay(
         self, params: dict[str, Any], call: CallContext, method: str

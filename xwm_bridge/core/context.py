@@ -42,6 +42,8 @@ class CallContext:
     bearer: str = ""
     #: the long-lived connection the call came on, if any.
     connection: Connection | None = None
+    #: where the call came from (``host:port`` of the peer, ``stdio``), for audit records.
+    peer: str = ""
 
 
 #: One JSON-RPC method: ``(params, call, method name) -> result``; raises ``RpcError``.
@@ -56,6 +58,9 @@ class TurnContext:
     notify: Notify | None
     supervisor: Supervisor
     ledger: Ledger | None = None
+    #: an operator watches the live feed (``bridge.watch``): stream from upstreams even
+    #: when the client itself cannot receive notifications (plain-JSON HTTP)
+    watched: bool = False
 
     @property
     def session_id(self) -> str:

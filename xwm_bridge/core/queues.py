@@ -56,6 +56,10 @@ class ThreadQueues:
         th = self._threads.get(thread_id)
         return len(th.waiting) if th else 0
 
+    def threads(self) -> list[str]:
+        """Threads with a running or waiting turn."""
+        return list(self._threads)
+
     def total_waiting(self) -> int:
         return sum(len(th.waiting) for th in self._threads.values())
 

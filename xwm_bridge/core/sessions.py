@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from xwm_bridge.core.feed import SessionFeed
+from xwm_bridge.core.watch import EventLog
 from xwm_bridge.jsonrpc import FORBIDDEN, RpcError
 from xwm_bridge.store.base import (
     LedgerEntry,
@@ -181,11 +182,15 @@ class SessionRegistry:
         self.enforce_owner = False
         #: principals that may use every session (``admin_tokens``)
         self.admins: frozenset[str] = frozenset()
+        #: one shared token and no admin token: its holder is the operator of everything
+        self.single_principal = False
         #: other replicas write the same store: reload the record at turn start unless
         #: ``must_reload(thread_id)`` says this replica ran the thread's previous turn
         self.shared = shared
         self.must_reload: Callable[[str], bool] = lambda thread_id: True
         self.feed = SessionFeed()
+        #: the bridge-wide event log of ``bridge.watch`` (issue 13); None = not published
+        self.events: EventLog | None = None
         self._sessions: dict[str, Session] = {}
         self._running: dict[str, TurnHandle] = {}
         self._pending: dict[str, int] = {}
@@ -199,6 +204,8 @@ class SessionRegistry:
     def reset(self, session_id: str, thread_id: str) -> Session:
         session = self._sessions[session_id] = self._new(Session(session_id, thread_id))
         self.store.delete(session_id)  # a new conversation: old record and ledger go
+        if self.events is not None:
+            self.events.publish("session", "started", {"threadId": thread_id}, session_id)
         return session
 
     def _new(self, session: Session) -> Session:
@@ -231,6 +238,10 @@ class SessionRegistry:
         return self.get_or_create(session_id, thread_id)
 
     # --- ownership (issue 16 item 8) ------------------------------------------------------
+
+    def sees_all(self, principal: str) -> bool:
+        """May ``principal`` see and act on every session (the operator methods)?"""
+        return not self.enforce_owner or self.single_principal or principal in self.admins
 
     def may_use(self, owner: str, principal: str) -> bool:
         return not self.enforce_owner or not owner or owner == principal or principal in self.admins
@@ -269,6 +280,14 @@ class SessionRegistry:
         pos = relayed_pos(session.seq) if relayed else emitted_pos(session.seq)
         self.store.append(session.session_id, LedgerEntry(pos, turn_id, message))
         self.feed.publish(session.session_id, pos, message)
+        if self.events is not None:
+            params = message.get("params")
+            self.events.publish(
+                "turn",
+                "update",
+                {"turnId": turn_id, "relayed": relayed, "update": params},
+                session.session_id,
+            )
 
     def get_or_create(self, session_id: str, thread_id: str) -> Session:
         session = self._sessions.get(session_id)
@@ -292,6 +311,14 @@ class SessionRegistry:
         session = self._sessions.get(session_id)
         if session is not None:
             session.last_used = time.monotonic()
+
+    def watched(self) -> bool:
+        """Someone follows the live feed (``bridge.watch``)."""
+        return self.events is not None and self.events.subscribers > 0
+
+    def queued(self, session_id: str) -> int:
+        """Turns of the session waiting in a thread queue."""
+        return self._pending.get(session_id, 0)
 
     def turn_started(self, handle: TurnHandle) -> None:
         self._running[handle.session_id] = handle
@@ -318,6 +345,8 @@ class SessionRegistry:
         existed = self._sessions.pop(session_id, None) is not None
         self.store.delete(session_id)
         self.cancel(session_id)
+        if self.events is not None:
+            self.events.publish("session", "closed", {"existed": existed}, session_id)
         return existed
 
     def reap(self, ttl: float, now: float | None = None) -> int:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from xwm_bridge.core.context import STARTED_UPDATE, Notify, TurnContext
 from xwm_bridge.core.executors import Executor
+from xwm_bridge.core.journal import TurnJournal
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.core.params import SessionParams
 from xwm_bridge.core.sessions import SessionRegistry, TurnHandle
@@ -16,11 +16,12 @@ from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turn import TurnRequest
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.observability import context as obs
+from xwm_bridge.observability.logging import events
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.router.resolver import RoutingDecision, RoutingRequest
 from xwm_bridge.store.base import CANCELLED, COMPLETED, FAILED, INTERRUPTED, RUNNING
 
-log = logging.getLogger("xwm_bridge.turns")
+TURNS_LOGGER = "xwm_bridge.turns"
 ROUTING_REQUIRED = "ROUTING_REQUIRED"
 
 _last_turn_ns = 0
@@ -69,6 +70,8 @@ class TurnRunner:
         self._executors = executors
         self._metrics = metrics
         self._router = router
+        #: turn records and events for the operator views (issue 13); None = off
+        self.journal: TurnJournal | None = None
 
     async def run(
         self,
@@ -104,12 +107,15 @@ class TurnRunner:
         obs.turn_id.set(turn_id)
         session.last_turn_id, session.last_turn_status = turn_id, RUNNING
         self._sessions.persist(session)
+        journal = self.journal
+        entry = journal.started(turn, session, turn_id) if journal is not None else None
         registry = self._sessions
 
         def ledger(message: dict[str, Any], relayed: bool) -> None:
             registry.record(session, turn_id, message, relayed)
 
-        ctx = TurnContext(turn, session, turn_id, notify, self._supervisor, ledger)
+        watched = journal is not None and registry.events is not None and registry.watched()
+        ctx = TurnContext(turn, session, turn_id, notify, self._supervisor, ledger, watched)
         executor = self._executors[turn.mode]
         handle = TurnHandle(sp.session_id, turn_id)
         self._sessions.turn_started(handle)
@@ -121,18 +127,22 @@ class TurnRunner:
         finally:
             self._sessions.turn_finished(handle)
             session.last_used = time.monotonic()
+            status = turn_status(result, handle)
+            if status == CANCELLED and self._supervisor.closing:
+                status = INTERRUPTED  # cancelled by the shutdown, not by the client
             if session.last_turn_id == turn_id:  # not reset by a session.start meanwhile
-                status = turn_status(result, handle)
-                if status == CANCELLED and self._supervisor.closing:
-                    status = INTERRUPTED  # cancelled by the shutdown, not by the client
                 session.last_turn_status = status
                 self._sessions.persist(session)
+            if journal is not None and entry is not None:
+                current = self._sessions.get(sp.session_id) is session  # not reset meanwhile
+                journal.finished(entry, session, status, result, store=current)
         elapsed = time.monotonic() - started
-        self._metrics.turn_seconds.labels(decision.execution_target, provider).observe(elapsed)
-        log.info(
+        self._metrics.turn_durations.get(decision.execution_target, provider).observe(elapsed)
+        events.info(
+            TURNS_LOGGER,
             "turn finished",
-            extra={
-                "session_id": sp.session_id,
+            {
+                "session_id": sp.session_id[:128],
                 "mode": turn.mode.value,
                 "route": decision.reason,
                 "provider": provider,

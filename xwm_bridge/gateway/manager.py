@@ -179,6 +179,24 @@ class GatewayManager:
             counts[rt.snapshot.status] = counts.get(rt.snapshot.status, 0) + 1
         return counts
 
+    def status(self) -> list[dict[str, Any]]:
+        """Every runtime (operator health view): state, last error, reconnects."""
+        return [
+            {
+                "runtimeId": rt.runtime_id,
+                "owner": owner,
+                "mode": rt.snapshot.mode,
+                "state": rt.snapshot.status,
+                "lastError": rt.snapshot.last_error or None,
+                "lastErrorCode": rt.snapshot.last_error_code or None,
+                "reconnects": rt.reconnects,
+                "activeCalls": rt.active_calls,
+                "remoteAddress": rt.snapshot.remote_address or None,
+                "lastConnectedAtMs": rt.snapshot.last_connected_at_ms or None,
+            }
+            for (owner, _), rt in self._runtimes.items()
+        ]
+
     def runtimes_of(self, principal: str) -> list[GatewayRuntime]:
         return [rt for (owner, _), rt in self._runtimes.items() if owner == principal]
 

@@ -11,7 +11,7 @@ from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
 from xwm_bridge.core.modes import Mode
-from xwm_bridge.endpoint import EndpointError, derive_endpoint
+from xwm_bridge.endpoint import Endpoint, EndpointError, derive_endpoint
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers import artifacts
 from xwm_bridge.providers.collector import Collector, remote_fields, result_object
@@ -53,6 +53,15 @@ class SingleAgentExecutor:
             max_total_bytes=config.limits.artifact_max_total_bytes,
         )
         self._providers = {p.id.lower(): p for p in config.available_providers}
+        #: per provider, derived once (the config is frozen): its endpoint (or why it has
+        #: none) and its outbound Authorization
+        self._targets: dict[str, tuple[Endpoint | str, str]] = {}
+        for key, p in self._providers.items():
+            try:
+                target: Endpoint | str = derive_endpoint(p.endpoint)
+            except EndpointError as exc:
+                target = str(exc)
+            self._targets[key] = (target, config.provider_authorization(p))
 
     def _provider_id(self, ctx: TurnContext) -> str:
         return provider_id_of(ctx)
@@ -72,12 +81,10 @@ class SingleAgentExecutor:
             collector.observe(frame)
             await ctx.relay(frame)
 
-        authorization = self._config.provider_authorization(provider)
-        try:
-            endpoint = derive_endpoint(provider.endpoint)
-        except EndpointError as exc:
-            await ctx.emit_error(str(exc))
-            return self.failure(ctx, str(exc))
+        endpoint, authorization = self._targets[provider_id]
+        if isinstance(endpoint, str):  # the provider's URL is unusable
+            await ctx.emit_error(endpoint)
+            return self.failure(ctx, endpoint)
 
         async def cancel_upstream() -> None:
             # owned by the supervisor so it survives this task's cancellation; bounded
@@ -102,7 +109,7 @@ class SingleAgentExecutor:
                 ctx.params,  # already stripped of the §4.2 keys (core/turn.py)
                 on_notification,
                 # ask for SSE only when someone can receive the notifications
-                stream=provider.stream and ctx.notify is not None,
+                stream=provider.stream and (ctx.notify is not None or ctx.watched),
             )
         except UpstreamError as exc:
             message = str(exc)

@@ -15,13 +15,12 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
 import websockets
 from websockets.asyncio.client import connect as ws_connect
 
-from xwm_bridge import httpbody
 from xwm_bridge.config import ProviderConfig
 from xwm_bridge.endpoint import Endpoint
+from xwm_bridge.providers.http1 import Http1Error, Http1Pool, Response, Target
 from xwm_bridge.providers.upstream_call import (
     Notification,
     UpstreamCall,
@@ -46,28 +45,27 @@ class UpstreamError(Exception):
         self.kind = kind or ("timeout" if timed_out else "protocol")
 
 
-async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
-    """The whole body, or :class:`UpstreamError` past ``cap`` bytes (``content.read(n)``
-    returns only what is buffered, which cut long answers short)."""
-    try:
-        return await httpbody.read_capped(resp, cap)
-    except httpbody.BodyTooLarge:
-        raise UpstreamError("upstream response too large") from None
-
-
 class UpstreamClient:
-    def __init__(self, http: aiohttp.ClientSession) -> None:
-        self._http = http
-        self._timeouts: dict[tuple[float, float], aiohttp.ClientTimeout] = {}
+    def __init__(self, pool: Http1Pool) -> None:
+        self._pool = pool
+        #: (url, stream, authorization) → parsed target and pre-built request head
+        self._heads: dict[tuple[str, bool, str], tuple[Target, bytes]] = {}
 
-    def _timeout(self, provider: ProviderConfig) -> aiohttp.ClientTimeout:
-        key = (provider.connect_timeout, provider.read_timeout)
-        timeout = self._timeouts.get(key)
-        if timeout is None:
-            timeout = self._timeouts[key] = aiohttp.ClientTimeout(
-                total=None, sock_connect=key[0], sock_read=key[1]
-            )
-        return timeout
+    def _head(self, url: str, stream: bool, authorization: str) -> tuple[Target, bytes]:
+        key = (url, stream, authorization)
+        hit = self._heads.get(key)
+        if hit is None:
+            headers = {
+                "Content-Type": "application/json; charset=utf-8",
+                "Accept": _JSON_OR_SSE if stream else _JSON,
+            }
+            if authorization:
+                headers["Authorization"] = authorization
+            target = Target.parse(url)
+            if len(self._heads) >= 256:  # bounded: urls and credentials come from config
+                self._heads.clear()
+            hit = self._heads[key] = (target, target.head(headers))
+        return hit
 
     async def call(
         self,
@@ -111,41 +109,51 @@ class UpstreamClient:
         on_notification: OnNotification,
         stream: bool,
     ) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json; charset=utf-8"}
-        headers["Accept"] = _JSON_OR_SSE if stream else _JSON
-        if authorization:
-            headers["Authorization"] = authorization
         try:
-            async with self._http.post(
-                url, data=call.request, headers=headers, timeout=self._timeout(provider)
-            ) as resp:
+            target, head = self._head(url, stream, authorization)
+        except ValueError as exc:
+            raise UpstreamError(f"POST {url}: {exc}", kind="transport") from None
+        try:
+            resp = await self._pool.post(
+                target,
+                head,
+                call.request,
+                connect_timeout=provider.connect_timeout,
+                read_timeout=provider.read_timeout,
+            )
+            try:
                 if resp.content_type == "text/event-stream":
                     return await self._read_sse(resp, call, on_notification)
-                body = await read_capped(resp, MAX_UPSTREAM_RESPONSE)
+                body = await resp.read(MAX_UPSTREAM_RESPONSE)
                 return call.body(body, resp.status).envelope
-        except aiohttp.ClientError as exc:
+            finally:
+                resp.close()  # no-op once the answer was read whole
+        except Http1Error as exc:
+            if exc.kind == "protocol" and "too large" in str(exc):
+                raise UpstreamError("upstream response too large") from None
+            timed_out = exc.kind == "timeout"
             raise UpstreamError(
-                f"POST {url}: {_describe(exc)}",
-                timed_out=isinstance(exc, TimeoutError),
-                kind="" if isinstance(exc, TimeoutError) else "transport",
-            ) from None
-        except TimeoutError:
-            raise UpstreamError(
-                f"POST {url}: upstream did not answer in time", timed_out=True
+                f"POST {url}: {exc}",
+                timed_out=timed_out,
+                kind="" if timed_out else "transport",
             ) from None
 
     @staticmethod
     async def _read_sse(
-        resp: aiohttp.ClientResponse, call: UpstreamCall, on_notification: OnNotification
+        resp: Response, call: UpstreamCall, on_notification: OnNotification
     ) -> dict[str, Any]:
-        content = resp.content
-        while True:
-            chunk = await content.readany()
+        async for chunk in resp.stream():
             for event in call.sse(chunk, max_line=MAX_UPSTREAM_RESPONSE):
                 if isinstance(event, Notification):
                     await on_notification(event.message)
             if call.response is not None:
                 return call.response
+        # end of stream: a last event without its blank line still counts; no response raises
+        for event in call.sse(b"", max_line=MAX_UPSTREAM_RESPONSE):
+            if isinstance(event, Notification):
+                await on_notification(event.message)
+        assert call.response is not None
+        return call.response
 
     @staticmethod
     async def _call_ws(

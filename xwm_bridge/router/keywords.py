@@ -80,20 +80,39 @@ def any_of(text: str, keywords: tuple[str, ...] | list[str]) -> bool:
     return pattern is not None and pattern.search(text.lower()) is not None
 
 
+class Matcher:
+    """:func:`any_of` for a fixed keyword list, compiled once (no cache lookup, which
+    hashes the whole list, per call)."""
+
+    __slots__ = ("_search",)
+
+    def __init__(self, keywords: tuple[str, ...]) -> None:
+        pattern = _pattern(keywords)
+        self._search = pattern.search if pattern is not None else None
+
+    def __call__(self, text: str) -> bool:
+        return self._search is not None and self._search(text.lower()) is not None
+
+
+_LOCAL, _ONLINE, _STRONG = Matcher(LOCAL), Matcher(ONLINE), Matcher(STRONG)
+_REVIEW, _MULTI_STEP = Matcher(REVIEW), Matcher(MULTI_STEP)
+_STRUCTURED, _COLLECTION = Matcher(STRUCTURED), Matcher(COLLECTION)
+
+
 def looks_local(prompt: str) -> bool:
-    return any_of(prompt, LOCAL)
+    return _LOCAL(prompt)
 
 
 def looks_online(prompt: str) -> bool:
-    return any_of(prompt, ONLINE)
+    return _ONLINE(prompt)
 
 
 def looks_complex(prompt: str) -> bool:
-    if any_of(prompt, STRONG):
+    if _STRONG(prompt):
         return True
-    review = any_of(prompt, REVIEW)
-    multi = any_of(prompt, MULTI_STEP)
-    structured = any_of(prompt, STRUCTURED)
-    if any_of(prompt, COLLECTION) and structured:
+    review = _REVIEW(prompt)
+    multi = _MULTI_STEP(prompt)
+    structured = _STRUCTURED(prompt)
+    if _COLLECTION(prompt) and structured:
         return True
     return sum((review, multi, structured)) >= 2

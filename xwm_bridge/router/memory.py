@@ -27,7 +27,8 @@ import fcntl
 import functools
 import os
 import stat
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -56,6 +57,9 @@ class Preferences:
     sources: tuple[MemorySource, ...] = ()
 
 
+NO_PREFERENCES = Preferences()
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryLocations:
     """Where memory may live for one request; ``None`` = not allowed."""
@@ -63,6 +67,17 @@ class MemoryLocations:
     memory_dir: Path | None
     project: str
     project_local_dir: Path | None
+    #: :meth:`reads` as (scope, path string), computed once
+    paths: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(
+        cls, memory_dir: Path | None, project: str, project_local_dir: Path | None
+    ) -> MemoryLocations:
+        bare = cls(memory_dir, project, project_local_dir)
+        return cls(
+            memory_dir, project, project_local_dir, tuple((s, str(p)) for s, p in bare.reads())
+        )
 
     def reads(self) -> list[tuple[str, Path]]:
         out: list[tuple[str, Path]] = []
@@ -118,7 +133,7 @@ def locate(
             if _inside(resolved, _real_dir(root)):
                 local_dir = resolved / ".xworkmate"
                 break
-    return MemoryLocations(memory_dir, project, local_dir)
+    return MemoryLocations.of(memory_dir, project, local_dir)
 
 
 def sanitize(text: str) -> str:
@@ -226,49 +241,92 @@ def merge(entries: list[tuple[str, Path, str]]) -> Preferences:
 
 
 _Signature = tuple[int, int, int, int]
+#: how long a file's stat result is trusted: a memory edit is seen within this long,
+#: and a turn makes no filesystem call while it holds
+STAT_TTL = 1.0
+
+
+@dataclass(slots=True)
+class _Checked:
+    at: float
+    #: (device, inode, mtime, size) of a regular file; None = missing or not a file
+    sig: _Signature | None
+    text: str = ""
+    read: bool = False
 
 
 class MemoryReader:
     """Loads memory on every resolution, re-reading only files that changed.
 
-    Each file is ``lstat``-ed inline (a few microseconds; a missing file is the
-    common case); a file whose (device, inode, mtime, size) differs from the
-    cached one is read in a worker thread. This keeps the "read on every
-    resolution" semantics without a thread hop per turn.
+    Each file is ``lstat``-ed at most once per ``stat_ttl`` seconds (a missing
+    file is the common case); a file whose (device, inode, mtime, size) differs
+    from the cached one is read in a worker thread. This keeps the "read on every
+    resolution" semantics (with at most ``stat_ttl`` of staleness) without a
+    filesystem call or a thread hop per turn.
     """
 
-    def __init__(self, max_bytes: int, entries: int = 1024) -> None:
+    def __init__(
+        self,
+        max_bytes: int,
+        entries: int = 1024,
+        *,
+        stat_ttl: float = STAT_TTL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._max_bytes = max_bytes
         self._entries = entries
-        self._cache: dict[str, tuple[_Signature, str]] = {}
+        self._ttl = stat_ttl
+        self._clock = clock
+        self._cache: dict[str, _Checked] = {}
 
     async def load(self, locations: MemoryLocations) -> Preferences:
-        found: list[tuple[str, Path, _Signature]] = []
-        for scope, path in locations.reads():
-            try:
-                st = _stat_beneath(*locations.anchor(path))
-            except (OSError, ValueError):
-                continue
-            if stat.S_ISREG(st.st_mode):
-                found.append((scope, path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)))
-        stale = [(p, sig) for _, p, sig in found if self._cached(p, sig) is None]
+        now = self._clock()
+        found: list[tuple[str, str, _Checked]] = []
+        stale: list[tuple[str, _Checked]] = []
+        for scope, path in locations.paths:
+            hit = self._cache.get(path)
+            if hit is None or now - hit.at >= self._ttl:
+                hit = self._check(locations, path, hit, now)
+            if hit.sig is not None and not hit.read:
+                stale.append((path, hit))
+            if hit.sig is not None:
+                found.append((scope, path, hit))
         if stale:
             texts = await asyncio.to_thread(
-                lambda: [_read_sanitized(locations, p, self._max_bytes) for p, _ in stale]
+                lambda: [_read_sanitized(locations, Path(p), self._max_bytes) for p, _ in stale]
             )
-            for (path, sig), text in zip(stale, texts, strict=True):
-                self._store(path, sig, text)
-        return merge([(s, p, self._cached(p, sig) or "") for s, p, sig in found])
+            for (_, hit), text in zip(stale, texts, strict=True):
+                hit.text, hit.read = text, True
+        if not found:
+            return NO_PREFERENCES  # the common case: no memory file at all
+        return merge([(s, Path(p), hit.text) for s, p, hit in found])
 
-    def _cached(self, path: Path, sig: _Signature) -> str | None:
-        hit = self._cache.get(str(path))
-        return hit[1] if hit is not None and hit[0] == sig else None
+    def invalidate(self, path: str) -> None:
+        """Forget what is known of ``path`` (the bridge just wrote it)."""
+        self._cache.pop(path, None)
 
-    def _store(self, path: Path, sig: _Signature, text: str) -> None:
-        self._cache.pop(str(path), None)
-        self._cache[str(path)] = (sig, text)
+    def _check(
+        self, locations: MemoryLocations, path: str, old: _Checked | None, now: float
+    ) -> _Checked:
+        try:
+            st = _stat_beneath(*locations.anchor(Path(path)))  # never through a symlink
+        except (OSError, ValueError):
+            sig = None
+        else:
+            sig = (
+                (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+                if stat.S_ISREG(st.st_mode)
+                else None
+            )
+        if old is not None and old.sig == sig:
+            old.at = now  # unchanged: keep the text read before
+            return old
+        fresh = _Checked(now, sig)
+        self._cache.pop(path, None)
+        self._cache[path] = fresh
         while len(self._cache) > self._entries:
             self._cache.pop(next(iter(self._cache)))
+        return fresh
 
 
 def render_block(

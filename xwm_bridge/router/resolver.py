@@ -13,6 +13,7 @@ an unknown explicit target is an ``unavailable`` result with a clear message.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ _EXPLICIT_TARGETS = {
 _SEPARATORS = re.compile(r"[-_\s]+")
 
 Classify = Callable[[str], Awaitable[str]]
+NO_APPROVAL = InstallApproval()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,28 +77,34 @@ class RoutingRequest:
         routing = params.get("routing")
         if not isinstance(routing, dict) or not routing:
             return None
-        approval = routing.get("installApproval")
-        approval = approval if isinstance(approval, dict) else {}
-        skills = routing.get("availableSkills")
+        text = coerce.text
+        get = routing.get
+        approval = get("installApproval")
+        skills = get("availableSkills")
+        explicit_skills = get("explicitSkills")
         return cls(
-            prompt=coerce.text(params.get("taskPrompt")),
+            prompt=text(params.get("taskPrompt")),
             working_directory=coerce.path_text(params.get("workingDirectory"), "workingDirectory"),
-            gateway_base_url=coerce.text(params.get("aiGatewayBaseUrl")),
-            gateway_api_key=coerce.text(params.get("aiGatewayApiKey")),
-            routing_mode=coerce.text(routing.get("routingMode")),
-            explicit_target=coerce.text(routing.get("explicitExecutionTarget")),
-            preferred_gateway=coerce.text(routing.get("preferredGatewayProviderId")),
-            explicit_provider=coerce.text(routing.get("explicitProviderId")),
-            explicit_model=coerce.text(routing.get("explicitModel")),
-            explicit_skills=tuple(coerce.string_list(routing.get("explicitSkills")) or ()),
-            allow_install=coerce.loose_bool(routing.get("allowSkillInstall")),
+            gateway_base_url=text(params.get("aiGatewayBaseUrl")),
+            gateway_api_key=text(params.get("aiGatewayApiKey")),
+            routing_mode=text(get("routingMode")),
+            explicit_target=text(get("explicitExecutionTarget")),
+            preferred_gateway=text(get("preferredGatewayProviderId")),
+            explicit_provider=text(get("explicitProviderId")),
+            explicit_model=text(get("explicitModel")),
+            explicit_skills=tuple(coerce.string_list(explicit_skills) or ())
+            if explicit_skills is not None
+            else (),
+            allow_install=coerce.loose_bool(get("allowSkillInstall")),
             approval=InstallApproval(
-                request_id=coerce.text(approval.get("requestId")),
+                request_id=text(approval.get("requestId")),
                 approved_keys=tuple(coerce.string_list(approval.get("approvedSkillKeys")) or ()),
-            ),
-            available_skills=tuple(
-                candidate_from(item) for item in (skills if isinstance(skills, list) else [])
-            ),
+            )
+            if isinstance(approval, dict) and approval
+            else NO_APPROVAL,
+            available_skills=tuple(candidate_from(item) for item in skills)
+            if isinstance(skills, list) and skills
+            else (),
         )
 
     @property
@@ -161,20 +169,24 @@ class RoutingDecision:
 
 
 EMPTY_FIELDS: dict[str, Any] = RoutingDecision().fields()
+NO_MEMORY = Preferences()
+
+
+@functools.lru_cache(maxsize=64)
+def _normalized(available: tuple[str, ...]) -> list[str]:
+    """Provider ids, trimmed and lower-cased (the list comes from config: few distinct)."""
+    return [p.strip().lower() for p in available if p.strip()]
 
 
 async def _no_label(prompt: str) -> str:
     return ""
 
 
-async def _no_candidates(prompt: str) -> list[SkillCandidate]:
-    return []
-
-
 async def _no_install(approved: list[SkillCandidate]) -> list[SkillCandidate]:
     return []
 
 
+@functools.lru_cache(maxsize=256)
 def explicit_target(value: str) -> str:
     """Map an explicit target name (case-insensitive); ``""`` when unknown."""
     return _EXPLICIT_TARGETS.get(_SEPARATORS.sub("", value.strip().lower()), "")
@@ -216,12 +228,12 @@ async def resolve(
     *,
     memory: Preferences | None = None,
     classify: Classify = _no_label,
-    finder: Finder = _no_candidates,
+    finder: Finder | None = None,
     installer: Installer = _no_install,
 ) -> RoutingDecision:
     """Resolve a routing request against the available provider ids (§2)."""
-    memory = memory or Preferences()
-    available_lc = [p.strip().lower() for p in available if p.strip()]
+    memory = memory or NO_MEMORY
+    available_lc = _normalized(tuple(available))
 
     if req.explicit_mode and req.explicit_target:
         target, reason = explicit_target(req.explicit_target), "explicit"

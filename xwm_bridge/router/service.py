@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import aiohttp
@@ -15,7 +16,7 @@ from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.netaddr import HostPolicy, endpoint_of
 from xwm_bridge.router import memory
-from xwm_bridge.router.classifier import Classifier, choose_endpoint
+from xwm_bridge.router.classifier import Classifier, Endpoint, choose_endpoint
 from xwm_bridge.router.resolver import (
     MULTI_AGENT,
     SINGLE_AGENT,
@@ -26,6 +27,7 @@ from xwm_bridge.router.resolver import (
 from xwm_bridge.router.skills import SkillCommands
 
 log = logging.getLogger("xwm_bridge.router")
+LOCATIONS_CACHED = 1024
 
 
 class Router:
@@ -46,6 +48,7 @@ class Router:
         self.classifier_hosts = HostPolicy(
             rc.classifier_allowed_hosts, config.configured_endpoints()
         )
+        self._located: dict[str, tuple[float, memory.MemoryLocations]] = {}
         self.skills = SkillCommands(
             enabled=rc.skill_commands_enabled,
             find_bin=rc.find_skills_bin,
@@ -53,16 +56,26 @@ class Router:
             timeout=rc.skill_command_timeout,
             max_output=rc.skill_command_max_output,
         )
+        self._finder = self.skills.find if self.skills.finds else None
 
     def _locations(self, req: RoutingRequest) -> memory.MemoryLocations:
+        """Where memory lives for this working directory; resolved (``realpath``) at most
+        once per ``memory.STAT_TTL`` per directory, so a turn makes no filesystem call."""
+        wd = req.working_directory
+        now = time.monotonic()
+        hit = self._located.get(wd)
+        if hit is not None and now - hit[0] < memory.STAT_TTL:
+            return hit[1]
         rc = self._config.router
-        return memory.locate(req.working_directory, rc.memory_home, rc.memory_project_roots)
+        located = memory.locate(wd, rc.memory_home, rc.memory_project_roots)
+        if len(self._located) >= LOCATIONS_CACHED:
+            self._located.clear()
+        self._located[wd] = (now, located)
+        return located
 
-    async def resolve(self, req: RoutingRequest) -> RoutingDecision:
+    def _classifier_endpoint(self, req: RoutingRequest) -> Endpoint | None:
+        """The classifier to ask: a client's own URL only on an allowed host (issue 16)."""
         rc = self._config.router
-        prefs = memory.Preferences()
-        if rc.memory_enabled:
-            prefs = await self.memory.load(self._locations(req))
         endpoint = choose_endpoint(
             req.gateway_base_url, req.gateway_api_key, rc.llm_base_url, rc.llm_api_key
         )
@@ -73,17 +86,24 @@ class Router:
                     "classifier skipped: aiGatewayBaseUrl host not allowed",
                     extra={"host": host[:256]},
                 )
-                endpoint = None  # no classifier call: routing falls back as without a key
+                return None  # no classifier call: routing falls back as without a key
+        return endpoint
 
-        async def classify(prompt: str) -> str:
-            return await self.classifier.classify(prompt, endpoint)
+    async def resolve(self, req: RoutingRequest) -> RoutingDecision:
+        rc = self._config.router
+        prefs = memory.NO_PREFERENCES
+        if rc.memory_enabled:
+            prefs = await self.memory.load(self._locations(req))
+
+        async def classify(prompt: str) -> str:  # only auto routing gets here
+            return await self.classifier.classify(prompt, self._classifier_endpoint(req))
 
         return await resolve(
             req,
             self._available,
             memory=prefs,
             classify=classify,
-            finder=self.skills.find,
+            finder=self._finder,
             installer=self.skills.install,
         )
 
@@ -112,4 +132,6 @@ class Router:
         except OSError as exc:
             log.warning("memory write failed", extra={"path": str(target), "error": str(exc)})
             return False
+        finally:
+            self.memory.invalidate(str(target))  # the next turn reads what we wrote
         return True

@@ -93,6 +93,9 @@ class SkillResult:
     install_request_id: str = ""
 
 
+NO_SKILLS = SkillResult(source=NONE)
+
+
 @dataclass(frozen=True, slots=True)
 class InstallApproval:
     request_id: str = ""
@@ -118,6 +121,9 @@ def dedupe_strings(values: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+_IN_CATALOG = keywords.Matcher(tuple(kw for _, _, kws in CATALOG for kw in kws))
+
+
 def dedupe_candidates(items: list[SkillCandidate]) -> list[SkillCandidate]:
     seen: set[str] = set()
     out: list[SkillCandidate] = []
@@ -140,6 +146,8 @@ def candidate_keywords(c: SkillCandidate) -> list[str]:
 
 
 def static_find(prompt: str) -> list[SkillCandidate]:
+    if not _IN_CATALOG(prompt):  # the common case: one regex search
+        return []
     return [
         SkillCandidate(id=cid, label=label)
         for cid, label, kws in CATALOG
@@ -167,22 +175,24 @@ async def resolve_skills(
     available_raw: list[SkillCandidate],
     allow_install: bool,
     approval: InstallApproval,
-    finder: Finder,
+    finder: Finder | None,
     installer: Installer,
 ) -> SkillResult:
-    """§4.3 steps 1–8."""
-    available = dedupe_candidates(available_raw)
-    forced = dedupe_strings(explicit)
-    if forced:
-        return SkillResult(resolved=forced, source=LOCAL_MATCH)
+    """§4.3 steps 1–8 (``finder`` None: no finder command is configured)."""
+    if explicit:
+        forced = dedupe_strings(explicit)
+        if forced:
+            return SkillResult(resolved=forced, source=LOCAL_MATCH)
+    available = dedupe_candidates(available_raw) if available_raw else []
     if available and prompt.strip():
         local = [a.display for a in available if keywords.any_of(prompt, candidate_keywords(a))]
         matched = dedupe_strings(local)
         if matched:
             return SkillResult(resolved=matched, source=LOCAL_MATCH)
-    found = dedupe_candidates(await finder(prompt) or static_find(prompt))
+    found = (await finder(prompt) if finder is not None else []) or static_find(prompt)
     if not found:
-        return SkillResult(source=NONE)
+        return NO_SKILLS
+    found = dedupe_candidates(found)
     matches = [_installed_match(f, available) for f in found]
     if any(matches):
         return SkillResult(
@@ -272,6 +282,11 @@ class SkillCommands:
         self._install = install_bin
         self._timeout = timeout
         self._max_output = max_output
+
+    @property
+    def finds(self) -> bool:
+        """A finder command is configured (it may still fail to resolve at run time)."""
+        return self._enabled and bool(self._find)
 
     async def find(self, prompt: str) -> list[SkillCandidate]:
         return await self._run(self._find, {"prompt": prompt.strip()})

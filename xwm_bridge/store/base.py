@@ -22,6 +22,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from xwm_bridge import jsonrpc
+from xwm_bridge.store.records import (
+    PermissionRecord,
+    SessionPage,
+    SessionQuery,
+    TurnRecord,
+)
 
 #: ``last_turn_status`` values
 RUNNING = "running"
@@ -188,6 +194,28 @@ class SessionStore(Protocol):
 
     async def close(self) -> None:
         """Apply every queued write, then release resources."""
+
+    # --- operator views (issue 13) ---------------------------------------------------------
+
+    def save_turn(self, record: TurnRecord) -> None:
+        """Queue an upsert of one turn (by session and turn id); the newest
+        ``TURNS_PER_SESSION`` of a session are kept."""
+
+    async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
+        """The session's newest ``limit`` turns, oldest first."""
+
+    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+        """Records matching the query, newest ``updated_at`` first, each with its last turn."""
+
+    def save_permission(self, record: PermissionRecord) -> None:
+        """Queue an upsert of a pending permission request."""
+
+    def delete_permission(self, session_id: str, request_id: str) -> None:
+        """Queue removal of a permission request (it was resolved)."""
+
+    async def permissions(self) -> list[PermissionRecord]:
+        """Pending permission requests, oldest first. ``recover`` drops those left by a
+        dead process."""
 
 
 def _recovered(record: SessionRecord, ledger_seq: int) -> tuple[SessionRecord, LedgerEntry]:

@@ -27,6 +27,13 @@ from xwm_bridge.store.base import (
     emitted_pos,
     recovered,
 )
+from xwm_bridge.store.records import (
+    TURNS_PER_SESSION,
+    PermissionRecord,
+    SessionPage,
+    SessionQuery,
+    TurnRecord,
+)
 
 log = logging.getLogger("xwm_bridge.store")
 #: what an entry costs beyond its encoded message (the object, its deque slot)
@@ -50,6 +57,8 @@ class MemoryStore:
         self._order: deque[tuple[str, LedgerEntry]] = deque()
         self._live_entries = 0
         self._bytes = 0
+        self._turns: dict[str, dict[str, TurnRecord]] = {}
+        self._permissions: dict[tuple[str, str], PermissionRecord] = {}
         self.counters = StoreCounters()
 
     @property
@@ -106,6 +115,9 @@ class MemoryStore:
         if record is not None:
             self._bytes -= record_size(record)
         self._drop_ledger(session_id)
+        self._turns.pop(session_id, None)
+        for key in [k for k in self._permissions if k[0] == session_id]:
+            del self._permissions[key]
 
     def _pop_oldest(self, session_id: str, ledger: deque[tuple[LedgerEntry, int]]) -> None:
         _, size = ledger.popleft()
@@ -162,6 +174,7 @@ class MemoryStore:
         return out[:limit]
 
     async def recover(self) -> list[str]:
+        self._permissions.clear()  # their turns died with the process
         ids = []
         for sid, record in list(self._records.items()):
             if record.last_turn_status == RUNNING:
@@ -186,3 +199,39 @@ class MemoryStore:
 
     async def close(self) -> None:
         return None
+
+    # --- operator views (issue 13) ---------------------------------------------------------
+
+    def save_turn(self, record: TurnRecord) -> None:
+        turns = self._turns.setdefault(record.session_id, {})
+        turns[record.turn_id] = record
+        while len(turns) > TURNS_PER_SESSION:
+            del turns[min(turns, key=lambda t: (turns[t].started_at, t))]
+
+    async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
+        turns = sorted(self._turns.get(session_id, {}).values(), key=_turn_order)
+        return turns[-limit:] if limit > 0 else []
+
+    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+        rows = sorted(
+            (r for r in self._records.values() if query.matches(r)),
+            key=lambda r: (r.updated_at, r.session_id),
+            reverse=True,
+        )
+        page = rows[: query.limit]
+        items = [(r, self._turns.get(r.session_id, {}).get(r.last_turn_id)) for r in page]
+        more = len(rows) > query.limit
+        return SessionPage(items, (page[-1].updated_at, page[-1].session_id) if more else None)
+
+    def save_permission(self, record: PermissionRecord) -> None:
+        self._permissions[record.key] = record
+
+    def delete_permission(self, session_id: str, request_id: str) -> None:
+        self._permissions.pop((session_id, request_id), None)
+
+    async def permissions(self) -> list[PermissionRecord]:
+        return sorted(self._permissions.values(), key=lambda p: (p.created_at, p.request_id))
+
+
+def _turn_order(t: TurnRecord) -> tuple[float, str]:
+    return (t.started_at, t.turn_id)

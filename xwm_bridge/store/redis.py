@@ -42,19 +42,28 @@ from xwm_bridge.store.base import (
     emitted_pos,
     recovered,
 )
+from xwm_bridge.store.records import (
+    TURNS_PER_SESSION,
+    PermissionRecord,
+    SessionPage,
+    SessionQuery,
+    TurnRecord,
+)
 
 log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
 MAX_BATCH = 1024
 Op = tuple[Any, ...]
-# KEYS: fence, record, running; ARGV: token (0 = unfenced), expire-at ms, session id,
-# running 0/1, fields… — a record write of a turn whose fencing token is stale (its lease
-# was taken over) is dropped. One command per save keeps the client's CPU per turn low.
+# KEYS: fence, record, running, index; ARGV: token (0 = unfenced), expire-at ms, session
+# id, running 0/1, updated-at (the index score), fields… — a record write of a turn whose
+# fencing token is stale (its lease was taken over) is dropped. One command per save
+# keeps the client's CPU per turn low.
 SAVE = """
 local current = redis.call('GET', KEYS[1])
 if ARGV[1] ~= '0' and current and tonumber(current) > tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[2], unpack(ARGV, 5))
+redis.call('HSET', KEYS[2], unpack(ARGV, 6))
 redis.call('PEXPIREAT', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3])
 if ARGV[4] == '1' then redis.call('SADD', KEYS[3], ARGV[3])
 else redis.call('SREM', KEYS[3], ARGV[3]) end
 return 1
@@ -78,6 +87,23 @@ redis.call('HSET', KEYS[2], 'ledger_bytes', total, 'ledger_seq', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return 1
 """
+# KEYS: turns hash; ARGV: turn id, record JSON, ttl s, cap — keep the newest `cap` turns
+# (turn ids are ``turn-<unix ns>``: their order is their age)
+SAVE_TURN = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+local n = redis.call('HLEN', KEYS[1]) - tonumber(ARGV[4])
+if n > 0 then
+  local ids = redis.call('HKEYS', KEYS[1])
+  table.sort(ids)
+  for i = 1, n do redis.call('HDEL', KEYS[1], ids[i]) end
+end
+return 1
+"""
+LIST_BATCH = 200
+#: most index entries one session.list page reads (a very selective filter pages on)
+LIST_SCAN_MAX = 5000
+_WRITES = frozenset({"save", "append", "delete", "eval", "turn", "perm", "unperm"})
 Call = Callable[[aioredis.Redis], Awaitable[Any]]
 
 
@@ -237,6 +263,15 @@ class RedisStore:
     def delete(self, session_id: str) -> None:
         self._ops.put_nowait(("delete", session_id))
 
+    def save_turn(self, record: TurnRecord) -> None:
+        self._ops.put_nowait(("turn", record))
+
+    def save_permission(self, record: PermissionRecord) -> None:
+        self._ops.put_nowait(("perm", replace(record, owner=self.replica_id)))
+
+    def delete_permission(self, session_id: str, request_id: str) -> None:
+        self._ops.put_nowait(("unperm", session_id, request_id))
+
     # --- reads, ordered after earlier writes ----------------------------------------------
 
     async def _call(self, fn: Call) -> Any:
@@ -331,9 +366,91 @@ class RedisStore:
         return await self._recover(skip_own=True)
 
     async def prune(self) -> int:
-        """Retention is key expiry; here only turns orphaned by dead replicas."""
+        """Retention is key expiry; here only turns orphaned by dead replicas and the
+        session index's expired entries."""
         await self.recover_orphans()
+        horizon = time.time() - self._limits.retention
+
+        async def trim(db: aioredis.Redis) -> None:
+            await db.zremrangebyscore(self.key("idx"), "-inf", horizon)
+
+        await self._call(trim)
         return 0
+
+    # --- operator views (issue 13) ---------------------------------------------------------
+
+    async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
+        async def read(db: aioredis.Redis) -> list[TurnRecord]:
+            raw = await db.hvals(self.key("t", session_id))
+            return sorted(
+                (TurnRecord.loads(v) for v in raw), key=lambda t: (t.started_at, t.turn_id)
+            )
+
+        result: list[TurnRecord] = await self._call(read)
+        return result[-limit:] if limit > 0 else []
+
+    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+        async def read(db: aioredis.Redis) -> SessionPage:
+            top: Any = "+inf" if query.after is None else query.after[0]
+            low: Any = query.updated_since or "-inf"
+            items: list[tuple[SessionRecord, TurnRecord | None]] = []
+            offset = scanned = 0
+            last: tuple[float, str] | None = None
+            while scanned < LIST_SCAN_MAX:
+                found: Any = await db.zrevrangebyscore(
+                    self.key("idx"), top, low, start=offset, num=LIST_BATCH, withscores=True
+                )
+                batch: list[tuple[bytes, float]] = list(found)
+                if not batch:
+                    return SessionPage(items, None)
+                offset += len(batch)
+                scanned += len(batch)
+                pipe = db.pipeline(transaction=False)
+                for member, _ in batch:
+                    pipe.hgetall(self.key("s", _text(member)))
+                hashes = await pipe.execute()
+                for (member, score), h in zip(batch, hashes, strict=True):
+                    sid = _text(member)
+                    last = (float(score), sid)
+                    if not h or b"thread_id" not in h:
+                        continue  # expired record: the index is trimmed by prune
+                    record = _from_hash(sid, h)
+                    if not query.matches(record):
+                        continue
+                    raw_turn = await db.hget(self.key("t", sid), record.last_turn_id or "-")
+                    turn = TurnRecord.loads(raw_turn) if raw_turn else None
+                    items.append((record, turn))
+                    if len(items) > query.limit:  # one more than a page: there is more
+                        page = items[: query.limit]
+                        edge = page[-1][0] if page else record
+                        return SessionPage(page, (edge.updated_at, edge.session_id))
+            return SessionPage(items, last)  # scanned enough: the next page goes on
+
+        result: SessionPage = await self._call(read)
+        return result
+
+    async def permissions(self) -> list[PermissionRecord]:
+        async def read(db: aioredis.Redis) -> list[PermissionRecord]:
+            out: list[PermissionRecord] = []
+            for raw in await db.smembers(self.key("perms")):
+                sid = _text(raw)
+                values = await db.hvals(self.key("p", sid))
+                if not values:
+                    await db.srem(self.key("perms"), sid)
+                out += [PermissionRecord.loads(v) for v in values]
+            return out
+
+        found: list[PermissionRecord] = await self._call(read)
+        alive: dict[str, bool] = {self.replica_id: True}
+        pending = []
+        for p in found:
+            if p.owner not in alive:
+                alive[p.owner] = bool(p.owner) and await self.replica_alive(p.owner)
+            if alive[p.owner]:
+                pending.append(p)
+            else:  # its replica died: so did its turn
+                self.delete_permission(p.session_id, p.request_id)
+        return sorted(pending, key=lambda p: (p.created_at, p.request_id))
 
     # --- the writer task -------------------------------------------------------------------
 
@@ -350,8 +467,10 @@ class RedisStore:
         for name, value in record.items():
             fields += [name, value]
         running = "1" if r.last_turn_status == RUNNING else "0"
-        keys = [self.key("fence", r.thread_id), skey, self.key("running")]
-        pipe.eval(SAVE, len(keys), *keys, fence, expire_at, r.session_id, running, *fields)
+        keys = [self.key("fence", r.thread_id), skey, self.key("running"), self.key("idx")]
+        pipe.eval(
+            SAVE, len(keys), *keys, fence, expire_at, r.session_id, running, r.updated_at, *fields
+        )
 
     def _queue_append(self, pipe: Any, sid: str, entries: list[LedgerEntry]) -> None:
         """One command for consecutive entries of one session (an entry that cannot be
@@ -369,6 +488,20 @@ class RedisStore:
         max_bytes = self._limits.ledger_max_bytes
         keys = (self.key("l", sid), self.key("s", sid))
         pipe.eval(APPEND, 2, *keys, cap, ttl, top, max_bytes, *items)
+
+    def _queue_operator(self, pipe: Any, op: Op) -> None:
+        ttl = int(self._limits.retention)
+        if op[0] == "turn":
+            t: TurnRecord = op[1]
+            key = self.key("t", t.session_id)
+            pipe.eval(SAVE_TURN, 1, key, t.turn_id, t.dumps(), ttl, TURNS_PER_SESSION)
+        elif op[0] == "perm":
+            p: PermissionRecord = op[1]
+            pipe.hset(self.key("p", p.session_id), p.request_id, p.dumps())
+            pipe.expire(self.key("p", p.session_id), ttl)
+            pipe.sadd(self.key("perms"), p.session_id)
+        else:
+            pipe.hdel(self.key("p", op[1]), op[2])
 
     def queue_eval(
         self, script: str, keys: list[str], args: list[str | int]
@@ -395,9 +528,15 @@ class RedisStore:
                 self._queue_save(pipe, op[1], op[2])
             elif op[0] == "eval":
                 pipe.eval(op[1], len(op[2]), *op[2], *op[3])
+            elif op[0] in ("turn", "perm", "unperm"):
+                self._queue_operator(pipe, op)
             else:
-                pipe.delete(self.key("s", op[1]), self.key("l", op[1]))
-                pipe.srem(self.key("running"), op[1])
+                sid = op[1]
+                pipe.delete(
+                    self.key("s", sid), self.key("l", sid), self.key("t", sid), self.key("p", sid)
+                )
+                pipe.srem(self.key("running"), sid)
+                pipe.zrem(self.key("idx"), sid)
         for sid, entries in appends.items():
             self._queue_append(pipe, sid, entries)
         try:
@@ -433,7 +572,7 @@ class RedisStore:
             while len(batch) < MAX_BATCH and not self._ops.empty():
                 batch.append(self._ops.get_nowait())
             try:
-                writes = [op for op in batch if op[0] in ("save", "append", "delete", "eval")]
+                writes = [op for op in batch if op[0] in _WRITES]
                 reads = [op for op in batch if op[0] == "call"]
                 await self._flush(writes)
                 await self._run_reads(reads)

@@ -42,6 +42,13 @@ from xwm_bridge.store.base import (
     emitted_pos,
     recovered,
 )
+from xwm_bridge.store.records import (
+    TURNS_PER_SESSION,
+    PermissionRecord,
+    SessionPage,
+    SessionQuery,
+    TurnRecord,
+)
 
 log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
@@ -76,7 +83,30 @@ CREATE TABLE IF NOT EXISTS ledger (
 CREATE INDEX IF NOT EXISTS ledger_session ON ledger (session_id, id);
 CREATE INDEX IF NOT EXISTS ledger_ts ON ledger (ts);
 CREATE TABLE IF NOT EXISTS health (k TEXT PRIMARY KEY, v REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS sessions_updated ON sessions (updated_at);
+CREATE TABLE IF NOT EXISTS turns (
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (session_id, turn_id)
+);
+CREATE TABLE IF NOT EXISTS permissions (
+    session_id TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (session_id, request_id)
+);
 """
+#: per session the newest turns are kept (store.records.TURNS_PER_SESSION)
+TRIM_TURNS = (
+    "DELETE FROM turns WHERE session_id = ? AND turn_id NOT IN (SELECT turn_id FROM turns"
+    " WHERE session_id = ? ORDER BY started_at DESC, turn_id DESC LIMIT ?)"
+)
+
+#: turn rows over TURNS_PER_SESSION are deleted every this many inserts per session
+TURN_TRIM_EVERY = 8
 
 #: drop a session's oldest entries past ``ledger_max_bytes`` (the newest that fit stay)
 TRIM_BYTES = (
@@ -86,6 +116,7 @@ TRIM_BYTES = (
 )
 Op = tuple[Any, ...]
 _STOP: Op = ("stop",)
+_WRITES = frozenset({"save", "append", "delete", "turn", "perm", "unperm"})
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -122,9 +153,11 @@ class SQLiteStore:
         self._ready: Future[None] = Future()
         self._closed = False
         self._wake = threading.Event()
-        #: ledger entries and bytes added per session since its last trim (store thread only)
+        #: ledger entries (and their bytes) / turn records added per session since its
+        #: last trim (store thread only)
         self._untrimmed: dict[str, int] = {}
         self._untrimmed_bytes: dict[str, int] = {}
+        self._untrimmed_turns: dict[str, int] = {}
         self.counters = StoreCounters()
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -193,6 +226,15 @@ class SQLiteStore:
     def delete(self, session_id: str) -> None:
         self._ops.put(("delete", session_id))
 
+    def save_turn(self, record: TurnRecord) -> None:
+        self._ops.put(("turn", record))
+
+    def save_permission(self, record: PermissionRecord) -> None:
+        self._ops.put(("perm", record))
+
+    def delete_permission(self, session_id: str, request_id: str) -> None:
+        self._ops.put(("unperm", session_id, request_id))
+
     # --- reads (run on the store thread after earlier writes) ----------------------------
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -245,6 +287,7 @@ class SQLiteStore:
             ).fetchall()
             ids = []
             with db:
+                db.execute("DELETE FROM permissions")  # their turns died with the process
                 for row in rows:
                     record = _row_to_record(row)
                     fixed, entry = recovered(record, _ledger_seq(db, record.session_id))
@@ -270,9 +313,73 @@ class SQLiteStore:
                 for sid in stale:
                     _delete(db, sid)
                 db.execute("DELETE FROM ledger WHERE ts < ?", (now - self._limits.ledger_max_age,))
+                db.execute(
+                    "DELETE FROM turns WHERE session_id NOT IN (SELECT session_id FROM sessions)"
+                )
             return len(stale)
 
         return await self._call(prune)
+
+    async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
+        def read(db: sqlite3.Connection) -> list[TurnRecord]:
+            rows = db.execute(
+                "SELECT body FROM turns WHERE session_id = ?"
+                " ORDER BY started_at DESC, turn_id DESC LIMIT ?",
+                (session_id, min(max(0, limit), TURNS_PER_SESSION)),  # rows trim lazily
+            ).fetchall()
+            return [TurnRecord.loads(r[0]) for r in reversed(rows)]
+
+        return await self._call(read)
+
+    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+        where: list[str] = ["1 = 1"]
+        args: list[Any] = []
+        if query.state == "idle":
+            where.append("s.last_turn_status != 'running'")
+        elif query.state:
+            where.append("s.last_turn_status = ?")
+            args.append(query.state)
+        for column, value in (("s.provider", query.provider), ("s.thread_id", query.thread_id)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if query.updated_since:
+            where.append("s.updated_at >= ?")
+            args.append(query.updated_since)
+        if query.owner is not None:  # unowned sessions (from before owners) are anyone's
+            where.append("s.owner IN ('', ?)")
+            args.append(query.owner)
+        if query.after is not None:
+            where.append("(s.updated_at < ? OR (s.updated_at = ? AND s.session_id < ?))")
+            args += [query.after[0], query.after[0], query.after[1]]
+        sql = (
+            "SELECT s.*, t.body FROM sessions s LEFT JOIN turns t"
+            " ON t.session_id = s.session_id AND t.turn_id = s.last_turn_id"
+            f" WHERE {' AND '.join(where)}"
+            " ORDER BY s.updated_at DESC, s.session_id DESC LIMIT ?"
+        )
+        args.append(query.limit + 1)
+
+        def read(db: sqlite3.Connection) -> SessionPage:
+            rows = db.execute(sql, args).fetchall()
+            items = [
+                (_row_to_record(r[:10]), TurnRecord.loads(r[10]) if r[10] else None)
+                for r in rows[: query.limit]
+            ]
+            more = len(rows) > query.limit and items
+            last = items[-1][0] if more else None
+            return SessionPage(items, (last.updated_at, last.session_id) if last else None)
+
+        return await self._call(read)
+
+    async def permissions(self) -> list[PermissionRecord]:
+        def read(db: sqlite3.Connection) -> list[PermissionRecord]:
+            rows = db.execute(
+                "SELECT body FROM permissions ORDER BY created_at, request_id"
+            ).fetchall()
+            return [PermissionRecord.loads(r[0]) for r in rows]
+
+        return await self._call(read)
 
     # --- the store thread ------------------------------------------------------------------
 
@@ -314,7 +421,7 @@ class SQLiteStore:
                     break
             writes: list[Op] = []
             for op in batch:  # strictly in queue order: a read sees every earlier write
-                if op[0] in ("save", "append", "delete"):
+                if op[0] in _WRITES:
                     writes.append(op)
                     continue
                 self._flush(db, writes)
@@ -371,18 +478,28 @@ class SQLiteStore:
     def _apply(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         touched: dict[str, int] = {}
         sizes: dict[str, int] = {}
+        turned: dict[str, int] = {}
+        live = _superseded(writes)
         db.execute("BEGIN")
         try:
-            for op in writes:
+            for i, op in enumerate(writes):
+                if i not in live:
+                    continue
                 if op[0] == "save":
                     _upsert(db, op[1])
                 elif op[0] == "append":
                     sizes[op[1]] = sizes.get(op[1], 0) + _insert_entry(db, op[1], op[2])
                     touched[op[1]] = touched.get(op[1], 0) + 1
+                elif op[0] == "turn":
+                    _insert_turn(db, op[1])
+                    turned[op[1].session_id] = turned.get(op[1].session_id, 0) + 1
+                elif op[0] in ("perm", "unperm"):
+                    _apply_permission(db, op)
                 else:
                     _delete(db, op[1])
                     self._untrimmed.pop(op[1], None)
                     self._untrimmed_bytes.pop(op[1], None)
+                    self._untrimmed_turns.pop(op[1], None)
             # trim a session's ledger every cap/8 entries (or max_bytes/8 bytes), not per
             # batch (replay reads only the newest entries that fit: the slack is invisible)
             cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
@@ -401,6 +518,14 @@ class SQLiteStore:
                     (sid, sid, cap),
                 )
                 db.execute(TRIM_BYTES, (sid, sid, max_bytes))
+            # turn records too, every TURN_TRIM_EVERY per session (reads take the newest)
+            for sid, added in turned.items():
+                pending = self._untrimmed_turns.get(sid, 0) + added
+                if pending < TURN_TRIM_EVERY:
+                    self._untrimmed_turns[sid] = pending
+                    continue
+                self._untrimmed_turns.pop(sid, None)
+                db.execute(TRIM_TURNS, (sid, sid, TURNS_PER_SESSION))
             db.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):  # keep the original error
@@ -409,8 +534,42 @@ class SQLiteStore:
 
 
 def _session_of(op: Op) -> str:
-    target = op[1]
-    return target.session_id if isinstance(target, SessionRecord) else str(target)
+    target = op[1] if len(op) > 1 else ""
+    return str(getattr(target, "session_id", target))
+
+
+def _superseded(writes: list[Op]) -> set[int]:
+    """Indexes of the writes that still matter: a save is dead when a later save or
+    delete of the same session follows in the batch (a save replaces the whole row),
+    a ledger append when a later delete does, a turn record when a later record of
+    the same turn does. Saves are typically two per turn (turn start and end) and a
+    thread's next turn starts right after, so about half go."""
+    live: set[int] = set()
+    saved: set[str] = set()
+    deleted: set[str] = set()
+    turns: set[tuple[str, str]] = set()
+    for i in range(len(writes) - 1, -1, -1):
+        op = writes[i]
+        kind = op[0]
+        if kind == "save":
+            sid = op[1].session_id
+            if sid not in saved and sid not in deleted:
+                live.add(i)
+            saved.add(sid)
+        elif kind == "append":
+            if op[1] not in deleted:
+                live.add(i)
+        elif kind == "delete":
+            live.add(i)
+            deleted.add(op[1])
+        elif kind == "turn":
+            key = (op[1].session_id, op[1].turn_id)
+            if key not in turns:
+                live.add(i)
+            turns.add(key)
+        else:  # permission records: few, always written
+            live.add(i)
+    return live
 
 
 def _with_seq(record: SessionRecord, seq: int) -> SessionRecord:
@@ -429,11 +588,11 @@ def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
             r.session_id,
             r.thread_id,
             r.provider,
-            orjson.dumps(list(r.history)),
+            orjson.dumps(r.history),
             r.seq,
             r.last_turn_id,
             r.last_turn_status,
-            orjson.dumps([list(kv) for kv in r.upstream]),
+            orjson.dumps(r.upstream),
             r.updated_at,
             r.owner,
         ),
@@ -453,3 +612,27 @@ def _insert_entry(db: sqlite3.Connection, session_id: str, e: LedgerEntry) -> in
 def _delete(db: sqlite3.Connection, session_id: str) -> None:
     db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
     db.execute("DELETE FROM ledger WHERE session_id = ?", (session_id,))
+    db.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
+    db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
+
+
+def _insert_turn(db: sqlite3.Connection, t: TurnRecord) -> None:
+    """One turn record (issue 13); trimmed to the newest per session in batches."""
+    db.execute(
+        "INSERT OR REPLACE INTO turns VALUES (?, ?, ?, ?)",
+        (t.session_id, t.turn_id, t.started_at, t.dumps()),
+    )
+
+
+def _apply_permission(db: sqlite3.Connection, op: Op) -> None:
+    """Pending permission requests (issue 13)."""
+    if op[0] == "perm":
+        p: PermissionRecord = op[1]
+        db.execute(
+            "INSERT OR REPLACE INTO permissions VALUES (?, ?, ?, ?)",
+            (p.session_id, p.request_id, p.created_at, p.dumps()),
+        )
+    else:
+        db.execute(
+            "DELETE FROM permissions WHERE session_id = ? AND request_id = ?", (op[1], op[2])
+        )

@@ -25,11 +25,12 @@ from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
+from xwm_bridge.transport.console import ConsoleHandlers
 from xwm_bridge.transport.events import stream_events
 from xwm_bridge.transport.guard import ConnectionGuard
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
-from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache
+from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache, peer_of
 from xwm_bridge.wire import WireEncoder
 
 log = logging.getLogger("xwm_bridge.http")
@@ -64,6 +65,10 @@ SERVE_PATHS = (
     "/acp/rpc",
     "/acp",
     "/acp/sessions/{sessionId}/events",
+    "/console",
+    "/console/",
+    "/console/static/{name}",
+    "/console/ws",
 )
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -115,6 +120,7 @@ class HttpTransport:
         #: every message to a client is encoded here: secrets redacted, never raises
         self.wire = WireEncoder(cfg.secrets())
         self._ws_connections: set[web.WebSocketResponse] = set()
+        self.console = ConsoleHandlers(self)
 
     def _routes(self) -> dict[str, tuple[str, RouteHandler]]:
         return {
@@ -128,6 +134,10 @@ class HttpTransport:
             "/acp/rpc": ("*", self.rpc),
             "/acp": ("*", self.websocket),
             "/acp/sessions/{sessionId}/events": ("*", self.session_events),
+            "/console": ("*", self.console.page),
+            "/console/": ("*", self.console.page),
+            "/console/static/{name}": ("*", self.console.static),
+            "/console/ws": ("*", self.console.websocket),
         }
 
     def app(self, paths: Iterable[str] = SERVE_PATHS) -> web.Application:
@@ -195,7 +205,7 @@ class HttpTransport:
         self, request: web.Request, notify: Any, transport: str, connection: Any = None
     ) -> CallContext:
         principal, bearer = self.principals.of(request.headers.get("Authorization"))
-        return CallContext(notify, transport, principal, bearer, connection)
+        return CallContext(notify, transport, principal, bearer, connection, peer_of(request))
 
     async def rpc(self, request: web.Request) -> web.StreamResponse:
         cors = self._cors(request) if "Origin" in request.headers else {}
@@ -213,8 +223,11 @@ class HttpTransport:
         if denied is not None:
             return denied
         try:
-            async with asyncio.timeout(self.limits.request_read_timeout):
+            if request.content.is_eof():  # all of it has arrived: no wait, so no timer
                 body = await request.read()
+            else:
+                async with asyncio.timeout(self.limits.request_read_timeout):
+                    body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _rpc_error_response(
                 413,
@@ -369,6 +382,14 @@ class HttpTransport:
             # A turn already running keeps going in its thread worker; queued ones are dropped.
             await inflight.shutdown(0)
         return ws
+
+    def register_ws(self, ws: web.WebSocketResponse) -> None:
+        self._ws_connections.add(ws)
+        self.metrics.ws_connections.inc()
+
+    def unregister_ws(self, ws: web.WebSocketResponse) -> None:
+        self._ws_connections.discard(ws)
+        self.metrics.ws_connections.dec()
 
     async def close_websockets(self) -> None:
         """Close every client WebSocket with 1001 (going away)."""

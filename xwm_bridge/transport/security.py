@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from xwm_bridge.core import principals
@@ -75,6 +76,11 @@ class BearerAuth:
         #: every accepted token; empty = any non-empty bearer (loopback only)
         self._tokens = [t.strip().encode() for t in (token, *extra) if t.strip()]
 
+    @property
+    def required(self) -> bool:
+        """A token is configured (else any non-empty bearer passes: loopback only)."""
+        return bool(self._tokens)
+
     def check(self, header: str | None) -> bool:
         value = (header or "").strip()
         if not value:
@@ -118,3 +124,12 @@ class PrincipalCache:
                 self._known.clear()
             hit = self._known[header] = principal_of(header)
         return hit
+
+
+def peer_of(request: Any) -> str:
+    """``host:port`` of the TCP peer (a proxy in front shows as itself)."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return request.remote or ""

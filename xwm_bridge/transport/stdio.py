@@ -53,7 +53,7 @@ class StdioServer:
 
     async def _serve_one(self, req: jsonrpc.Request) -> None:
         reply = await self._dispatcher.handle(
-            req, CallContext(self._send, "stdio", "stdio", "", self._live)
+            req, CallContext(self._send, "stdio", "stdio", "", self._live, "stdio")
         )
         if reply is not None:
             await self._send(reply)
@@ -77,6 +77,7 @@ class StdioServer:
                     await self._handle_frame(item)
                 if not chunk:
                     break
+            self._live.closed = True  # long-lived requests (bridge.watch) end with the input
             await self._inflight.wait(None)
         finally:
             await self._inflight.shutdown(0)

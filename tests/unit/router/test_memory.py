@@ -274,26 +274,42 @@ def test_home_default_is_env_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert asyncio.iscoroutinefunction(Router.record)
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self) -> None:
+        self.now += memory.STAT_TTL
+
+
 async def test_reader_rereads_changed_files_only(tmp_path: Path) -> None:
     home = tmp_path / "home"
     path = home / "self-improving" / "memory.md"
     write(path, "preferred-route: gateway\n")
-    reader = memory.MemoryReader(4096)
+    clock = Clock()
+    reader = memory.MemoryReader(4096, clock=clock)
     locs = memory.locate("", str(home), ())
     assert (await reader.load(locs)).route == "gateway"
     path.write_text("preferred-route: multi-agent, longer\n")  # new size → re-read
+    clock.tick()
     assert (await reader.load(locs)).route == "multi-agent, longer"
     os.utime(path, ns=(1, 1))  # new mtime, same size → re-read
     path.write_text("preferred-route: single-agent, longer\n")
     os.utime(path, ns=(2, 2))
+    clock.tick()
     assert (await reader.load(locs)).route == "single-agent, longer"
     path.unlink()
+    clock.tick()
     prefs = await reader.load(locs)
     assert prefs.route == "" and prefs.sources == ()
     # a symlink in place of the file is not followed
     target = tmp_path / "elsewhere.md"
     target.write_text("preferred-route: gateway\n")
     path.symlink_to(target)
+    clock.tick()
     assert (await reader.load(locs)).route == ""
 
 
@@ -334,3 +350,34 @@ def test_a_real_xworkmate_directory_is_still_read(tmp_path: Path) -> None:
     write(wd / ".xworkmate" / "memory.md", "preferred-route: multi-agent\n")
     locs = memory.locate(str(wd), str(tmp_path / "home"), (str(root),))
     assert memory.load(locs, 4096).route == "multi-agent"
+
+
+async def test_reader_trusts_a_stat_for_its_ttl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within the TTL a turn makes no filesystem call; after it, a change is seen."""
+    home = tmp_path / "home"
+    path = home / "self-improving" / "memory.md"
+    write(path, "preferred-route: gateway\n")
+    clock = Clock()
+    reader = memory.MemoryReader(4096, clock=clock)
+    locs = memory.locate("", str(home), ())
+    assert (await reader.load(locs)).route == "gateway"
+    calls: list[str] = []
+    real_stat = memory._stat_beneath
+
+    def counted(base: Path, parts: tuple[str, ...]) -> os.stat_result:
+        calls.append(str(base.joinpath(*parts)))
+        return real_stat(base, parts)
+
+    monkeypatch.setattr(memory, "_stat_beneath", counted)
+    path.write_text("preferred-route: multi-agent\n")
+    clock.now += memory.STAT_TTL / 2
+    assert (await reader.load(locs)).route == "gateway"  # cached: no stat, no read
+    assert calls == []
+    clock.now += memory.STAT_TTL / 2
+    assert (await reader.load(locs)).route == "multi-agent"
+    assert calls == [str(path)]
+    reader.invalidate(str(path))  # the bridge wrote it: seen at once
+    path.write_text("preferred-route: single-agent, x\n")
+    assert (await reader.load(locs)).route == "single-agent, x"

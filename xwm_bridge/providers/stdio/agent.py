@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -85,6 +86,9 @@ class AcpAgent:
         #: bumped on every (re)start; ACP sessions of an older generation are gone.
         self.generation = 0
         self.last_exit: str = ""
+        #: the last exit or start failure, with the stderr tail (operator health view)
+        self.last_error: str = ""
+        self.last_error_at = 0.0
         self.dropped_lines = 0
 
     @property
@@ -128,6 +132,7 @@ class AcpAgent:
                 start_new_session=True,  # own process group, killed as a whole
             )
         except OSError as exc:
+            self._failed(f"cannot start agent {self.spec.name}: {exc}")
             raise AgentError(f"cannot start agent {self.spec.name}: {exc}") from None
         self.generation += 1
         self._stderr.clear()
@@ -199,6 +204,8 @@ class AcpAgent:
             message = f"agent {self.spec.name} exited ({self.last_exit})" + (
                 f": {tail[-500:]}" if tail else ""
             )
+            if code != 0 and proc is self._proc:
+                self._failed(message)
             # after a restart the pending calls belong to the new process: leave them
             if proc is self._proc or self._proc is None:
                 self.init_result = {}
@@ -258,6 +265,22 @@ class AcpAgent:
                 line = raw.decode("utf-8", "replace")[:2000]
                 self._stderr.append(line)
                 log.debug("agent stderr", extra={"agent": self.spec.name, "line": line})
+
+    def _failed(self, message: str) -> None:
+        self.last_error, self.last_error_at = message[:1000], time.time()
+
+    def status(self) -> dict[str, Any]:
+        """For the operator health view (issue 13)."""
+        return {
+            "running": self.alive,
+            "pid": self._proc.pid if self.alive and self._proc is not None else None,
+            "starts": self.generation,
+            "restarts": max(0, self.generation - 1),
+            "activeSessions": len(self.sessions),
+            "lastExit": self.last_exit or None,
+            "lastError": self.last_error or None,
+            "lastErrorAt": self.last_error_at or None,
+        }
 
     def _exit_suffix(self) -> str:
         return f" ({self.last_exit})" if self.last_exit else ""

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,19 +34,23 @@ from xwm_bridge.providers.stdio.agent import (
     ClientError,
     SessionHandlers,
 )
-from xwm_bridge.providers.stdio.permissions import PermissionBroker, outcome_label
+from xwm_bridge.providers.stdio.permissions import (
+    AGENT_EXITED,
+    EXPIRED,
+    POLICY,
+    SELECTED,
+    PermissionBroker,
+    outcome_label,
+)
 from xwm_bridge.providers.stdio.policy import ALLOW, ASK, PolicyStore
 from xwm_bridge.providers.stdio.terminal import Terminals
+from xwm_bridge.store.records import Answerer, PermissionRecord
 
 log = logging.getLogger("xwm_bridge.agents")
 
 
 CANCEL_WAIT = 5.0
 MAX_TRACKED_SESSIONS = 4096
-ASK_NEEDS_STREAM = (
-    "permission rule says ask, but this transport cannot carry notifications "
-    "(use SSE, WebSocket or stdio); rejected"
-)
 
 
 @dataclass(slots=True)
@@ -109,7 +114,8 @@ class TurnState:
         tool_call = params.get("toolCall")
         tool_call = tool_call if isinstance(tool_call, dict) else {}
         options = params.get("options")
-        decision = self.owner.policy.decide(tool_call, self.cwd)
+        streamless = self.ctx.notify is None
+        decision = self.owner.policy.decide(tool_call, self.cwd, streamless)
         reason = decision.reason
         record: dict[str, Any] = {
             "toolCallId": coerce.text(tool_call.get("toolCallId")),
@@ -118,31 +124,73 @@ class TurnState:
             "decision": decision.action,
         }
         outcome: dict[str, Any]
-        if decision.action == ASK and self.ctx.notify is None:
-            reason = ASK_NEEDS_STREAM
-            outcome = self._policy_outcome(options, allow=False)
-        elif decision.action == ASK:
-            outcome, reason = await self._ask(params, options)
+        answered: PermissionRecord | None = None
+        if decision.action == ASK:
+            # every watcher (console, `client watch`) sees it, whatever carries the turn
+            outcome, reason, answered = await self._ask(params, options, tool_call)
         else:
             outcome = self._policy_outcome(options, allow=decision.action == ALLOW)
             if decision.action == ALLOW and mapping.choose_option(options, True) is None:
                 reason = "no allow_once option offered (allow_always is never chosen); rejected"
         record["outcome"] = outcome_label(outcome, options)
         record["reason"] = reason
+        if answered is not None:
+            record["requestId"] = answered.request_id
+            if answered.by is not None:
+                record["answeredBy"] = answered.by.wire()
+        else:
+            self._decided(tool_call, options, outcome, record["outcome"], reason, decision.action)
         self.permissions.append(record)
-        if decision.action != ASK or self.ctx.notify is None:
-            await self.ctx.emit(
-                {
-                    "type": "permission",
-                    "toolCall": tool_call,
-                    "decision": decision.action,
-                    "outcome": record["outcome"],
-                    "reason": reason,
-                    "pending": False,
-                    "error": False,
-                }
-            )
+        update: dict[str, Any] = {
+            "type": "permission",
+            "toolCall": tool_call,
+            "decision": decision.action,
+            "outcome": record["outcome"],
+            "reason": reason,
+            "pending": False,
+            "error": False,
+        }
+        if answered is not None:  # the pending update's resolution, on the turn's stream
+            update["requestId"] = answered.request_id
+            update["resolution"] = answered.resolution
+            update["answeredBy"] = answered.by.wire() if answered.by is not None else None
+        await self.ctx.emit(update)
         return outcome
+
+    def _decided(
+        self,
+        tool_call: dict[str, Any],
+        options: Any,
+        outcome: dict[str, Any],
+        label: str,
+        reason: str,
+        action: str,
+    ) -> None:
+        """A policy allow/reject: audited and shown to watchers, never pending."""
+        inner = outcome.get("outcome")
+        oid = inner.get("optionId") if isinstance(inner, dict) else None
+        now = time.time()
+        self.owner.broker.decided(
+            PermissionRecord(
+                self.ctx.session_id,
+                f"policy-{self.ctx.turn_id}-{len(self.permissions) + 1}",
+                turn_id=self.ctx.turn_id,
+                provider=provider_id_of(self.ctx),
+                tool_call=tool_call,
+                options=tuple(o for o in options if isinstance(o, dict))
+                if isinstance(options, list)
+                else (),
+                created_at=now,
+                state="resolved",
+                resolution=POLICY,
+                option_id=oid if isinstance(oid, str) else "",
+                outcome=label,
+                reason=reason,
+                by=Answerer("policy", ""),
+                resolved_at=now,
+            ),
+            action,
+        )
 
     @staticmethod
     def _policy_outcome(options: Any, *, allow: bool) -> dict[str, Any]:
@@ -151,21 +199,34 @@ class TurnState:
             oid = mapping.choose_option(options, False)
         return mapping.selected(oid) if oid else dict(mapping.CANCELLED_OUTCOME)
 
-    async def _ask(self, params: dict[str, Any], options: Any) -> tuple[dict[str, Any], str]:
+    async def _ask(
+        self, params: dict[str, Any], options: Any, tool_call: dict[str, Any]
+    ) -> tuple[dict[str, Any], str, PermissionRecord]:
         broker = self.owner.broker
         timeout = self.owner.config.agents.permission_timeout
-        entry = broker.open(self.ctx.session_id, options)
+        entry = broker.open(
+            self.ctx.session_id,
+            options,
+            turn_id=self.ctx.turn_id,
+            provider=provider_id_of(self.ctx),
+            tool_call=tool_call,
+            timeout=timeout,
+        )
         try:
             await self.ctx.emit(mapping.permission_payload(entry.request_id, params))
             try:
                 outcome = await asyncio.wait_for(asyncio.shield(entry.future), timeout)
             except TimeoutError:
-                return (
-                    self._policy_outcome(options, allow=False),
-                    f"no answer from the client within {timeout:g}s; rejected",
-                )
+                reason = f"no answer within {timeout:g}s; rejected"
+                broker.resolve(entry, EXPIRED, reason, self._policy_outcome(options, allow=False))
+                outcome = entry.future.result()
+                return outcome, reason, entry.record
             label = outcome_label(outcome, options)
-            return outcome, f"client answered {label}" if label != "cancelled" else "turn cancelled"
+            if entry.record.resolution == SELECTED:
+                by = entry.record.by
+                where = f" over {by.transport} from {by.address}" if by and by.address else ""
+                return outcome, f"client answered {label}{where}", entry.record
+            return outcome, entry.record.reason or "turn cancelled", entry.record
         finally:
             broker.discard(entry)
 
@@ -191,6 +252,19 @@ class StdioAgentExecutor:
         if agent is None:
             agent = self._agents[key] = AcpAgent(agent_spec(self._providers[key], self.config))
         return agent
+
+    def status(self) -> list[dict[str, Any]]:
+        """Every configured stdio agent: started or not, restarts, last error."""
+        out = []
+        for key, provider in self._providers.items():
+            agent = self._agents.get(key)
+            row: dict[str, Any] = {"id": provider.id, "label": provider.label or provider.id}
+            if agent is None:
+                row.update({"running": False, "starts": 0, "restarts": 0, "lastError": None})
+            else:
+                row.update(agent.status())
+            out.append(row)
+        return out
 
     def _provider_id(self, ctx: TurnContext) -> str:
         return provider_id_of(ctx)
@@ -282,6 +356,8 @@ class StdioAgentExecutor:
         except AgentError as exc:
             if exc.timed_out:
                 await self._interrupt(agent, acp_sid, ctx, None)
+            elif not agent.alive:  # pending permission requests die with the agent
+                self.broker.close_session(ctx.session_id, AGENT_EXITED, str(exc)[:500])
             await ctx.emit_error(str(exc))
             return {**self.failure(ctx, str(exc)), **self._extras(state)}
         except asyncio.CancelledError:

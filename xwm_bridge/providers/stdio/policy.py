@@ -1,11 +1,12 @@
 """Permission policy for ``session/request_permission``: first matching rule wins.
 
-A rule is ``{action: allow|reject|ask, kind: <glob>, path: <glob>}``. ``kind`` is
+A rule is ``{action: allow|reject|ask, kind: <glob>, path: <glob>, streamless: bool}``. ``kind`` is
 matched against the ACP tool kind (``read``, ``edit``, ``delete``, ``move``,
 ``search``, ``execute``, ``think``, ``fetch``, ``other``); ``path`` against every
 location of the tool call (absolute paths, and paths relative to the session's
 working directory). A rule whose ``path`` is ``*`` also matches a tool call without
-locations. No rule matches → ``ask``.
+locations. A ``streamless: true`` rule applies only to turns whose client cannot
+receive notifications (plain-JSON HTTP). No rule matches → ``ask``.
 
 Rules come from the config (``agents.permission_rules``) followed by an optional
 YAML file (``agents.permission_rules_file``: a list of rules, or ``{rules: [...]}``)
@@ -58,11 +59,15 @@ def parse_rules(data: Any, source: str) -> tuple[PermissionRule, ...]:
         action = coerce.text(item.get("action")).lower()
         if action not in ACTIONS:
             raise ValueError(f"{source}[{i}].action: must be one of allow, reject, ask")
+        streamless = item.get("streamless", False)
+        if not isinstance(streamless, bool):
+            raise ValueError(f"{source}[{i}].streamless: must be true or false")
         rules.append(
             PermissionRule(
                 action=action,
                 kind=coerce.text(item.get("kind"), "*"),
                 path=coerce.text(item.get("path"), "*"),
+                streamless=streamless,
             )
         )
     return tuple(rules)
@@ -90,14 +95,26 @@ def tool_paths(tool_call: dict[str, Any], cwd: str) -> list[str]:
     return out
 
 
-def decide(rules: tuple[PermissionRule, ...], tool_call: dict[str, Any], cwd: str) -> Decision:
+def decide(
+    rules: tuple[PermissionRule, ...],
+    tool_call: dict[str, Any],
+    cwd: str,
+    streamless: bool = False,
+) -> Decision:
+    """``streamless``: the turn's client cannot receive notifications (plain-JSON HTTP);
+    rules marked ``streamless`` apply only then."""
     kind = coerce.text(tool_call.get("kind"), "other")
     paths = tool_paths(tool_call, cwd)
     for i, rule in enumerate(rules):
+        if rule.streamless and not streamless:
+            continue
         if not fnmatch.fnmatchcase(kind, rule.kind):
             continue
         if rule.path == "*" or any(fnmatch.fnmatchcase(p, rule.path) for p in paths):
-            return Decision(rule.action, f"rule {i + 1} (kind={rule.kind}, path={rule.path})")
+            extra = ", streamless" if rule.streamless else ""
+            return Decision(
+                rule.action, f"rule {i + 1} (kind={rule.kind}, path={rule.path}{extra})"
+            )
     return Decision(ASK, "default")
 
 
@@ -135,5 +152,5 @@ class PolicyStore:
             # keep the previous rules: a half-written file must not open the gates
             log.warning("permission rule file rejected", extra={"error": str(exc)})
 
-    def decide(self, tool_call: dict[str, Any], cwd: str) -> Decision:
-        return decide(self.rules(), tool_call, cwd)
+    def decide(self, tool_call: dict[str, Any], cwd: str, streamless: bool = False) -> Decision:
+        return decide(self.rules(), tool_call, cwd, streamless)

@@ -79,3 +79,16 @@ async def test_broker_answer_validation_and_cancel() -> None:
     with pytest.raises(RpcError) as info:
         PermissionAnswer.parse({"sessionId": "s1", "requestId": 3, "optionId": "x"})
     assert info.value.code == -32602
+
+
+def test_streamless_rules_apply_only_without_a_stream() -> None:
+    from xwm_bridge.providers.stdio.policy import decide, parse_rules
+
+    rules = parse_rules([{"action": "reject", "streamless": True}], "rules")
+    assert rules[0].streamless is True
+    tool = {"kind": "edit", "locations": [{"path": "/srv/a"}]}
+    assert decide(rules, tool, "/srv").action == "ask"
+    streamless = decide(rules, tool, "/srv", streamless=True)
+    assert streamless.action == "reject" and "streamless" in streamless.reason
+    with pytest.raises(ValueError, match="streamless"):
+        parse_rules([{"action": "reject", "streamless": "yes"}], "rules")

@@ -1,0 +1,104 @@
+"""Shared pieces of the console's browser tests and screenshots: Debian's chromium
+driven by Playwright (no browser download), and a daemon with the fake upstream
+and the scripted ACP agent."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.integration.agent_helpers import FAKE_AGENT
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def require_browser() -> None:
+    """Skip with a reason locally; fail in CI (CI=true), where .ci/run installs both."""
+    missing = []
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        missing.append("playwright (pip install -e '.[dev]')")
+    if not os.path.exists(CHROMIUM) and shutil.which("chromium") is None:
+        missing.append("chromium (apt-get install chromium)")
+    if missing:
+        reason = "console browser tests need " + " and ".join(missing)
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def console_config(tmp: Path, **agents: Any) -> dict[str, Any]:
+    return {
+        "providers": [
+            {"id": "codex", "label": "Codex", "endpoint": "http://127.0.0.1:1/acp/rpc"},
+            {"id": "fake", "label": "Fake Agent", "kind": "stdio", "command": FAKE_AGENT},
+        ],
+        "allowed_roots": [str(tmp)],
+        "agents": {"initialize_timeout": 20, **agents},
+        "console": {"health_interval": 0.5},
+    }
+
+
+@dataclass
+class Watch:
+    """What the pages did: console errors and every request's host."""
+
+    origin: str
+    errors: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+
+    def attach(self, page: Any) -> None:
+        page.on("console", self._console)
+        page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
+        page.on("request", self._request)
+
+    def _console(self, msg: Any) -> None:
+        if msg.type in ("error", "warning"):
+            self.errors.append(f"{msg.type}: {msg.text}")
+
+    def _request(self, request: Any) -> None:
+        url = request.url
+        if url.startswith(("data:", "about:")):
+            return
+        parts = urlsplit(url)
+        if f"{parts.hostname}:{parts.port}" != urlsplit(self.origin).netloc:
+            self.foreign.append(url)
+
+
+@asynccontextmanager
+async def browser() -> AsyncIterator[Any]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        b = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+async def login(page: Any, url: str, token: str) -> None:
+    await page.goto(f"{url}/console")
+    await page.locator("#token").fill(token)
+    await page.locator("#login-submit").click()
+    await page.locator("#main").wait_for(state="visible")
+    await page.locator("#conn.live").wait_for()

@@ -1,0 +1,178 @@
+"""The operator console in a real browser (issue 13): Debian's chromium, Playwright,
+the real daemon with the fake upstream and the scripted ACP agent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.conftest import TOKEN, FakeUpstream, StartBridge, rpc
+from tests.e2e.console_browser import Watch, browser, console_config, login, require_browser
+from tests.integration.agent_helpers import agent_params
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+async def console(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> AsyncIterator[tuple[Any, Any, Watch]]:
+    require_browser()
+    from tests.conftest import base_env
+
+    env = base_env(ACP_AUTH_TOKEN=TOKEN, XWM_PROVIDER_CODEX_URL=fake_upstream.url)
+    bp = await start_bridge(env=env, config=console_config(tmp_path), tmp=tmp_path)
+    watch = Watch(bp.url)
+    async with browser() as b:
+        context = await b.new_context(viewport={"width": 1360, "height": 860})
+        context.on("page", watch.attach)
+        yield bp, context, watch
+        await context.close()
+    # every test: no console error, no request to any host but the daemon
+    assert watch.errors == [], watch.errors
+    assert watch.foreign == [], watch.foreign
+
+
+def http_turn(http: aiohttp.ClientSession, url: str, params: dict[str, Any]) -> asyncio.Future[Any]:
+    return asyncio.ensure_future(rpc(http, url, "session.start", params))
+
+
+def codex(session_id: str, prompt: str) -> dict[str, Any]:
+    return agent_params(session_id, prompt, provider="codex")
+
+
+async def test_login_refuses_a_wrong_token(console: Any) -> None:
+    bp, context, _ = console
+    page = await context.new_page()
+    await page.goto(f"{bp.url}/console")
+    await page.locator("#login").wait_for(state="visible")
+    await page.locator("#token").fill("not-the-token")
+    await page.locator("#login-submit").click()
+    await page.locator("#login-error").wait_for(state="visible")
+    assert "refused" in await page.locator("#login-error").inner_text()
+    assert await page.locator("#main").is_hidden()
+    assert await page.evaluate("sessionStorage.length") == 0
+    await login(page, bp.url, TOKEN)
+    assert TOKEN not in page.url
+    assert await page.evaluate("sessionStorage.getItem('xwm-bridge-token')") == TOKEN
+
+
+async def test_http_turn_appears_grows_and_finishes(
+    console: Any, http: aiohttp.ClientSession
+) -> None:
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    turn = http_turn(http, bp.rpc_url, codex("web-1", "drip:400 the output grows bit by bit"))
+    row = page.locator('[data-session="web-1"]')
+    await row.wait_for()
+    await row.click()
+    out = page.locator("pre[data-turn-output]").first
+    await page.wait_for_function(
+        "() => { const t = document.querySelector('pre[data-turn-output]');"
+        " return t && t.textContent.startsWith('echo:') && t.textContent.length < 39 }"
+    )
+    partial = await out.inner_text()
+    await asyncio.wait_for(turn, 30)
+    await page.locator('.turn[data-status="completed"]').wait_for()
+    final = await page.locator("pre[data-turn-output]").first.inner_text()
+    assert final == "echo: the output grows bit by bit"
+    assert len(partial) < len(final)
+    assert "completed" in await page.locator('[data-session="web-1"] .pill').inner_text()
+
+
+async def test_approve_and_reject_in_the_page(
+    console: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    await page.goto(f"{bp.url}/console#/permissions")
+    target = tmp_path / "approved.txt"
+    turn = http_turn(
+        http,
+        bp.rpc_url,
+        agent_params("pa-1", f"permission {target}", workingDirectory=str(tmp_path)),
+    )
+    await page.locator('#perm-pending button[data-option="once"]').click()
+    result = (await asyncio.wait_for(turn, 30))["result"]
+    assert "permission granted (once)" in result["output"] and target.exists()
+    await page.locator("#perm-resolved .perm.resolved").first.wait_for()
+    text = await page.locator("#perm-resolved .perm").first.inner_text()
+    assert "allow_once" in text and "console" in text
+
+    turn = http_turn(
+        http,
+        bp.rpc_url,
+        agent_params("pa-2", f"permission {tmp_path / 'no.txt'}", workingDirectory=str(tmp_path)),
+    )
+    await page.locator('#perm-pending button[data-option="reject"]').click()
+    result = (await asyncio.wait_for(turn, 30))["result"]
+    assert "permission denied" in result["output"]
+    assert result["permissions"][0]["outcome"] == "reject_once"
+    assert not (tmp_path / "no.txt").exists()
+
+
+async def test_two_pages_one_answer(
+    console: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp, context, _ = console
+    first, second = await context.new_page(), await context.new_page()
+    for page in (first, second):
+        await login(page, bp.url, TOKEN)
+        await page.goto(f"{bp.url}/console#/permissions")
+    turn = http_turn(
+        http,
+        bp.rpc_url,
+        agent_params("two-1", f"permission {tmp_path / 'x'}", workingDirectory=str(tmp_path)),
+    )
+    await second.locator('#perm-pending button[data-option="once"]').wait_for()
+    await first.locator('#perm-pending button[data-option="once"]').click()
+    # the other page sees it resolved, greyed out, with who answered
+    resolved = second.locator("#perm-resolved .perm.resolved").first
+    await resolved.wait_for()
+    assert "console 127.0.0.1:" in await resolved.inner_text()
+    assert await second.locator("#perm-pending .perm").count() == 0
+    await asyncio.wait_for(turn, 30)
+
+
+async def test_cancel_a_running_turn(
+    console: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    turn = http_turn(http, bp.rpc_url, agent_params("cx-1", "slow", workingDirectory=str(tmp_path)))
+    await page.goto(f"{bp.url}/console#/sessions/cx-1")
+    await page.locator('.turn[data-status="running"]').wait_for()
+    await page.locator("#cancel").click()
+    result = (await asyncio.wait_for(turn, 30))["result"]
+    assert result["cancelled"] is True
+    await page.locator('.turn[data-status="cancelled"]').wait_for()
+
+
+async def test_reload_mid_turn_loses_nothing(
+    console: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    turn = http_turn(
+        http, bp.rpc_url, agent_params("rl-1", "drip 8 250", workingDirectory=str(tmp_path))
+    )
+    await page.goto(f"{bp.url}/console#/sessions/rl-1")
+    await page.wait_for_function(
+        "() => (document.querySelector('pre[data-turn-output]') || {})"
+        ".textContent?.includes('chunk 2')"
+    )
+    await page.reload()  # the token is in sessionStorage: no login again
+    await page.locator("#conn.live").wait_for()
+    await asyncio.wait_for(turn, 30)
+    await page.locator('.turn[data-status="completed"]').wait_for()
+    text = await page.locator("pre[data-turn-output]").first.inner_text()
+    assert text.split() == " ".join(f"chunk {i}" for i in range(1, 9)).split()

@@ -1,0 +1,117 @@
+"""``/console``: the page, its headers and files, and the WebSocket's first-frame auth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.conftest import TOKEN, FakeUpstream, StartBridge, base_env, provider_env
+
+
+def auth_frame(token: str) -> str:
+    return orjson.dumps(
+        {"jsonrpc": "2.0", "id": 0, "method": "console.auth", "params": {"token": token}}
+    ).decode()
+
+
+async def test_page_and_files_with_strict_headers(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bp = await start_bridge()
+    async with http.get(f"{bp.url}/console") as resp:
+        assert resp.status == 200
+        body = await resp.text()
+        csp = resp.headers["Content-Security-Policy"]
+        assert resp.headers["X-Frame-Options"] == "DENY"
+        assert resp.headers["X-Content-Type-Options"] == "nosniff"
+        assert resp.headers["Referrer-Policy"] == "no-referrer"
+    assert "script-src 'self'" in csp and "default-src 'none'" in csp
+    assert "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+    # no inline script, no third-party host, no token in the page
+    assert "<script>" not in body and "http://" not in body and "https://" not in body
+    assert TOKEN not in body
+    for name, kind in (("app.js", "javascript"), ("console.css", "css"), ("icon.svg", "svg")):
+        async with http.get(f"{bp.url}/console/static/{name}") as resp:
+            assert resp.status == 200 and kind in resp.headers["Content-Type"]
+            assert resp.headers["X-Frame-Options"] == "DENY"
+            etag = resp.headers["ETag"]
+        async with http.get(
+            f"{bp.url}/console/static/{name}", headers={"If-None-Match": etag}
+        ) as resp:
+            assert resp.status == 304
+    for bad in ("nope.js", "..%2Fhttp.py", ".hidden"):
+        async with http.get(f"{bp.url}/console/static/{bad}") as resp:
+            assert resp.status == 404, bad
+    async with http.post(f"{bp.url}/console") as resp:
+        assert resp.status == 405
+
+
+async def test_websocket_needs_the_token_first(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
+) -> None:
+    env = provider_env(fake_upstream.url, INTERNAL_SERVICE_TOKEN="secret-upstream-value")
+    bp = await start_bridge(env=env)
+    url = f"{bp.url}/console/ws"
+    async with http.ws_connect(url) as ws:
+        await ws.send_str(auth_frame("wrong-token"))
+        reply = orjson.loads((await ws.receive(timeout=5)).data)
+        assert reply["error"]["code"] == -32001
+        closed = await ws.receive(timeout=5)
+        assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        assert ws.close_code == 4401
+    async with http.ws_connect(url) as ws:  # any other method first is refused
+        await ws.send_str(
+            orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "session.list"}).decode()
+        )
+        reply = orjson.loads((await ws.receive(timeout=5)).data)
+        assert reply["error"]["code"] == -32001
+    async with http.ws_connect(url) as ws:
+        await ws.send_str(auth_frame(TOKEN))
+        hello = orjson.loads((await ws.receive(timeout=5)).data)["result"]
+        assert hello["authenticated"] is True and hello["tokenRequired"] is True
+        await ws.send_str(
+            orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "bridge.config"}).decode()
+        )
+        raw = (await ws.receive(timeout=5)).data
+        assert "secret-upstream-value" not in raw and TOKEN not in raw
+        assert orjson.loads(raw)["id"] == 2
+
+
+async def test_origin_rules_apply(start_bridge: StartBridge, http: aiohttp.ClientSession) -> None:
+    bp = await start_bridge()
+    url = f"{bp.url}/console/ws"
+    with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+        async with http.ws_connect(url, headers={"Origin": "https://evil.example"}):
+            pass
+    assert err.value.status == 403
+    # its own origin on a loopback address is fine (and the default allow-list has it)
+    async with http.ws_connect(url, headers={"Origin": bp.url}) as ws:
+        await ws.send_str(auth_frame(TOKEN))
+        assert orjson.loads((await ws.receive(timeout=5)).data)["result"]["authenticated"]
+    # a DNS-rebinding page: its own origin, but a non-loopback Host
+    with pytest.raises(aiohttp.WSServerHandshakeError):
+        headers = {"Origin": "http://rebind.example:1", "Host": "rebind.example:1"}
+        async with http.ws_connect(url, headers=headers):
+            pass
+
+
+async def test_no_token_bridge_works_without_one(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bp = await start_bridge(env=base_env())
+    async with http.ws_connect(f"{bp.url}/console/ws") as ws:
+        await ws.send_str(auth_frame(""))
+        hello = orjson.loads((await ws.receive(timeout=5)).data)["result"]
+        assert hello["authenticated"] is True and hello["tokenRequired"] is False
+
+
+async def test_console_can_be_disabled(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config={"console": {"enabled": False}}, tmp=tmp_path)
+    for path in ("/console", "/console/static/app.js", "/console/ws"):
+        async with http.get(f"{bp.url}{path}") as resp:
+            assert resp.status == 404, path

@@ -1,0 +1,279 @@
+"""Operator methods (issue 13) against the real daemon and the fake upstream:
+``session.list`` / ``session.get`` / ``bridge.watch`` / ``bridge.health`` /
+``bridge.config`` on HTTP, SSE, WebSocket and stdio, under the same auth."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+from tests.conftest import (
+    AUTH,
+    TOKEN,
+    FakeUpstream,
+    StartBridge,
+    base_env,
+    provider_env,
+    rpc,
+    session_params,
+    sse,
+)
+from tests.integration.test_websocket import recv, req
+
+
+async def turn(
+    http: aiohttp.ClientSession, url: str, sid: str, prompt: str = "hi", **kw: Any
+) -> Any:
+    reply = await rpc(http, url, "session.start", session_params(sid, prompt, **kw))
+    return reply["result"]
+
+
+async def test_list_filters_paging_and_last_turn(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
+) -> None:
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    before = time.time()
+    await turn(http, bp.rpc_url, "s-a", "one", threadId="t-1")
+    await turn(http, bp.rpc_url, "s-b", "error")  # the fake answers a JSON-RPC error
+    await turn(http, bp.rpc_url, "s-c", "three", threadId="t-1")
+    listed = (await rpc(http, bp.rpc_url, "session.list", {}))["result"]
+    ids = [s["sessionId"] for s in listed["sessions"]]
+    assert ids == ["s-c", "s-b", "s-a"]  # newest first
+    row = listed["sessions"][0]
+    assert row["threadId"] == "t-1" and row["provider"] == "codex" and row["state"] == "completed"
+    last = row["lastTurn"]
+    assert last["status"] == "completed" and last["provider"] == "codex"
+    assert last["prompt"] == "three" and last["startedAt"] >= before
+    assert last["finishedAt"] >= last["startedAt"] and last["durationMs"] is not None
+    assert "model" in last and "usage" in last
+    assert listed["watchCursor"]
+
+    failed = (await rpc(http, bp.rpc_url, "session.list", {"state": "failed"}))["result"]
+    assert [s["sessionId"] for s in failed["sessions"]] == ["s-b"]
+    assert failed["sessions"][0]["lastTurn"]["error"]
+    thread = (await rpc(http, bp.rpc_url, "session.list", {"threadId": "t-1"}))["result"]
+    assert [s["sessionId"] for s in thread["sessions"]] == ["s-c", "s-a"]
+    none = (await rpc(http, bp.rpc_url, "session.list", {"provider": "gemini"}))["result"]
+    assert none["sessions"] == []
+    later = await rpc(http, bp.rpc_url, "session.list", {"updatedSince": time.time() + 60})
+    assert later["result"]["sessions"] == []
+
+    page1 = (await rpc(http, bp.rpc_url, "session.list", {"limit": 2}))["result"]
+    assert [s["sessionId"] for s in page1["sessions"]] == ["s-c", "s-b"]
+    assert page1["nextCursor"]
+    page2 = (
+        await rpc(http, bp.rpc_url, "session.list", {"limit": 2, "cursor": page1["nextCursor"]})
+    )["result"]
+    assert [s["sessionId"] for s in page2["sessions"]] == ["s-a"]
+    assert page2["nextCursor"] is None
+
+    for bad in ({"state": "sleepy"}, {"limit": 0}, {"cursor": "not-a-cursor"}, {"threadId": 3}):
+        err = await rpc(http, bp.rpc_url, "session.list", bad)
+        assert err["error"]["code"] == -32602, bad
+
+
+async def test_get_returns_turns_with_results(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
+) -> None:
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    await turn(http, bp.rpc_url, "g1", "first")
+    second = await rpc(http, bp.rpc_url, "session.message", session_params("g1", "second"))
+    got = (await rpc(http, bp.rpc_url, "session.get", {"sessionId": "g1"}))["result"]
+    assert got["session"]["sessionId"] == "g1" and got["history"] == ["first", "second"]
+    turns = got["turns"]
+    assert [t["prompt"] for t in turns] == ["first", "second"]
+    assert turns[1]["result"]["output"] == "echo: second"
+    assert turns[1]["result"]["success"] is True
+    assert turns[1]["turnId"] == second["result"].get("turnId") or turns[1]["turnId"]
+    assert got["permissions"] == []
+    missing = await rpc(http, bp.rpc_url, "session.get", {"sessionId": "nope"})
+    assert missing["error"]["code"] == -32602
+    assert (await rpc(http, bp.rpc_url, "session.get", {}))["error"]["code"] == -32602
+
+
+async def test_watch_long_poll_since_cursor_misses_nothing(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
+) -> None:
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    cursor = (await rpc(http, bp.rpc_url, "session.list", {}))["result"]["watchCursor"]
+    # the watcher is away while a turn runs (streamed to its own client over SSE)
+    await sse(http, bp.rpc_url, "session.start", session_params("w1", "while away"))
+    got = (
+        await rpc(http, bp.rpc_url, "bridge.watch", {"since": cursor, "kinds": ["turn", "session"]})
+    )["result"]
+    assert got["reset"] is False
+    kinds = [(e["kind"], e["type"]) for e in got["events"]]
+    assert ("session", "started") in kinds
+    assert kinds.count(("turn", "started")) == 1 and kinds.count(("turn", "finished")) == 1
+    deltas = "".join(
+        (e["update"] or {}).get("delta", "") for e in got["events"] if e["type"] == "update"
+    )
+    assert deltas == "echo: while away"
+    seqs = [e["seq"] for e in got["events"]]
+    assert seqs == sorted(seqs)
+    # nothing new: the long poll waits, then returns the same cursor
+    again = (
+        await rpc(
+            http,
+            bp.rpc_url,
+            "bridge.watch",
+            {"since": got["cursor"], "waitMs": 200, "kinds": ["turn"]},
+        )
+    )["result"]
+    assert again["events"] == [] and again["cursor"] == got["cursor"]
+    # a long poll wakes up for a new event
+    poll = asyncio.ensure_future(
+        rpc(http, bp.rpc_url, "bridge.watch", {"since": got["cursor"], "kinds": ["turn"]})
+    )
+    await asyncio.sleep(0.1)
+    await turn(http, bp.rpc_url, "w2", "wake")
+    woke = (await asyncio.wait_for(poll, 10))["result"]
+    assert woke["events"][0]["sessionId"] == "w2"
+    # a cursor of another process (or garbage) is a reset / an error
+    stale = await rpc(http, bp.rpc_url, "bridge.watch", {"since": "deadbeef:5", "waitMs": 0})
+    assert stale["result"]["reset"] is True
+    bad = await rpc(http, bp.rpc_url, "bridge.watch", {"since": "x"})
+    assert bad["error"]["code"] == -32602
+    bad = await rpc(http, bp.rpc_url, "bridge.watch", {"kinds": ["nope"]})
+    assert bad["error"]["code"] == -32602
+
+
+async def test_plain_http_turn_streams_to_a_live_watcher(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
+) -> None:
+    """A turn whose client takes plain JSON still streams upstream while someone watches."""
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    async with http.ws_connect(bp.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("bridge.watch", {"kinds": ["turn"]}, rid="w"))
+        assert (await recv(ws))["params"]["type"] == "live"
+        await turn(http, bp.rpc_url, "pj", "plain json")
+        text = ""
+        while True:
+            e = (await recv(ws))["params"]
+            if e["type"] == "update":
+                text += (e["update"] or {}).get("delta", "")
+            if e["type"] == "finished":
+                break
+    assert text == "echo: plain json"
+
+
+async def test_watch_streams_over_websocket_and_sse(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
+) -> None:
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    async with http.ws_connect(bp.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("bridge.watch", {"kinds": ["turn"]}, rid="w"))
+        live = await recv(ws)
+        assert live["method"] == "bridge.event" and live["params"]["type"] == "live"
+        await turn(http, bp.rpc_url, "ws-1", "streamed")
+        seen: list[dict[str, Any]] = []
+        while not any(e["type"] == "finished" for e in seen):
+            msg = await recv(ws)
+            assert msg["method"] == "bridge.event"
+            seen.append(msg["params"])
+        assert seen[0]["type"] == "started" and seen[0]["sessionId"] == "ws-1"
+        assert seen[-1]["status"] == "completed"
+    # SSE: a bounded watch returns its cursor when it ends
+    events = await sse(
+        http, bp.rpc_url, "bridge.watch", {"since": seen[0]["cursor"], "maxSeconds": 0.3}
+    )
+    notes = [e["params"] for e in events[:-1]]
+    assert [n["type"] for n in notes if n.get("kind") == "turn"][-1] == "finished"
+    assert events[-1]["result"]["reason"] == "timeout"
+    assert events[-1]["result"]["cursor"] == seen[-1]["cursor"] or events[-1]["result"]["cursor"]
+
+
+async def test_operator_methods_need_the_token_and_config_is_masked(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
+) -> None:
+    env = provider_env(fake_upstream.url, INTERNAL_SERVICE_TOKEN="upstream-secret-xyz")
+    bp = await start_bridge(env=env)
+    for method in (
+        "session.list",
+        "permission.list",
+        "bridge.watch",
+        "bridge.health",
+        "bridge.config",
+    ):
+        body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {}})
+        async with http.post(bp.rpc_url, data=body, headers={"Authorization": "Bearer wrong"}) as r:
+            assert r.status == 401, method
+    cfg = (await rpc(http, bp.rpc_url, "bridge.config", {}))["result"]
+    text = orjson.dumps(cfg).decode()
+    assert TOKEN not in text and "upstream-secret-xyz" not in text
+    assert cfg["config"]["auth_token"] == "********"
+    assert cfg["config"]["internal_service_token"] == "********"
+    health = (await rpc(http, bp.rpc_url, "bridge.health", {}))["result"]
+    assert {"providers", "agents", "gateways", "queues", "metrics", "samples"} <= set(health)
+    assert {p["id"] for p in health["providers"]} >= {"codex"}
+    caps = (await rpc(http, bp.rpc_url, "acp.capabilities", {}))["result"]
+    assert "bridge.watch" in caps["operator"]["methods"]
+
+
+async def test_health_reports_provider_outcomes_and_samples(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    fake_upstream: FakeUpstream,
+    tmp_path: Any,
+) -> None:
+    bp = await start_bridge(
+        env=provider_env(fake_upstream.url),
+        config={"console": {"health_interval": 0.1}},
+        tmp=tmp_path,
+    )
+    await turn(http, bp.rpc_url, "h1", "error")
+    await asyncio.sleep(0.35)
+    health = (await rpc(http, bp.rpc_url, "bridge.health", {}))["result"]
+    codex = next(p for p in health["providers"] if p["id"] == "codex")
+    assert codex["state"] == "failing" and codex["failures"] == 1 and codex["lastError"]
+    assert len(health["samples"]) >= 2
+    assert health["samples"][-1]["metrics"]["requests"] >= 1
+    await turn(http, bp.rpc_url, "h2", "fine")
+    health = (await rpc(http, bp.rpc_url, "bridge.health", {}))["result"]
+    codex = next(p for p in health["providers"] if p["id"] == "codex")
+    assert codex["state"] == "ok" and codex["turns"] == 2
+
+
+async def test_session_list_over_stdio(fake_upstream: FakeUpstream, tmp_path: Any) -> None:
+    """Every transport: the methods answer on acp-stdio too."""
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = base_env(XWM_PROVIDER_CODEX_URL=fake_upstream.url)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "xwm_bridge", "acp-stdio",
+        env=env, cwd=str(ROOT),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "session.start", "params": session_params("io1")},
+        {"jsonrpc": "2.0", "id": 2, "method": "bridge.watch", "params": {"kinds": ["session"]}},
+    ]
+    for line in lines:
+        proc.stdin.write(orjson.dumps(line) + b"\n")
+    await proc.stdin.drain()
+    got: dict[Any, Any] = {}
+    while 1 not in got:
+        msg = orjson.loads(await asyncio.wait_for(proc.stdout.readline(), 20))
+        got[msg.get("id")] = msg
+    proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": 3, "method": "session.list"}) + b"\n")
+    await proc.stdin.drain()
+    while 3 not in got:
+        msg = orjson.loads(await asyncio.wait_for(proc.stdout.readline(), 20))
+        got[msg.get("id")] = msg
+    assert [s["sessionId"] for s in got[3]["result"]["sessions"]] == ["io1"]
+    proc.stdin.close()  # end of input ends the open watch too: the process exits
+    while 2 not in got:
+        line = await asyncio.wait_for(proc.stdout.readline(), 20)
+        assert line, "stdout closed before the watch answered"
+        msg = orjson.loads(line)
+        got[msg.get("id")] = msg
+    assert got[2]["result"]["reason"] == "disconnected"
+    assert await asyncio.wait_for(proc.wait(), 20) == 0

@@ -1,0 +1,158 @@
+"""Permission requests as a shared object (issue 13): every watcher sees a stdio
+agent's pending request, the first valid answer wins from any transport, and
+expiry, cancel and agent exit resolve it for everyone."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from tests.conftest import AUTH, StartBridge, rpc
+from tests.integration.agent_helpers import agent_params, agent_provider
+from tests.integration.test_websocket import recv, req
+
+
+def config(tmp: Path, **agents: Any) -> dict[str, Any]:
+    return {
+        "providers": [agent_provider()],
+        "allowed_roots": [str(tmp)],
+        "agents": {"initialize_timeout": 20, **agents},
+    }
+
+
+async def next_permission(ws: aiohttp.ClientWebSocketResponse, type_: str) -> dict[str, Any]:
+    while True:
+        msg = await recv(ws, 20)
+        params = msg.get("params") or {}
+        is_permission = msg.get("method") == "bridge.event" and params.get("kind") == "permission"
+        if is_permission and params["type"] == type_:
+            return params
+
+
+async def test_plain_http_turn_waits_and_any_transport_answers(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(tmp_path), tmp=tmp_path)
+    target = tmp_path / "granted.txt"
+    async with (
+        http.ws_connect(bp.ws_url, headers=AUTH) as w1,
+        http.ws_connect(bp.ws_url, headers=AUTH) as w2,
+    ):
+        for ws in (w1, w2):
+            await ws.send_str(req("bridge.watch", {"kinds": ["permission"]}, rid="watch"))
+            assert (await recv(ws))["params"]["type"] == "live"
+        # a plain-JSON turn: it used to be rejected at once; now it waits for an answer
+        turn = asyncio.ensure_future(
+            rpc(
+                http,
+                bp.rpc_url,
+                "session.start",
+                agent_params("sh1", f"permission {target}", workingDirectory=str(tmp_path)),
+            )
+        )
+        asked = await next_permission(w1, "requested")
+        assert (await next_permission(w2, "requested"))["requestId"] == asked["requestId"]
+        assert asked["state"] == "pending" and asked["sessionId"] == "sh1"
+        assert [o["optionId"] for o in asked["options"]] == ["once", "always", "reject"]
+        # it is in the store: a client that reconnects finds it
+        listed = (await rpc(http, bp.rpc_url, "permission.list", {}))["result"]["requests"]
+        assert [r["requestId"] for r in listed] == [asked["requestId"]]
+        # the answer comes over WebSocket 2
+        answer = {"sessionId": "sh1", "requestId": asked["requestId"], "optionId": "once"}
+        await w2.send_str(req("session.permission", answer, rid="ans"))
+        resolved = await next_permission(w1, "resolved")
+        assert resolved["resolution"] == "selected" and resolved["outcome"] == "allow_once"
+        assert resolved["answeredBy"]["transport"] == "ws"
+        assert resolved["answeredBy"]["address"].startswith("127.0.0.1:")
+        result = (await asyncio.wait_for(turn, 20))["result"]
+    assert "permission granted (once)" in result["output"]
+    assert target.exists()
+    record = result["permissions"][0]
+    assert record["requestId"] == asked["requestId"] and record["answeredBy"]["transport"] == "ws"
+    # a second answer loses, and says who won
+    late = await rpc(http, bp.rpc_url, "session.permission", {**answer, "optionId": "reject"})
+    assert late["error"]["code"] == -32602
+    assert (
+        "already resolved" in late["error"]["message"]
+        and "ws 127.0.0.1" in late["error"]["message"]
+    )
+    assert (await rpc(http, bp.rpc_url, "permission.list", {}))["result"]["requests"] == []
+    done = (await rpc(http, bp.rpc_url, "permission.list", {"includeResolved": True}))["result"]
+    assert any(
+        r["requestId"] == asked["requestId"] and r["state"] == "resolved" for r in done["requests"]
+    )
+    # the decision is in the audit log, with who answered
+    audits = [orjson.loads(line) for line in bp.logs if '"permission decision"' in line]
+    assert any(a.get("by_transport") == "ws" and a.get("outcome") == "allow_once" for a in audits)
+    assert all("toolCall" not in a and "rawInput" not in a for a in audits)
+
+
+async def test_expiry_cancel_and_agent_exit_resolve_for_everyone(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(tmp_path, permission_timeout=0.6), tmp=tmp_path)
+    async with http.ws_connect(bp.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("bridge.watch", {"kinds": ["permission"]}, rid="watch"))
+        assert (await recv(ws))["params"]["type"] == "live"
+
+        # expiry: nobody answers
+        turn = asyncio.ensure_future(
+            rpc(http, bp.rpc_url, "session.start",
+                agent_params("ex1", f"permission {tmp_path / 'a'}", workingDirectory=str(tmp_path)))
+        )  # fmt: skip
+        await next_permission(ws, "requested")
+        gone = await next_permission(ws, "resolved")
+        assert gone["resolution"] == "expired" and gone["outcome"] == "reject_once"
+        result = (await asyncio.wait_for(turn, 20))["result"]
+        assert "no answer within" in result["permissions"][0]["reason"]
+
+        # cancel: the turn is cancelled while its request waits
+        turn = asyncio.ensure_future(
+            rpc(http, bp.rpc_url, "session.start",
+                agent_params("ca1", f"permission {tmp_path / 'b'}", workingDirectory=str(tmp_path)))
+        )  # fmt: skip
+        asked = await next_permission(ws, "requested")
+        await rpc(http, bp.rpc_url, "session.cancel", {"sessionId": "ca1"})
+        gone = await next_permission(ws, "resolved")
+        assert gone["requestId"] == asked["requestId"] and gone["resolution"] == "cancelled"
+        await asyncio.wait_for(turn, 20)
+
+        # agent exit: the agent dies with its request open
+        turn = asyncio.ensure_future(
+            rpc(http, bp.rpc_url, "session.start",
+                agent_params("ax1", f"permcrash {tmp_path / 'c'}", workingDirectory=str(tmp_path)))
+        )  # fmt: skip
+        await next_permission(ws, "requested")
+        gone = await next_permission(ws, "resolved")
+        assert gone["resolution"] == "agent_exited" and "exited" in gone["reason"]
+        result = (await asyncio.wait_for(turn, 20))["result"]
+        assert result["success"] is False
+    assert (await rpc(http, bp.rpc_url, "permission.list", {}))["result"]["requests"] == []
+
+
+async def test_sse_turn_stream_carries_the_resolution(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """The turn's own stream gets the pending update and then its resolution."""
+    from tests.integration.agent_helpers import sse_stream, typed
+
+    bp = await start_bridge(config=config(tmp_path), tmp=tmp_path)
+    events: list[dict[str, Any]] = []
+    async for event in sse_stream(
+        http, bp.rpc_url, "session.start",
+        agent_params("ss1", f"permission {tmp_path / 'd'}", workingDirectory=str(tmp_path)),
+    ):  # fmt: skip
+        events.append(event)
+        params = event.get("params") or {}
+        if params.get("type") == "permission" and params.get("pending"):
+            answer = {"sessionId": "ss1", "requestId": params["requestId"], "optionId": "reject"}
+            await rpc(http, bp.rpc_url, "session.permission", answer)
+    perms = typed(events, "permission")
+    assert perms[0]["pending"] is True
+    assert perms[1]["pending"] is False and perms[1]["requestId"] == perms[0]["requestId"]
+    assert perms[1]["outcome"] == "reject_once" and perms[1]["answeredBy"]["transport"] == "http"
+    assert "permission denied" in events[-1]["result"]["output"]

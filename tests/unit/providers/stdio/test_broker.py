@@ -1,0 +1,67 @@
+"""The shared permission broker: first answer wins, every resolution is published."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.providers.stdio.permissions import (
+    AGENT_EXITED,
+    PermissionAnswer,
+    PermissionBroker,
+)
+from xwm_bridge.store.records import Answerer
+
+OPTIONS = [
+    {"optionId": "once", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+]
+
+
+async def test_first_valid_answer_wins_and_everyone_hears() -> None:
+    broker = PermissionBroker(owner="me")
+    seen: list[tuple[str, Any]] = []
+    broker.listeners.append(lambda t, r: seen.append((t, r)))
+    entry = broker.open("s1", OPTIONS, turn_id="turn-1", tool_call={"kind": "edit"}, timeout=5)
+    assert seen[0][0] == "requested" and seen[0][1].state == "pending"
+    assert seen[0][1].deadline > seen[0][1].created_at
+    with pytest.raises(RpcError, match="not one of the offered"):
+        broker.answer(PermissionAnswer("s1", entry.request_id, "always"))
+    by = Answerer("console", "127.0.0.1:5000")
+    result = broker.answer(PermissionAnswer("s1", entry.request_id, "once"), by)
+    assert result["outcome"] == "allow_once"
+    assert entry.future.result()["outcome"] == {"outcome": "selected", "optionId": "once"}
+    kind, record = seen[-1]
+    assert kind == "resolved" and record.by == by and record.outcome == "allow_once"
+    with pytest.raises(
+        RpcError, match=r"already resolved \(allow_once\) by console 127.0.0.1:5000"
+    ):
+        broker.answer(PermissionAnswer("s1", entry.request_id, "reject"))
+    with pytest.raises(RpcError, match="no pending permission request"):
+        broker.answer(PermissionAnswer("s1", "perm-nope", "once"))
+    broker.discard(entry)  # already resolved: nothing more is published
+    assert len(seen) == 2
+    assert broker.snapshot() == [] and broker.snapshot(include_resolved=True)[0].state == "resolved"
+
+
+async def test_close_session_resolves_as_cancelled_to_the_agent() -> None:
+    broker = PermissionBroker()
+    a = broker.open("s1", OPTIONS)
+    b = broker.open("s2", OPTIONS)
+    assert broker.close_session("s1", AGENT_EXITED, "agent exited (exit status 4)") == 1
+    assert a.future.result() == {"outcome": {"outcome": "cancelled"}}
+    assert a.record.resolution == AGENT_EXITED and a.record.outcome == "cancelled"
+    assert not b.future.done()
+    assert broker.cancel_session("s2") == 1 and b.record.resolution == "cancelled"
+    assert [r.session_id for r in broker.snapshot()] == []
+
+
+async def test_a_discarded_open_request_is_resolved_turn_ended() -> None:
+    broker = PermissionBroker()
+    seen: list[str] = []
+    broker.listeners.append(lambda t, r: seen.append(r.resolution))
+    entry = broker.open("s1", OPTIONS)
+    broker.discard(entry)
+    assert seen == ["", "turn_ended"] and broker.pending == {}

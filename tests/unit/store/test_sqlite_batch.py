@@ -1,0 +1,49 @@
+"""xwm_bridge.store.sqlite: which queued writes of one batch still matter (no database)."""
+
+from __future__ import annotations
+
+from xwm_bridge.store.base import LedgerEntry, SessionRecord
+from xwm_bridge.store.sqlite import Op, _superseded
+
+
+def save(sid: str, seq: int) -> Op:
+    return ("save", SessionRecord(sid, sid, seq=seq))
+
+
+def append(sid: str, pos: int) -> Op:
+    return ("append", sid, LedgerEntry(pos, "t", {}))
+
+
+def delete(sid: str) -> Op:
+    return ("delete", sid)
+
+
+def test_only_the_last_save_of_a_session_is_written() -> None:
+    ops = [save("a", 1), append("a", 2), save("b", 1), save("a", 2)]
+    assert _superseded(ops) == {1, 2, 3}
+
+
+def test_a_delete_kills_earlier_saves_and_appends_not_later_ones() -> None:
+    ops = [save("a", 1), append("a", 2), delete("a"), append("a", 2), save("a", 1)]
+    assert _superseded(ops) == {2, 3, 4}
+
+
+def test_other_sessions_are_untouched() -> None:
+    ops = [save("a", 1), delete("b"), append("a", 4), save("b", 9)]
+    assert _superseded(ops) == {0, 1, 2, 3}
+
+
+def turn(sid: str, turn_id: str) -> Op:
+    from xwm_bridge.store.records import TurnRecord
+
+    return ("turn", TurnRecord(session_id=sid, turn_id=turn_id))
+
+
+def test_a_turn_record_is_superseded_by_a_later_one_of_the_same_turn() -> None:
+    ops = [turn("a", "t1"), turn("b", "t1"), turn("a", "t1"), turn("a", "t2")]
+    assert _superseded(ops) == {1, 2, 3}
+
+
+def test_permission_writes_never_kill_session_writes() -> None:
+    ops = [save("a", 1), append("a", 2), ("unperm", "a", "perm-1"), ("perm", object())]
+    assert _superseded(ops) == {0, 1, 2, 3}

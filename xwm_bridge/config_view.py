@@ -1,0 +1,72 @@
+"""The effective configuration as operators see it (``doctor``, the console): every
+secret masked.
+
+Masked: every ``Secret``-typed field (tokens, API keys, ``auth_header``, the vault
+token, ``admin_tokens``…), the value of every provider ``env`` item, the userinfo
+of any URL (the Redis URL's or a provider URL's password), and — as a last line —
+any string that contains one of the config's secret values (a short secret is
+replaced inside the string).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from xwm_bridge.config import BridgeConfig, ProviderConfig, secret_field
+from xwm_bridge.observability.redact import Redactor
+
+MASK = "********"
+#: a secret this long or longer masks the whole string that contains it
+_WHOLE = 4
+
+
+def mask_userinfo(url: str) -> str:
+    """``scheme://user:password@host`` → ``scheme://user:********@host``; a userinfo
+    without a password (a token as user name) → ``scheme://********@host``."""
+    if "://" not in url or "@" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    if "@" not in parts.netloc:
+        return url
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, has_password, _ = userinfo.partition(":")
+    masked_info = f"{user}:{MASK}" if has_password else MASK
+    return urlunsplit(parts._replace(netloc=f"{masked_info}@{host}"))
+
+
+def masked(config: BridgeConfig) -> dict[str, Any]:
+    secrets = [s for s in config.secrets() if s]
+    long = [s for s in secrets if len(s) >= _WHOLE]
+    redactor = Redactor(secrets)
+
+    def scrub(text: str) -> str:
+        text = mask_userinfo(text)
+        return MASK if any(s in text for s in long) else redactor.text(text)
+
+    def walk(value: Any) -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {f.name: field(value, f.name) for f in dataclasses.fields(value)}
+        if isinstance(value, tuple):
+            return [walk(v) for v in value]
+        if isinstance(value, str):
+            return scrub(value)
+        return value
+
+    def field(owner: Any, name: str) -> Any:
+        value = getattr(owner, name)
+        if secret_field(owner, name):
+            if isinstance(value, tuple):
+                return [MASK if v else v for v in value]
+            return MASK if value else value
+        if name == "env" and isinstance(owner, ProviderConfig):
+            return [item.split("=", 1)[0] + "=" + MASK for item in value]
+        return walk(value)
+
+    out = walk(config)
+    assert isinstance(out, dict)
+    return out

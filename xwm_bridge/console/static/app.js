@@ -1,0 +1,684 @@
+// xwm-bridge operator console. Plain ES module, no build step, no third-party code.
+// Data comes only over /console/ws: JSON-RPC after a `console.auth {token}` frame.
+// The token lives in sessionStorage (this tab) and is never put in a URL.
+
+const TOKEN_KEY = "xwm-bridge-token";
+const $ = (id) => document.getElementById(id);
+
+// --- tiny DOM helper (textContent only: nothing from the bridge is parsed as HTML) ---
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+const pill = (state) => h("span", { class: `pill ${state || "idle"}`, text: state || "idle" });
+const fmtTime = (s) => (s ? new Date(s * 1000).toLocaleTimeString() : "—");
+const fmtAgo = (s) => {
+  if (!s) return "—";
+  const d = Date.now() / 1000 - s;
+  if (d < 60) return `${Math.max(0, Math.round(d))}s ago`;
+  if (d < 3600) return `${Math.round(d / 60)}m ago`;
+  if (d < 86400) return `${Math.round(d / 3600)}h ago`;
+  return new Date(s * 1000).toLocaleDateString();
+};
+const fmtUsage = (u) => {
+  if (!u || typeof u !== "object") return "";
+  return Object.entries(u)
+    .filter(([, v]) => typeof v === "number")
+    .map(([k, v]) => `${k} ${v}`)
+    .join(" · ");
+};
+
+// --- connection: auth, requests, the watch, reconnect with the cursor ---------------
+class Connection {
+  constructor(onEvent, onState) {
+    this.onEvent = onEvent;
+    this.onState = onState;
+    this.pending = new Map();
+    this.nextId = 1;
+    this.ws = null;
+    this.cursor = null;
+    this.retry = 500;
+    this.stopped = false;
+  }
+
+  open(token) {
+    return new Promise((resolve, reject) => {
+      const scheme = location.protocol === "https:" ? "wss" : "ws";
+      const ws = new WebSocket(`${scheme}://${location.host}/console/ws`);
+      this.ws = ws;
+      let authed = false;
+      ws.onopen = () => {
+        ws.send(JSON.stringify({ jsonrpc: "2.0", id: 0, method: "console.auth", params: { token } }));
+      };
+      ws.onmessage = (ev) => {
+        const msg = JSON.parse(ev.data);
+        if (!authed) {
+          if (msg.result && msg.result.authenticated) {
+            authed = true;
+            this.retry = 500;
+            resolve(msg.result);
+          } else {
+            reject(new Error((msg.error && msg.error.message) || "refused"));
+          }
+          return;
+        }
+        this.dispatch(msg);
+      };
+      ws.onclose = (ev) => {
+        for (const [, p] of this.pending) p.reject(new Error("connection closed"));
+        this.pending.clear();
+        if (!authed) {
+          reject(new Error(ev.code === 4401 ? "invalid bearer token" : "cannot connect"));
+          return;
+        }
+        this.onState("down");
+        if (!this.stopped) this.onDrop();
+      };
+      ws.onerror = () => {};
+    });
+  }
+
+  dispatch(msg) {
+    if (msg.method === "bridge.event") {
+      const p = msg.params;
+      if (p.cursor && p.kind !== "watch") this.cursor = p.cursor;
+      this.onEvent(p);
+      return;
+    }
+    if (msg.method) return; // session.update of a turn started elsewhere: not ours
+    const p = this.pending.get(msg.id);
+    if (!p) return;
+    this.pending.delete(msg.id);
+    if (msg.error) p.reject(Object.assign(new Error(msg.error.message), { code: msg.error.code }));
+    else p.resolve(msg.result);
+  }
+
+  call(method, params) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      if (!this.ws || this.ws.readyState !== WebSocket.OPEN) {
+        reject(new Error("not connected"));
+        return;
+      }
+      this.pending.set(id, { resolve, reject });
+      this.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params: params || {} }));
+    });
+  }
+
+  watch(since) {
+    if (since) this.cursor = since;
+    // a streaming watch: events arrive as bridge.event notifications; it returns when it ends
+    this.call("bridge.watch", this.cursor ? { since: this.cursor } : {}).then(
+      (res) => {
+        if (res && res.cursor) this.cursor = res.cursor;
+        if (!this.stopped && this.ws && this.ws.readyState === WebSocket.OPEN) this.watch();
+      },
+      () => {},
+    );
+  }
+
+  close() {
+    this.stopped = true;
+    if (this.ws) this.ws.close();
+  }
+}
+
+// --- state -------------------------------------------------------------------------------
+const state = {
+  view: "sessions",
+  sessions: new Map(), // sessionId → row
+  order: [],
+  nextCursor: null,
+  selected: null,
+  detail: null, // {session, turns: Map turnId → turn view}
+  permissions: new Map(), // `${sessionId}|${requestId}` → record
+  health: null,
+  samples: [],
+  config: null,
+};
+let conn = null;
+
+function newTurnView(t) {
+  return {
+    turnId: t.turnId,
+    status: t.status || "running",
+    provider: t.provider || "",
+    model: t.model || "",
+    prompt: t.prompt || "",
+    startedAt: t.startedAt,
+    durationMs: t.durationMs,
+    usage: t.usage || null,
+    error: t.error || null,
+    output: "",
+    tools: new Map(),
+    plan: null,
+    perms: [],
+    result: t.result || null,
+  };
+}
+
+function applyUpdate(turn, u) {
+  if (!u || typeof u !== "object") return;
+  switch (u.type) {
+    case "delta":
+      turn.output += u.delta || "";
+      break;
+    case "tool_call":
+    case "tool_call_update": {
+      const prev = turn.tools.get(u.toolCallId) || {};
+      turn.tools.set(u.toolCallId, { ...prev, ...Object.fromEntries(Object.entries(u).filter(([, v]) => v !== null && v !== undefined)) });
+      break;
+    }
+    case "plan":
+      turn.plan = u.entries || [];
+      break;
+    case "usage":
+      turn.usage = u.usage || turn.usage;
+      break;
+    case "permission":
+      turn.perms.push(u);
+      break;
+    case "status":
+      if (u.event === "completed" && u.error && u.message) turn.error = u.message;
+      break;
+    default:
+      break;
+  }
+}
+
+// --- rendering ------------------------------------------------------------------------------
+function renderTabs() {
+  for (const a of $("tabs").querySelectorAll("a")) a.classList.toggle("active", a.dataset.view === state.view);
+  for (const v of ["sessions", "permissions", "health", "config"]) $(`view-${v}`).hidden = v !== state.view;
+  const pending = [...state.permissions.values()].filter((p) => p.state === "pending").length;
+  $("perm-badge").hidden = pending === 0;
+  $("perm-badge").textContent = String(pending);
+}
+
+function renderSessions() {
+  const list = $("session-list");
+  list.replaceChildren();
+  const providers = new Set();
+  for (const id of state.order) {
+    const s = state.sessions.get(id);
+    if (!s) continue;
+    if (s.provider) providers.add(s.provider);
+    const t = s.lastTurn || {};
+    const sub = [s.provider || "no provider", t.model, fmtAgo(s.updatedAt), fmtUsage(t.usage)].filter(Boolean).join(" · ");
+    list.append(
+      h("li", { class: id === state.selected ? "selected" : "", "data-session": id, onclick: () => select(id) },
+        h("span", { class: "sid", text: id, title: id }),
+        pill(s.state),
+        h("span", { class: "sub", text: t.prompt ? `${sub} — ${t.prompt}` : sub }),
+      ),
+    );
+  }
+  $("sessions-empty").hidden = state.order.length > 0;
+  $("more").hidden = !state.nextCursor;
+  const sel = $("f-provider");
+  const known = new Set([...sel.options].map((o) => o.value));
+  for (const p of providers) if (!known.has(p)) sel.append(h("option", { value: p, text: p }));
+}
+
+function permCard(p, compact) {
+  const tc = p.toolCall || {};
+  const where = (tc.locations || []).map((l) => l.path).filter(Boolean).join(", ");
+  const card = h("div", { class: `perm ${p.state === "pending" ? "" : "resolved"}`, "data-request": p.requestId },
+    h("div", { class: "title", text: tc.title || tc.kind || "permission request" }),
+    h("div", { class: "meta" },
+      h("span", { text: `kind ${tc.kind || "other"}` }),
+      compact ? null : h("span", { text: `session ${p.sessionId}` }),
+      h("span", { text: p.provider || "" }),
+      h("span", { text: fmtTime(p.createdAt) }),
+    ),
+    where ? h("div", { class: "where", text: where }) : null,
+  );
+  if (p.state === "pending") {
+    if (p.deadline) card.append(h("div", { class: "muted", "data-deadline": p.deadline }));
+    const opts = h("div", { class: "opts" });
+    for (const o of p.options || []) {
+      const kind = String(o.kind || "");
+      const cls = kind.startsWith("allow") ? "opt-allow" : kind.startsWith("reject") ? "opt-reject" : "";
+      opts.append(h("button", { type: "button", class: cls, "data-option": o.optionId, onclick: (ev) => answer(p, o.optionId, ev.target) }, o.name || o.optionId));
+    }
+    card.append(opts);
+  } else {
+    const by = p.answeredBy ? ` by ${p.answeredBy.transport}${p.answeredBy.address ? " " + p.answeredBy.address : ""}` : "";
+    card.append(
+      h("div", { class: "by" }, pill(p.outcome || p.resolution), ` ${p.resolution === "selected" ? "answered" : p.resolution || ""}${by} · ${fmtTime(p.resolvedAt)}`),
+      p.reason ? h("div", { class: "muted", text: p.reason }) : null,
+    );
+  }
+  return card;
+}
+
+// keep cards whose record did not change: a button never disappears under the pointer
+function reconcile(container, records, build) {
+  const old = new Map([...container.children].map((el) => [el.dataset.key, el]));
+  const nodes = records.map((p) => {
+    const key = `${p.sessionId}|${p.requestId}|${p.state}|${p.resolution || ""}`;
+    const el = old.get(key) || build(p);
+    el.dataset.key = key;
+    return el;
+  });
+  if (nodes.length !== container.children.length || nodes.some((n, i) => container.children[i] !== n)) {
+    container.replaceChildren(...nodes);
+  }
+}
+
+function tickCountdowns() {
+  for (const el of document.querySelectorAll("[data-deadline]")) {
+    const left = Math.max(0, Math.round(Number(el.dataset.deadline) - Date.now() / 1000));
+    el.textContent = `expires in ${left}s (rejected then)`;
+  }
+}
+
+function renderPermissions() {
+  const all = [...state.permissions.values()].sort((a, b) => (b.createdAt || 0) - (a.createdAt || 0));
+  const pending = all.filter((p) => p.state === "pending");
+  const resolved = all.filter((p) => p.state !== "pending" && p.resolution !== "policy").slice(0, 60);
+  reconcile($("perm-pending"), pending, (p) => permCard(p, false));
+  $("perm-none").hidden = pending.length > 0;
+  reconcile($("perm-resolved"), resolved, (p) => permCard(p, false));
+  tickCountdowns();
+  renderTabs();
+}
+
+function renderDetail() {
+  const d = state.detail;
+  $("detail-empty").hidden = Boolean(d);
+  $("detail-body").hidden = !d;
+  if (!d) return;
+  const s = state.sessions.get(d.sessionId) || d.session;
+  $("d-title").textContent = d.sessionId;
+  $("d-meta").replaceChildren(
+    pill(s.state),
+    h("span", { text: `thread ${s.threadId || "—"}` }),
+    h("span", { text: `provider ${s.provider || "—"}` }),
+    h("span", { text: `${d.turns.size} turn${d.turns.size === 1 ? "" : "s"}` }),
+    h("span", { text: `updated ${fmtAgo(s.updatedAt)}` }),
+  );
+  $("cancel").hidden = !s.running && s.state !== "running";
+  const turns = [...d.turns.values()].sort((a, b) => (b.startedAt || 0) - (a.startedAt || 0));
+  $("turns").replaceChildren(...turns.map((t) => turnCard(t, d.sessionId)));
+}
+
+function turnCard(t, sessionId) {
+  const body = h("div", { class: "turn-body" });
+  if (t.prompt) body.append(h("div", { class: "prompt", text: t.prompt }));
+  const out = t.output || (t.result && typeof t.result.output === "string" ? t.result.output : "");
+  body.append(h("pre", { class: `output${out ? "" : " empty-out"}`, "data-turn-output": t.turnId, text: out || (t.status === "running" ? "waiting for output…" : "(no output)") }));
+  if (t.tools.size) {
+    body.append(h("div", { class: "items" }, ...[...t.tools.values()].map((c) =>
+      h("div", { class: "item" }, h("span", { class: "k", text: "tool" }), pill(c.status || "pending"), h("span", { text: `${c.title || c.toolCallId} (${c.kind || "other"})` })))));
+  }
+  if (t.plan && t.plan.length) {
+    body.append(h("div", { class: "item" }, h("span", { class: "k", text: "plan" }),
+      h("ul", { class: "plan" }, ...t.plan.map((e) => h("li", { class: e.status || "", text: `${e.content} (${e.status || "pending"})` })))));
+  }
+  const pendingHere = [...state.permissions.values()].filter((p) => p.sessionId === sessionId && p.turnId === t.turnId && p.resolution !== "policy");
+  for (const p of pendingHere) body.append(permCard(p, true));
+  setTimeout(tickCountdowns, 0);
+  if (t.error && t.status !== "completed") body.append(h("div", { class: "turn-error", text: t.error }));
+  if (t.result) {
+    body.append(h("details", {}, h("summary", { text: "result" }), h("pre", { class: "json", text: JSON.stringify(t.result, null, 2) })));
+  }
+  return h("div", { class: "turn", "data-turn": t.turnId, "data-status": t.status },
+    h("div", { class: "turn-head" },
+      pill(t.status),
+      h("span", { class: "tid", text: t.turnId }),
+      h("span", { class: "grow" }),
+      h("span", { class: "muted", text: [t.provider, t.model].filter(Boolean).join(" / ") }),
+      t.usage ? h("span", { class: "muted", text: fmtUsage(t.usage) }) : null,
+      h("span", { class: "muted", text: t.durationMs != null ? `${(t.durationMs / 1000).toFixed(1)}s` : fmtTime(t.startedAt) }),
+    ),
+    body,
+  );
+}
+
+const CHARTS = [
+  ["activeTurns", "Active turns", false],
+  ["queueDepth", "Queued turns", false],
+  ["requests", "Requests / s", true],
+  ["turns", "Turns / s", true],
+  ["requestErrors", "Request errors / s", true],
+  ["upstreamErrors", "Upstream errors / s", true],
+  ["wsConnections", "WebSocket clients", false],
+  ["pendingPermissions", "Pending permissions", false],
+];
+
+function series(key, rate) {
+  const s = state.samples;
+  const out = [];
+  for (let i = rate ? 1 : 0; i < s.length; i++) {
+    const v = s[i].metrics[key] || 0;
+    if (!rate) out.push(v);
+    else {
+      const dt = s[i].ts - s[i - 1].ts;
+      out.push(dt > 0 ? Math.max(0, (v - (s[i - 1].metrics[key] || 0)) / dt) : 0);
+    }
+  }
+  return out;
+}
+
+function spark(values) {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 100 40");
+  svg.setAttribute("preserveAspectRatio", "none");
+  if (values.length < 2) return svg;
+  const max = Math.max(1, ...values);
+  const pts = values.map((v, i) => `${(i / (values.length - 1)) * 100},${38 - (v / max) * 34}`);
+  const area = document.createElementNS("http://www.w3.org/2000/svg", "polygon");
+  area.setAttribute("points", `0,40 ${pts.join(" ")} 100,40`);
+  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  line.setAttribute("points", pts.join(" "));
+  svg.append(area, line);
+  return svg;
+}
+
+function table(el, head, rows) {
+  el.replaceChildren(h("tr", {}, ...head.map((c) => h("th", { text: c }))));
+  if (!rows.length) el.append(h("tr", {}, h("td", { class: "none", colspan: head.length, text: "none" })));
+  for (const r of rows) el.append(h("tr", {}, ...r));
+}
+
+function renderHealth() {
+  const hs = state.health;
+  const charts = $("charts");
+  charts.replaceChildren(...CHARTS.map(([key, label, rate]) => {
+    const v = series(key, rate);
+    const last = v.length ? v[v.length - 1] : 0;
+    return h("div", { class: "chart", "data-chart": key },
+      h("div", { class: "label" }, h("span", { text: label }), h("span", { text: `${v.length} samples` })),
+      h("div", { class: "value", text: rate ? last.toFixed(2) : String(Math.round(last)) }),
+      spark(v));
+  }));
+  if (!hs) return;
+  const td = (t, cls) => {
+    const nil = t == null || t === "";
+    return h("td", { class: `${cls || ""}${nil ? " nil" : ""}`, text: nil ? "—" : String(t) });
+  };
+  table($("t-providers"), ["provider", "kind", "state", "turns", "failures", "last error"], hs.providers.map((p) => [
+    td(p.id), td(p.kind), h("td", {}, pill(p.state)), td(p.turns, "num"), td(p.failures, "num"), td(p.lastError, "err")]));
+  table($("t-agents"), ["agent", "state", "starts", "restarts", "last error"], hs.agents.map((a) => [
+    td(a.id), h("td", {}, pill(a.running ? "running" : a.starts ? "stopped" : "idle")), td(a.starts, "num"), td(a.restarts, "num"), td(a.lastError, "err")]));
+  table($("t-gateways"), ["runtime", "mode", "state", "reconnects", "last error"], hs.gateways.map((g) => [
+    td(g.runtimeId), td(g.mode), h("td", {}, pill(g.state)), td(g.reconnects, "num"), td(g.lastError, "err")]));
+  const q = hs.queues || { threads: [] };
+  table($("t-queues"), ["thread", "waiting"], [
+    [td(`all threads (${q.running || 0} running)`), td(q.waiting || 0, "num")],
+    ...q.threads.map((t) => [td(t.threadId), td(t.waiting, "num")])]);
+}
+
+function renderConfig() {
+  if (!state.config) return;
+  $("config-json").textContent = JSON.stringify(state.config.config, null, 2);
+  const rows = Object.entries(state.config.sources || {}).sort().map(([k, v]) => [h("td", { text: k }), h("td", { text: v })]);
+  table($("t-sources"), ["key", "source"], rows);
+}
+
+function render() {
+  renderTabs();
+  if (state.view === "sessions") { renderSessions(); renderDetail(); }
+  if (state.view === "permissions") renderPermissions();
+  if (state.view === "health") renderHealth();
+  if (state.view === "config") renderConfig();
+}
+
+// --- actions ----------------------------------------------------------------------------------
+function filters() {
+  const p = { limit: 100 };
+  if ($("f-state").value) p.state = $("f-state").value;
+  if ($("f-provider").value) p.provider = $("f-provider").value;
+  if ($("f-thread").value.trim()) p.threadId = $("f-thread").value.trim();
+  if ($("f-since").value) p.updatedSince = Date.now() / 1000 - Number($("f-since").value);
+  return p;
+}
+
+function matchesFilters(s) {
+  const f = filters();
+  if (f.state === "idle" ? s.state === "running" : f.state && s.state !== f.state) return false;
+  if (f.provider && s.provider !== f.provider) return false;
+  if (f.threadId && s.threadId !== f.threadId) return false;
+  return !(f.updatedSince && (s.updatedAt || 0) < f.updatedSince);
+}
+
+async function loadSessions(more) {
+  const params = filters();
+  if (more && state.nextCursor) params.cursor = state.nextCursor;
+  const res = await conn.call("session.list", params);
+  if (!more) { state.sessions.clear(); state.order = []; }
+  for (const s of res.sessions) { state.sessions.set(s.sessionId, s); state.order.push(s.sessionId); }
+  state.nextCursor = res.nextCursor;
+  return res.watchCursor;
+}
+
+async function loadDetail(id) {
+  const res = await conn.call("session.get", { sessionId: id });
+  const turns = new Map();
+  for (const t of res.turns) turns.set(t.turnId, newTurnView(t));
+  // streamed details (output so far, tool calls, plan) from the session's ledger
+  const replay = await conn.call("session.replay", { sessionId: id, afterSeq: 0 });
+  let current = null;
+  for (const n of replay.notifications) {
+    const p = n.params || {};
+    if (p.threadId !== undefined && p.turnId) current = p.turnId; // a bridge update: its turn
+    const t = current && turns.get(current);
+    if (t) applyUpdate(t, p);
+  }
+  for (const t of turns.values()) if (t.result && typeof t.result.output === "string" && t.status !== "running") t.output = t.result.output;
+  for (const p of res.permissions) state.permissions.set(`${p.sessionId}|${p.requestId}`, p);
+  if (!state.sessions.has(id)) { state.sessions.set(id, res.session); state.order.unshift(id); }
+  state.detail = { sessionId: id, session: res.session, turns };
+}
+
+async function select(id) {
+  state.selected = id;
+  if (location.hash !== `#/sessions/${encodeURIComponent(id)}`) history.replaceState(null, "", `#/sessions/${encodeURIComponent(id)}`);
+  try { await loadDetail(id); } catch (e) { state.detail = null; }
+  render();
+}
+
+async function answer(p, optionId, button) {
+  for (const b of button.parentElement.querySelectorAll("button")) b.disabled = true;
+  try {
+    await conn.call("session.permission", { sessionId: p.sessionId, requestId: p.requestId, optionId });
+  } catch (e) {
+    button.parentElement.append(h("div", { class: "error", text: e.message }));
+  }
+}
+
+async function loadPermissions() {
+  const res = await conn.call("permission.list", { includeResolved: true });
+  state.permissions.clear();
+  for (const p of res.requests) state.permissions.set(`${p.sessionId}|${p.requestId}`, p);
+}
+
+async function loadHealth() {
+  const res = await conn.call("bridge.health", {});
+  state.health = res;
+  state.samples = (res.samples || []).slice(-90);
+}
+
+// --- events from the watch --------------------------------------------------------------------
+function onEvent(e) {
+  if (e.kind === "watch") {
+    $("conn").className = "conn live";
+    $("conn-text").textContent = "live";
+    if (e.reset) resync();
+    return;
+  }
+  const sid = e.sessionId;
+  if (e.kind === "session") {
+    if (e.type === "closed") { state.sessions.delete(sid); state.order = state.order.filter((x) => x !== sid); }
+    if (e.type === "started" && state.detail && state.detail.sessionId === sid) state.detail.turns.clear();
+  } else if (e.kind === "turn") {
+    let s = state.sessions.get(sid);
+    if (e.type === "started" || e.type === "finished") {
+      if (!s) { s = { sessionId: sid, threadId: e.threadId, provider: e.provider, state: "idle" }; state.sessions.set(sid, s); }
+      s.lastTurn = e;
+      s.updatedAt = e.ts;
+      s.provider = e.provider || s.provider;
+      s.threadId = e.threadId || s.threadId;
+      s.state = e.type === "started" ? "running" : e.status;
+      s.running = e.type === "started";
+      state.order = [sid, ...state.order.filter((x) => x !== sid)];
+      if (!matchesFilters(s)) state.order = state.order.filter((x) => x !== sid);
+    }
+    const d = state.detail;
+    if (d && d.sessionId === sid) {
+      if (e.type === "started") d.turns.set(e.turnId, newTurnView(e));
+      const t = d.turns.get(e.turnId);
+      if (t && e.type === "update") applyUpdate(t, e.update);
+      if (t && e.type === "finished") {
+        Object.assign(t, { status: e.status, durationMs: e.durationMs, usage: e.usage || t.usage, error: e.error });
+        conn.call("session.get", { sessionId: sid }).then((res) => {
+          const fresh = res.turns.find((x) => x.turnId === e.turnId);
+          if (fresh) { t.result = fresh.result; if (!t.output && fresh.result && typeof fresh.result.output === "string") t.output = fresh.result.output; render(); }
+        }, () => {});
+      }
+      if (t && e.type === "update" && state.view === "sessions") {
+        // grow the output in place (no re-render of the whole page per chunk)
+        const pre = document.querySelector(`[data-turn-output="${CSS.escape(e.turnId)}"]`);
+        if (pre && e.update && e.update.type === "delta") {
+          pre.textContent = t.output;
+          pre.classList.remove("empty-out");
+          pre.scrollTop = pre.scrollHeight;
+          return;
+        }
+      }
+    }
+  } else if (e.kind === "permission") {
+    const rec = { ...e };
+    state.permissions.set(`${e.sessionId}|${e.requestId}`, rec);
+  } else if (e.kind === "health" && state.health) {
+    Object.assign(state.health, e);
+  } else if (e.kind === "queue" && state.health) {
+    state.health.queues = { waiting: e.waiting, running: e.running, threads: e.threads };
+  } else if (e.kind === "metrics") {
+    state.samples.push({ ts: e.ts, metrics: e.metrics });
+    if (state.samples.length > 90) state.samples.shift();
+    if (state.health) state.health.metrics = e.metrics;
+    if (state.view !== "health") return;
+  }
+  render();
+}
+
+async function resync() {
+  const cursor = await loadSessions(false);
+  await loadPermissions();
+  await loadHealth();
+  if (state.selected) await loadDetail(state.selected).catch(() => { state.detail = null; });
+  render();
+  return cursor;
+}
+
+// --- routing, login, start ------------------------------------------------------------------
+function route() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/");
+  const view = ["sessions", "permissions", "health", "config"].includes(parts[0]) ? parts[0] : "sessions";
+  state.view = view;
+  if (view === "sessions" && parts[1]) {
+    const id = decodeURIComponent(parts[1]);
+    if (id !== state.selected && conn) { select(id); return; }
+  }
+  if (view === "config" && conn && !state.config) {
+    conn.call("bridge.config", {}).then((c) => { state.config = c; render(); }, () => {});
+  }
+  render();
+}
+
+function showLogin(message) {
+  $("main").hidden = true;
+  $("login").hidden = false;
+  $("logout").hidden = true;
+  $("conn").className = "conn down";
+  $("conn-text").textContent = "signed out";
+  $("login-error").hidden = !message;
+  $("login-error").textContent = message || "";
+  $("token").focus();
+}
+
+async function start(token) {
+  $("conn").className = "conn";
+  $("conn-text").textContent = "connecting…";
+  const c = new Connection(onEvent, (s) => {
+    $("conn").className = s === "down" ? "conn down" : "conn";
+    $("conn-text").textContent = s === "down" ? "reconnecting…" : "connecting…";
+  });
+  let hello;
+  try {
+    hello = await c.open(token);
+  } catch (e) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin(token ? "That token was refused." : "");
+    return;
+  }
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  conn = c;
+  c.onDrop = () => setTimeout(() => reconnect(token), c.retry = Math.min(c.retry * 2, 5000));
+  $("login").hidden = true;
+  $("main").hidden = false;
+  $("logout").hidden = !hello.tokenRequired;
+  const cursor = await resync();
+  route();
+  c.watch(cursor);
+}
+
+async function reconnect(token) {
+  const old = conn;
+  const c = new Connection(onEvent, old.onState);
+  c.cursor = old.cursor;
+  c.retry = old.retry;
+  try {
+    await c.open(token);
+  } catch (e) {
+    if (String(e.message).includes("invalid")) { showLogin("The token is no longer accepted."); return; }
+    old.retry = Math.min(old.retry * 2, 5000);
+    setTimeout(() => reconnect(token), old.retry);
+    return;
+  }
+  conn = c;
+  c.onDrop = () => setTimeout(() => reconnect(token), c.retry);
+  c.watch(); // from the last cursor: nothing is missed (or a reset re-reads the snapshots)
+}
+
+function init() {
+  $("login-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const token = $("token").value.trim();
+    $("token").value = "";
+    start(token);
+  });
+  $("logout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    if (conn) conn.close();
+    conn = null;
+    showLogin("");
+  });
+  $("cancel").addEventListener("click", async () => {
+    if (!state.detail) return;
+    $("cancel").disabled = true;
+    try { await conn.call("session.cancel", { sessionId: state.detail.sessionId }); } finally { $("cancel").disabled = false; }
+  });
+  for (const id of ["f-state", "f-provider", "f-since"]) $(id).addEventListener("change", () => loadSessions(false).then(render));
+  $("f-thread").addEventListener("change", () => loadSessions(false).then(render));
+  $("filters").addEventListener("submit", (ev) => ev.preventDefault());
+  $("more").addEventListener("click", () => loadSessions(true).then(render));
+  window.addEventListener("hashchange", route);
+  setInterval(tickCountdowns, 1000);
+  start(sessionStorage.getItem(TOKEN_KEY) || "");
+}
+
+init();

@@ -1,0 +1,465 @@
+"""A small HTTP/1.1 client for upstream calls: pooled keep-alive connections, one POST
+with a bytes body, the response's status and headers, its body read whole or streamed.
+
+Why not aiohttp's ``ClientSession`` here: a forwarded turn is one POST and one
+answer, and the session's generality (cookies, redirects, proxies, auto headers,
+tracing, per-read timers) cost about a quarter of the daemon's CPU per turn
+(performance.md). This client writes one pre-built request with one ``write``
+and parses the answer with ``httptools`` (llhttp, the parser aiohttp itself
+uses); a plain-JSON answer costs one future and a few parser callbacks.
+
+Deadlines: ``connect_timeout`` for the TCP (and TLS) handshake, ``read_timeout``
+for the longest silence while waiting for response bytes (one timer per call,
+re-armed only when it fires). The caller bounds the whole call (``total_timeout``).
+A cancelled call closes its connection, so the upstream sees the client leave.
+A pooled connection the server closed while idle is detected before use; a
+reused connection that ends before any response byte is retried once on a
+fresh one (the request never reached a live server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+MAX_HEAD_BYTES = 64 * 1024
+#: above this many unread body bytes the socket stops reading (back-pressure)
+HIGH_WATER = 1024 * 1024
+IDLE_TIMEOUT = 30.0
+MAX_IDLE_PER_ORIGIN = 128
+MAX_CONNECTIONS = 512
+
+
+class Http1Error(Exception):
+    """A failed exchange. ``kind``: ``connect``, ``transport`` (the connection broke),
+    ``protocol`` (not HTTP/1.x), ``timeout`` (read or connect deadline)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A parsed ``http(s)://host:port/path`` URL, and its request line + Host header."""
+
+    url: str
+    tls: bool
+    host: str
+    port: int
+    path: str
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url}")
+        tls = parts.scheme == "https"
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        return cls(url, tls, parts.hostname, parts.port or (443 if tls else 80), path)
+
+    @property
+    def origin(self) -> tuple[bool, str, int]:
+        return (self.tls, self.host, self.port)
+
+    def head(self, headers: dict[str, str]) -> bytes:
+        """Request line and headers up to (not including) the Content-Length value."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.tls else 80
+        hostport = host if self.port == default else f"{host}:{self.port}"
+        lines = [f"POST {self.path} HTTP/1.1", f"Host: {hostport}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        for line in lines:
+            if "\r" in line or "\n" in line:
+                raise ValueError("header values must not contain line breaks")
+        return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+
+
+class _Connection(asyncio.Protocol):
+    """One socket and its response parser; serves one exchange at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self.idle_since = 0.0
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._reset_exchange()
+
+    def _reset_exchange(self) -> None:
+        self.status = 0
+        self.headers: dict[bytes, bytes] = {}
+        self.head_done = False
+        self.complete = False
+        self.keep_alive = False
+        self.got_bytes = False
+        self.chunks: deque[bytes] = deque()
+        self.buffered = 0
+        self._head_size = 0
+        self._paused = False
+        self.last_activity = self._loop.time()
+
+    # --- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.got_bytes = True
+        self.last_activity = self._loop.time()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(Http1Error("upstream switched protocols", "protocol"))
+        except httptools.HttpParserError as exc:
+            self._fail(Http1Error(f"invalid HTTP response: {exc}", "protocol"))
+        else:
+            self._wake()
+
+    def eof_received(self) -> bool:
+        self._on_close(None)
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_close(exc)
+
+    # --- httptools callbacks --------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_size += len(name) + len(value)
+        if self._head_size > MAX_HEAD_BYTES:
+            raise httptools.HttpParserError("response headers too large")
+        self.headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+        self.head_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        self.keep_alive = self._parser.should_keep_alive()
+        self.complete = True
+
+    # --- the exchange ---------------------------------------------------------------------
+
+    def _on_close(self, exc: Exception | None) -> None:
+        if self.closed and self.transport is None:
+            return
+        was_closed, self.closed = self.closed, True
+        self.transport = None
+        if was_closed and self._error is not None:
+            return
+        if self.head_done and not self.complete and self._reads_to_eof():
+            self.complete, self.keep_alive = True, False  # the body ended with the connection
+        if not self.complete and self._error is None:
+            detail = f": {exc}" if exc else ""
+            self._error = Http1Error(f"connection closed by the upstream{detail}", "transport")
+        self._wake()
+
+    def _reads_to_eof(self) -> bool:
+        """An answer with neither Content-Length nor chunked encoding lasts until EOF."""
+        chunked = b"chunked" in self.headers.get(b"transfer-encoding", b"").lower()
+        return b"content-length" not in self.headers and not chunked
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        self.abort()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, read_timeout: float) -> None:
+        """Until more has arrived (or the exchange failed, or the connection ended)."""
+        if self._error is not None:
+            raise self._error
+        waiter = self._waiter = self._loop.create_future()
+        deadline = self._loop.time() + read_timeout
+        timer: asyncio.TimerHandle
+
+        def check() -> None:
+            nonlocal timer
+            if waiter.done():
+                return
+            silent_until = self.last_activity + read_timeout
+            if self._loop.time() >= silent_until:
+                waiter.set_exception(
+                    Http1Error(
+                        f"no data from upstream for {read_timeout:g}s (read timeout)", "timeout"
+                    )
+                )
+            else:
+                timer = self._loop.call_at(silent_until, check)
+
+        timer = self._loop.call_at(deadline, check)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+        if self._error is not None:
+            raise self._error
+
+    def take(self) -> bytes:
+        data = b"".join(self.chunks)
+        self.chunks.clear()
+        self.buffered = 0
+        if self._paused and self.transport is not None and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    def send(self, data: bytes) -> None:
+        assert self.transport is not None
+        self._reset_exchange()
+        self._error = None
+        self.transport.write(data)
+
+    def abort(self) -> None:
+        self.closed = True
+        transport, self.transport = self.transport, None
+        if transport is not None:
+            transport.abort()
+
+
+class Response:
+    """An answer being received; its connection goes back to the pool when it is read."""
+
+    def __init__(
+        self,
+        pool: Http1Pool,
+        origin: tuple[bool, str, int],
+        conn: _Connection,
+        read_timeout: float,
+    ) -> None:
+        self._pool = pool
+        self._origin = origin
+        self._conn = conn
+        self._read_timeout = read_timeout
+        self.status = conn.status
+        self._headers = conn.headers
+        self._done = False
+
+    def header(self, name: bytes) -> str:
+        return self._headers.get(name, b"").decode("latin-1")
+
+    @property
+    def content_type(self) -> str:
+        return self.header(b"content-type").split(";", 1)[0].strip().lower()
+
+    @property
+    def content_length(self) -> int | None:
+        raw = self._headers.get(b"content-length")
+        return int(raw) if raw is not None and raw.isdigit() else None
+
+    async def read(self, cap: int) -> bytes:
+        """The whole body; :class:`Http1Error` (``protocol``) past ``cap`` bytes."""
+        conn = self._conn
+        length = self.content_length
+        if length is not None and length > cap:
+            self.close()
+            raise Http1Error("upstream response too large", "protocol")
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            if conn.chunks:
+                data = conn.take()
+                size += len(data)
+                if size > cap:
+                    self.close()
+                    raise Http1Error("upstream response too large", "protocol")
+                parts.append(data)
+            if conn.complete:
+                self._finish()
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+            await self._wait()
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """Body chunks as they arrive, until the message is complete."""
+        conn = self._conn
+        while True:
+            if conn.chunks:
+                yield conn.take()
+                continue  # more may have arrived while the consumer ran
+            if conn.complete:
+                self._finish()
+                return
+            await self._wait()
+
+    async def _wait(self) -> None:
+        try:
+            await self._conn.wait(self._read_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._pool.release(self._origin, self._conn)
+
+    def close(self) -> None:
+        """Give up on the answer (a cancelled or failed call): the connection is closed."""
+        if not self._done:
+            self._done = True
+            self._conn.abort()
+            self._pool.release(self._origin, self._conn)
+
+
+class Http1Pool:
+    """Keep-alive connections per origin (scheme, host, port)."""
+
+    def __init__(
+        self,
+        *,
+        idle_timeout: float = IDLE_TIMEOUT,
+        max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN,
+        max_connections: int = MAX_CONNECTIONS,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        #: exchanges in flight (each holds one connection); more wait for a slot
+        self._slots = asyncio.Semaphore(max_connections)
+        self._idle: dict[tuple[bool, str, int], deque[_Connection]] = {}
+        self._idle_timeout = idle_timeout
+        self._max_idle = max_idle_per_origin
+        self._ssl = ssl_context
+        self._closed = False
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+    def idle_count(self) -> int:
+        return sum(len(q) for q in self._idle.values())
+
+    def _take_idle(self, origin: tuple[bool, str, int]) -> _Connection | None:
+        queue = self._idle.get(origin)
+        if not queue:
+            return None
+        horizon = time.monotonic() - self._idle_timeout
+        while queue:
+            conn = queue.pop()  # most recently used first: the warmest
+            if not conn.closed and conn.idle_since > horizon:
+                return conn
+            conn.abort()
+        return None
+
+    def release(self, origin: tuple[bool, str, int], conn: _Connection) -> None:
+        """An exchange is over: its slot frees, its connection is pooled or closed."""
+        self._slots.release()
+        if self._closed or conn.closed or not conn.keep_alive:
+            conn.abort()
+            return
+        queue = self._idle.setdefault(origin, deque())
+        # the oldest idle connections go first when the origin has too many
+        while len(queue) >= self._max_idle:
+            queue.popleft().abort()
+        conn.reused = True
+        conn.idle_since = time.monotonic()
+        queue.append(conn)
+
+    async def _connect(self, target: Target, connect_timeout: float) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(loop),
+                    target.host,
+                    target.port,
+                    ssl=self._ssl_context() if target.tls else None,
+                    server_hostname=target.host if target.tls else None,
+                )
+        except TimeoutError:
+            raise Http1Error(
+                f"cannot connect to {target.host}:{target.port}: timed out after "
+                f"{connect_timeout:g}s",
+                "timeout",
+            ) from None
+        except (OSError, ssl.SSLError) as exc:
+            raise Http1Error(
+                f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}"
+                if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError)
+                else f"TLS handshake with {target.host}:{target.port} failed: {exc}",
+                "connect",
+            ) from None
+        return conn
+
+    async def post(
+        self,
+        target: Target,
+        head: bytes,
+        body: bytes,
+        *,
+        connect_timeout: float,
+        read_timeout: float,
+    ) -> Response:
+        """Send ``head`` (from :meth:`Target.head`) + Content-Length + ``body``; return
+        once the response's status and headers have arrived."""
+        if self._closed:
+            raise Http1Error("the upstream client is closed", "transport")
+        request = b"%s%d\r\n\r\n%s" % (head, len(body), body)
+        origin = target.origin
+        await self._slots.acquire()
+        try:
+            return await self._exchange(target, origin, request, connect_timeout, read_timeout)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def _exchange(
+        self,
+        target: Target,
+        origin: tuple[bool, str, int],
+        request: bytes,
+        connect_timeout: float,
+        read_timeout: float,
+    ) -> Response:
+        for attempt in (0, 1):
+            conn = self._take_idle(origin) if attempt == 0 else None
+            if conn is None:
+                conn = await self._connect(target, connect_timeout)
+            conn.send(request)
+            try:
+                while not conn.head_done:
+                    await conn.wait(read_timeout)
+            except Http1Error as exc:
+                conn.abort()
+                if attempt == 0 and conn.reused and not conn.got_bytes and exc.kind == "transport":
+                    continue  # the server had closed this idle connection: once more, fresh
+                raise
+            except BaseException:
+                conn.abort()  # cancelled: the upstream sees us leave
+                raise
+            return Response(self, origin, conn, read_timeout)
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        self._closed = True
+        for queue in self._idle.values():
+            while queue:
+                queue.pop().abort()
+        self._idle.clear()

@@ -1,0 +1,232 @@
+"""``GET /console``: the operator console's page, its static files and its WebSocket.
+
+The page and its files are public and hold no data; everything comes over
+``/console/ws``, which speaks the ordinary JSON-RPC contract (same dispatcher,
+transport name ``console``) once the first message, ``console.auth
+{token}``, has passed the same bearer check as every other route. The token
+never travels in a URL. The origin rules apply to the WebSocket; the console's
+own origin is accepted too when the bridge is addressed by a loopback name
+(behind a proxy, add the console's origin to ``allowed_origins``). Every frame
+sent to the page has the config's secret values redacted.
+
+Headers: a strict ``Content-Security-Policy`` (no inline script or style, nothing
+but this origin), ``X-Frame-Options: DENY``, ``nosniff``, no referrer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+import aiohttp
+from aiohttp import web
+
+from xwm_bridge import __version__, jsonrpc
+from xwm_bridge.console import PAGE, Asset, load_assets
+from xwm_bridge.core.context import CallContext
+from xwm_bridge.core.supervisor import Supervisor
+from xwm_bridge.netaddr import is_loopback_host
+from xwm_bridge.transport.notify import LiveConnection, OrderedSender
+from xwm_bridge.transport.security import peer_of, principal_of
+
+if TYPE_CHECKING:
+    from xwm_bridge.transport.http import HttpTransport
+
+log = logging.getLogger("xwm_bridge.console")
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; manifest-src 'self'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+}
+AUTH_METHOD = "console.auth"
+AUTH_TIMEOUT = 10.0
+#: WebSocket close codes (4000-4999: application)
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_BAD_AUTH_FRAME = 4400
+MAX_INFLIGHT = 64
+TRANSPORT = "console"
+
+
+def _same_origin_loopback(request: web.Request, origin: str) -> bool:
+    """The page's own origin, when the bridge is addressed by a loopback name (a DNS
+    rebinding page has a non-loopback Host, so it does not pass)."""
+    host = request.host
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.strip("[]")
+    return is_loopback_host(name) and origin.rstrip("/") == f"{request.scheme}://{host}"
+
+
+class ConsoleHandlers:
+    def __init__(self, transport: HttpTransport) -> None:
+        self._t = transport
+        bridge = transport.bridge
+        self.enabled = bridge.config.console.enabled
+        self._assets: dict[str, Asset] = load_assets() if self.enabled else {}
+
+    def _file(self, request: web.Request, name: str) -> web.StreamResponse:
+        asset = self._assets.get(name)
+        if asset is None:
+            return web.Response(status=404, text="404 page not found\n", content_type="text/plain")
+        headers = {
+            **SECURITY_HEADERS,
+            "Content-Type": asset.content_type,
+            "ETag": asset.etag,
+            "Cache-Control": "no-cache",
+        }
+        if request.headers.get("If-None-Match") == asset.etag:
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=asset.body, headers=headers)
+
+    async def page(self, request: web.Request) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405, text="405 method not allowed\n")
+        if request.path == "/console/":
+            raise web.HTTPFound("/console")
+        return self._file(request, PAGE)
+
+    async def static(self, request: web.Request) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405, text="405 method not allowed\n")
+        name = request.match_info.get("name", "")
+        if name == PAGE or "/" in name or name.startswith("."):
+            return self._file(request, "")
+        return self._file(request, name)
+
+    def origin_allowed(self, request: web.Request) -> bool:
+        origin = request.headers.get("Origin", "").strip()
+        if not origin:
+            return True  # not a browser
+        return self._t.origins.allows(origin) or _same_origin_loopback(request, origin)
+
+    async def websocket(self, request: web.Request) -> web.StreamResponse:
+        if not self.enabled:
+            return web.Response(status=404, text="404 page not found\n")
+        origin = request.headers.get("Origin", "").strip()
+        if not self.origin_allowed(request):
+            body = jsonrpc.error(None, jsonrpc.ORIGIN_NOT_ALLOWED, f"origin not allowed: {origin}")
+            return web.Response(
+                status=403, body=jsonrpc.dumps(body), content_type="application/json"
+            )
+        limits = self._t.limits
+        ws = web.WebSocketResponse(
+            max_msg_size=limits.max_ws_message_bytes,
+            heartbeat=limits.ws_heartbeat or None,
+            compress=False,
+        )
+        if not ws.can_prepare(request).ok:
+            return web.Response(status=400, text="400 bad request: websocket upgrade required\n")
+        await ws.prepare(request)
+        self._t.register_ws(ws)
+        try:
+            call = await self._authenticate(request, ws)
+            if call is not None:
+                await self._serve(ws, call)
+        finally:
+            self._t.unregister_ws(ws)
+        return ws
+
+    async def _authenticate(
+        self, request: web.Request, ws: web.WebSocketResponse
+    ) -> CallContext | None:
+        """The first frame must be ``console.auth {token}``; anything else closes."""
+        try:
+            msg = await asyncio.wait_for(ws.receive(), AUTH_TIMEOUT)
+        except TimeoutError:
+            await ws.close(code=CLOSE_BAD_AUTH_FRAME, message=b"authenticate first")
+            return None
+        if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+            return None
+        try:
+            req = jsonrpc.decode_request(msg.data)
+        except jsonrpc.DecodeError:
+            req = None
+        if req is None or req.method != AUTH_METHOD:
+            await ws.send_str(
+                jsonrpc.dumps(
+                    jsonrpc.error(None, jsonrpc.UNAUTHORIZED, f"send {AUTH_METHOD} first")
+                ).decode()
+            )
+            await ws.close(code=CLOSE_BAD_AUTH_FRAME, message=b"authenticate first")
+            return None
+        token = req.params.get("token")
+        token = token.strip() if isinstance(token, str) else ""
+        auth = self._t.auth
+        header = f"Bearer {token}" if token else ""
+        if auth.required:
+            ok = auth.check(header)
+        else:  # no token configured (loopback only): the page works without one
+            ok, header = True, header or "Bearer anonymous-console"
+        if not ok:
+            log.info("console login refused", extra={"peer": request.remote or ""})
+            await ws.send_str(
+                jsonrpc.dumps(
+                    jsonrpc.error(req.id, jsonrpc.UNAUTHORIZED, "invalid bearer token")
+                ).decode()
+            )
+            await ws.close(code=CLOSE_UNAUTHORIZED, message=b"invalid token")
+            return None
+        principal, bearer = principal_of(header)
+        reply = {
+            "authenticated": True,
+            "tokenRequired": auth.required,
+            "principal": principal,
+            "version": __version__,
+        }
+        await ws.send_str(jsonrpc.dumps(jsonrpc.result(req.id, reply)).decode())
+        return CallContext(None, TRANSPORT, principal, bearer, None, peer_of(request))
+
+    async def _serve(self, ws: web.WebSocketResponse, auth: CallContext) -> None:
+        metrics = self._t.metrics
+        sent, received = metrics.sent.get(TRANSPORT), metrics.received.get(TRANSPORT)
+
+        async def write(data: bytes) -> None:  # encoded by the wire encoder: redacted
+            await ws.send_str(data.decode())
+            sent.inc(len(data))
+
+        sender = OrderedSender(
+            write, timeout=self._t.limits.notification_send_timeout, wire=self._t.wire
+        )
+        live = LiveConnection(sender.send)
+        call = CallContext(sender.send, TRANSPORT, auth.principal, auth.bearer, live, auth.peer)
+        inflight = Supervisor()
+        dispatcher = self._t.dispatcher
+
+        async def serve_one(req: jsonrpc.Request) -> None:
+            reply = await dispatcher.handle(req, call)
+            if reply is not None:
+                await sender.send(reply)
+
+        try:
+            async for msg in ws:
+                if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                    break
+                received.inc(len(msg.data))
+                try:
+                    req = jsonrpc.decode_request(msg.data)
+                except jsonrpc.DecodeError as exc:
+                    await sender.send(exc.envelope())
+                    continue
+                if len(inflight) >= MAX_INFLIGHT:
+                    if not req.is_notification:
+                        await sender.send(
+                            jsonrpc.error(req.id, jsonrpc.QUEUE_FULL, "too many requests in flight")
+                        )
+                    continue
+                inflight.spawn(serve_one(req), name=f"console-request:{req.method}")
+        finally:
+            live.closed = True
+            await inflight.shutdown(0)
+            with contextlib.suppress(Exception):
+                await ws.close()
