@@ -244,12 +244,12 @@ class SessionRegistry:
         return not self.enforce_owner or self.single_principal or principal in self.admins
 
     def may_use(self, owner: str, principal: str) -> bool:
-        return not self.enforce_owner or not owner or owner == principal or principal in self.admins
+        return not owner or owner == principal or self.sees_all(principal)
 
     async def check_owner(self, session_id: str, principal: str) -> None:
         """Raise ``-32003`` unless ``principal`` may use the session (live or stored;
         an unknown session is anyone's)."""
-        if not self.enforce_owner or principal in self.admins:
+        if self.sees_all(principal):  # no store read on the common path
             return
         live = self._sessions.get(session_id)
         if live is not None:
