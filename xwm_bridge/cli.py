@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import signal
 import sys
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, NoReturn
 
 import click
@@ -15,12 +16,13 @@ import click
 from xwm_bridge import __version__
 from xwm_bridge.config import (
     CONFIG_FILE_ENV,
+    LOG_FORMATS,
     LOG_LEVELS,
     BridgeConfig,
     ConfigError,
     load_config,
 )
-from xwm_bridge.observability.logging import setup_logging
+from xwm_bridge.observability.logging import flush_logs, setup_logging
 from xwm_bridge.store.base import StoreError
 from xwm_bridge.wire import WireEncoder
 
@@ -28,6 +30,9 @@ log = logging.getLogger("xwm_bridge")
 
 EXIT_CONFIG = 2
 EXIT_LISTEN = 1
+#: a second SIGTERM/SIGINT cut the drain short
+EXIT_FORCED = 1
+FORCE_HINT = "send SIGTERM or SIGINT again to cancel running turns and exit now"
 # The original accepted Go-style single-dash flags (-listen ADDR, -listen=ADDR).
 _SINGLE_DASH = re.compile(r"^-(listen|config|log-level|allow-unauthenticated)(=.*)?$")
 
@@ -42,7 +47,14 @@ LOG_LEVEL_OPTION = click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default=None,
-    help="Log level for the JSON log lines on stderr (env XWM_LOG_LEVEL; default info).",
+    help="Log level of the log lines on stderr (env XWM_LOG_LEVEL; default info).",
+)
+LOG_FORMAT_OPTION = click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default=None,
+    help="json (one object per line), text (human-readable) or auto: text when stderr "
+    "is a terminal, else JSON (env XWM_LOG_FORMAT; default auto).",
 )
 
 
@@ -60,15 +72,62 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
-async def _until_signal(main: Coroutine[Any, Any, None]) -> None:
-    """Run a stdio server until it ends (end of input) or SIGTERM/SIGINT cancels it."""
-    loop = asyncio.get_running_loop()
+class Signals:
+    """SIGTERM/SIGINT: the first starts the shutdown (``on_first``) and says in the log
+    that another one forces the exit; the second calls ``on_force`` (cancel running
+    turns now); a third exits at once. Installed until :meth:`remove`."""
+
+    def __init__(self, on_first: Callable[[], None], grace_s: float) -> None:
+        self.on_first = on_first
+        self.on_force: Callable[[], None] | None = None
+        self.grace_s = grace_s
+        self.count = 0
+        self._loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._received, sig)
+
+    def _received(self, sig: signal.Signals) -> None:
+        self.count += 1
+        name = signal.Signals(sig).name
+        if self.count == 1:
+            log.info(
+                "shutting down", extra={"signal": name, "grace_s": self.grace_s, "hint": FORCE_HINT}
+            )
+            self.on_first()
+        elif self.count == 2 and self.on_force is not None:
+            log.warning("second signal: forcing the exit", extra={"signal": name})
+            self.on_force()
+        else:
+            log.warning("signal again: exiting now", extra={"signal": name})
+            flush_logs()
+            os._exit(EXIT_FORCED)
+
+    def remove(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.remove_signal_handler(sig)
+
+
+async def _until_signal(
+    main: Coroutine[Any, Any, None],
+    grace_s: float = 0.0,
+    finish: Callable[[Signals], Awaitable[None]] | None = None,
+) -> bool:
+    """Run a stdio server until it ends (end of input) or SIGTERM/SIGINT cancels it,
+    then ``finish`` (the drain) with the signal handlers still installed, so a second
+    signal forces the exit. True when a signal stopped it."""
     async with asyncio.TaskGroup() as group:
         task = group.create_task(main, name="stdio-server")
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.remove_signal_handler(sig)
+
+        def stop() -> None:
+            task.cancel()
+
+        signals = Signals(stop, grace_s)
+    try:
+        if finish is not None:
+            await finish(signals)
+    finally:
+        signals.remove()
+    return signals.count > 0
 
 
 def _load(config_file: str | None, **flags: Any) -> BridgeConfig:
@@ -83,9 +142,23 @@ def _load(config_file: str | None, **flags: Any) -> BridgeConfig:
 def cli() -> None:
     """xwm-bridge routes coding-agent sessions.
 
-    Clients speak one JSON-RPC contract (acp.capabilities, session.start,
-    session.message, session.cancel, session.close); the bridge forwards each
-    turn to an upstream ACP provider and streams progress back.
+    Clients speak one JSON-RPC contract; the bridge runs each turn on an upstream
+    ACP provider, a local stdio ACP agent, the multi-agent loop or an OpenClaw
+    gateway, and streams progress back as session.update notifications.
+
+    \b
+    Methods (serve, acp-stdio):
+      acp.capabilities
+      session.start, session.message, session.cancel, session.close,
+      session.permission, session.replay
+      xworkmate.routing.resolve, xworkmate.dispatch.resolve, xworkmate.mounts.reconcile
+      xworkmate.gateway.connect, xworkmate.gateway.request, xworkmate.gateway.disconnect
+      session.list, session.get, permission.list, bridge.watch, bridge.health,
+      bridge.config (the operator views; the console and `xwm-bridge client` use them)
+
+    With no command, the MCP toolbridge runs on stdin/stdout (as the original).
+    Shell completion: eval "$(_XWM_BRIDGE_COMPLETE=bash_source xwm-bridge)"
+    (zsh_source, fish_source for those shells).
     """
 
 
@@ -105,11 +178,13 @@ def cli() -> None:
 )
 @CONFIG_OPTION
 @LOG_LEVEL_OPTION
+@LOG_FORMAT_OPTION
 def serve(
     listen: str | None,
     allow_unauthenticated: bool | None,
     config_file: str | None,
     log_level: str | None,
+    log_format: str | None,
 ) -> None:
     """Serve the bridge over HTTP and WebSocket.
 
@@ -117,14 +192,27 @@ def serve(
     Routes:
       POST /acp/rpc   JSON-RPC; SSE stream when Accept: text/event-stream
       GET  /acp       JSON-RPC over WebSocket
-      GET  /console   the operator console (token asked in the page; console.enabled)
+      GET  /console, /console/   the operator console (token asked in the page;
+                      console.enabled), its files /console/static/{name} and its
+                      WebSocket /console/ws
+      GET  /acp/sessions/{sessionId}/events   SSE catch-up (Last-Event-ID, ?follow=1)
+      /livez, /readyz, /metrics   liveness, readiness, Prometheus (no auth)
       /, /api/ping, /bridge/bootstrap/health, /bridge/bootstrap/consume
+
+    \b
+    Methods: acp.capabilities, session.start, session.message, session.cancel,
+    session.close, session.permission, session.replay, xworkmate.routing.resolve,
+    xworkmate.dispatch.resolve, xworkmate.mounts.reconcile, xworkmate.gateway.connect,
+    xworkmate.gateway.request, xworkmate.gateway.disconnect; operator views:
+    session.list, session.get, permission.list, bridge.watch, bridge.health,
+    bridge.config.
 
     \b
     Security: bearer token ACP_AUTH_TOKEN (constant-time check), origin
     allow-list ACP_ALLOWED_ORIGINS, body and message limits from the config.
     Upstream credentials: INTERNAL_SERVICE_TOKEN, else BRIDGE_AUTH_TOKEN.
-    Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace).
+    Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace);
+    a second signal cancels them and exits 1.
     """
     from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
@@ -135,6 +223,7 @@ def serve(
                 "listen": listen,
                 "allow_unauthenticated": allow_unauthenticated,
                 "log_level": log_level,
+                "log_format": log_format,
             },
         )
     except ConfigError as exc:
@@ -147,7 +236,7 @@ def serve(
             "or pass --allow-unauthenticated if a proxy in front authenticates clients",
             EXIT_CONFIG,
         )
-    setup_logging(cfg.log_level, cfg.secrets())
+    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
     code = _run(_serve(cfg, host, port, sources=loaded.sources))
     sys.exit(code)
 
@@ -164,8 +253,10 @@ async def _serve(
     from xwm_bridge.app.bridge import Bridge
     from xwm_bridge.app.dispatcher import Dispatcher
     from xwm_bridge.app.methods import BridgeMethods
+    from xwm_bridge.observability.sdnotify import Notifier
     from xwm_bridge.transport.http import SERVE_PATHS, HttpTransport
 
+    notifier = Notifier.from_env()  # systemd Type=notify; agents never see the socket
     bridge = Bridge(cfg, sources)
     paths: tuple[str, ...]
     if adapter is None:
@@ -200,6 +291,14 @@ async def _serve(
         click.echo(f"ACP server failed: {exc}", err=True)
         await runner.cleanup()
         return EXIT_LISTEN
+    if not cfg.available_providers:
+        log.warning(
+            "no provider is enabled",
+            extra={
+                "hint": "single-agent turns answer unavailable; enable a provider in "
+                "providers: (endpoint, or kind: stdio with a command), see doctor"
+            },
+        )
     bound = runner.addresses  # the real port when --listen asked for port 0
     actual_port = bound[0][1] if bound else port
     log.info(
@@ -211,21 +310,29 @@ async def _serve(
             "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
         },
     )
+    notifier.ready(f"listening on {host}:{actual_port}")
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("shutting down", extra={"grace_s": cfg.limits.shutdown_grace})
-    await runner.cleanup()  # stop listening, drain turns, close sockets, close the bridge
-    log.info("stopped")
-    return 0
+
+    def on_first() -> None:
+        notifier.stopping()
+        stop.set()
+
+    signals = Signals(on_first, cfg.limits.shutdown_grace)
+    signals.on_force = bridge.force_shutdown
+    try:
+        await stop.wait()
+        await runner.cleanup()  # stop listening, drain turns, close sockets, close the bridge
+    finally:
+        signals.remove()
+    log.info("stopped", extra={"forced": bridge.forced})
+    return EXIT_FORCED if bridge.forced else 0
 
 
 @cli.command("acp-stdio")
 @CONFIG_OPTION
 @LOG_LEVEL_OPTION
-def acp_stdio(config_file: str | None, log_level: str | None) -> None:
+@LOG_FORMAT_OPTION
+def acp_stdio(config_file: str | None, log_level: str | None, log_format: str | None) -> None:
     """Serve the bridge contract on stdin/stdout (for use as a child process).
 
     Input: newline-delimited JSON or Content-Length framed messages. Output: one
@@ -233,8 +340,8 @@ def acp_stdio(config_file: str | None, log_level: str | None) -> None:
     Requests run concurrently, so session.cancel interrupts a running turn.
     Logs go to stderr. Exits 0 at end of input once running requests finish.
     """
-    cfg = _load(config_file, log_level=log_level)
-    setup_logging(cfg.log_level, cfg.secrets())
+    cfg = _load(config_file, log_level=log_level, log_format=log_format)
+    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
     sys.exit(_run(_acp_stdio(cfg)))
 
 
@@ -260,22 +367,36 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
             send_timeout=cfg.limits.notification_send_timeout,
             wire=WireEncoder(cfg.secrets()),
         )
-        await _until_signal(server.serve())
+
+        async def finish(signals: Signals) -> None:
+            signals.on_force = bridge.force_shutdown
+            await bridge.close()
+
+        await _until_signal(server.serve(), cfg.limits.shutdown_grace, finish)
     finally:
-        await bridge.close()
-    return 0
+        await bridge.close()  # a no-op after finish; closes the store if serve() failed
+    return EXIT_FORCED if bridge.forced else 0
 
 
 @cli.command()
 @CONFIG_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
-def doctor(config_file: str | None, as_json: bool) -> None:
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Validate the config only: no network, no agent started, no store opened.",
+)
+def doctor(config_file: str | None, as_json: bool, offline: bool) -> None:
     """Show the effective config (secrets masked, with where each value came from)
-    and check that every enabled provider answers acp.capabilities (stdio agents:
-    that their command resolves); the OpenClaw gateway's reachability is reported.
+    and check every configured component: HTTP/WS providers answer acp.capabilities,
+    stdio agents start and answer initialize (agents.initialize_timeout), the
+    OpenClaw gateway accepts a connection when one is configured (openclaw_url or
+    openclaw_token set), and the session store can be written.
 
-    Exits 1 if an enabled provider is unusable or the auth policy would refuse
-    to start, 2 on a config error, else 0.
+    \b
+    Exits 0 when every check passes (warnings, e.g. a stdio provider without a
+    command, do not fail it), 1 when a configured component fails or the auth
+    policy would refuse to start, 2 on a config error.
     """
     import orjson
 
@@ -286,7 +407,7 @@ def doctor(config_file: str | None, as_json: bool) -> None:
         loaded = load_config(config_file=config_file)
     except ConfigError as exc:
         _fail(f"config error: {exc}", EXIT_CONFIG)
-    checks = asyncio.run(run_checks(loaded.config))
+    checks = asyncio.run(run_checks(loaded, offline=offline))
     config = masked_config(loaded)
     redactor = Redactor(loaded.config.secrets())  # a secret quoted in an error text, too
     if as_json:
@@ -300,7 +421,8 @@ def doctor(config_file: str | None, as_json: bool) -> None:
 @cli.command("toolbridge")
 @CONFIG_OPTION
 @LOG_LEVEL_OPTION
-def toolbridge(config_file: str | None, log_level: str | None) -> None:
+@LOG_FORMAT_OPTION
+def toolbridge(config_file: str | None, log_level: str | None, log_format: str | None) -> None:
     """Serve the MCP tool bridge on stdin/stdout (also the mode when no command is given).
 
     \b
@@ -310,8 +432,8 @@ def toolbridge(config_file: str | None, log_level: str | None) -> None:
     Input: newline JSON or Content-Length frames; output: one JSON object per line.
     Logs go to stderr. Exits 0 at end of input once running calls finish.
     """
-    cfg = _load(config_file, log_level=log_level)
-    setup_logging(cfg.log_level, cfg.secrets())
+    cfg = _load(config_file, log_level=log_level, log_format=log_format)
+    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
     sys.exit(_run(_toolbridge(cfg)))
 
 
@@ -359,29 +481,34 @@ async def _toolbridge(cfg: BridgeConfig) -> int:
 )
 @CONFIG_OPTION
 @LOG_LEVEL_OPTION
+@LOG_FORMAT_OPTION
 def agent_adapter(
     listen: str | None,
     agent_bin: str | None,
     agent_args: str | None,
     config_file: str | None,
     log_level: str | None,
+    log_format: str | None,
 ) -> None:
     """Expose one stdio ACP agent (default: gemini --acp) as a bridge-protocol service.
 
     \b
-    Routes: POST /acp/rpc (JSON, or SSE with Accept: text/event-stream), GET /acp (WebSocket).
+    Routes: POST /acp/rpc (JSON, or SSE with Accept: text/event-stream), GET /acp (WebSocket),
+    /livez, /readyz, /metrics.
     Methods: acp.capabilities, session.start|message|cancel|close|permission,
     gemini.initialize, gemini.raw. Env: GEMINI_ADAPTER_AUTH_TOKEN,
     GEMINI_ADAPTER_ALLOWED_ORIGINS, GEMINI_ADAPTER_PROVIDER_ID|LABEL,
     GEMINI_ADAPTER_PROTOCOL_VERSION, GEMINI_ADAPTER_UPSTREAM_METHOD.
-    The YAML config supplies agents.* (permissions, fs, terminal), allowed_roots and limits.
+    With --config, a kind: stdio provider with that id in providers: supplies the label,
+    command, env and cwd (flags, then env vars, replace the parts they name); agents.*
+    (permissions, fs, terminal), allowed_roots and limits come from it too.
     """
     import os
 
     from xwm_bridge.adapters.agent_adapter import AdapterSettings
     from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
-    base = _load(config_file, log_level=log_level)
+    base = _load(config_file, log_level=log_level, log_format=log_format)
     try:
         settings = AdapterSettings.from_env(
             os.environ, listen=listen, agent_bin=agent_bin, agent_args=agent_args
@@ -395,7 +522,7 @@ def agent_adapter(
             f"refusing to listen on {settings.listen} without GEMINI_ADAPTER_AUTH_TOKEN",
             EXIT_CONFIG,
         )
-    setup_logging(cfg.log_level, (*cfg.secrets(), settings.auth_token))
+    setup_logging(cfg.log_level, (*cfg.secrets(), settings.auth_token), log_format=cfg.log_format)
     sys.exit(_run(_serve(cfg, host, port, adapter=settings)))
 
 
@@ -406,11 +533,21 @@ def _normalize_argv(argv: Sequence[str]) -> list[str]:
     return [("-" + a) if _SINGLE_DASH.match(a) else a for a in argv]
 
 
+COMPLETE_VAR = "_XWM_BRIDGE_COMPLETE"
+NO_COMMAND_NOTICE = (
+    "xwm-bridge: no command given; running the MCP toolbridge on stdin/stdout "
+    "(xwm-bridge --help lists the commands)"
+)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _normalize_argv(sys.argv[1:] if argv is None else argv)
-    if not args:  # the original runs the toolbridge when no mode is given (config.md §1)
+    if not args and not os.environ.get(COMPLETE_VAR):
+        # the original runs the toolbridge when no mode is given (config.md §1); say so
+        # on stderr (stdout carries the MCP protocol)
+        click.echo(NO_COMMAND_NOTICE, err=True)
         args = ["toolbridge"]
-    cli.main(args=args, prog_name="xwm-bridge")
+    cli.main(args=args, prog_name="xwm-bridge", complete_var=COMPLETE_VAR)
 
 
 # --- xwm-bridge client (issue 13) --------------------------------------------------------

@@ -110,6 +110,8 @@ class Limits:
     #: a client that cannot take a notification within this is dropped from the stream.
     notification_send_timeout: float = 30.0
     ws_heartbeat: float = 30.0
+    #: seconds between ``: keep-alive`` comments on a silent SSE stream (0 = off)
+    sse_keepalive: float = 15.0
     artifact_max_files: int = 24
     artifact_max_file_bytes: int = 2 * MIB
     artifact_max_total_bytes: int = 16 * MIB
@@ -180,8 +182,9 @@ class RouterConfig:
     memory_enabled: bool = True
     #: directory holding ``self-improving/``; empty = ``$HOME``.
     memory_home: str = ""
-    #: absolute roots under which ``<workingDirectory>/.xworkmate/memory.md`` may be used.
-    memory_project_roots: tuple[str, ...] = ()
+    #: absolute roots under which ``<workingDirectory>/.xworkmate/memory.md`` may be used;
+    #: unset (``None``) = ``allowed_roots``; ``[]`` = nowhere.
+    memory_project_roots: tuple[str, ...] | None = None
     memory_max_bytes: int = 256 * 1024
     skill_commands_enabled: bool = False
     find_skills_bin: str = ""
@@ -342,6 +345,8 @@ class BridgeConfig:
     #: directories whose files may be read (artifacts); empty = none.
     allowed_roots: tuple[str, ...] = ()
     log_level: str = "info"
+    #: ``auto`` (text on a terminal, else JSON), ``json`` or ``text``
+    log_format: str = "auto"
     #: /readyz also requires every enabled provider to accept a TCP connection.
     ready_requires_providers: bool = False
     limits: Limits = field(default_factory=Limits)
@@ -367,6 +372,12 @@ class BridgeConfig:
         if provider.auth_header is not None:
             return provider.auth_header
         return self.upstream_authorization
+
+    @property
+    def memory_roots(self) -> tuple[str, ...]:
+        """Where project-local routing memory may be read and written."""
+        roots = self.router.memory_project_roots
+        return self.allowed_roots if roots is None else roots
 
     @property
     def available_providers(self) -> tuple[ProviderConfig, ...]:
@@ -470,6 +481,7 @@ ENV_VARS: dict[str, str] = {
     "openclaw_token": "XWM_OPENCLAW_TOKEN",
     "allowed_roots": "XWM_ALLOWED_ROOTS",
     "log_level": "XWM_LOG_LEVEL",
+    "log_format": "XWM_LOG_FORMAT",
 }
 #: nested keys set from the environment (config.md §2.3 for the toolbridge)
 NESTED_ENV_VARS: dict[str, str] = {
@@ -509,6 +521,7 @@ _ENV_FLAGS = {
 }
 _INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("auto", "json", "text")
 
 
 def provider_env_var(provider_id: str) -> str:
@@ -717,6 +730,8 @@ def _validate(config: BridgeConfig) -> None:
                 raise ConfigError(f"{key}[{i}]: must not be blank")
     if config.log_level.lower() not in LOG_LEVELS:
         raise ConfigError(f"log_level: must be one of {', '.join(LOG_LEVELS)}")
+    if config.log_format not in LOG_FORMATS:
+        raise ConfigError(f"log_format: must be one of {', '.join(LOG_FORMATS)}")
     seen: set[str] = set()
     for i, p in enumerate(config.providers):
         key = f"providers[{i}]"
@@ -759,7 +774,7 @@ def _validate(config: BridgeConfig) -> None:
     ):
         if value <= 0:
             raise ConfigError(f"{key}: must be greater than 0")
-    for i, root in enumerate(config.router.memory_project_roots):
+    for i, root in enumerate(config.router.memory_project_roots or ()):
         if not os.path.isabs(root):
             raise ConfigError(f"router.memory_project_roots[{i}]: must be an absolute path")
     if config.router.classifier_timeout <= 0 or config.router.skill_command_timeout <= 0:

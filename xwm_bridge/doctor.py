@@ -1,6 +1,9 @@
 """``xwm-bridge doctor``: the effective config (secrets masked, with sources) and a
-reachability check of every enabled provider, using the deploy probe's request
-(``acp.capabilities``, config.md §4).
+check of every configured component: HTTP/WS providers answer the deploy probe's
+request (``acp.capabilities``, config.md §4), stdio agents answer ``initialize``
+within ``agents.initialize_timeout``, the OpenClaw gateway (when configured)
+accepts a connection, the session store is usable. Components nobody configured
+are left out; ``--offline`` validates the config only.
 
 Masked as in config_view.py (every ``Secret``-typed field, URL userinfo, provider
 ``env`` values); the whole output is then passed through the log redactor, so a
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import shutil
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +23,10 @@ from xwm_bridge.config_view import masked
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
 from xwm_bridge.providers.http1 import Http1Pool
+from xwm_bridge.providers.stdio.executor import agent_spec
+from xwm_bridge.providers.stdio.probe import probe_agent
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
+from xwm_bridge.store.health import probe_store
 
 CHECK_TIMEOUT = 5.0
 
@@ -32,21 +37,22 @@ def masked_config(loaded: LoadedConfig) -> dict[str, Any]:
     return masked(loaded.config)
 
 
-def check_stdio_agent(p: ProviderConfig) -> dict[str, Any]:
-    """A local agent is usable when its executable resolves (it is not started here)."""
-    exe = p.command[0]
-    env_path = dict(item.split("=", 1) for item in p.env if "=" in item).get("PATH")
-    path = shutil.which(exe, path=env_path)
-    if path is None:
-        return {"provider": p.id, "ok": False, "error": f"agent command not found: {exe}"}
-    return {"provider": p.id, "ok": True, "detail": f"stdio agent {path}"}
+STDIO_WITHOUT_COMMAND = "kind: stdio without a command: never used"
+
+
+async def check_stdio_agent(cfg: BridgeConfig, p: ProviderConfig) -> dict[str, Any]:
+    """A local agent is usable when it starts and answers ``initialize`` in time."""
+    probe = await probe_agent(agent_spec(p, cfg), cfg.agents.initialize_timeout)
+    if not probe.ok:
+        return {"provider": p.id, "ok": False, "error": probe.error}
+    return {"provider": p.id, "ok": True, "detail": f"stdio agent {p.command[0]}: {probe.detail}"}
 
 
 async def check_provider(
     client: UpstreamClient, cfg: BridgeConfig, p: ProviderConfig
 ) -> dict[str, Any]:
     if p.is_stdio:
-        return check_stdio_agent(p)
+        return await check_stdio_agent(cfg, p)
     try:
         endpoint = derive_endpoint(p.endpoint)
     except EndpointError as exc:
@@ -84,13 +90,18 @@ async def check_provider(
     return {"provider": p.id, "url": endpoint.url, "ok": True}
 
 
+def openclaw_configured(loaded: LoadedConfig) -> bool:
+    """Somebody set the ``openclaw`` gateway up (the built-in URL alone is not that)."""
+    cfg = loaded.config
+    return loaded.sources.get("openclaw_url", "default") != "default" or bool(cfg.openclaw_token)
+
+
 async def check_openclaw(cfg: BridgeConfig) -> dict[str, Any]:
-    """TCP reachability of the ``openclaw`` gateway. Optional: runtimes are opened on a
-    client's demand, so an unreachable gateway is reported but does not fail ``doctor``."""
+    """TCP reachability of the configured ``openclaw`` gateway."""
     parts = urlsplit(cfg.openclaw_url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
-    row: dict[str, Any] = {"check": "gateway", "provider": "openclaw", "optional": True}
+    row: dict[str, Any] = {"check": "gateway", "provider": "openclaw"}
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CHECK_TIMEOUT)
     except (OSError, TimeoutError) as exc:
@@ -100,10 +111,42 @@ async def check_openclaw(cfg: BridgeConfig) -> dict[str, Any]:
 
 
 def passed(checks: list[dict[str, Any]]) -> bool:
-    return all(c["ok"] or c.get("optional") for c in checks)
+    return all(c["ok"] for c in checks)
 
 
-async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
+def config_checks(loaded: LoadedConfig) -> list[dict[str, Any]]:
+    """What the config alone says (no network, no process started)."""
+    cfg = loaded.config
+    checks: list[dict[str, Any]] = [
+        {
+            "check": "config",
+            "ok": True,
+            "detail": f"valid ({len(cfg.available_providers)} provider(s) enabled)",
+        }
+    ]
+    for p in cfg.providers:
+        if p.is_stdio and p.enabled and not p.command:
+            checks.append(
+                {
+                    "check": "provider",
+                    "provider": p.id,
+                    "ok": True,
+                    "warning": STDIO_WITHOUT_COMMAND,
+                }
+            )
+    if not cfg.available_providers:
+        checks.append(
+            {
+                "check": "config",
+                "ok": True,
+                "warning": "no provider is enabled: single-agent turns answer unavailable",
+            }
+        )
+    return checks
+
+
+async def run_checks(loaded: LoadedConfig, *, offline: bool = False) -> list[dict[str, Any]]:
+    cfg = loaded.config
     checks: list[dict[str, Any]] = []
     host, _ = parse_listen(cfg.listen)
     exposed = not is_loopback_host(host)
@@ -119,6 +162,9 @@ async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
             ),
         }
     )
+    checks += config_checks(loaded)
+    if offline:
+        return checks
     pool = Http1Pool()
     try:
         client = UpstreamClient(pool)
@@ -128,9 +174,15 @@ async def run_checks(cfg: BridgeConfig) -> list[dict[str, Any]]:
     finally:
         await pool.close()
     checks += [{"check": "provider", **r} for r in results]
-    checks.append(await check_openclaw(cfg))
+    if openclaw_configured(loaded):
+        checks.append(await check_openclaw(cfg))
+    store = await probe_store(cfg, CHECK_TIMEOUT)
+    row: dict[str, Any] = {"check": "store", "ok": store.ok}
+    checks.append(
+        {**row, "error": store.error} if not store.ok else {**row, "detail": store.detail}
+    )
     for p in cfg.providers:
-        if not p.available:
+        if not p.available and not (p.is_stdio and p.enabled):
             checks.append({"check": "provider", "provider": p.id, "ok": True, "detail": "disabled"})
     return checks
 
@@ -149,8 +201,8 @@ def render_text(
         lines.append(f"  providers[{i}] = {p!r}  [{src}]")
     lines.append("checks:")
     for c in checks:
-        mark = "ok  " if c["ok"] else "FAIL"
+        mark = ("WARN" if c.get("warning") else "ok  ") if c["ok"] else "FAIL"
         what = c.get("provider", c["check"])
-        detail = c.get("error") or c.get("detail") or c.get("url", "")
+        detail = c.get("error") or c.get("warning") or c.get("detail") or c.get("url", "")
         lines.append(f"  [{mark}] {c['check']} {what}: {detail}")
     return "\n".join(lines)

@@ -18,6 +18,8 @@ hold the object):
 * ``no_challenge`` — never send the challenge;
 * ``seq_gap`` — skip this many sequence numbers once;
 * ``chat_delay`` — seconds between streamed chat events;
+* ``text_only`` — ignore binary frames, as gateways that read only text frames do
+  (``binary_frames`` counts the binary frames received either way);
 * ``shutdown()`` — broadcast a ``shutdown`` event then close all sockets.
 """
 
@@ -48,6 +50,8 @@ class FakeGatewayState:
     no_challenge: bool = False
     seq_gap: int = 0
     chat_delay: float = 0.01
+    text_only: bool = False
+    binary_frames: int = 0
     connects: int = 0
     handshakes_ok: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -128,6 +132,10 @@ class FakeGateway:
                 await ws.close(1001, "dropped")
                 return
             async for raw in ws:
+                if isinstance(raw, bytes):
+                    st.binary_frames += 1
+                    if st.text_only:
+                        continue
                 try:
                     req = orjson.loads(raw)
                 except orjson.JSONDecodeError:

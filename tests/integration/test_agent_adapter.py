@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import AUTH, TOKEN, BridgeProcess, base_env, rpc
+from tests.conftest import AUTH, ROOT, TOKEN, BridgeProcess, base_env, rpc
 from tests.integration.agent_helpers import (
     FAKE_AGENT,
     deltas,
@@ -121,5 +121,37 @@ async def test_start_failure_is_reported(tmp_path: Path, http: aiohttp.ClientSes
         assert caps["success"] is False and "cannot start agent" in caps["error"]
         turn = await rpc(http, bp.rpc_url, "session.start", {"sessionId": "x", "taskPrompt": "hi"})
         assert turn["result"]["success"] is False
+    finally:
+        await bp.stop(signal.SIGTERM, wait_s=15)
+
+
+async def test_the_yaml_provider_is_used_and_a_missing_binary_is_named(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """Issue 15 item 10: with no GEMINI_ADAPTER_BIN/ARGS/LABEL, the YAML provider's
+    command, label, env and cwd are used; a binary that does not exist is named."""
+    env = base_env(GEMINI_ADAPTER_AUTH_TOKEN=TOKEN)
+    provider = {
+        "id": "gemini",
+        "kind": "stdio",
+        "label": "Gemini from YAML",
+        "command": FAKE_AGENT,
+        "env": ["FAKE_AGENT_NAME=from-yaml"],
+        "cwd": str(ROOT),
+    }
+    config = {"providers": [provider], "agents": {"initialize_timeout": 20}}
+    bp = await start_adapter(["gemini-adapter"], env, config, tmp_path)
+    try:
+        caps = (await rpc(http, bp.rpc_url, "acp.capabilities", {}))["result"]
+        assert caps["singleAgent"] is True, caps
+        assert caps["provider"] == {"id": "gemini", "label": "Gemini from YAML"}
+    finally:
+        await bp.stop(signal.SIGTERM, wait_s=15)
+    missing = {**provider, "command": ["no-such-agent-binary-xyz", "--acp"]}
+    bp = await start_adapter(["gemini-adapter"], env, {"providers": [missing]}, tmp_path)
+    try:
+        caps = (await rpc(http, bp.rpc_url, "acp.capabilities", {}))["result"]
+        assert caps["success"] is False
+        assert "no-such-agent-binary-xyz" in caps["error"], caps["error"]
     finally:
         await bp.stop(signal.SIGTERM, wait_s=15)

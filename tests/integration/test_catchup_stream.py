@@ -14,6 +14,7 @@ from tests.conftest import (
     FakeUpstream,
     StartBridge,
     provider_env,
+    rpc,
     session_params,
     sse,
     updates,
@@ -22,15 +23,21 @@ from tests.conftest import (
 pytestmark = pytest.mark.asyncio
 
 
-def parse_events(raw: str) -> list[tuple[int, dict[str, Any]]]:
+def parse_all(raw: str) -> list[tuple[str, int, dict[str, Any]]]:
+    """Every event as (event type, id, data); comments skipped."""
     out = []
     for block in raw.split("\n\n"):
         if not block or block.startswith(":"):
             continue
-        id_line, data_line = block.split("\n")
-        assert id_line.startswith("id: ") and data_line.startswith("data: "), block
-        out.append((int(id_line[4:]), orjson.loads(data_line[6:])))
+        fields = dict(line.split(": ", 1) for line in block.split("\n"))
+        out.append(
+            (fields.get("event", "message"), int(fields["id"]), orjson.loads(fields["data"]))
+        )
     return out
+
+
+def notes(events: list[tuple[str, int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [m for kind, _, m in events if kind == "message"]
 
 
 async def test_last_event_id_returns_what_was_missed(
@@ -47,49 +54,50 @@ async def test_last_event_id_returns_what_was_missed(
     async with http.get(url, headers=AUTH) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/event-stream")
-        everything = parse_events(await resp.text())
+        everything = parse_all(await resp.text())
     # the ledger holds every notification of the turn, in the order it was sent
-    assert [m for _, m in everything] == sent
+    assert notes(everything) == sent
 
-    async with http.get(url, headers={**AUTH, "Last-Event-ID": str(bridge_seqs[0])}) as resp:
-        missed = parse_events(await resp.text())
-    assert [m for _, m in missed] == sent[1:]  # everything after the first bridge update
-    assert all(i >= bridge_seqs[0] for i, _ in missed)
-    assert [u["seq"] for u in updates([m for _, m in missed])] == bridge_seqs[1:]
+    first_id = everything[0][1]
+    async with http.get(url, headers={**AUTH, "Last-Event-ID": str(first_id)}) as resp:
+        missed = parse_all(await resp.text())
+    assert missed == everything[1:]  # everything after the first event
+    assert [u["seq"] for u in updates(notes(missed))] == bridge_seqs[1:]
 
     async with http.get(url + f"?afterSeq={bridge_seqs[-1]}", headers=AUTH) as resp:
-        tail = parse_events(await resp.text())
-    # after the last bridge update: only the upstream frames relayed after it
+        tail = parse_all(await resp.text())
+    # after the last bridge update: only the upstream frames relayed after it, and the result
     last_update = max(i for i, m in enumerate(sent) if "threadId" in m["params"])
-    assert [m for _, m in tail] == sent[last_update + 1 :]
+    assert notes(tail) == sent[last_update + 1 :]
+    assert [k for k, _, _ in tail][-1] == "result"
 
 
 async def test_follow_streams_new_notifications_live(
     start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
 ) -> None:
     bp = await start_bridge(env=provider_env(fake_upstream.url))
-    first = await sse(http, bp.rpc_url, "session.start", session_params("f1", "one"))
-    url = f"{bp.url}/acp/sessions/f1/events?follow=1"
-    last = updates(first)[-1]["seq"]
-    received: list[tuple[int, dict[str, Any]]] = []
-    async with http.get(url, headers={**AUTH, "Last-Event-ID": str(last)}) as resp:
+    await sse(http, bp.rpc_url, "session.start", session_params("f1", "one"))
+    url = f"{bp.url}/acp/sessions/f1/events"
+    async with http.get(url, headers=AUTH) as resp:
+        old = parse_all(await resp.text())
+    last = old[-1][1]
+    received: list[tuple[str, int, dict[str, Any]]] = []
+    async with http.get(url + "?follow=1", headers={**AUTH, "Last-Event-ID": str(last)}) as resp:
         assert resp.status == 200
         second = await sse(
             http, bp.rpc_url, "session.message", session_params("f1", "slow:300 two")
         )
         live = [e for e in second if isinstance(e, dict) and e.get("method")]
         buf = b""
-        old = [e for e in first if isinstance(e, dict) and e.get("method")]
-        cut = max(i for i, m in enumerate(old) if "threadId" in m["params"])
-        # catch-up part (frames relayed after update `last`) then the live turn
-        expected = old[cut + 1 :] + live
-        while len(received) < len(expected):
+        # the live turn's notifications, then its result
+        while len(received) < len(live) + 1:
             chunk = await asyncio.wait_for(resp.content.readany(), 10)
             assert chunk, "stream ended early"
             buf += chunk
-            received = parse_events(buf.decode().rsplit("\n\n", 1)[0] + "\n\n")
-    assert [m for _, m in received] == expected  # same order, no gap, no duplicate
-    assert updates(live)[0]["seq"] == last + 1
+            received = parse_all(buf.decode().rsplit("\n\n", 1)[0] + "\n\n")
+    assert notes(received) == live  # same order, no gap, no duplicate
+    assert [i for _, i, _ in received] == list(range(last + 1, last + 1 + len(live) + 1))
+    assert received[-1][0] == "result" and received[-1][2]["result"] == second[-1]["result"]
 
 
 async def test_catchup_stream_checks_auth_and_params(
@@ -107,3 +115,54 @@ async def test_catchup_stream_checks_auth_and_params(
         assert resp.status == 405
     async with http.get(url, headers=AUTH) as resp:  # unknown session: empty stream
         assert resp.status == 200 and await resp.text() == ""
+
+
+async def test_every_event_has_a_distinct_increasing_id_and_resumes_exactly(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    """Issue 15 item 2: ids 1, 2, 3, … (relayed frames included), so Last-Event-ID
+    resumes from any event with no loss and no duplicate."""
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    await sse(http, bp.rpc_url, "session.start", session_params("ids", "hello"))
+    await sse(http, bp.rpc_url, "session.message", session_params("ids", "again"))
+    url = f"{bp.url}/acp/sessions/ids/events"
+    async with http.get(url, headers=AUTH) as resp:
+        everything = parse_all(await resp.text())
+    ids = [i for _, i, _ in everything]
+    assert ids == list(range(1, len(ids) + 1)), ids
+    # each turn's final result is an event of its own, after the turn's notifications
+    kinds = [k for k, _, _ in everything]
+    assert kinds.count("result") == 2 and kinds[-1] == "result"
+    assert everything[-1][2]["result"]["output"] == "echo: again"
+    for cut in range(len(ids)):
+        async with http.get(url, headers={**AUTH, "Last-Event-ID": str(ids[cut])}) as resp:
+            rest = parse_all(await resp.text())
+        assert rest == everything[cut + 1 :], cut
+
+
+async def test_replay_accepts_the_event_id_and_returns_turn_results(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    first = await sse(http, bp.rpc_url, "session.start", session_params("rp", "one"))
+    await sse(http, bp.rpc_url, "session.message", session_params("rp", "two"))
+    url = f"{bp.url}/acp/sessions/rp/events"
+    async with http.get(url, headers=AUTH) as resp:
+        everything = parse_all(await resp.text())
+    first_result = next(i for k, i, _ in everything if k == "result")
+    reply = await rpc(
+        http, bp.rpc_url, "session.replay", {"sessionId": "rp", "afterEventId": first_result}
+    )
+    got = reply["result"]
+    rest = everything[[i for _, i, _ in everything].index(first_result) + 1 :]
+    notes = [(i, m) for k, i, m in rest if k == "message"]
+    assert got["notifications"] == [m for _, m in notes]
+    assert got["eventIds"] == [i for i, _ in notes]
+    assert [r["result"]["output"] for r in got["results"]] == ["echo: two"]
+    assert got["results"][0]["eventId"] == everything[-1][1]
+    assert got["lastEventId"] == everything[-1][1]
+    whole = await rpc(http, bp.rpc_url, "session.replay", {"sessionId": "rp"})
+    assert [r["result"]["output"] for r in whole["result"]["results"]] == ["echo: one", "echo: two"]
+    assert first[-1]["result"] == whole["result"]["results"][0]["result"]
+    bad = await rpc(http, bp.rpc_url, "session.replay", {"sessionId": "rp", "afterEventId": -1})
+    assert bad["error"]["code"] == -32602

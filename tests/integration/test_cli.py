@@ -224,3 +224,122 @@ async def test_flag_overrides_config_file(
         "--listen", f"127.0.0.1:{port}", config={"listen": "127.0.0.1:1"}, tmp=tmp_path
     )
     assert bridge.port == port
+
+
+# --- issue 15 item 11: help that is true --------------------------------------------------
+
+
+def test_help_lists_every_method_and_route() -> None:
+    from xwm_bridge.adapters.agent_adapter import ADAPTER_PATHS
+    from xwm_bridge.app.bridge import Bridge
+    from xwm_bridge.app.methods import BridgeMethods
+    from xwm_bridge.config import BridgeConfig
+    from xwm_bridge.transport.http import SERVE_PATHS
+
+    methods = BridgeMethods(Bridge(BridgeConfig(store=BridgeConfig().store.__class__("memory"))))
+    top = run("--help")
+    serve = run("serve", "--help")
+    assert top.returncode == serve.returncode == 0
+    for method in methods.table():
+        assert method in top.stdout, method
+        assert method in serve.stdout, method
+    for path in SERVE_PATHS:
+        assert path in serve.stdout, path
+    adapter = run("agent-adapter", "--help")
+    for path in ADAPTER_PATHS:
+        assert path in adapter.stdout, path
+    for option in ("--log-format", "--log-level"):
+        for command in ("serve", "acp-stdio", "toolbridge", "agent-adapter"):
+            assert option in run(command, "--help").stdout, (command, option)
+    doctor = run("doctor", "--help")
+    assert "--offline" in doctor.stdout
+
+
+async def test_api_ping_reports_the_package_version(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    from importlib.metadata import version
+
+    from xwm_bridge import __version__
+
+    assert __version__ == version("xwm-bridge")  # one version, from the package metadata
+    bridge = await start_bridge(env=base_env(IMAGE="registry.example.com/xwm:1.2.3"))
+    async with http.get(f"{bridge.url}/api/ping") as resp:
+        body = await resp.json()
+    assert body["packageVersion"] == __version__
+    assert body["version"] == "1.2.3"  # the original's field, from IMAGE, unchanged
+
+
+def test_no_arguments_runs_the_toolbridge_and_says_so() -> None:
+    proc = run()  # stdin is /dev/null: the toolbridge ends at once
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("xwm-bridge: no command given; running the MCP toolbridge")
+    assert "--help" in first
+    assert proc.stdout == ""
+
+
+def test_shell_completion_script() -> None:
+    proc = run(env=base_env(_XWM_BRIDGE_COMPLETE="bash_source"))
+    assert proc.returncode == 0, proc.stderr
+    assert "_XWM_BRIDGE_COMPLETE" in proc.stdout and "complete " in proc.stdout
+    assert proc.stderr == ""  # no toolbridge notice, no toolbridge
+    words = run(env=base_env(_XWM_BRIDGE_COMPLETE="bash_complete", COMP_WORDS="xwm-bridge s",
+                             COMP_CWORD="1"))  # fmt: skip
+    assert "serve" in words.stdout
+
+
+def test_log_format_text_and_json_defaults(tmp_path: Path) -> None:
+    """--log-format text: one human-readable line per record; JSON when stderr is a
+    pipe and nothing is asked; text when it is a terminal."""
+    import os
+    import pty
+
+    # an audit line (the fast events path) and "draining" at the end (stdlib logging)
+    mcp_init = b'{"jsonrpc":"2.0","id":1,"method":"acp.capabilities"}\n'
+
+    def toolbridge(*args: str, tty: bool = False) -> str:
+        env = base_env(XWM_LOG_LEVEL="debug", XWM_SESSION_STORE="memory")
+        if not tty:
+            proc = subprocess.run(
+                [sys.executable, "-m", "xwm_bridge", "acp-stdio", *args],
+                env=env, cwd=str(ROOT), input=mcp_init, capture_output=True, timeout=20,
+            )  # fmt: skip
+            return proc.stderr.decode()
+        leader, follower = pty.openpty()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "xwm_bridge", "acp-stdio", *args],
+                env=env, cwd=str(ROOT), input=mcp_init, stdout=subprocess.PIPE,
+                stderr=follower, timeout=20,
+            )  # fmt: skip
+            os.close(follower)
+            follower = -1
+            out = b""
+            while True:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            return out.decode()
+        finally:
+            os.close(leader)
+            if follower >= 0:
+                os.close(follower)
+
+    piped = [line for line in toolbridge().splitlines() if line]
+    assert piped and all(orjson.loads(line)["ts"] for line in piped)
+    assert {orjson.loads(line)["msg"] for line in piped} >= {"request", "draining"}
+    text = [line for line in toolbridge("--log-format", "text").splitlines() if line]
+    assert text and not any(line.startswith("{") for line in text)
+    audit = next(line for line in text if " request " in line)
+    assert " INFO " in audit and "xwm_bridge.dispatch" in audit
+    assert "method=acp.capabilities" in audit and "transport=stdio" in audit
+    assert any("draining" in line for line in text), text
+    tty = [line for line in toolbridge(tty=True).splitlines() if line]
+    assert tty and not any(line.startswith("{") for line in tty), tty
+    forced = [line for line in toolbridge("--log-format", "json", tty=True).splitlines() if line]
+    assert forced and all(line.startswith("{") for line in forced), forced

@@ -562,6 +562,40 @@ async def test_gateway_turn_without_runtime(
     assert events[-2]["params"]["error"] is True
 
 
+async def test_requests_go_out_as_text_frames(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    """Issue 15 item 3: a gateway that reads only text frames answers every request."""
+    gateway.state.text_only = True
+    bp = await start_bridge(config=gw_config(tmp_path, request_timeout=2), tmp=tmp_path)
+    res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    assert res["ok"] is True
+    out = await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"}
+    )
+    assert out["ok"] is True, out
+    assert gateway.state.binary_frames == 0
+
+
+async def test_connect_over_websocket_emits_each_snapshot_once(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    """Issue 15 item 4: one `connecting` snapshot (as the original), one `connected`,
+    and each log line once, on the WebSocket the connect came on."""
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    client = await open_ws(http, bp.ws_url)
+    try:
+        res = await client.call("xworkmate.gateway.connect", connect_params(gateway))
+        assert res["ok"] is True
+        await asyncio.sleep(0.2)  # anything sent twice would have arrived by now
+        statuses = [s["status"] for s in client.snapshots()]
+        assert statuses == ["connecting", "connected"], statuses
+        logs = client.logs()
+        assert len(logs) == len(set(logs)), logs
+    finally:
+        await client.close()
+
+
 # --- client-chosen destinations (issue 16 item 10) -------------------------------------------
 
 

@@ -19,6 +19,7 @@ from tests.conftest import (
     rpc,
     session_params,
 )
+from xwm_bridge import __version__
 
 IMAGE = "ghcr.io/x-evor/xworkmate-bridge:0123456789abcdef0123456789abcdef01234567"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -82,6 +83,7 @@ async def test_ping_reports_image_fields_for_any_method(
         "status": "ok",
         "tag": COMMIT,
         "version": COMMIT,
+        "packageVersion": __version__,  # additive (issue 15): this build's version
     }
 
 
@@ -119,7 +121,7 @@ async def test_ping_image_reference_variants(
     bridge = await start_bridge(env=env)
     status, _, body = await request(http, "GET", bridge.url + "/api/ping")
     assert status == 200
-    assert orjson.loads(body) == {"status": "ok", **expected}
+    assert orjson.loads(body) == {"status": "ok", **expected, "packageVersion": __version__}
 
 
 @pytest.mark.parametrize(
@@ -231,19 +233,23 @@ async def test_origin_check_precedes_auth(
 
 
 @pytest.mark.parametrize(
-    "headers",
-    [{}, {"Authorization": "Bearer wrong-token"}, {"Authorization": "Basic dXNlcjpwdw=="}],
+    ("headers", "message"),
+    [
+        ({}, "missing bearer authorization"),
+        ({"Authorization": "Bearer wrong-token"}, "invalid bearer token"),
+        ({"Authorization": "Basic dXNlcjpwdw=="}, "invalid bearer token"),
+    ],
     ids=["missing", "wrong", "basic"],
 )
 async def test_post_without_valid_bearer_is_401(
-    start_bridge: StartBridge, http: aiohttp.ClientSession, headers: dict[str, str]
+    start_bridge: StartBridge, http: aiohttp.ClientSession, headers: dict[str, str], message: str
 ) -> None:
     bridge = await start_bridge()
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "acp.capabilities"})
     status, resp_headers, raw = await request(http, "POST", bridge.rpc_url, body, headers)
     assert status == 401
     assert resp_headers["Content-Type"].startswith("application/json")
-    assert orjson.loads(raw) == envelope_error(-32001, "missing bearer authorization")
+    assert orjson.loads(raw) == envelope_error(-32001, message)
 
 
 async def test_missing_method_is_400(

@@ -254,3 +254,27 @@ async def test_memory_backend_writes_nothing(
     bp2 = await start_bridge(env=env)
     gone = (await rpc(http, bp2.rpc_url, "session.replay", {"sessionId": "m1"}))["result"]
     assert gone["found"] is False
+
+
+async def test_a_second_daemon_on_the_same_state_directory_exits_clearly(
+    start_bridge_process: StartBridge, tmp_path: Path
+) -> None:
+    """Issue 15 item 12: the second `serve` on a locked SQLite store exits 2 with a
+    message naming the file, the holder and the fix."""
+    import sys
+
+    from tests.conftest import ROOT, TOKEN, base_env
+
+    env = base_env(ACP_AUTH_TOKEN=TOKEN, XWM_STATE_DIR=str(tmp_path / "shared"))
+    first = await start_bridge_process(env=env)
+    second = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "xwm_bridge", "serve", "--listen", "127.0.0.1:0",
+        env=env, cwd=str(ROOT),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, raw = await asyncio.wait_for(second.communicate(), 30)
+    stderr = raw.decode()
+    assert second.returncode == 2
+    assert "is in use by another xwm-bridge process" in stderr
+    assert f"pid {first.proc.pid}" in stderr
+    assert "Traceback" not in stderr

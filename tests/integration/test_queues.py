@@ -383,3 +383,68 @@ async def test_zero_queue_depth_still_runs_turns_on_idle_threads(
     assert (await running)["result"]["success"] is True
     again = await rpc(http, url, "session.start", session_params("z3", "y", threadId="t-z"))
     assert again["result"]["output"] == "echo: y"
+
+
+async def test_queued_session_start_resets_when_its_turn_runs(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    """Issue 15 item 1: message A runs, message B and start C wait. B continues A's
+    session (seq after A's); the reset belongs to C's turn (seq restarts at 1)."""
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    url = bridge.rpc_url
+    params = session_params("s-reset", "slow:600")
+    a = asyncio.create_task(sse(http, url, "session.message", params))
+    await wait_until(lambda: "s-reset" in fake_upstream.state.active)
+    b = asyncio.create_task(sse(http, url, "session.message", {**params, "taskPrompt": "b"}))
+    await wait_queue_depth(http, bridge.url, 1)
+    c = asyncio.create_task(sse(http, url, "session.start", {**params, "taskPrompt": "c"}))
+    await wait_queue_depth(http, bridge.url, 2)
+    a_seqs = [u["seq"] for u in updates(await a)]
+    b_seqs = [u["seq"] for u in updates(await b)]
+    c_seqs = [u["seq"] for u in updates(await c)]
+    assert b_seqs[0] == a_seqs[-1] + 1, (a_seqs, b_seqs)  # B kept A's session
+    assert c_seqs[0] == 1, c_seqs  # C's turn reset it
+    replay = await rpc(http, url, "session.replay", {"sessionId": "s-reset"})
+    turn_ids = {u["turnId"] for u in updates(replay["result"]["notifications"])}
+    assert len(turn_ids) == 1  # only C's turn is left in the ledger
+
+
+async def test_queued_session_start_of_departed_client_is_refused_and_audited(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    """A queued session.start whose caller left is neither run nor applied (no reset),
+    and the audit log says so."""
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    url = bridge.rpc_url
+    first = await sse(http, url, "session.start", session_params("s-left", "one"))
+    last_seq = updates(first)[-1]["seq"]
+    keep = asyncio.create_task(
+        rpc(http, url, "session.message", session_params("s-left", "slow:600"))
+    )
+    await wait_until(lambda: "s-left" in fake_upstream.state.active)
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        frame = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "session.start",
+            "params": session_params("s-left", "never sent"),
+        }
+        await ws.send_str(orjson.dumps(frame).decode())
+        await wait_queue_depth(http, bridge.url, 1)
+    assert (await keep)["result"]["success"] is True
+    events = await sse(http, url, "session.message", session_params("s-left", "three"))
+    assert updates(events)[0]["seq"] > last_seq + 1  # not reset by the departed start
+    prompts = [r["params"]["taskPrompt"] for r in fake_upstream.state.requests]
+    assert "never sent" not in prompts
+
+    def skipped() -> list[dict[str, Any]]:
+        lines = [orjson.loads(x) for x in bridge.logs if x.startswith("{")]
+        return [
+            e
+            for e in lines
+            if e.get("audit") and e.get("method") == "session.start" and e.get("transport") == "ws"
+        ]
+
+    await wait_until(lambda: bool(skipped()))
+    assert skipped()[0]["outcome"] == "abandoned"
+    assert skipped()[0]["session_id"] == "s-left"

@@ -371,6 +371,33 @@ async def test_explicit_targets_are_case_insensitive_in_turns(
     assert got["result"]["resolvedExecutionTarget"] == "single-agent"
 
 
+async def test_project_memory_defaults_to_allowed_roots(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """Issue 15 item 4: without router.memory_project_roots, project-local memory is
+    used under allowed_roots (existing clients keep routing memory), and only there."""
+    inside = tmp_path / "projects" / "app"
+    outside = tmp_path / "elsewhere" / "app"
+    for wd in (inside, outside):
+        (wd / ".xworkmate").mkdir(parents=True)
+        (wd / ".xworkmate" / "memory.md").write_text("provider: gemini\n")
+    path = tmp_path / "roots.yaml"
+    path.write_text(yaml.safe_dump({"allowed_roots": [str(tmp_path / "projects")]}))
+    bridge = await start_bridge("--config", str(path), env=bridge_env(tmp_path, fake_upstream.url))
+    got = await rpc(http, bridge.rpc_url, "xworkmate.routing.resolve", turn("p", "hi", str(inside)))
+    assert got["result"]["memorySources"] == [
+        {"path": str(inside / ".xworkmate" / "memory.md"), "scope": "project-local"}
+    ]
+    assert got["result"]["resolvedProviderId"] == "gemini"
+    got = await rpc(
+        http, bridge.rpc_url, "xworkmate.routing.resolve", turn("q", "hi", str(outside))
+    )
+    assert not got["result"].get("memorySources")  # outside the roots: confined
+
+
 @pytest.mark.parametrize(
     ("allowed", "reaches"),
     [(None, True), (["127.0.0.1"], True), (["10.9.9.9"], False), (["*"], True)],

@@ -13,11 +13,8 @@ import pytest
 from tests.conftest import AUTH, ROOT, TOKEN, StartBridge, base_env
 
 CAPS = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "acp.capabilities"})
-UNAUTHORIZED = {
-    "jsonrpc": "2.0",
-    "id": None,
-    "error": {"code": -32001, "message": "missing bearer authorization"},
-}
+MISSING = "missing bearer authorization"
+INVALID = "invalid bearer token"
 WS_UPGRADE = {
     "Connection": "Upgrade",
     "Upgrade": "websocket",
@@ -49,7 +46,9 @@ async def assert_auth_table(
         status, _, body = await post_caps(http, url, headers)
         assert status == expected, f"Authorization {header!r}: {status} {body!r}"
         if expected == 401:
-            assert orjson.loads(body) == UNAUTHORIZED
+            error = orjson.loads(body)["error"]
+            assert error["code"] == -32001
+            assert error["message"] in (MISSING, INVALID), error
         else:
             assert orjson.loads(body)["result"]["singleAgent"] is True
 
@@ -81,6 +80,32 @@ async def test_auth_with_token_configured(
             ("Token tok", 401),
         ],
     )
+
+
+async def test_a_wrong_token_is_told_apart_from_a_missing_one(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    """Issue 15 item 7: 'missing' only when no credential was sent."""
+    bridge = await start_bridge(env=base_env(ACP_AUTH_TOKEN="tok"))
+    cases = [
+        (None, MISSING),
+        ("", MISSING),
+        ("Bearer", MISSING),
+        ("Bearer   ", MISSING),
+        ("Bearer wrong", INVALID),
+        ("wrong", INVALID),
+        ("Basic dG9rOg==", INVALID),
+    ]
+    for header, message in cases:
+        headers = {} if header is None else {"Authorization": header}
+        status, _, body = await post_caps(http, bridge.rpc_url, headers)
+        assert status == 401
+        assert orjson.loads(body)["error"] == {"code": -32001, "message": message}, header
+    open_bridge = await start_bridge(env=base_env())  # no token: any bearer, none missing
+    for header, message in [(None, MISSING), ("Bearer ", MISSING), ("anything", MISSING)]:
+        headers = {} if header is None else {"Authorization": header}
+        status, _, body = await post_caps(http, open_bridge.rpc_url, headers)
+        assert (status, orjson.loads(body)["error"]["message"]) == (401, message), header
 
 
 async def test_auth_token_from_env_is_trimmed(
@@ -220,13 +245,13 @@ async def test_ws_upgrade_requires_bearer(
 ) -> None:
     bridge = await start_bridge()
     url = bridge.url + "/acp"
-    for auth in ({}, {"Authorization": "Bearer wrong"}):
+    for auth, message in (({}, MISSING), ({"Authorization": "Bearer wrong"}, INVALID)):
         status, headers, body = await get_acp(
             http, url, {**WS_UPGRADE, **auth, "Origin": "http://localhost:5173"}
         )
         assert status == 401
         assert headers["Content-Type"].startswith("application/json")
-        assert orjson.loads(body) == UNAUTHORIZED
+        assert orjson.loads(body)["error"] == {"code": -32001, "message": message}
         assert "Access-Control-Allow-Origin" not in headers  # /acp never emits CORS
     with pytest.raises(aiohttp.WSServerHandshakeError) as info:
         await http.ws_connect(bridge.ws_url)
@@ -329,7 +354,7 @@ async def test_non_loopback_bind_with_token_starts(
     assert status == 200
     status, _, body = await post_caps(http, bridge.rpc_url, {"Authorization": "Bearer any"})
     assert status == 401
-    assert orjson.loads(body) == UNAUTHORIZED
+    assert orjson.loads(body)["error"] == {"code": -32001, "message": INVALID}
 
 
 @pytest.mark.parametrize(
@@ -416,6 +441,8 @@ async def test_an_upstream_echoing_authorization_leaks_nothing(
             raw = await resp.text()
         clean(raw)
         assert "[REDACTED]" in raw
+    first_logs = list(bridge.logs)
+    await bridge.stop()  # one daemon per state directory
     streaming = providers_config({"id": "codex", "endpoint": url})
     bridge2 = await start_bridge(env=env, config=streaming, tmp=tmp_path)
     events = await sse(http, bridge2.rpc_url, "session.start", session_params("leak-sse", "ok"))
@@ -439,7 +466,7 @@ async def test_an_upstream_echoing_authorization_leaks_nothing(
     )
     async with http.post(bridge2.rpc_url, data=replay, headers=AUTH) as resp:
         clean(await resp.text())
-    for line in bridge.logs + bridge2.logs:
+    for line in first_logs + bridge2.logs:
         clean(line)
 
 

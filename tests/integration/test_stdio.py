@@ -343,3 +343,23 @@ async def test_oversized_message_is_parse_error_and_reading_continues(
     await bridge.send_json(req("acp.capabilities", rid=2))
     reply = await bridge.message()
     assert reply["id"] == 2 and reply["result"]["singleAgent"] is True
+
+
+async def test_second_signal_forces_the_exit_of_acp_stdio(
+    start_stdio: StartStdio, fake_upstream: FakeUpstream
+) -> None:
+    """Issue 15 item 5: SIGTERM starts the drain (the log says another signal forces
+    the exit); a second one cancels the running turn now; the default grace is 20 s."""
+    import signal
+
+    bridge = await start_stdio(provider_env(fake_upstream.url))
+    await bridge.send_json(req("session.start", session_params("sig", "slow:60000 hi"), rid="t"))
+    await bridge.message()  # started
+    await wait_for(lambda: "sig" in fake_upstream.state.active)
+    bridge.proc.send_signal(signal.SIGTERM)
+    await wait_for(lambda: any('"msg":"shutting down"' in line for line in bridge.stderr), 10)
+    began = time.monotonic()
+    bridge.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(bridge.proc.wait(), 15) == 1
+    assert time.monotonic() - began < 12
+    assert any("second signal: forcing the exit" in line for line in bridge.stderr)

@@ -16,6 +16,8 @@ from tests.nesting import nested
 from tests.redis_server import redis_server
 from xwm_bridge.store.base import (
     INTERRUPTED,
+    NOTIFICATION,
+    RESULT,
     RUNNING,
     LedgerEntry,
     SessionRecord,
@@ -44,7 +46,7 @@ def update(sid: str, seq: int, turn: str = "turn-1") -> dict[str, Any]:
 async def messages(
     store: SessionStore, session_id: str, after: int, limit: int
 ) -> list[dict[str, Any]]:
-    return [m for _, m in await store.replay(session_id, after, limit)]
+    return [e.message for e in await store.replay(session_id, after, limit)]
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
@@ -340,13 +342,17 @@ async def test_sqlite_files_from_before_owners_are_migrated(tmp_path: Path) -> N
 
     path = tmp_path / "sessions.db"
     old = sqlite3.connect(path)
-    old.executescript(
+    old.executescript(  # layout 1 (issue 15): event ids, no owners
         "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL,"
         " provider TEXT NOT NULL, history BLOB NOT NULL, seq INTEGER NOT NULL,"
         " last_turn_id TEXT NOT NULL, last_turn_status TEXT NOT NULL, upstream BLOB NOT NULL,"
-        " updated_at REAL NOT NULL);"
+        " updated_at REAL NOT NULL, events INTEGER NOT NULL DEFAULT 0);"
+        "CREATE TABLE ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL,"
+        " pos INTEGER NOT NULL, turn_id TEXT NOT NULL, message BLOB NOT NULL, ts REAL NOT NULL,"
+        " event_id INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL DEFAULT 'notification');"
         "INSERT INTO sessions VALUES ('old', 't', 'codex', '[]', 3, 'turn-1', 'completed', '[]',"
-        f" {time.time()});"
+        f" {time.time()}, 7);"
+        "PRAGMA user_version = 1;"
     )
     old.commit()
     old.close()
@@ -355,6 +361,9 @@ async def test_sqlite_files_from_before_owners_are_migrated(tmp_path: Path) -> N
     try:
         loaded = await store.load("old")
         assert loaded is not None and loaded.owner == "" and loaded.seq == 3
+        assert loaded.events == 7  # layout 1's data is kept as it was
+        version = await store._call(lambda db: db.execute("PRAGMA user_version").fetchone()[0])
+        assert version == 2
         store.save(SessionRecord("new", "t", owner="bearer:x"))
         new = await store.load("new")
         assert new is not None and new.owner == "bearer:x"
@@ -445,3 +454,145 @@ async def test_pending_permissions_survive_until_resolved(make_store: Factory) -
     assert [p.request_id for p in await store.permissions()] == ["perm-2"]
     store.delete("s2")  # a session's requests go with it
     assert await store.permissions() == []
+
+
+# --- event ids (issue 15 item 2) ---------------------------------------------------------
+
+
+async def test_event_ids_kinds_and_results_round_trip(make_store: Factory) -> None:
+    store = await make_store(StoreLimits())
+    store.save(SessionRecord("s1", "t1", seq=0))
+    store.append("s1", LedgerEntry(emitted_pos(1), "turn-1", update("s1", 1), event_id=1))
+    for n in (2, 3, 4):  # three relayed frames after update 1
+        store.append("s1", LedgerEntry(relayed_pos(1), "turn-1", {"n": n}, event_id=n))
+    store.append(
+        "s1", LedgerEntry(relayed_pos(1), "turn-1", {"success": True}, event_id=5, kind=RESULT)
+    )
+    entries = await store.replay("s1", 0, 100)
+    assert [e.event_id for e in entries] == [1, 2, 3, 4, 5]
+    assert [e.kind for e in entries] == [NOTIFICATION] * 4 + [RESULT]
+    assert entries[-1].message == {"success": True} and entries[-1].turn_id == "turn-1"
+    assert [e.event_id for e in await store.replay("s1", 0, 100, after_event=3)] == [4, 5]
+    assert await store.replay("s1", 0, 100, after_event=5) == []
+    # afterSeq keeps its meaning: after update 1 = the relayed frames and the result
+    assert [e.event_id for e in await store.replay("s1", 1, 100)] == [2, 3, 4, 5]
+    loaded = await store.load("s1")
+    assert loaded is not None and loaded.events == 5 and loaded.seq == 1
+    store.save(SessionRecord("s1", "t1", seq=1, events=5, last_turn_status=RUNNING))
+    await store.recover()
+    recovered = await store.replay("s1", 0, 100, after_event=5)
+    assert [e.event_id for e in recovered] == [6]
+    again = await store.load("s1")
+    assert again is not None and again.events == 6
+
+
+async def test_sqlite_opens_a_database_of_the_previous_layout(tmp_path: Path) -> None:
+    """A sessions.db written before event ids existed is migrated in place on open."""
+    import sqlite3
+
+    import orjson
+
+    path = tmp_path / "sessions.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        CREATE TABLE sessions (session_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL,
+            provider TEXT NOT NULL, history BLOB NOT NULL, seq INTEGER NOT NULL,
+            last_turn_id TEXT NOT NULL, last_turn_status TEXT NOT NULL,
+            upstream BLOB NOT NULL, updated_at REAL NOT NULL);
+        CREATE TABLE ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL,
+            pos INTEGER NOT NULL, turn_id TEXT NOT NULL, message BLOB NOT NULL, ts REAL NOT NULL);
+        """
+    )
+    now = time.time()
+    db.execute(
+        "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        ("old", "t", "codex", b'["hi"]', 2, "turn-1", "completed", b"[]", now),
+    )
+    for pos in (2, 3, 3, 4, 5):
+        db.execute(
+            "INSERT INTO ledger (session_id, pos, turn_id, message, ts) VALUES (?, ?, ?, ?, ?)",
+            ("old", pos, "turn-1", orjson.dumps({"pos": pos}), now),
+        )
+    db.commit()
+    db.close()
+    store = SQLiteStore(path)
+    await store.start()
+    try:
+        entries = await store.replay("old", 0, 100)
+        assert [e.message["pos"] for e in entries] == [2, 3, 3, 4, 5]
+        assert [e.event_id for e in entries] == [1, 2, 3, 4, 5]
+        assert [e.message["pos"] for e in await store.replay("old", 0, 9, after_event=2)] == [
+            3,
+            4,
+            5,
+        ]
+        loaded = await store.load("old")
+        assert loaded is not None and loaded.events == 5 and loaded.history == ("hi",)
+        store.append("old", LedgerEntry(emitted_pos(3), "turn-2", {"pos": 6}, event_id=6))
+        assert [e.event_id for e in await store.replay("old", 0, 100, after_event=5)] == [6]
+        version = await store._call(lambda db: db.execute("PRAGMA user_version").fetchone()[0])
+        assert version == 2  # layout 0 → 1 (event ids) → 2 (owners, issue 16)
+    finally:
+        await store.close()
+
+
+async def test_redis_numbers_ledgers_of_the_previous_layout(tmp_path: Path) -> None:
+    import orjson
+
+    async with redis_server(tmp_path) as server:
+        writer = RedisStore(server.url, prefix="m:")
+        await writer.start()
+        try:
+            now = time.time()
+            await writer.client.hset("m:s:old", mapping={"thread_id": "t", "seq": 2})
+            for pos in (2, 3, 3, 4):  # entries as the previous version wrote them
+                item = {"p": pos, "t": "turn-1", "ts": now, "m": {"pos": pos}}
+                await writer.client.rpush("m:l:old", orjson.dumps(item))
+            await writer.client.expire("m:l:old", 600)
+            await writer.client.delete("m:schema")
+        finally:
+            await writer.close()
+        store = RedisStore(server.url, prefix="m:")
+        await store.start()
+        try:
+            entries = await store.replay("old", 0, 100)
+            assert [e.message["pos"] for e in entries] == [2, 3, 3, 4]
+            assert [e.event_id for e in entries] == [1, 2, 3, 4]
+            loaded = await store.load("old")
+            assert loaded is not None and loaded.events == 4
+            assert await store.client.ttl("m:l:old") > 0
+            assert await store.migrate() == 0  # done once
+        finally:
+            await store.close()
+
+
+async def test_a_running_store_reports_its_health(make_store: Factory) -> None:
+    store = await make_store(StoreLimits())
+    assert (await store.health(2.0)).ok
+    store.save(SessionRecord("s1", "t1"))
+    assert (await store.health(2.0)).ok
+
+
+async def test_sqlite_health_after_close_and_second_opener_refused(tmp_path: Path) -> None:
+    """Issue 15 item 12: one process per database; the second opener is told who."""
+    import os
+
+    from xwm_bridge.store.base import StoreError
+
+    path = tmp_path / "sessions.db"
+    first = SQLiteStore(path)
+    await first.start()
+    second = SQLiteStore(path)
+    with pytest.raises(StoreError) as info:
+        await second.start()
+    message = str(info.value)
+    assert str(path) in message and f"pid {os.getpid()}" in message
+    assert "XWM_STATE_DIR" in message
+    await first.close()
+    assert "not running" in (await first.health(1.0)).error
+    await second.start()  # the lock went with the first store
+    try:
+        assert (await second.health(1.0)).ok
+    finally:
+        await second.close()

@@ -229,8 +229,9 @@ async def test_upstream_fields_preserved_and_precedence(
 async def test_collector_builds_output_from_streamed_notifications(
     start_bridge: StartBridge, serve_app: ServeApp, http: aiohttp.ClientSession
 ) -> None:
-    """An SSE upstream whose result has no text: output = deltas as sent (not trimmed or
-    newline-joined), turnId and resolvedWorkingDirectory come from the notifications."""
+    """An SSE upstream whose result has no text: output = the deltas trimmed and joined
+    with "\\n" as the original does (issue 15 item 4); turnId and
+    resolvedWorkingDirectory come from the notifications."""
     from aiohttp import web
 
     def note(**params: Any) -> dict[str, Any]:
@@ -255,9 +256,9 @@ async def test_collector_builds_output_from_streamed_notifications(
     relayed = [e for e in events if isinstance(e, dict) and e.get("method") == "session.update"]
     assert [e["params"].get("delta") for e in relayed[1:]] == ["Hel", "lo ", "world", None]
     result = events[-1]["result"]
-    assert result["output"] == "Hello world"
-    assert result["summary"] == "Hello world"
-    assert result["resultSummary"] == "Hello world"
+    assert result["output"] == "Hel\nlo\nworld"
+    assert result["summary"] == "Hel\nlo\nworld"
+    assert result["resultSummary"] == "Hel\nlo\nworld"
     assert result["turnId"] == "turn-up-9"
     assert result["resolvedWorkingDirectory"] == "/up/dir"
     assert result["remoteWorkingDirectory"] == "/up/dir"
@@ -374,12 +375,13 @@ async def test_explicit_provider_not_in_catalog_is_unavailable(
 ) -> None:
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
     params = {"sessionId": "session-x", "taskPrompt": "hello", "routing": routing("claude")}
+    message = "explicit provider is unavailable: 'claude' (enabled: codex, opencode, gemini)"
     expected = {
         "success": False,
-        "error": "explicit provider is unavailable",
+        "error": message,
         "unavailable": True,
         "unavailableCode": "PROVIDER_UNAVAILABLE",
-        "unavailableMessage": "explicit provider is unavailable",
+        "unavailableMessage": message,
         "resolvedExecutionTarget": "single-agent",
         "resolvedProviderId": "",
         "resolvedGatewayProviderId": "",
@@ -474,7 +476,7 @@ async def test_yaml_catalog_custom_provider_and_disabled_provider(
     result = (await rpc(http, bridge.rpc_url, "session.start", params))["result"]
     assert result["success"] is False
     assert result["unavailable"] is True
-    assert result["unavailableMessage"] == "explicit provider is unavailable"
+    assert result["unavailableMessage"].startswith("explicit provider is unavailable: 'opencode'")
     assert codex.state.requests == []
 
     # the custom provider is routable, explicitly and (as first in the catalog) automatically
@@ -706,4 +708,24 @@ async def test_explicit_multi_agent_target_without_key(
     assert result["resolvedExecutionTarget"] == "multi-agent"
     caps = (await rpc(http, bridge.rpc_url, "acp.capabilities"))["result"]
     assert caps["multiAgent"] is True
+    assert fake_upstream.state.requests == []
+
+
+@pytest.mark.parametrize("prompt", ["", "   ", None])
+async def test_empty_task_prompt_is_refused_before_the_queue(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    prompt: str | None,
+) -> None:
+    """Issue 15 item 5: a blank taskPrompt is -32602, never forwarded to the agent."""
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    params = session_params("s-empty", "x")
+    if prompt is None:
+        del params["taskPrompt"]
+    else:
+        params["taskPrompt"] = prompt
+    for method in ("session.start", "session.message"):
+        reply = await rpc(http, bridge.rpc_url, method, params)
+        assert reply["error"] == {"code": -32602, "message": "taskPrompt is required"}, reply
     assert fake_upstream.state.requests == []

@@ -15,7 +15,8 @@ def test_defaults() -> None:
     assert cfg.router.llm_base_url == "https://api.openai.com/v1"
     assert cfg.router.classifier_timeout == 10.0
     assert cfg.router.skill_commands_enabled is False
-    assert cfg.router.memory_project_roots == ()
+    assert cfg.router.memory_project_roots is None
+    assert cfg.memory_roots == cfg.allowed_roots == ()
     assert cfg.mounts.cli_discovery_enabled is False
 
 
@@ -60,3 +61,15 @@ def test_bad_values(tmp_path: Path, yaml_text: str, message: str) -> None:
     path.write_text(yaml_text)
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         load_config(config_file=str(path), env={})
+
+
+def test_project_memory_roots_default_to_allowed_roots(tmp_path: Path) -> None:
+    """Issue 15 item 4: unset → allowed_roots; an explicit empty list → nowhere."""
+    path = tmp_path / "c.yaml"
+    path.write_text("allowed_roots: [/srv/work]\n")
+    cfg = load_config(config_file=str(path), env={}).config
+    assert cfg.memory_roots == ("/srv/work",)
+    path.write_text("allowed_roots: [/srv/work]\nrouter:\n  memory_project_roots: []\n")
+    assert load_config(config_file=str(path), env={}).config.memory_roots == ()
+    path.write_text("allowed_roots: [/srv/work]\nrouter:\n  memory_project_roots: [/p]\n")
+    assert load_config(config_file=str(path), env={}).config.memory_roots == ("/p",)

@@ -45,6 +45,9 @@ class AdapterSettings:
     provider_label: str = "Gemini"
     allowed_origins: tuple[str, ...] = tuple(DEFAULT_ORIGINS.split(","))
     upstream_method: str = ""
+    #: which of agent_bin / agent_args / provider_label came from an env var or a
+    #: flag: those win over the YAML provider, the defaults do not
+    overrides: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(
@@ -68,41 +71,57 @@ class AdapterSettings:
                 "GEMINI_ADAPTER_PROTOCOL_VERSION: expected a positive integer, "
                 f"got {version_text!r}"
             )
-        binary = agent_bin or get("GEMINI_ADAPTER_BIN", get("ACP_GEMINI_BIN", "gemini"))
-        args = agent_args if agent_args is not None else get("GEMINI_ADAPTER_ARGS", DEFAULT_ARGS)
+        binary = agent_bin or get("GEMINI_ADAPTER_BIN", get("ACP_GEMINI_BIN", ""))
+        raw_args = agent_args if agent_args is not None else get("GEMINI_ADAPTER_ARGS", "")
+        label = get("GEMINI_ADAPTER_PROVIDER_LABEL", "")
+        overrides = {
+            name
+            for name, given in (
+                ("agent_bin", binary),
+                ("agent_args", agent_args is not None or raw_args),
+                ("provider_label", label),
+            )
+            if given
+        }
+        args = raw_args if "agent_args" in overrides else DEFAULT_ARGS
         origins = get("GEMINI_ADAPTER_ALLOWED_ORIGINS", DEFAULT_ORIGINS)
         return cls(
             listen=listen or get("GEMINI_ADAPTER_LISTEN_ADDR", DEFAULT_LISTEN),
-            agent_bin=binary,
+            agent_bin=binary or "gemini",
             agent_args=tuple(shlex.split(args)),  # quotes honoured (the original split on spaces)
             protocol_version=version,
             auth_token=get("GEMINI_ADAPTER_AUTH_TOKEN", ""),
             provider_id=get("GEMINI_ADAPTER_PROVIDER_ID", "gemini"),
-            provider_label=get("GEMINI_ADAPTER_PROVIDER_LABEL", "Gemini"),
+            provider_label=label or "Gemini",
             allowed_origins=tuple(o.strip() for o in origins.split(",") if o.strip()),
             upstream_method=get("GEMINI_ADAPTER_UPSTREAM_METHOD", ""),
+            overrides=frozenset(overrides),
         )
 
     def bridge_config(self, base: BridgeConfig) -> BridgeConfig:
         """The bridge config with this adapter's listen/auth/origins and its one agent.
 
-        A ``kind: stdio`` provider with the adapter's id in the YAML file keeps its
-        env/cwd/timeouts; its command is replaced by ``--agent-bin``/``--agent-args``.
+        A ``kind: stdio`` provider with the adapter's id in the YAML file is the
+        agent: its label, command, env, cwd and ``fs_read`` are used; the
+        ``GEMINI_ADAPTER_*`` env vars and the flags (``--agent-bin``,
+        ``--agent-args``) replace the label, the binary or the arguments they name.
+        Without one, the original's defaults (``gemini --acp``, label ``Gemini``).
         """
         existing = next(
-            (p for p in base.providers if p.id.lower() == self.provider_id.lower()), None
+            (p for p in base.providers if p.id.lower() == self.provider_id.lower() and p.is_stdio),
+            None,
         )
+        yaml_cmd = existing.command if existing is not None else ()
+        binary = self.agent_bin if "agent_bin" in self.overrides or not yaml_cmd else yaml_cmd[0]
+        args = self.agent_args if "agent_args" in self.overrides or not yaml_cmd else yaml_cmd[1:]
+        label = self.provider_label
+        if existing is not None and existing.label and "provider_label" not in self.overrides:
+            label = existing.label
         # gemini-cli cannot create files when fs.readTextFile is advertised
-        is_gemini = os.path.basename(self.agent_bin).startswith("gemini")
-        provider = ProviderConfig(id=self.provider_id, fs_read=not is_gemini)
-        if existing is not None and existing.is_stdio:
-            provider = existing
+        is_gemini = os.path.basename(binary).startswith("gemini")
+        provider = existing or ProviderConfig(id=self.provider_id, fs_read=not is_gemini)
         provider = replace(
-            provider,
-            label=self.provider_label,
-            kind="stdio",
-            enabled=True,
-            command=(self.agent_bin, *self.agent_args),
+            provider, label=label, kind="stdio", enabled=True, command=(binary, *args)
         )
         return replace(
             base,
@@ -124,6 +143,8 @@ class AdapterMethods:
 
     def __init__(self, bridge: Bridge, settings: AdapterSettings) -> None:
         self._settings = settings
+        #: the YAML provider's label unless GEMINI_ADAPTER_PROVIDER_LABEL says otherwise
+        self._label = bridge.config.providers[0].label or settings.provider_label
         self._base = BridgeMethods(bridge)
         agent = self._agent = bridge.stdio_agents.agent(settings.provider_id)
         agent.spec = replace(agent.spec, protocol_version=settings.protocol_version)
@@ -139,7 +160,7 @@ class AdapterMethods:
         }
 
     def _provider(self) -> dict[str, str]:
-        return {"id": self._settings.provider_id, "label": self._settings.provider_label}
+        return {"id": self._settings.provider_id, "label": self._label}
 
     async def _adapter_capabilities(
         self, params: dict[str, Any], call: CallContext, method: str
@@ -161,7 +182,7 @@ class AdapterMethods:
             "singleAgent": True,
             "multiAgent": False,
             "providers": [pid],
-            "providerCatalog": [{"providerId": pid, "label": self._settings.provider_label}],
+            "providerCatalog": [{"providerId": pid, "label": self._label}],
             "capabilities": {"single_agent": True, "multi_agent": False, "providers": [pid]},
             "provider": self._provider(),
             "upstream": {

@@ -45,6 +45,8 @@ from xwm_bridge.store.redis import RedisStore
 
 log = logging.getLogger("xwm_bridge.bridge")
 PRUNE_INTERVAL = 300.0
+#: after a forced exit, how long cancelled turns get to tell their upstreams
+FORCED_CANCEL_WAIT = 2.0
 #: idle keep-alive connections to upstreams are reused for this long (the pool stays
 #: warm); below the usual server-side keep-alive timeouts, so a reused one is alive
 UPSTREAM_KEEPALIVE = 30.0
@@ -92,7 +94,7 @@ class Bridge:
         )
         self.permissions = PermissionBroker(owner=self.events.epoch)
         self.permissions.listeners.append(self._permission_changed)
-        self.stdio_agents = StdioAgentExecutor(config, self.permissions)
+        self.stdio_agents = StdioAgentExecutor(config, self.permissions, self.metrics)
         self.gateway = GatewayManager(config)
         self.metrics.bind_gateway(self.gateway.status_counts)
         self.metrics.bind_store(store.alive, lambda: store_error_counts(store))
@@ -102,6 +104,9 @@ class Bridge:
         self._router: Router | None = None
         self._runner: TurnRunner | None = None
         self._drained = False
+        self._closed = False
+        #: set by :meth:`force_shutdown` (a second signal): the drain stops waiting
+        self._forced = asyncio.Event()
 
     def _permission_changed(self, type_: str, record: PermissionRecord) -> None:
         """Pending requests live in the store (every replica and a reconnecting client
@@ -196,10 +201,33 @@ class Bridge:
                     if pruned:
                         log.debug("pruned stored sessions", extra={"count": pruned})
 
+    @property
+    def forced(self) -> bool:
+        return self._forced.is_set()
+
+    def force_shutdown(self) -> None:
+        """Cut the drain short: running turns are cancelled now (their callers still
+        get a cancelled result; upstream cancels get at most ``FORCED_CANCEL_WAIT``)."""
+        self._forced.set()
+
+    async def _wait_turns(self, within: float) -> bool:
+        """Wait until no turn runs, at most ``within`` seconds or until forced."""
+        if self._forced.is_set():
+            return len(self.supervisor) == 0
+        # both waiters are owned here: awaited together, the loser cancelled below
+        forced = asyncio.ensure_future(self._forced.wait())
+        idle = asyncio.ensure_future(self.supervisor.wait(within))
+        try:
+            await asyncio.wait((forced, idle), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            forced.cancel()
+            idle.cancel()
+        return idle.done() and not idle.cancelled() and idle.result()
+
     async def drain(self, grace: float | None = None) -> None:
         """Refuse new and waiting turns, let running turns finish within ``grace``
-        seconds, then cancel them (their callers get a cancelled result and the
-        upstream a ``session.cancel``)."""
+        seconds (or until :meth:`force_shutdown`), then cancel them (their callers
+        get a cancelled result and the upstream a ``session.cancel``)."""
         if self._drained:
             return
         self._drained = True
@@ -208,16 +236,23 @@ class Bridge:
         refused = self.queues.close()
         running = self.sessions.running_count()
         log.info("draining", extra={"running_turns": running, "refused_waiting": refused})
-        if not await self.supervisor.wait(grace):
+        if not await self._wait_turns(grace):
             cancelled = self.sessions.cancel_all()
-            log.warning("grace period over; cancelling turns", extra={"cancelled": cancelled})
-            await self.supervisor.wait(self.config.limits.upstream_cancel_timeout + 2)
+            why = "forced exit" if self.forced else "grace period over"
+            log.warning(f"{why}; cancelling turns", extra={"cancelled": cancelled})
+            cancel_wait = self.config.limits.upstream_cancel_timeout + 2
+            if self.forced:
+                cancel_wait = min(cancel_wait, FORCED_CANCEL_WAIT)
+            await self.supervisor.wait(cancel_wait)
         await self.supervisor.shutdown(0)
 
     async def close(self, grace: float | None = None) -> None:
         """Drain (if not done yet), then release every resource: agent process groups
-        are terminated, every queued session write reaches the store."""
+        are terminated, every queued session write reaches the store. Idempotent."""
         await self.drain(grace)
+        if self._closed:
+            return
+        self._closed = True
         await self.stdio_agents.close()
         await self.gateway.close()
         if self._upstream_pool is not None:

@@ -3,6 +3,7 @@ per-request audit line and the request metrics. No method logic lives here."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -58,13 +59,37 @@ class Dispatcher:
                 raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"unknown method: {request.method}")
             value = await handler(request.params, call, request.method)
             response = jsonrpc.result(request.id, value)
+            if value.get("success") is False and "resolvedExecutionTarget" in value:
+                # a turn that ran and failed is not an "ok" request
+                outcome = "cancelled" if value.get("cancelled") is True else "failed"
         except RpcError as exc:
             outcome, code = "error", exc.code
             response = jsonrpc.error(request.id, exc.code, exc.message)
+        except asyncio.CancelledError:
+            # the caller went away (connection closed, HTTP client gone): a turn still
+            # queued is skipped, one already running goes on; audited either way
+            self._audit(request, call, handler, "abandoned", 0, started, counter, value)
+            obs.request_id.reset(token)
+            raise
         except Exception:
             outcome, code = "internal_error", jsonrpc.INTERNAL_ERROR
             log.exception("method failed", extra={"method": request.method})
             response = jsonrpc.error(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
+        self._audit(request, call, handler, outcome, code, started, counter, value)
+        obs.request_id.reset(token)
+        return None if request.is_notification else response
+
+    def _audit(
+        self,
+        request: jsonrpc.Request,
+        call: CallContext,
+        handler: Handler | None,
+        outcome: str,
+        code: int,
+        started: float,
+        counter: list[int] | None,
+        value: dict[str, Any],
+    ) -> None:
         method = request.method if handler is not None else "other"
         self.metrics.request_outcomes.get(method, call.transport, outcome).inc()
         audit: dict[str, Any] = {
@@ -87,5 +112,3 @@ class Dispatcher:
             audit["provider"] = value.get("resolvedProviderId")
             audit["success"] = value.get("success")
         events.info(AUDIT_LOGGER, "request", audit)
-        obs.request_id.reset(token)
-        return None if request.is_notification else response

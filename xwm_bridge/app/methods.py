@@ -104,8 +104,8 @@ class BridgeMethods:
             queues.check_capacity(sp.thread_id)
         except QueueFullError as exc:
             raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
-        if method == "session.start":
-            sessions.reset(sp.session_id, sp.thread_id)
+        # a session.start resets the session when its turn runs, at the head of the
+        # queue (core/turns.py): turns queued before it still continue the old one
         sessions.turn_queued(sp.session_id)
         request_id = obs.request_id.get()
         runner = bridge.runner

@@ -12,9 +12,10 @@ import asyncio
 import contextlib
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
-Entry = tuple[int, dict[str, Any]]
+from xwm_bridge.store.base import LedgerEntry
+
+Entry = LedgerEntry
 
 
 @dataclass(eq=False, slots=True)
@@ -63,11 +64,11 @@ class SessionFeed:
             if not subs:
                 del self._subs[sub.session_id]
 
-    def publish(self, session_id: str, pos: int, message: dict[str, Any]) -> None:
+    def publish(self, session_id: str, entry: Entry) -> None:
         subs = self._subs.get(session_id)
         if subs:
             for sub in subs:
-                sub.offer((pos, message))
+                sub.offer(entry)
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._subs.values())

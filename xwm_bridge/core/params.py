@@ -10,6 +10,7 @@ from xwm_bridge import coerce
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 
 SESSION_ID_REQUIRED = "sessionId is required"
+TASK_PROMPT_REQUIRED = "taskPrompt is required"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +28,14 @@ class SessionParams:
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> SessionParams:
         session_id = session_id_of(params)
+        task_prompt = coerce.text(params.get("taskPrompt"))
+        if not task_prompt:  # the original forwarded an empty turn to the agent
+            raise RpcError(INVALID_PARAMS, TASK_PROMPT_REQUIRED)
         routing = params.get("routing")
         return cls(
             session_id=session_id,
             thread_id=coerce.text(params.get("threadId"), session_id),
-            task_prompt=coerce.text(params.get("taskPrompt")),
+            task_prompt=task_prompt,
             working_directory=coerce.path_text(params.get("workingDirectory"), "workingDirectory"),
             routing=routing if isinstance(routing, dict) and routing else None,
             raw=params,

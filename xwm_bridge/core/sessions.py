@@ -21,6 +21,7 @@ from xwm_bridge.core.feed import SessionFeed
 from xwm_bridge.core.watch import EventLog
 from xwm_bridge.jsonrpc import FORBIDDEN, RpcError
 from xwm_bridge.store.base import (
+    RESULT,
     LedgerEntry,
     SessionRecord,
     SessionStore,
@@ -43,6 +44,8 @@ class Session:
     provider: str = ""
     history: list[str] = field(default_factory=list)
     seq: int = 0
+    #: event id of the last ledger entry (every notification and result counts)
+    events: int = 0
     last_used: float = field(default_factory=time.monotonic)
     last_turn_id: str = ""
     last_turn_status: str = ""
@@ -64,6 +67,7 @@ class Session:
             last_turn_status=self.last_turn_status,
             upstream=tuple(self.upstream.items()),
             owner=self.owner,
+            events=self.events,
         )
 
     @classmethod
@@ -78,11 +82,16 @@ class Session:
             last_turn_status=record.last_turn_status,
             upstream=dict(record.upstream),
             owner=record.owner,
+            events=record.events,
         )
 
     def next_seq(self) -> int:
         self.seq += 1
         return self.seq
+
+    def next_event(self) -> int:
+        self.events += 1
+        return self.events
 
     def add_prompt(self, prompt: str) -> None:
         """Keep the prompt: at most MAX_HISTORY, and the newest that fit in
@@ -229,6 +238,7 @@ class SessionRegistry:
                     fresh.history,
                 )
                 live.seq = max(live.seq, fresh.seq)
+                live.events = max(live.events, fresh.events)
                 live.last_turn_id, live.last_turn_status = (
                     fresh.last_turn_id,
                     fresh.last_turn_status,
@@ -278,8 +288,9 @@ class SessionRegistry:
         if self._sessions.get(session.session_id) is not session:
             return
         pos = relayed_pos(session.seq) if relayed else emitted_pos(session.seq)
-        self.store.append(session.session_id, LedgerEntry(pos, turn_id, message))
-        self.feed.publish(session.session_id, pos, message)
+        entry = LedgerEntry(pos, turn_id, message, event_id=session.next_event())
+        self.store.append(session.session_id, entry)
+        self.feed.publish(session.session_id, entry)
         if self.events is not None:
             params = message.get("params")
             self.events.publish(
@@ -288,6 +299,16 @@ class SessionRegistry:
                 {"turnId": turn_id, "relayed": relayed, "update": params},
                 session.session_id,
             )
+
+    def record_result(self, session: Session, turn_id: str, result: dict[str, Any]) -> None:
+        """Add a turn's final result to the ledger (``session.replay``, catch-up)."""
+        if self._sessions.get(session.session_id) is not session:
+            return
+        entry = LedgerEntry(
+            relayed_pos(session.seq), turn_id, result, event_id=session.next_event(), kind=RESULT
+        )
+        self.store.append(session.session_id, entry)
+        self.feed.publish(session.session_id, entry)
 
     def get_or_create(self, session_id: str, thread_id: str) -> Session:
         session = self._sessions.get(session_id)

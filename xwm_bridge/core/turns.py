@@ -35,6 +35,15 @@ def new_turn_id() -> str:
     return f"turn-{now}"
 
 
+#: ``last_turn_status`` → the ``outcome`` label of ``xwm_turn_duration_seconds``
+OUTCOMES = {
+    COMPLETED: "success",
+    FAILED: "failed",
+    CANCELLED: "cancelled",
+    INTERRUPTED: "interrupted",
+}
+
+
 def turn_status(result: dict[str, Any] | None, handle: TurnHandle) -> str:
     if result is None:
         return CANCELLED if handle.cancel_requested else FAILED
@@ -86,6 +95,8 @@ class TurnRunner:
         # the worker serves many requests in turn: label its log lines with this one
         obs.request_id.set(request_id)
         obs.turn_id.set("")
+        if method == "session.start":  # a new conversation, from this turn on
+            self._sessions.reset(sp.session_id, sp.thread_id)
         routing = RoutingRequest.parse(sp.raw)
         if routing is None:
             raise RpcError(INVALID_PARAMS, ROUTING_REQUIRED)
@@ -121,6 +132,7 @@ class TurnRunner:
         self._sessions.turn_started(handle)
         started = time.monotonic()
         result: dict[str, Any] | None = None
+        status = FAILED
         try:
             await ctx.emit(dict(STARTED_UPDATE))
             result = await self._execute(executor, ctx, handle)
@@ -136,21 +148,29 @@ class TurnRunner:
             if journal is not None and entry is not None:
                 current = self._sessions.get(sp.session_id) is session  # not reset meanwhile
                 journal.finished(entry, session, status, result, store=current)
-        elapsed = time.monotonic() - started
-        self._metrics.turn_durations.get(decision.execution_target, provider).observe(elapsed)
-        events.info(
-            TURNS_LOGGER,
-            "turn finished",
-            {
-                "session_id": sp.session_id[:128],
-                "mode": turn.mode.value,
-                "route": decision.reason,
-                "provider": provider,
-                "success": result.get("success"),
-                "duration_ms": round(elapsed * 1000, 1),
-            },
-        )
+            elapsed = time.monotonic() - started
+            outcome = OUTCOMES[status]
+            self._metrics.turn_durations.get(
+                decision.execution_target, turn.mode.value, provider, outcome
+            ).observe(elapsed)
+        fields = {
+            "session_id": sp.session_id[:128],
+            "mode": turn.mode.value,
+            "route": decision.reason,
+            "provider": provider,
+            "success": result.get("success"),
+            "outcome": outcome,
+            "duration_ms": round(elapsed * 1000, 1),
+        }
+        if outcome == "success":
+            events.info(TURNS_LOGGER, "turn finished", fields)
+        else:
+            fields["error"] = str(result.get("error") or "")[:500]
+            # a failed turn is a warning, with its reason; a cancelled one is not a failure
+            line = events.warning if outcome == "failed" else events.info
+            line(TURNS_LOGGER, "turn finished", fields)
         result.update(decision.fields())
+        self._sessions.record_result(session, turn_id, result)  # session.replay returns it
         # routing.md §6.5, with the fix: a failed write is logged, the result stands
         await self._router.record(routing, decision, result)
         return result

@@ -225,7 +225,7 @@ class GatewayManager:
         finally:
             rt.active_calls -= 1
             rt.last_activity = time.monotonic()
-            rt.detach(notify)
+            rt.detach(notify, connection)
 
     async def connect(
         self,

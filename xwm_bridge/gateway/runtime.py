@@ -89,13 +89,17 @@ class GatewayRuntime:
     # --- notification fan-out ----------------------------------------------------------
 
     def attach(self, notify: Notify | None, connection: Any | None) -> None:
+        """Send this runtime's notifications to a call in flight: over its long-lived
+        connection when it has one (which also keeps getting them after the call),
+        else to the call's own ``notify`` (an SSE response). Never both: the call's
+        ``notify`` is a wrapper of the connection's, so each frame would arrive twice."""
         if connection is not None:
             self._live.add(connection)
-        if notify is not None:
+        elif notify is not None:
             self._sinks[notify] = self._sinks.get(notify, 0) + 1
 
-    def detach(self, notify: Notify | None) -> None:
-        if notify is not None:
+    def detach(self, notify: Notify | None, connection: Any | None = None) -> None:
+        if connection is None and notify is not None:
             left = self._sinks.get(notify, 0) - 1
             if left > 0:
                 self._sinks[notify] = left
@@ -284,7 +288,7 @@ class GatewayRuntime:
                     continue
                 out = hs.on_frame(frame)
                 if out is not None:
-                    await ws.send(out.decode())
+                    await ws.send(out, text=True)  # JSON goes out as a text frame
                     deadline = loop.time() + s.hello_timeout
         except BaseException:
             await _close_quietly(ws)
@@ -447,7 +451,9 @@ class GatewayRuntime:
         try:
             try:
                 async with self._send_lock:
-                    await asyncio.wait_for(ws.send(p.encode_request(rid, method, params)), timeout)
+                    await asyncio.wait_for(
+                        ws.send(p.encode_request(rid, method, params), text=True), timeout
+                    )
             except (OSError, TimeoutError, websockets.WebSocketException) as exc:
                 raise GatewayError(str(exc) or type(exc).__name__, "SOCKET_FAILURE") from None
             try:

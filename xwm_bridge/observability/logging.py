@@ -1,4 +1,5 @@
-"""One JSON object per line on stderr, with every configured secret redacted.
+"""One JSON object per line on stderr (or, with ``--log-format text``, one
+human-readable line), with every configured secret redacted.
 
 Two ways in, one way out:
 
@@ -7,7 +8,8 @@ Two ways in, one way out:
   handler lock, no formatter lookup (about 20 µs saved per request);
 * the stdlib :mod:`logging` tree, for everything else, through :class:`JsonFormatter`.
 
-Both render through :func:`render_line` (same fields, same redaction) into one
+Both render through :func:`render_line` (same fields, same redaction; JSON, or
+``key=value`` text for a terminal) into one
 :class:`LineSink`, which writes the lines in order, in batches, from its own
 thread: the event loop never blocks on ``write(2)``. Warnings and errors are
 written through at once (with everything queued before them), so a crash right
@@ -90,6 +92,37 @@ def _scalars(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: ``log_format`` values: ``auto`` = text when stderr is a terminal, else JSON
+LOG_FORMATS = ("auto", "json", "text")
+
+
+def _text_value(value: Any) -> str:
+    if isinstance(value, str):
+        if value and not any(c.isspace() or c in '"=' for c in value):
+            return value
+        return orjson.dumps(value).decode()
+    if isinstance(value, bool) or value is None:
+        return orjson.dumps(value).decode()
+    if isinstance(value, (int, float)):
+        return repr(value)
+    try:
+        return orjson.dumps(value, default=repr).decode()
+    except TypeError:
+        return repr(value)[:2000]
+
+
+def render_text(entry: dict[str, Any]) -> bytes:
+    """``<ts> LEVEL   logger: msg key=value …`` (and the traceback, indented, below)."""
+    head = f"{entry.pop('ts')} {entry.pop('level').upper():<7} {entry.pop('logger')}: "
+    parts = [head + str(entry.pop("msg"))]
+    exc = entry.pop("exc", "")
+    parts += [f"{key}={_text_value(value)}" for key, value in entry.items()]
+    line = " ".join(parts)
+    if exc:
+        line += "\n" + "\n".join("    " + x for x in str(exc).splitlines())
+    return line.encode(errors="replace")
+
+
 def render_line(
     redactor: Redactor,
     clock: _Clock,
@@ -99,6 +132,8 @@ def render_line(
     msg: str,
     fields: dict[str, Any] | None,
     exc: str = "",
+    *,
+    text: bool = False,
 ) -> bytes:
     entry: dict[str, Any] = {
         "ts": clock.stamp(created),
@@ -115,6 +150,8 @@ def render_line(
         entry.update(_capped(fields))
     if exc:
         entry["exc"] = _cap(exc, MAX_EXC_CHARS)
+    if text:  # a terminal's line, not JSON: every form of every secret replaced
+        return redactor.redact_bytes(render_text(entry)) + b"\n"
     try:
         line = orjson.dumps(entry, default=repr)
     except TypeError:  # e.g. a peer's value nested deeper than orjson writes
@@ -207,21 +244,40 @@ class EventLog:
         self._clock = _Clock()
         self.configure(sink, redactor, level)
 
-    def configure(self, sink: LineSink | None, redactor: Redactor, level: int) -> None:
+    def configure(
+        self, sink: LineSink | None, redactor: Redactor, level: int, *, text: bool = False
+    ) -> None:
         self._sink = sink
         self._redactor = redactor
         self.level = level
+        self.text = text
 
     def info(self, logger: str, msg: str, fields: dict[str, Any]) -> None:
         if self.level <= logging.INFO and self._sink is not None:
             self._sink.put(
-                render_line(self._redactor, self._clock, time.time(), "info", logger, msg, fields)
+                render_line(
+                    self._redactor,
+                    self._clock,
+                    time.time(),
+                    "info",
+                    logger,
+                    msg,
+                    fields,
+                    text=self.text,
+                )
             )
 
     def warning(self, logger: str, msg: str, fields: dict[str, Any]) -> None:
         if self.level <= logging.WARNING and self._sink is not None:
             line = render_line(
-                self._redactor, self._clock, time.time(), "warning", logger, msg, fields
+                self._redactor,
+                self._clock,
+                time.time(),
+                "warning",
+                logger,
+                msg,
+                fields,
+                text=self.text,
             )
             self._sink.put_now(line)
 
@@ -231,10 +287,13 @@ events = EventLog(None, Redactor(), logging.INFO)
 
 
 class JsonFormatter(logging.Formatter):
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    """stdlib records as :func:`render_line` lines (``text``: the terminal format)."""
+
+    def __init__(self, secrets: Iterable[str] = (), *, text: bool = False) -> None:
         super().__init__()
         self._redactor = Redactor(secrets)
         self._clock = _Clock()
+        self.text = text
 
     def redact(self, text: str) -> str:
         return self._redactor.text(text)
@@ -255,6 +314,7 @@ class JsonFormatter(logging.Formatter):
             record.getMessage(),
             fields,
             exc,
+            text=self.text,
         )
 
     def format(self, record: logging.LogRecord) -> str:
@@ -285,13 +345,27 @@ class SinkHandler(logging.Handler):
 _sink: LineSink | None = None
 
 
+def text_format(log_format: str, fd: int = 2) -> bool:
+    """``text`` → True, ``json`` → False, ``auto`` → whether ``fd`` is a terminal."""
+    if log_format == "auto":
+        try:
+            return os.isatty(fd)
+        except OSError:
+            return False
+    return log_format == "text"
+
+
 def setup_logging(
     level: str,
     secrets: Iterable[str] = (),
     *,
     write: Callable[[bytes], None] | None = None,
+    log_format: str = "json",
 ) -> LineSink:
-    """Route every log line of the process through one sink (``write`` defaults to fd 2)."""
+    """Route every log line of the process through one sink (``write`` defaults to fd 2).
+
+    ``log_format``: ``json`` (one object per line), ``text`` (for a terminal) or
+    ``auto`` (text when stderr is a terminal, else JSON)."""
     global _sink
     # every request logs an audit line: skip the caller lookup (a stack walk per
     # record) and the thread/process names no line uses
@@ -302,13 +376,14 @@ def setup_logging(
     if _sink is not None:
         _sink.close()
     secrets = tuple(secrets)
+    text = text_format(log_format)
     sink = _sink = LineSink(write)
-    handler = SinkHandler(sink, JsonFormatter(secrets))
+    handler = SinkHandler(sink, JsonFormatter(secrets, text=text))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     numeric = root.level
-    events.configure(sink, Redactor(secrets), numeric)
+    events.configure(sink, Redactor(secrets), numeric, text=text)
     # aiohttp's access log duplicates our own request logging
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     atexit.register(sink.flush)

@@ -6,7 +6,15 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -30,6 +38,9 @@ class Children:
         return child
 
 
+#: ``outcome`` of ``xwm_turn_duration_seconds``
+TURN_OUTCOMES = ("success", "failed", "cancelled", "interrupted")
+
 TURN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
@@ -37,19 +48,30 @@ class Metrics:
     """Counters and histograms updated by the core; gauges read live state on scrape."""
 
     def __init__(self) -> None:
+        # no ``*_created`` series: they double the scrape size and nothing reads them
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, _resident_memory_bytes, …
         self.requests = Counter(
             "xwm_requests",
-            "JSON-RPC requests by method, transport and outcome",
+            "JSON-RPC requests by method, transport and outcome (ok, error, internal_error, "
+            "abandoned; turns: failed, cancelled)",
             ["method", "transport", "outcome"],
             registry=r,
         )
         self.turn_seconds = Histogram(
             "xwm_turn_duration_seconds",
-            "Turn latency from the head of the thread queue to the result",
-            ["target", "provider"],
+            "Turn latency from the head of the thread queue to the result, by execution "
+            "target, mode, provider and outcome (success, failed, cancelled, interrupted)",
+            ["target", "mode", "provider", "outcome"],
             buckets=TURN_BUCKETS,
+            registry=r,
+        )
+        self.rejected = Counter(
+            "xwm_rejected_requests",
+            "Requests refused before reaching a method, by transport and reason",
+            ["transport", "reason"],
             registry=r,
         )
         self.upstream_errors = Counter(
@@ -85,6 +107,7 @@ class Metrics:
         self.request_outcomes = Children(self.requests)
         self.turn_durations = Children(self.turn_seconds)
         self.upstream_failures = Children(self.upstream_errors)
+        self.rejections = Children(self.rejected)
         self.received = Children(self.bytes_in)
         self.sent = Children(self.bytes_out)
         self.connections_closed = Children(self._connections_closed)

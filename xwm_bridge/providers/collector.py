@@ -1,7 +1,9 @@
 """Notification collector and result assembly for single-agent turns (forwarding.md §4.6-4.7).
 
-Two collector bugs of the original are fixed: streamed deltas are
-concatenated as sent (not trimmed and joined with newlines), and an object
+As the original, each streamed ``delta`` is trimmed and the non-blank ones are
+joined with ``"\n"``: bridge-protocol upstreams send whole lines as deltas
+(ACP agent chunks, which are pieces of one text, are concatenated by the stdio
+executor instead). One collector bug of the original is fixed: an object
 ``message`` contributes its ``content``.
 """
 
@@ -48,8 +50,10 @@ class Collector:
         if wd:
             self.working_directory = wd
         delta = params.get("delta")
-        if isinstance(delta, str) and delta:
-            self.deltas.append(delta)
+        if isinstance(delta, str):
+            delta = delta.strip()
+            if delta:
+                self.deltas.append(delta)
         message = params.get("message")
         if isinstance(message, dict):
             text = coerce.text(message.get("content"))
@@ -63,7 +67,7 @@ class Collector:
             result.get("output"),
             result.get("summary"),
             result.get("message"),
-            "".join(self.deltas).strip(),
+            "\n".join(self.deltas),
             self.last_message,
         )
         if text:

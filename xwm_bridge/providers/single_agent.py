@@ -114,13 +114,13 @@ class SingleAgentExecutor:
         except UpstreamError as exc:
             message = str(exc)
             log.warning("upstream call failed", extra={"provider": provider.id, "error": message})
-            self._metrics.upstream_errors.labels(provider.id, exc.kind).inc()
+            self._metrics.upstream_failures.get(provider.id, exc.kind).inc()
             if exc.timed_out:  # the upstream may still be working on it
                 await cancel_upstream()
             await ctx.emit_error(message)
             return self.failure(ctx, message)
         except asyncio.CancelledError:
-            self._metrics.upstream_errors.labels(provider.id, "cancelled").inc()
+            self._metrics.upstream_failures.get(provider.id, "cancelled").inc()
             await cancel_upstream()
             raise
 

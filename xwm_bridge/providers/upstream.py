@@ -173,7 +173,7 @@ class UpstreamClient:
                 compression=None,
                 proxy=None,
             ) as ws:
-                await ws.send(call.request.decode())  # JSON goes out as a text frame
+                await ws.send(call.request, text=True)  # JSON goes out as a text frame
                 while True:
                     try:
                         raw = await asyncio.wait_for(ws.recv(), provider.read_timeout)

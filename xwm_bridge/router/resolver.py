@@ -259,7 +259,11 @@ async def resolve(
         if explicit_provider in available_lc:
             provider = explicit_provider
         else:
-            code, message = PROVIDER_UNAVAILABLE, "explicit provider is unavailable"
+            enabled = ", ".join(available_lc) if available_lc else "none enabled"
+            if available_lc:
+                enabled = f"enabled: {enabled}"
+            code = PROVIDER_UNAVAILABLE
+            message = f"explicit provider is unavailable: {req.explicit_provider!r} ({enabled})"
     elif remembered in available_lc and remembered:
         provider = remembered
     elif target == SINGLE_AGENT:

@@ -66,8 +66,8 @@ class Router:
         hit = self._located.get(wd)
         if hit is not None and now - hit[0] < memory.STAT_TTL:
             return hit[1]
-        rc = self._config.router
-        located = memory.locate(wd, rc.memory_home, rc.memory_project_roots)
+        cfg = self._config
+        located = memory.locate(wd, cfg.router.memory_home, cfg.memory_roots)
         if len(self._located) >= LOCATIONS_CACHED:
             self._located.clear()
         self._located[wd] = (now, located)

@@ -1,9 +1,10 @@
 """The session store interface, its records, and the in-memory implementation.
 
 A store keeps what a session needs to survive a restart: the record (thread,
-provider binding, upstream session ids, prompt history, ``seq``, last turn id
-and status) and a bounded ledger of the notifications of recent turns, which
-``session.replay`` and the SSE catch-up stream read back.
+provider binding, upstream session ids, prompt history, ``seq``, the last event
+id, last turn id and status) and a bounded ledger of the notifications and final
+results of recent turns, which ``session.replay`` and the SSE catch-up stream
+read back.
 
 Writes (:meth:`SessionStore.save`, :meth:`append`, :meth:`delete`) never block
 the event loop: an implementation queues them and applies them in order.
@@ -56,7 +57,10 @@ class StoreHealth:
     #: ``running`` (the writer thread or task is alive)
     check: str
     ok: bool
+    #: why not, naming the store (never a password)
     error: str = ""
+    #: what was found, when it is fine (doctor prints it)
+    detail: str = ""
 
     def wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "check": self.check, "ok": self.ok}
@@ -91,23 +95,38 @@ class SessionRecord:
     #: upstream session ids, e.g. ``acpSessionId`` / ``acpCwd`` / ``gatewaySessionKey``
     upstream: tuple[tuple[str, str], ...] = ()
     updated_at: float = field(default_factory=time.time)
+    #: the event id of the session's last ledger entry (see :class:`LedgerEntry`)
+    events: int = 0
     #: the principal that created the session (a digest of its bearer); "" = unowned
     owner: str = ""
 
 
+#: ledger entry kinds: a notification sent to the client, or a turn's final result
+NOTIFICATION = "notification"
+RESULT = "result"
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """One notification sent to the client during a turn.
+    """One notification sent to the client during a turn, or the turn's final result.
 
-    ``pos`` orders entries against ``seq``: a bridge ``session.update`` with
-    seq N has pos 2N; an upstream frame relayed after it has pos 2N+1, so
-    "everything after seq N" is ``pos > 2N``.
+    Two positions:
+
+    * ``event_id`` — distinct and increasing per session (1, 2, 3, … from the
+      session's start, every entry counted): the SSE ``id:``, ``Last-Event-ID``
+      and ``session.replay``'s ``afterEventId``;
+    * ``pos`` orders entries against the bridge ``seq``: a bridge
+      ``session.update`` with seq N has pos 2N; an upstream frame relayed after
+      it, or the turn's result, has pos 2N+1, so "everything after seq N" is
+      ``pos > 2N``.
     """
 
     pos: int
     turn_id: str
     message: dict[str, Any]
     ts: float = field(default_factory=time.time)
+    event_id: int = 0
+    kind: str = NOTIFICATION
 
 
 def emitted_pos(seq: int) -> int:
@@ -162,9 +181,10 @@ class SessionStore(Protocol):
     def alive(self) -> bool:
         """The writer runs and its last batch was accepted (cheap: no I/O; for metrics)."""
 
-    async def health(self) -> StoreHealth:
-        """Probe the store within :data:`HEALTH_TIMEOUT`; never raises. A writer found
-        dead is restarted first."""
+    async def health(self, deadline_s: float = HEALTH_TIMEOUT) -> StoreHealth:
+        """Probe the running store within ``deadline_s``; never raises. A writer found
+        dead is restarted first. ``/readyz`` asks it; ``doctor`` asks
+        ``store.health.probe_store`` (which starts nothing) for the same answer."""
 
     def save(self, record: SessionRecord) -> None:
         """Queue an upsert of the record."""
@@ -179,12 +199,12 @@ class SessionStore(Protocol):
         """The record, with ``seq`` at least the highest seq in its ledger."""
 
     async def replay(
-        self, session_id: str, after_seq: int, limit: int
-    ) -> list[tuple[int, dict[str, Any]]]:
-        """``(pos, message)`` of the ledger entries sent after bridge update
-        ``after_seq``, oldest first. The read is queued synchronously when the
-        coroutine is first awaited: it sees every write queued before (the Redis
-        store may also show writes queued just after)."""
+        self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
+    ) -> list[LedgerEntry]:
+        """The ledger entries after bridge update ``after_seq`` — or, when
+        ``after_event`` is given, after that event id — oldest first. The read is
+        queued synchronously when the coroutine is first awaited: it sees every
+        write queued before (the Redis store may also show writes queued just after)."""
 
     async def recover(self) -> list[str]:
         """Mark turns left ``running`` by a dead process as interrupted; their ids."""
@@ -218,11 +238,24 @@ class SessionStore(Protocol):
         dead process."""
 
 
-def _recovered(record: SessionRecord, ledger_seq: int) -> tuple[SessionRecord, LedgerEntry]:
+def _recovered(
+    record: SessionRecord, ledger_seq: int, ledger_events: int = 0
+) -> tuple[SessionRecord, LedgerEntry]:
     seq = max(record.seq, ledger_seq) + 1
-    entry = LedgerEntry(emitted_pos(seq), record.last_turn_id, interrupted_update(record, seq))
-    fixed = replace(record, seq=seq, last_turn_status=INTERRUPTED, updated_at=time.time())
+    event = max(record.events, ledger_events) + 1
+    message = interrupted_update(record, seq)
+    entry = LedgerEntry(emitted_pos(seq), record.last_turn_id, message, event_id=event)
+    fixed = replace(
+        record, seq=seq, events=event, last_turn_status=INTERRUPTED, updated_at=time.time()
+    )
     return fixed, entry
+
+
+def selected(entry: LedgerEntry, after_seq: int, after_event: int | None) -> bool:
+    """Whether a replay after ``after_seq`` (or ``after_event``) includes ``entry``."""
+    if after_event is not None:
+        return entry.event_id > after_event
+    return entry.pos > emitted_pos(after_seq)
 
 
 recovered = _recovered

@@ -1,9 +1,10 @@
 """The in-memory session store (backend ``memory``): nothing survives a restart.
 
 Bounded by count, age and bytes: each session's ledger keeps the newest entries
-that fit in ``ledger_max_bytes``, and all sessions together (ledgers plus prompt
-histories) fit in ``memory_max_bytes`` — past it, the oldest ledger entries of
-any session go first, then the least recently saved sessions. An entry that
+that fit in ``ledger_max_bytes`` (and always the newest one), and all sessions
+together (ledgers plus prompt histories) fit in ``memory_max_bytes`` — past it,
+the oldest ledger entries of any session go first, then the least recently saved
+sessions. An entry that
 cannot be encoded (and so could never be sent back) is dropped and counted.
 """
 
@@ -13,19 +14,19 @@ import logging
 import time
 from collections import deque
 from dataclasses import replace
-from typing import Any
 
 import orjson
 
 from xwm_bridge.store.base import (
+    HEALTH_TIMEOUT,
     RUNNING,
     LedgerEntry,
     SessionRecord,
     StoreCounters,
     StoreHealth,
     StoreLimits,
-    emitted_pos,
     recovered,
+    selected,
 )
 from xwm_bridge.store.records import (
     TURNS_PER_SESSION,
@@ -71,8 +72,8 @@ class MemoryStore:
     def alive(self) -> bool:
         return True
 
-    async def health(self) -> StoreHealth:
-        return StoreHealth(self.name, "running", True)
+    async def health(self, deadline_s: float = HEALTH_TIMEOUT) -> StoreHealth:
+        return StoreHealth(self.name, "running", True, detail="memory: nothing survives a restart")
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -103,9 +104,9 @@ class MemoryStore:
         self._ledger_bytes[session_id] = self._ledger_bytes.get(session_id, 0) + size
         self._bytes += size
         limits = self._limits
-        while ledger and (
+        while ledger and (  # the newest entry always stays
             len(ledger) > limits.ledger_max_entries
-            or self._ledger_bytes[session_id] > limits.ledger_max_bytes
+            or (self._ledger_bytes[session_id] > limits.ledger_max_bytes and len(ledger) > 1)
         ):
             self._pop_oldest(session_id, ledger)
         self._enforce_global()
@@ -155,21 +156,28 @@ class MemoryStore:
         ledger = self._ledgers.get(session_id)
         return max((e.pos // 2 for e, _ in ledger), default=0) if ledger else 0
 
+    def _ledger_events(self, session_id: str) -> int:
+        ledger = self._ledgers.get(session_id)
+        return ledger[-1][0].event_id if ledger else 0
+
     async def load(self, session_id: str) -> SessionRecord | None:
         record = self._records.get(session_id)
         if record is None:
             return None
-        return replace(record, seq=max(record.seq, self._ledger_seq(session_id)))
+        return replace(
+            record,
+            seq=max(record.seq, self._ledger_seq(session_id)),
+            events=max(record.events, self._ledger_events(session_id)),
+        )
 
     async def replay(
-        self, session_id: str, after_seq: int, limit: int
-    ) -> list[tuple[int, dict[str, Any]]]:
+        self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
+    ) -> list[LedgerEntry]:
         horizon = time.time() - self._limits.ledger_max_age
-        floor = emitted_pos(after_seq)
         out = [
-            (e.pos, e.message)
+            e
             for e, _ in self._ledgers.get(session_id, ())
-            if e.pos > floor and e.ts >= horizon
+            if e.ts >= horizon and selected(e, after_seq, after_event)
         ]
         return out[:limit]
 
@@ -178,7 +186,7 @@ class MemoryStore:
         ids = []
         for sid, record in list(self._records.items()):
             if record.last_turn_status == RUNNING:
-                fixed, entry = recovered(record, self._ledger_seq(sid))
+                fixed, entry = recovered(record, self._ledger_seq(sid), self._ledger_events(sid))
                 self.save(fixed)
                 self.append(sid, entry)
                 ids.append(sid)

@@ -6,7 +6,9 @@ write and runs after every write queued before it (it may also see writes
 queued just after it, in the same batch). Keys (``prefix`` first):
 
 * ``s:<sid>``  hash — the record, plus ``owner``: the replica running its turn
-* ``l:<sid>``  list — ledger entries (JSON ``{p, t, ts, m}``), trimmed to the cap
+* ``l:<sid>``  list — ledger entries (JSON ``{p, e, k, t, ts, m}``: seq position, event
+  id, kind, turn, time, message), trimmed to the cap
+* ``schema``   the key layout's version (:data:`SCHEMA_VERSION`)
 * ``running``  set  — sessions whose last turn is ``running``
 * ``replica:<id>`` — a replica's liveness key, refreshed every ``lease_ttl / 3``
 
@@ -32,6 +34,7 @@ import redis.asyncio as aioredis
 
 from xwm_bridge.store.base import (
     HEALTH_TIMEOUT,
+    NOTIFICATION,
     RUNNING,
     LedgerEntry,
     SessionRecord,
@@ -39,8 +42,8 @@ from xwm_bridge.store.base import (
     StoreError,
     StoreHealth,
     StoreLimits,
-    emitted_pos,
     recovered,
+    selected,
 )
 from xwm_bridge.store.records import (
     TURNS_PER_SESSION,
@@ -68,22 +71,22 @@ if ARGV[4] == '1' then redis.call('SADD', KEYS[3], ARGV[3])
 else redis.call('SREM', KEYS[3], ARGV[3]) end
 return 1
 """
-# KEYS: ledger, record; ARGV: cap, ttl s, seq, max bytes, entries… — the ledger keeps the
-# newest `cap` entries that fit in `max bytes`; the record hash keeps the ledger's byte size
-# (reset when the list was empty: expired or deleted)
+# KEYS: ledger, record; ARGV: cap, ttl s, seq, event id, max bytes, entries… — the ledger
+# keeps the newest `cap` entries that fit in `max bytes` (the newest always); the record
+# hash keeps the ledger's byte size (reset when the list was empty: expired or deleted)
 APPEND = """
 local added = 0
-for i = 5, #ARGV do added = added + #ARGV[i] end
+for i = 6, #ARGV do added = added + #ARGV[i] end
 local before = redis.call('LLEN', KEYS[1])
-local n = redis.call('RPUSH', KEYS[1], unpack(ARGV, 5))
+local n = redis.call('RPUSH', KEYS[1], unpack(ARGV, 6))
 local total = added
 if before > 0 then total = redis.call('HINCRBY', KEYS[2], 'ledger_bytes', added) end
-local cap, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[4])
-while n > 0 and (n > cap or total > max_bytes) do
+local cap, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[5])
+while n > 0 and (n > cap or (total > max_bytes and n > 1)) do
   total = total - #redis.call('LPOP', KEYS[1])
   n = n - 1
 end
-redis.call('HSET', KEYS[2], 'ledger_bytes', total, 'ledger_seq', ARGV[3])
+redis.call('HSET', KEYS[2], 'ledger_bytes', total, 'ledger_seq', ARGV[3], 'ledger_events', ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return 1
 """
@@ -104,6 +107,9 @@ LIST_BATCH = 200
 #: most index entries one session.list page reads (a very selective filter pages on)
 LIST_SCAN_MAX = 5000
 _WRITES = frozenset({"save", "append", "delete", "eval", "turn", "perm", "unperm"})
+#: version of the key layout. 0 (issue 6): ledger entries had no event id (``e``);
+#: :meth:`RedisStore.migrate` numbers them on start.
+SCHEMA_VERSION = 1
 Call = Callable[[aioredis.Redis], Awaitable[Any]]
 
 
@@ -117,6 +123,7 @@ def _to_hash(r: SessionRecord, owner: str) -> dict[str, str | int | float | byte
         "last_turn_status": r.last_turn_status,
         "upstream": orjson.dumps([list(kv) for kv in r.upstream]),
         "updated_at": r.updated_at,
+        "events": r.events,
         "owner": owner,  # the replica running the turn
         "principal": r.owner,  # the client the session belongs to
     }
@@ -142,7 +149,20 @@ def _from_hash(sid: str, h: Mapping[Any, Any]) -> SessionRecord:
         last_turn_status=text("last_turn_status"),
         upstream=tuple((str(k), str(v)) for k, v in orjson.loads(h.get(b"upstream", b"[]"))),
         updated_at=float(text("updated_at") or 0),
+        events=int(text("events") or 0),
         owner=text("principal"),
+    )
+
+
+def _entry(item: bytes | str) -> LedgerEntry:
+    e = orjson.loads(item)
+    return LedgerEntry(
+        int(e["p"]),
+        e.get("t", ""),
+        e["m"],
+        float(e["ts"]),
+        int(e.get("e", 0)),
+        e.get("k", NOTIFICATION),
     )
 
 
@@ -186,6 +206,7 @@ class RedisStore:
         try:
             await asyncio.wait_for(self.client.ping(), self.timeout)
             await self._beat()
+            await asyncio.wait_for(self.migrate(), self.timeout * 12)
         except (OSError, TimeoutError, aioredis.RedisError) as exc:
             await self.client.aclose()
             raise StoreError(f"session store: cannot reach Redis at {self._where}: {exc}") from None
@@ -206,18 +227,25 @@ class RedisStore:
         log.error("session store writer had stopped; starting it again")
         self._writer = asyncio.get_running_loop().create_task(self._serve(), name="redis-store")
 
-    async def health(self) -> StoreHealth:
+    async def health(self, deadline_s: float = HEALTH_TIMEOUT) -> StoreHealth:
+        """A probe key written (it expires) within ``deadline_s``: Redis is reachable and
+        takes writes. A writer task found ended is started again first."""
         if self._writer is None or self._closed:
-            return StoreHealth(self.name, "running", False, "the session store is not running")
+            error = f"session store: Redis at {self._where}: not running"
+            return StoreHealth(self.name, "running", False, error)
         self._ensure_running()
+        wait = min(self.timeout, deadline_s)
         try:
-            await asyncio.wait_for(self.client.ping(), min(self.timeout, HEALTH_TIMEOUT))
-        except TimeoutError:
-            error = f"no PING answer within {min(self.timeout, HEALTH_TIMEOUT):g}s"
-            return StoreHealth(self.name, "reachable", False, f"Redis at {self._where}: {error}")
-        except Exception as exc:
-            return StoreHealth(self.name, "reachable", False, f"Redis at {self._where}: {exc}")
-        return StoreHealth(self.name, "reachable", True)
+            await asyncio.wait_for(
+                self.client.set(self.key("health", self.replica_id), b"1", px=60_000), wait
+            )
+        except (OSError, TimeoutError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+            error = f"Redis at {self._where}: {exc or f'no answer within {wait:g}s'}"
+            return StoreHealth(self.name, "reachable", False, error)
+        except Exception as exc:  # it answers, but refuses the write (OOM, read-only replica)
+            return StoreHealth(self.name, "writable", False, f"Redis at {self._where}: {exc}")
+        self.counters.last_error = ""  # a write went through
+        return StoreHealth(self.name, "reachable", True, detail=f"redis {self._where}")
 
     async def close(self) -> None:
         if self._closed:
@@ -248,6 +276,48 @@ class RedisStore:
                 await self._beat()
             except Exception as exc:  # Redis away: turns go on; liveness resumes with it
                 log.warning("replica heartbeat failed", extra={"error": repr(exc)})
+
+    async def migrate(self) -> int:
+        """Bring ledgers written by an earlier layout to :data:`SCHEMA_VERSION`; how
+        many were rewritten. Version 0 → 1: the entries of a ledger with no event
+        ids get 1, 2, 3, … in list order (each ledger atomically, under WATCH; a
+        ledger that already has event ids is left alone, so running it on several
+        replicas at once is harmless). Replicas of different versions must not
+        share one Redis."""
+        schema = self.key("schema")
+        if int(_text(await self.client.get(schema)) or 0) >= SCHEMA_VERSION:
+            return 0
+        rewritten = 0
+        head = self.key("l", "x")[:-1]  # "<prefix>l:"
+        async for raw_key in self.client.scan_iter(match=head + "*", count=500):
+            key = _text(raw_key)
+            rewritten += await self._migrate_ledger(key, self.key("s", key[len(head) :]))
+        await self.client.set(schema, SCHEMA_VERSION)
+        return rewritten
+
+    async def _migrate_ledger(self, key: str, record_key: str) -> int:
+        async with self.client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key, record_key)
+                    items = [orjson.loads(i) for i in await pipe.lrange(key, 0, -1)]
+                    if not items or any("e" in i for i in items):
+                        return 0
+                    ttl = int(await pipe.pttl(key))
+                    has_record = bool(await pipe.exists(record_key))
+                    for n, item in enumerate(items, 1):
+                        item["e"] = n
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.delete(key)
+                    pipe.rpush(key, *(orjson.dumps(i) for i in items))
+                    if ttl > 0:
+                        pipe.pexpire(key, ttl)
+                    if has_record:
+                        pipe.hset(record_key, "ledger_events", len(items))
+                    await pipe.execute()
+                    return 1
+                except aioredis.WatchError:
+                    continue
 
     async def replica_alive(self, replica_id: str) -> bool:
         return bool(await self.client.exists(self.key("replica", replica_id)))
@@ -290,9 +360,9 @@ class RedisStore:
 
         await self._call(noop)
 
-    async def _ledger_seq(self, db: aioredis.Redis, sid: str) -> int:
-        raw = await db.hget(self.key("s", sid), "ledger_seq")
-        return int(_text(raw) or 0)
+    async def _ledger_top(self, db: aioredis.Redis, sid: str) -> tuple[int, int]:
+        seq, events = await db.hmget(self.key("s", sid), ["ledger_seq", "ledger_events"])
+        return int(_text(seq) or 0), int(_text(events) or 0)
 
     async def load(self, session_id: str) -> SessionRecord | None:
         async def read(db: aioredis.Redis) -> SessionRecord | None:
@@ -301,29 +371,31 @@ class RedisStore:
                 return None
             record = _from_hash(session_id, h)
             top = int(_text(h.get(b"ledger_seq")) or 0)
-            if top > record.seq:
-                record = replace(record, seq=top)
+            events = int(_text(h.get(b"ledger_events")) or 0)
+            if top > record.seq or events > record.events:
+                record = replace(
+                    record, seq=max(top, record.seq), events=max(events, record.events)
+                )
             return record
 
         result: SessionRecord | None = await self._call(read)
         return result
 
     async def replay(
-        self, session_id: str, after_seq: int, limit: int
-    ) -> list[tuple[int, dict[str, Any]]]:
+        self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
+    ) -> list[LedgerEntry]:
         horizon = time.time() - self._limits.ledger_max_age
-        floor = emitted_pos(after_seq)
 
-        async def read(db: aioredis.Redis) -> list[tuple[int, dict[str, Any]]]:
+        async def read(db: aioredis.Redis) -> list[LedgerEntry]:
             raw = await db.lrange(self.key("l", session_id), 0, -1)
             out = []
             for item in raw:
-                e = orjson.loads(item)
-                if e["p"] > floor and e["ts"] >= horizon:
-                    out.append((int(e["p"]), e["m"]))
+                e = _entry(item)
+                if e.ts >= horizon and selected(e, after_seq, after_event):
+                    out.append(e)
             return out[:limit]
 
-        result: list[tuple[int, dict[str, Any]]] = await self._call(read)
+        result: list[LedgerEntry] = await self._call(read)
         return result
 
     async def recover(self) -> list[str]:
@@ -350,7 +422,7 @@ class RedisStore:
                 if record.last_turn_status != RUNNING:
                     await db.srem(self.key("running"), sid)
                     continue
-                fixed, entry = recovered(record, await self._ledger_seq(db, sid))
+                fixed, entry = recovered(record, *await self._ledger_top(db, sid))
                 pipe = db.pipeline(transaction=True)
                 self._queue_save(pipe, fixed)
                 self._queue_append(pipe, sid, [entry])
@@ -475,19 +547,24 @@ class RedisStore:
     def _queue_append(self, pipe: Any, sid: str, entries: list[LedgerEntry]) -> None:
         """One command for consecutive entries of one session (an entry that cannot be
         encoded is dropped alone)."""
-        items = []
+        items, kept = [], []
         for e in entries:
             try:
-                items.append(orjson.dumps({"p": e.pos, "t": e.turn_id, "ts": e.ts, "m": e.message}))
+                item = {"p": e.pos, "e": e.event_id, "k": e.kind, "t": e.turn_id}
+                items.append(orjson.dumps({**item, "ts": e.ts, "m": e.message}))
             except TypeError as exc:
                 self._dropped("append", sid, exc)
+                continue
+            kept.append(e)
         if not items:
             return
         cap, ttl = self._limits.ledger_max_entries, int(self._limits.retention)
-        top = max(e.pos for e in entries) // 2  # ledger_seq: load() needs no ledger scan
+        # ledger_seq / ledger_events: load() needs no ledger scan
+        top = max(e.pos for e in kept) // 2
+        events = max(e.event_id for e in kept)
         max_bytes = self._limits.ledger_max_bytes
         keys = (self.key("l", sid), self.key("s", sid))
-        pipe.eval(APPEND, 2, *keys, cap, ttl, top, max_bytes, *items)
+        pipe.eval(APPEND, 2, *keys, cap, ttl, top, events, max_bytes, *items)
 
     def _queue_operator(self, pipe: Any, op: Op) -> None:
         ttl = int(self._limits.retention)

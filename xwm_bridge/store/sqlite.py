@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -70,6 +72,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     last_turn_status TEXT NOT NULL,
     upstream BLOB NOT NULL,
     updated_at REAL NOT NULL,
+    events INTEGER NOT NULL DEFAULT 0,
     owner TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS ledger (
@@ -78,7 +81,9 @@ CREATE TABLE IF NOT EXISTS ledger (
     pos INTEGER NOT NULL,
     turn_id TEXT NOT NULL,
     message BLOB NOT NULL,
-    ts REAL NOT NULL
+    ts REAL NOT NULL,
+    event_id INTEGER NOT NULL DEFAULT 0,
+    kind TEXT NOT NULL DEFAULT 'notification'
 );
 CREATE INDEX IF NOT EXISTS ledger_session ON ledger (session_id, id);
 CREATE INDEX IF NOT EXISTS ledger_ts ON ledger (ts);
@@ -107,27 +112,30 @@ TRIM_TURNS = (
 
 #: turn rows over TURNS_PER_SESSION are deleted every this many inserts per session
 TURN_TRIM_EVERY = 8
+#: ``PRAGMA user_version`` of this layout. 0: the first layout (issue 6), whose
+#: ledger had no event ids; 1: sessions had no owner (issue 16); :func:`migrate`
+#: upgrades it in place on open.
+SCHEMA_VERSION = 2
+SESSION_COLUMNS = (
+    "session_id, thread_id, provider, history, seq, last_turn_id, last_turn_status,"
+    " upstream, updated_at, events, owner"
+)
 
-#: drop a session's oldest entries past ``ledger_max_bytes`` (the newest that fit stay)
+#: drop a session's oldest entries past ``ledger_max_bytes`` (the newest that fit stay,
+#: and the newest one always)
 TRIM_BYTES = (
     "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT MAX(id) FROM"
-    " (SELECT id, SUM(length(message)) OVER (ORDER BY id DESC) AS total FROM ledger"
-    " WHERE session_id = ?) WHERE total > ?)"
+    " (SELECT id, SUM(length(message)) OVER (ORDER BY id DESC) AS total,"
+    " ROW_NUMBER() OVER (ORDER BY id DESC) AS rn FROM ledger WHERE session_id = ?)"
+    " WHERE total > ? AND rn > 1)"
 )
 Op = tuple[Any, ...]
 _STOP: Op = ("stop",)
 _WRITES = frozenset({"save", "append", "delete", "turn", "perm", "unperm"})
 
 
-def _migrate(db: sqlite3.Connection) -> None:
-    """Files written before sessions had owners get the column (appended, unowned)."""
-    columns = {r[1] for r in db.execute("PRAGMA table_info(sessions)")}
-    if "owner" not in columns:
-        db.execute("ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
-
-
 def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
-    sid, thread, provider, history, seq, turn_id, status, upstream, updated, owner = row
+    sid, thread, provider, history, seq, turn_id, status, upstream, updated, events, owner = row
     return SessionRecord(
         session_id=sid,
         thread_id=thread,
@@ -138,8 +146,44 @@ def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
         last_turn_status=status,
         upstream=tuple((str(k), str(v)) for k, v in orjson.loads(upstream)),
         updated_at=float(updated),
+        events=int(events),
         owner=owner,
     )
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring a database of an earlier layout to :data:`SCHEMA_VERSION`, in one
+    transaction. Version 0 → 1: ledger rows get event ids 1, 2, 3, … per session
+    in insertion order, and each session its last event id. 1 → 2: sessions get an
+    ``owner`` column (empty: unowned)."""
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version >= SCHEMA_VERSION or not {"sessions", "ledger"} <= tables:
+        return  # current, or a new file (SCHEMA creates it)
+    with db:
+        db.execute("BEGIN IMMEDIATE")
+        if version < 1:
+            columns = {r[1] for r in db.execute("PRAGMA table_info(ledger)")}
+            if "event_id" not in columns:
+                db.execute("ALTER TABLE ledger ADD COLUMN event_id INTEGER NOT NULL DEFAULT 0")
+                db.execute(
+                    "ALTER TABLE ledger ADD COLUMN kind TEXT NOT NULL DEFAULT 'notification'"
+                )
+            if "events" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
+                db.execute("ALTER TABLE sessions ADD COLUMN events INTEGER NOT NULL DEFAULT 0")
+            db.execute(
+                "UPDATE ledger SET event_id = (SELECT COUNT(*) FROM ledger AS l"
+                " WHERE l.session_id = ledger.session_id AND l.id <= ledger.id)"
+                " WHERE event_id = 0"
+            )
+            db.execute(
+                "UPDATE sessions SET events = (SELECT COALESCE(MAX(event_id), 0) FROM ledger"
+                " WHERE ledger.session_id = sessions.session_id)"
+            )
+        # 1 → 2: sessions get an owner; the old ones are unowned (the next turn claims them)
+        if "owner" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
+            db.execute("ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 class SQLiteStore:
@@ -158,16 +202,50 @@ class SQLiteStore:
         self._untrimmed: dict[str, int] = {}
         self._untrimmed_bytes: dict[str, int] = {}
         self._untrimmed_turns: dict[str, int] = {}
+        #: the held ``<db>.lock`` (one process per database)
+        self._lock_fd: int | None = None
         self.counters = StoreCounters()
 
     # --- lifecycle ----------------------------------------------------------------------
 
+    @property
+    def lock_path(self) -> Path:
+        return lock_path(self.path)
+
+    def _lock(self) -> None:
+        """Hold ``<db>.lock`` for the life of the store: a second process on the same
+        database would mark this one's running turns interrupted and fork its sessions."""
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = lock_holder(fd)
+            os.close(fd)
+            raise StoreError(
+                f"session store: {self.path} is in use by another xwm-bridge process"
+                f"{f' (pid {holder})' if holder else ''}; run one process per state "
+                "directory: give this one its own store.state_dir (XWM_STATE_DIR), or "
+                "XWM_SESSION_STORE=memory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # releases the flock
+
     async def start(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock()
             self._start_thread()
             await asyncio.wait_for(asyncio.wrap_future(self._ready), READ_TIMEOUT)
         except (OSError, sqlite3.Error, TimeoutError) as exc:
+            self._unlock()
             raise StoreError(f"session store: cannot open {self.path}: {exc}") from None
 
     def _start_thread(self) -> None:
@@ -188,18 +266,19 @@ class SQLiteStore:
         running = thread is not None and thread.is_alive() and not self._closed
         return running and not self.counters.last_error
 
-    async def health(self) -> StoreHealth:
+    async def health(self, deadline_s: float = HEALTH_TIMEOUT) -> StoreHealth:
         if self._thread is None or self._closed:
-            return StoreHealth(self.name, "running", False, "the session store is not running")
+            error = f"session store {self.path}: not running"
+            return StoreHealth(self.name, "running", False, error)
         self._ensure_running()
 
         def probe(db: sqlite3.Connection) -> None:
             db.execute("INSERT OR REPLACE INTO health (k, v) VALUES ('probe', ?)", (time.time(),))
 
         try:
-            await asyncio.wait_for(self._call(probe), HEALTH_TIMEOUT)
+            await asyncio.wait_for(self._call(probe), deadline_s)
         except TimeoutError:
-            error = f"no answer from the store thread within {HEALTH_TIMEOUT:g}s"
+            error = f"no answer from the store thread within {deadline_s:g}s"
             return StoreHealth(self.name, "writable", False, f"{self.path}: {error}")
         except Exception as exc:
             return StoreHealth(self.name, "writable", False, f"{self.path}: {exc}")
@@ -208,12 +287,16 @@ class SQLiteStore:
 
     async def close(self) -> None:
         if self._thread is None or self._closed:
+            self._unlock()
             return
         self._closed = True
         self._ops.put(_STOP)
         self._wake.set()
         thread = self._thread
-        await asyncio.wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
+        finally:
+            self._unlock()
 
     # --- writes (never block the loop) ---------------------------------------------------
 
@@ -249,48 +332,58 @@ class SQLiteStore:
     async def load(self, session_id: str) -> SessionRecord | None:
         def read(db: sqlite3.Connection) -> SessionRecord | None:
             row = db.execute(
-                "SELECT * FROM sessions WHERE session_id = ?", (session_id,)
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
             ).fetchone()
             if row is None:
                 return None
             record = _row_to_record(row)
-            top = _ledger_seq(db, session_id)
-            if top > record.seq:
-                record = _with_seq(record, top)
+            top, events = _ledger_top(db, session_id)
+            if top > record.seq or events > record.events:
+                record = replace(
+                    record, seq=max(top, record.seq), events=max(events, record.events)
+                )
             return record
 
         return await self._call(read)
 
     async def replay(
-        self, session_id: str, after_seq: int, limit: int
-    ) -> list[tuple[int, dict[str, Any]]]:
+        self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
+    ) -> list[LedgerEntry]:
         horizon = time.time() - self._limits.ledger_max_age
         cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
+        if after_event is None:
+            where, floor = "pos > ?", emitted_pos(after_seq)
+        else:
+            where, floor = "event_id > ?", after_event
 
-        def read(db: sqlite3.Connection) -> list[tuple[int, dict[str, Any]]]:
+        def read(db: sqlite3.Connection) -> list[LedgerEntry]:
             # the newest `cap` entries that fit in `max_bytes` (trimming may lag behind)
             rows = db.execute(
-                "SELECT pos, message FROM (SELECT id, pos, message, ts,"
-                " SUM(length(message)) OVER (ORDER BY id DESC) AS total FROM ledger"
+                "SELECT pos, turn_id, message, ts, event_id, kind FROM (SELECT *,"
+                " SUM(length(message)) OVER (ORDER BY id DESC) AS total,"
+                " ROW_NUMBER() OVER (ORDER BY id DESC) AS rn FROM ledger"
                 " WHERE session_id = ? ORDER BY id DESC LIMIT ?)"
-                " WHERE total <= ? AND pos > ? AND ts >= ? ORDER BY id LIMIT ?",
-                (session_id, cap, max_bytes, emitted_pos(after_seq), horizon, limit),
+                f" WHERE (total <= ? OR rn = 1) AND {where} AND ts >= ? ORDER BY id LIMIT ?",
+                (session_id, cap, max_bytes, floor, horizon, limit),
             ).fetchall()
-            return [(int(r[0]), orjson.loads(r[1])) for r in rows]
+            return [
+                LedgerEntry(int(r[0]), r[1], orjson.loads(r[2]), float(r[3]), int(r[4]), r[5])
+                for r in rows
+            ]
 
         return await self._call(read)
 
     async def recover(self) -> list[str]:
         def fix(db: sqlite3.Connection) -> list[str]:
             rows = db.execute(
-                "SELECT * FROM sessions WHERE last_turn_status = ?", (RUNNING,)
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE last_turn_status = ?", (RUNNING,)
             ).fetchall()
             ids = []
             with db:
                 db.execute("DELETE FROM permissions")  # their turns died with the process
                 for row in rows:
                     record = _row_to_record(row)
-                    fixed, entry = recovered(record, _ledger_seq(db, record.session_id))
+                    fixed, entry = recovered(record, *_ledger_top(db, record.session_id))
                     _upsert(db, fixed)
                     _insert_entry(db, record.session_id, entry)
                     ids.append(record.session_id)
@@ -353,7 +446,8 @@ class SQLiteStore:
             where.append("(s.updated_at < ? OR (s.updated_at = ? AND s.session_id < ?))")
             args += [query.after[0], query.after[0], query.after[1]]
         sql = (
-            "SELECT s.*, t.body FROM sessions s LEFT JOIN turns t"
+            f"SELECT {', '.join('s.' + c.strip() for c in SESSION_COLUMNS.split(','))}, t.body"
+            " FROM sessions s LEFT JOIN turns t"
             " ON t.session_id = s.session_id AND t.turn_id = s.last_turn_id"
             f" WHERE {' AND '.join(where)}"
             " ORDER BY s.updated_at DESC, s.session_id DESC LIMIT ?"
@@ -363,7 +457,7 @@ class SQLiteStore:
         def read(db: sqlite3.Connection) -> SessionPage:
             rows = db.execute(sql, args).fetchall()
             items = [
-                (_row_to_record(r[:10]), TurnRecord.loads(r[10]) if r[10] else None)
+                (_row_to_record(r[:-1]), TurnRecord.loads(r[-1]) if r[-1] else None)
                 for r in rows[: query.limit]
             ]
             more = len(rows) > query.limit and items
@@ -389,8 +483,9 @@ class SQLiteStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
+            migrate(db)
             db.executescript(SCHEMA)
-            _migrate(db)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except Exception as exc:  # reported to start()
             self._ready.set_exception(exc)
             return
@@ -572,18 +667,30 @@ def _superseded(writes: list[Op]) -> set[int]:
     return live
 
 
-def _with_seq(record: SessionRecord, seq: int) -> SessionRecord:
-    return replace(record, seq=seq)
+def lock_path(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + ".lock")
 
 
-def _ledger_seq(db: sqlite3.Connection, session_id: str) -> int:
-    row = db.execute("SELECT MAX(pos) FROM ledger WHERE session_id = ?", (session_id,)).fetchone()
-    return int(row[0]) // 2 if row and row[0] is not None else 0
+def lock_holder(fd: int) -> str:
+    """The pid written in a lock file (may be stale or empty)."""
+    with contextlib.suppress(OSError, ValueError):
+        return os.pread(fd, 32, 0).decode().strip()
+    return ""
+
+
+def _ledger_top(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
+    """The highest bridge seq and event id in a session's ledger."""
+    row = db.execute(
+        "SELECT MAX(pos), MAX(event_id) FROM ledger WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if not row or row[0] is None:
+        return 0, 0
+    return int(row[0]) // 2, int(row[1])
 
 
 def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
     db.execute(
-        "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 11)})",
         (
             r.session_id,
             r.thread_id,
@@ -594,6 +701,7 @@ def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
             r.last_turn_status,
             orjson.dumps(r.upstream),
             r.updated_at,
+            r.events,
             r.owner,
         ),
     )
@@ -603,8 +711,9 @@ def _insert_entry(db: sqlite3.Connection, session_id: str, e: LedgerEntry) -> in
     """Insert one entry; its encoded size."""
     message = orjson.dumps(e.message)
     db.execute(
-        "INSERT INTO ledger (session_id, pos, turn_id, message, ts) VALUES (?, ?, ?, ?, ?)",
-        (session_id, e.pos, e.turn_id, message, e.ts),
+        "INSERT INTO ledger (session_id, pos, turn_id, message, ts, event_id, kind)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (session_id, e.pos, e.turn_id, message, e.ts, e.event_id, e.kind),
     )
     return len(message)
 

@@ -17,6 +17,13 @@ import orjson
 from aiohttp import web
 
 from xwm_bridge.httpbody import BodyTooLarge, read_capped
+from xwm_bridge.transport.rejections import (
+    BAD_BODY,
+    FOREIGN_BRIDGE,
+    METHOD_NOT_ALLOWED,
+    RATE_LIMITED,
+    reject,
+)
 
 if TYPE_CHECKING:
     from xwm_bridge.app.bridge import Bridge
@@ -72,10 +79,22 @@ class BootstrapHandlers:
         body = {"ok": True, "bridgeOrigin": self.public_base_url, "issuedBy": ISSUED_BY}
         return web.Response(body=orjson.dumps(body) + b"\n", content_type="application/json")
 
+    def _reject(self, request: web.Request, reason: str, status: int) -> None:
+        reject(
+            self._bridge.metrics,
+            "bootstrap",
+            reason,
+            status=status,
+            path=request.path,
+            remote=request.remote or "",
+        )
+
     async def consume(self, request: web.Request) -> web.Response:
         if request.method != "POST":
+            self._reject(request, METHOD_NOT_ALLOWED, 405)
             return _text(405, "method not allowed")
         if not self._limiter.allow(request.remote or "unknown"):
+            self._reject(request, RATE_LIMITED, 429)
             return _text(
                 429, "too many bootstrap requests; retry in a minute", {"Retry-After": "60"}
             )
@@ -85,19 +104,25 @@ class BootstrapHandlers:
                 raw = await request.read()
             body = orjson.loads(raw)
         except (web.HTTPRequestEntityTooLarge, orjson.JSONDecodeError):
+            self._reject(request, BAD_BODY, 400)
             return _text(400, "invalid request body")
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            self._reject(request, BAD_BODY, 400)
             return _text(400, "invalid request body")
         if not isinstance(body, dict) or any(
             k in body and not isinstance(body[k], str) for k in ("ticket", "bridge")
         ):
+            self._reject(request, BAD_BODY, 400)
             return _text(400, "invalid request body")
         ticket = str(body.get("ticket", "")).strip()
         if not ticket:
             return _text(400, "ticket is required")
         bridge = str(body.get("bridge", "")).strip().rstrip("/") or self.public_base_url
         if bridge != self.public_base_url:
-            return _text(400, "bridge does not match this bridge's public URL")
+            # 403 as the accounts service answers a ticket for another bridge (the
+            # original relayed the request and passed that status through)
+            self._reject(request, FOREIGN_BRIDGE, 403)
+            return _text(403, "bridge does not match this bridge's public URL")
         token = cfg.internal_service_token
         if not token:
             return _text(500, "internal service token is not configured")

@@ -1,81 +1,92 @@
 """``GET /acp/sessions/{sessionId}/events``: the SSE catch-up stream (issue 6).
 
 Additive to the original contract. A client that lost its stream reconnects
-here with ``Last-Event-ID: <seq>`` (or ``?afterSeq=<seq>``) and receives, as
-``id: <seq>`` + ``data: <notification>`` events, everything the session's
-ledger holds after that seq; with ``?follow=1`` the stream then stays open and
-carries the session's new notifications live, with ``: keep-alive`` comments,
+here with ``Last-Event-ID: <id>`` (or ``?afterEventId=<id>``; ``?afterSeq=<seq>``
+selects by bridge seq instead) and receives, as ``id: <id>`` + ``data:
+<notification>`` events, everything the session's ledger holds after that
+event; each turn's final result is an ``event: result`` whose data is
+``{"turnId", "result"}``. The id is the entry's event id: distinct and
+increasing per session (every notification, relayed ones included, and every
+result counts), so a reconnect resumes exactly after the last event seen.
+With ``?follow=1`` the stream then stays open and carries the session's new
+entries live, with ``: keep-alive`` comments every ``limits.sse_keepalive``,
 until the client leaves, falls too far behind, the bridge shuts down or
-``FOLLOW_MAX_SECONDS`` pass. Each event's id is the seq of the bridge update it
-is or follows, so a reconnect resumes exactly after the last bridge update seen
-(upstream frames relayed after it may be delivered again).
+``FOLLOW_MAX_SECONDS`` pass.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
 
 from aiohttp import web
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.core.feed import Subscription
+from xwm_bridge.store.base import RESULT, LedgerEntry
 from xwm_bridge.transport.notify import OrderedSender
 from xwm_bridge.wire import PLAIN, WireEncoder
 
-KEEPALIVE_SECONDS = 15.0
 FOLLOW_MAX_SECONDS = 3600.0
-#: as session.replay's afterSeq: ledger positions (2·seq + 1) stay within int64
+#: the largest afterSeq / event id a client may name: ledger positions (2·seq + 1)
+#: and event ids stay within SQLite's int64
 MAX_SEQ = 2**62 - 1
-BAD_AFTER = "afterSeq / Last-Event-ID must be a non-negative integer"
+BAD_AFTER = "afterSeq / afterEventId / Last-Event-ID must be a non-negative integer"
 
 
-def event_bytes(pos: int, message: dict[str, Any], wire: WireEncoder = PLAIN) -> bytes | None:
-    """One SSE event: ``id:`` is the bridge seq the entry is or follows (None when the
-    message cannot be encoded)."""
-    data = wire.encode(message)
+def event_bytes(entry: LedgerEntry, wire: WireEncoder = PLAIN) -> bytes | None:
+    """One SSE event: ``id:`` is the entry's event id; a result is ``event: result``
+    (None when the message cannot be encoded; secrets are redacted)."""
+    if entry.kind == RESULT:
+        data = wire.encode({"turnId": entry.turn_id, "result": entry.message})
+        if data is None:
+            return None
+        return b"event: result\nid: %d\ndata: " % entry.event_id + data + b"\n\n"
+    data = wire.encode(entry.message)
     if data is None:
         return None
-    return b"id: %d\ndata: " % (pos // 2) + data + b"\n\n"
+    return b"id: %d\ndata: " % entry.event_id + data + b"\n\n"
 
 
-def parse_after(header: str | None, query: str | None) -> int | None:
-    """The position to resume after; None when it is not ASCII digits up to MAX_SEQ
-    (``str.isdigit`` alone also accepts "²" and "٣", which ``int()`` refuses or reads;
-    a longer number overflowed the store's integer)."""
-    raw = (header or query or "0").strip()
+def _number(raw: str) -> int | None:
+    """ASCII digits up to MAX_SEQ (``str.isdigit`` alone also accepts "²" and "٣",
+    which ``int()`` refuses or reads; a longer number overflowed the store's integer)."""
+    raw = raw.strip()
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
         return None
     value = int(raw)
     return value if value <= MAX_SEQ else None
 
 
-def _fingerprint(message: dict[str, Any]) -> bytes:
-    try:
-        return jsonrpc.dumps(message)
-    except TypeError:  # not encodable: never equal to another entry
-        return b"%d" % id(message)
+def parse_after(
+    header: str | None, after_event: str | None, after_seq: str | None
+) -> tuple[int, int | None] | None:
+    """``(after_seq, after_event)`` of a catch-up request; None when malformed.
+
+    ``Last-Event-ID`` (what an ``EventSource`` sends on reconnect) wins over
+    ``?afterEventId``, which wins over ``?afterSeq`` (default 0)."""
+    event_raw = header if header is not None else after_event
+    if event_raw is not None:
+        event = _number(event_raw)
+        return None if event is None else (0, event)
+    seq = _number(after_seq or "0")
+    return None if seq is None else (seq, None)
 
 
-def drop_overlap(missed: list[tuple[int, dict[str, Any]]], sub: Subscription) -> None:
+def drop_overlap(missed: list[LedgerEntry], sub: Subscription) -> None:
     """Drop live entries the stored read already returned.
 
     Entries published after the subscription are queued in ``sub``; a store
     read may include the first few of them (it can see writes queued just after
-    it). They are the read's tail and the queue's head: remove that overlap.
+    it). Event ids are distinct and increasing: drop every queued one not after
+    the last one read.
     """
-    queued = list(sub.pending)
-    if not queued or not missed:
+    if not missed:
         return
-    key = [(pos, _fingerprint(m)) for pos, m in queued]
-    tail = [(pos, _fingerprint(m)) for pos, m in missed[-len(queued) :]]
-    for j in range(min(len(key), len(tail)), 0, -1):
-        if tail[-j:] == key[:j]:
-            for _ in range(j):
-                sub.pending.popleft()
-            return
+    last = missed[-1].event_id
+    while sub.pending and sub.pending[0].event_id <= last:
+        sub.pending.popleft()
 
 
 async def stream_events(
@@ -87,7 +98,11 @@ async def stream_events(
     principal: str = "",
 ) -> web.StreamResponse:
     session_id = request.match_info.get("sessionId", "")
-    after = parse_after(request.headers.get("Last-Event-ID"), request.query.get("afterSeq"))
+    after = parse_after(
+        request.headers.get("Last-Event-ID"),
+        request.query.get("afterEventId"),
+        request.query.get("afterSeq"),
+    )
     if after is None or not session_id:
         body = jsonrpc.error(None, jsonrpc.INVALID_PARAMS, BAD_AFTER)
         return web.Response(status=400, body=jsonrpc.dumps(body), content_type="application/json")
@@ -112,27 +127,29 @@ async def stream_events(
     sub = sessions.feed.subscribe(session_id) if follow else None
     try:
         limit = bridge.config.store.ledger_max_entries
-        missed = await sessions.store.replay(session_id, after, limit)
+        after_seq, after_event = after
+        missed = await sessions.store.replay(session_id, after_seq, limit, after_event=after_event)
         if sub is not None:
             drop_overlap(missed, sub)
         await stream.prepare(request)
         sender = OrderedSender(stream.write, timeout=send_timeout)
-        for pos, message in missed:
-            event = event_bytes(pos, message, wire)
+        for entry in missed:
+            event = event_bytes(entry, wire)
             if event is not None and not await sender.send_bytes(event):
                 return stream
         if sub is None:
             return stream
         deadline = time.monotonic() + FOLLOW_MAX_SECONDS
+        keepalive = bridge.config.limits.sse_keepalive or FOLLOW_MAX_SECONDS
         while not sender.broken and not bridge.supervisor.closing and not sub.overflowed:
             if time.monotonic() >= deadline:
                 break
-            entry = await sub.next(KEEPALIVE_SECONDS)
-            if entry is None:
+            live = await sub.next(keepalive)
+            if live is None:
                 if not sub.overflowed:
                     await sender.send_bytes(b": keep-alive\n\n")
                 continue
-            event = event_bytes(*entry, wire)
+            event = event_bytes(live, wire)
             if event is not None:
                 await sender.send_bytes(event)
     finally:

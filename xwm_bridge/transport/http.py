@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from xwm_bridge import jsonrpc
+from xwm_bridge import __version__, jsonrpc
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.core.context import CallContext
@@ -25,12 +25,19 @@ from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
+from xwm_bridge.transport import rejections as rj
 from xwm_bridge.transport.console import ConsoleHandlers
 from xwm_bridge.transport.events import stream_events
 from xwm_bridge.transport.guard import ConnectionGuard
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
-from xwm_bridge.transport.security import BearerAuth, OriginPolicy, PrincipalCache, peer_of
+from xwm_bridge.transport.security import (
+    AUTH_MESSAGES,
+    BearerAuth,
+    OriginPolicy,
+    PrincipalCache,
+    peer_of,
+)
 from xwm_bridge.wire import WireEncoder
 
 log = logging.getLogger("xwm_bridge.http")
@@ -50,6 +57,7 @@ SSE_HEADERS = {
     "Connection": "keep-alive",
     "X-Accel-Buffering": "no",
 }
+KEEPALIVE = b": keep-alive\n\n"
 #: requests one WebSocket connection may have in flight at once
 MAX_INFLIGHT_PER_CONNECTION = 256
 
@@ -172,7 +180,9 @@ class HttpTransport:
         return web.Response(text=ROOT_TEXT, content_type="text/plain")
 
     async def ping(self, request: web.Request) -> web.Response:
-        return _json_response(200, ping_fields(self.bridge.config.image))
+        # the original's fields (from IMAGE), plus this build's own version
+        body = {**ping_fields(self.bridge.config.image), "packageVersion": __version__}
+        return _json_response(200, body)
 
     # --- /acp/rpc -------------------------------------------------------------------------
 
@@ -190,15 +200,36 @@ class HttpTransport:
         for value in VARY:
             response.headers.add("Vary", value)
 
-    def _guard(self, request: web.Request) -> web.Response | None:
+    def _reject(
+        self, request: web.Request, transport: str, reason: str, status: int, **fields: Any
+    ) -> None:
+        """``status``: the HTTP status (a WebSocket close code, or 0 for a JSON-RPC
+        error on an open socket, is logged as ``ws_close`` / not at all)."""
+        if status >= 1000:
+            fields["ws_close"] = status
+        elif status:
+            fields["status"] = status
+        rj.reject(
+            self.metrics,
+            transport,
+            reason,
+            path=request.path,
+            remote=request.remote or "",
+            **fields,
+        )
+
+    def _guard(self, request: web.Request, transport: str = "http") -> web.Response | None:
         """Origin then bearer checks (contract.md §4 steps 4-5)."""
         origin = request.headers.get("Origin", "").strip()
         if origin and not self.origins.allows(origin):
+            self._reject(request, transport, rj.ORIGIN, 403, origin=origin[:200])
             return _rpc_error_response(
                 403, jsonrpc.ORIGIN_NOT_ALLOWED, f"origin not allowed: {origin}"
             )
-        if not self.auth.check(request.headers.get("Authorization")):
-            return _rpc_error_response(401, jsonrpc.UNAUTHORIZED, "missing bearer authorization")
+        why = self.auth.verify(request.headers.get("Authorization"))
+        if why:
+            self._reject(request, transport, why, 401)
+            return _rpc_error_response(401, jsonrpc.UNAUTHORIZED, AUTH_MESSAGES[why])
         return None
 
     def _call(
@@ -218,6 +249,7 @@ class HttpTransport:
         if request.method != "POST":
             if request.method == "OPTIONS":
                 return web.Response(status=204)
+            self._reject(request, "http", rj.METHOD_NOT_ALLOWED, 405, method=request.method)
             return _rpc_error_response(405, jsonrpc.INVALID_REQUEST, "method not allowed")
         denied = self._guard(request)
         if denied is not None:
@@ -229,17 +261,21 @@ class HttpTransport:
                 async with asyncio.timeout(self.limits.request_read_timeout):
                     body = await request.read()
         except web.HTTPRequestEntityTooLarge:
+            self._reject(request, "http", rj.BODY_TOO_LARGE, 413)
             return _rpc_error_response(
                 413,
                 jsonrpc.INVALID_REQUEST,
                 f"request body too large: limit is {self.limits.max_body_bytes} bytes",
             )
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            self._reject(request, "http", rj.BAD_BODY, 400)
             return _rpc_error_response(400, jsonrpc.INVALID_REQUEST, "invalid body")
         self.metrics.received.get("http").inc(len(body))
         try:
             req = jsonrpc.decode_request(body)
         except jsonrpc.DecodeError as exc:
+            reason = rj.decode_reason(exc.code)
+            self._reject(request, "http", reason, 400, error=exc.message[:200])
             return _json_response(400, exc.envelope())
 
         if "text/event-stream" not in request.headers.get("Accept", "").lower():
@@ -259,11 +295,15 @@ class HttpTransport:
         stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
         self._apply_headers(stream, cors)
         sent = self.metrics.sent.get("sse")
+        loop = asyncio.get_running_loop()
+        last_write = loop.time()
 
         async def write(data: bytes) -> None:
+            nonlocal last_write
             if not stream.prepared:
                 await stream.prepare(request)
             await stream.write(data)
+            last_write = loop.time()
             sent.inc(len(data))
 
         sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
@@ -274,9 +314,30 @@ class HttpTransport:
             if data is not None:
                 await sender.send_bytes(encode_data(data))
 
-        reply = await self.dispatcher.handle(req, self._call(request, notify, "sse"))
+        async def keepalive(interval: float) -> None:
+            # a comment line after `interval` seconds of silence, so that proxies with
+            # idle timeouts (60-100 s is common) do not cut a long, quiet turn
+            while not sender.broken:
+                idle = loop.time() - last_write
+                if idle < interval:
+                    await asyncio.sleep(interval - idle)
+                    continue
+                await sender.send_bytes(KEEPALIVE)
+
+        call = self._call(request, notify, "sse")
+        interval = self.limits.sse_keepalive
+        if interval > 0:
+            async with asyncio.TaskGroup() as group:  # the keep-alive ends with the call
+                beat = group.create_task(keepalive(interval), name="sse-keepalive")
+                try:
+                    reply = await self.dispatcher.handle(req, call)
+                finally:
+                    beat.cancel()
+        else:
+            reply = await self.dispatcher.handle(req, call)
         encoded = None if reply is None else wire.encode(reply)
         final = DONE if encoded is None else encode_data(encoded)
+
         await sender.send_bytes(final)
         if stream.prepared:
             with contextlib.suppress(ConnectionError, RuntimeError):
@@ -289,9 +350,10 @@ class HttpTransport:
         if request.method == "OPTIONS":
             response: web.StreamResponse = web.Response(status=204)
         elif request.method != "GET":
+            self._reject(request, "sse", rj.METHOD_NOT_ALLOWED, 405, method=request.method)
             response = _rpc_error_response(405, jsonrpc.INVALID_REQUEST, "method not allowed")
         else:
-            denied = self._guard(request)
+            denied = self._guard(request, "sse")
             if denied is not None:
                 response = denied
             else:
@@ -313,7 +375,7 @@ class HttpTransport:
     # --- /acp WebSocket ---------------------------------------------------------------------
 
     async def websocket(self, request: web.Request) -> web.StreamResponse:
-        denied = self._guard(request)
+        denied = self._guard(request, "ws")
         if denied is not None:
             return denied
         if request.method != "GET":
@@ -355,15 +417,22 @@ class HttpTransport:
             async for msg in ws:
                 if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                     if msg.type == aiohttp.WSMsgType.ERROR:
-                        log.info("websocket error", extra={"error": repr(ws.exception())})
+                        exc = ws.exception()
+                        if getattr(exc, "code", None) == aiohttp.WSCloseCode.MESSAGE_TOO_BIG:
+                            self._reject(request, "ws", rj.MESSAGE_TOO_LARGE, 1009)
+                        else:
+                            log.info("websocket error", extra={"error": repr(exc)})
                     break
                 received.inc(len(msg.data))
                 try:
                     req = jsonrpc.decode_request(msg.data)
                 except jsonrpc.DecodeError as exc:
+                    reason = rj.decode_reason(exc.code)
+                    self._reject(request, "ws", reason, 0, error=exc.message[:200])
                     await sender.send(exc.envelope())
                     continue
                 if len(inflight) >= MAX_INFLIGHT_PER_CONNECTION:
+                    self._reject(request, "ws", rj.TOO_MANY_INFLIGHT, 0)
                     if not req.is_notification:
                         await sender.send(
                             jsonrpc.error(

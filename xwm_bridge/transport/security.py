@@ -14,6 +14,11 @@ from urllib.parse import urlsplit
 from xwm_bridge.core import principals
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+#: :meth:`BearerAuth.verify` reasons (also the ``reason`` label of rejected requests)
+MISSING = "missing_token"
+INVALID = "invalid_token"
+#: 401 messages: the original said "missing" for a wrong token too
+AUTH_MESSAGES = {MISSING: "missing bearer authorization", INVALID: "invalid bearer token"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +87,21 @@ class BearerAuth:
         return bool(self._tokens)
 
     def check(self, header: str | None) -> bool:
+        return not self.verify(header)
+
+    def verify(self, header: str | None) -> str:
+        """ "" when accepted, else why not: :data:`MISSING` (no credential sent) or
+        :data:`INVALID` (a credential that matches no token)."""
         value = (header or "").strip()
-        if not value:
-            return False
         credential: str | None = None
-        if value[:7].lower() == "bearer ":
+        if value[:7].lower() == "bearer " or value.lower() == "bearer":
             credential = value[7:].strip()
+            if not credential:
+                return MISSING
+        if not value:
+            return MISSING
         if not self._tokens:
-            return bool(credential)
+            return "" if credential else MISSING  # any bearer; a bare value is none
         candidates = [value.encode()]
         if credential is not None:
             candidates.append(credential.encode())
@@ -97,7 +109,7 @@ class BearerAuth:
         for candidate in candidates:
             for token in self._tokens:
                 ok |= hmac.compare_digest(candidate, token)
-        return ok
+        return "" if ok else INVALID
 
 
 def principal_of(header: str | None) -> tuple[str, str]:

@@ -18,6 +18,7 @@ from xwm_bridge.core.context import CallContext
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
+from xwm_bridge.transport.rejections import decode_reason, reject
 from xwm_bridge.wire import PLAIN, WireEncoder
 
 log = logging.getLogger("xwm_bridge.stdio")
@@ -61,6 +62,11 @@ class StdioServer:
     async def _handle_frame(self, item: bytes | FramingError) -> None:
         req = decode_frame(item)
         if not isinstance(req, jsonrpc.Request):
+            error = req.get("error")
+            detail = str(error.get("message", "")) if isinstance(error, dict) else ""
+            code = error.get("code", -32700) if isinstance(error, dict) else -32700
+            reason = decode_reason(code if isinstance(code, int) else -32700)
+            reject(self._dispatcher.metrics, "stdio", reason, error=detail[:200])
             await self._send(req)
             return
         while len(self._inflight) >= MAX_INFLIGHT:  # backpressure: stop reading

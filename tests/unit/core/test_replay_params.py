@@ -15,12 +15,20 @@ def test_replay_params_defaults_and_cap() -> None:
     rp = ReplayParams.parse({"sessionId": "s"}, max_items=50)
     assert (rp.session_id, rp.after_seq, rp.limit) == ("s", 0, 50)
     rp = ReplayParams.parse({"sessionId": "s", "afterSeq": 7, "limit": 500}, max_items=50)
-    assert (rp.after_seq, rp.limit) == (7, 50)
+    assert (rp.after_seq, rp.limit, rp.after_event) == (7, 50, None)
+    rp = ReplayParams.parse({"sessionId": "s", "afterEventId": 0}, max_items=50)
+    assert rp.after_event == 0
 
 
 @pytest.mark.parametrize(
     "params",
-    [{"sessionId": "s", "afterSeq": 1.5}, {"sessionId": "s", "limit": "x"}, {"afterSeq": 1}],
+    [
+        {"sessionId": "s", "afterSeq": 1.5},
+        {"sessionId": "s", "limit": "x"},
+        {"afterSeq": 1},
+        {"sessionId": "s", "afterEventId": -1},
+        {"sessionId": "s", "afterEventId": "3"},
+    ],
 )
 def test_replay_params_reject_bad_types(params: dict[str, object]) -> None:
     with pytest.raises(RpcError) as info:
@@ -43,12 +51,13 @@ def test_positions_order_relayed_frames_after_their_update() -> None:
 
 
 def test_session_snapshot_round_trip() -> None:
-    s = Session("s", "t", provider="codex", history=["a"], seq=5)
+    s = Session("s", "t", provider="codex", history=["a"], seq=5, events=9)
     s.last_turn_id, s.last_turn_status = "turn-1", "completed"
     s.upstream["acpSessionId"] = "x"
     back = Session.restore(s.snapshot())
     assert (back.thread_id, back.provider, back.history, back.seq) == ("t", "codex", ["a"], 5)
     assert back.upstream == {"acpSessionId": "x"} and back.last_turn_status == "completed"
+    assert back.events == 9
 
 
 def test_after_seq_past_the_ledger_range_is_invalid_params() -> None:

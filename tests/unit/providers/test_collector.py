@@ -1,5 +1,5 @@
 """xwm_bridge.providers.collector: notification collector and result assembly (forwarding.md
-§4.6-§4.8), with this project's fixes (deltas concatenated as sent, object message → content)."""
+§4.6-§4.8): deltas trimmed and joined with newlines as the original; object message → content."""
 
 from __future__ import annotations
 
@@ -89,31 +89,24 @@ def test_working_directory_last_wins() -> None:
     assert c.working_directory == "/b"
 
 
-def test_deltas_concatenated_as_sent() -> None:
-    c = collected(
-        update(delta="Hel"), update(delta="lo, "), update(delta="world"), update(delta="!")
-    )
-    assert c.deltas == ["Hel", "lo, ", "world", "!"]
+def test_deltas_are_trimmed_and_joined_with_newlines_as_the_original() -> None:
+    """Issue 15 item 4: bridge-protocol upstreams send whole lines as deltas; the
+    original trims each and joins them with "\\n" (forwarding.md §4.6)."""
+    c = collected(update(delta="Step 1 "), update(delta="  Step 2"), update(delta="done\n"))
+    assert c.deltas == ["Step 1", "Step 2", "done"]
     result: dict[str, Any] = {}
     c.apply(result)
-    assert result["output"] == "Hello, world!"
+    assert result["output"] == "Step 1\nStep 2\ndone"
 
 
-def test_whitespace_deltas_are_kept() -> None:
+def test_blank_deltas_are_dropped() -> None:
     c = collected(update(delta="a"), update(delta=" "), update(delta="\n"), update(delta="b"))
     result: dict[str, Any] = {}
     c.apply(result)
-    assert result["output"] == "a \nb"
+    assert result["output"] == "a\nb"
 
 
-def test_delta_buffer_trimmed_as_a_whole() -> None:
-    c = collected(update(delta="  lead"), update(delta="trail \n"))
-    result: dict[str, Any] = {}
-    c.apply(result)
-    assert result["output"] == "leadtrail"
-
-
-@pytest.mark.parametrize("delta", ["", None, {"text": "x"}, ["x"]])
+@pytest.mark.parametrize("delta", ["", "  ", None, {"text": "x"}, ["x"]])
 def test_non_string_or_empty_delta_ignored(delta: Any) -> None:
     assert collected(update(delta=delta)).deltas == []
 
@@ -364,9 +357,9 @@ def test_blank_result_summary_left_alone_without_text() -> None:
 
 
 def test_collector_then_remote_fields_pipeline() -> None:
-    c = collected(update(turnId="t9", delta="po"), update(delta="ng"))
+    c = collected(update(turnId="t9", delta="pi"), update(delta="ng"))
     result = result_object({"jsonrpc": "2.0", "id": 1, "result": {"success": True}})
     c.apply(result)
     remote_fields(result, "/w")
-    assert result["output"] == result["summary"] == result["resultSummary"] == "pong"
+    assert result["output"] == result["summary"] == result["resultSummary"] == "pi\nng"
     assert result["remoteExecution"]["turnId"] == "t9"

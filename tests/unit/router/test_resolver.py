@@ -164,7 +164,10 @@ def test_explicit_provider_unavailable() -> None:
     assert decision.unavailable
     assert decision.unavailable_code == "PROVIDER_UNAVAILABLE"
     assert decision.unavailable_code == PROVIDER_UNAVAILABLE
-    assert decision.unavailable_message == "explicit provider is unavailable"
+    # issue 15 item 5: the message names the id (and what is enabled)
+    assert decision.unavailable_message == (
+        "explicit provider is unavailable: 'claude' (enabled: " + ", ".join(CATALOG) + ")"
+    )
     assert decision.provider_id == ""
     assert decision.execution_target == SINGLE_AGENT
 
@@ -174,7 +177,9 @@ def test_explicit_provider_applies_to_every_target(target: str) -> None:
     ok = resolve(explicit(target, explicitProviderId="codex"), CATALOG)
     assert ok.provider_id == "codex" and not ok.unavailable
     bad = resolve(explicit(target, explicitProviderId="nope"), CATALOG)
-    assert bad.unavailable_message == "explicit provider is unavailable"
+    assert bad.unavailable_message.startswith("explicit provider is unavailable: 'nope' ")
+    none = resolve(explicit(target, explicitProviderId="nope"), [])
+    assert none.unavailable_message == "explicit provider is unavailable: 'nope' (none enabled)"
 
 
 def test_explicit_provider_in_auto_mode() -> None:
@@ -263,7 +268,9 @@ def test_fields_shape_when_unavailable() -> None:
         "needsSkillInstall": False,
         "unavailable": True,
         "unavailableCode": "PROVIDER_UNAVAILABLE",
-        "unavailableMessage": "explicit provider is unavailable",
+        "unavailableMessage": "explicit provider is unavailable: 'claude' (enabled: "
+        + ", ".join(CATALOG)
+        + ")",
     }
 
 

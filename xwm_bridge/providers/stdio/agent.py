@@ -132,8 +132,16 @@ class AcpAgent:
                 start_new_session=True,  # own process group, killed as a whole
             )
         except OSError as exc:
-            self._failed(f"cannot start agent {self.spec.name}: {exc}")
-            raise AgentError(f"cannot start agent {self.spec.name}: {exc}") from None
+            # uvloop's error does not name the file: say which command it was
+            binary = self.spec.argv[0] if self.spec.argv else ""
+            if isinstance(exc, FileNotFoundError):
+                why = f"command not found: {binary}"
+            elif isinstance(exc, PermissionError):
+                why = f"not executable: {binary}"
+            else:
+                why = f"{binary}: {exc.strerror or exc}"
+            self._failed(f"cannot start agent {self.spec.name}: {why}")
+            raise AgentError(f"cannot start agent {self.spec.name}: {why}") from None
         self.generation += 1
         self._stderr.clear()
         log.info(

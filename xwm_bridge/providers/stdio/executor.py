@@ -24,6 +24,7 @@ from xwm_bridge.config import BridgeConfig, ProviderConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
 from xwm_bridge.core.sessions import Session
+from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.collector import remote_fields
 from xwm_bridge.providers.single_agent import failure_result, provider_id_of
 from xwm_bridge.providers.stdio import client_fs, codec, mapping
@@ -231,10 +232,20 @@ class TurnState:
             broker.discard(entry)
 
 
+def failure_kind(exc: AgentError) -> str:
+    """The ``kind`` of ``xwm_upstream_errors_total`` for a failed agent call."""
+    if exc.timed_out:
+        return "timeout"
+    return "remote_error" if exc.code is not None else "transport"
+
+
 class StdioAgentExecutor:
-    def __init__(self, config: BridgeConfig, broker: PermissionBroker) -> None:
+    def __init__(
+        self, config: BridgeConfig, broker: PermissionBroker, metrics: Metrics | None = None
+    ) -> None:
         self.config = config
         self.broker = broker
+        self._metrics = metrics or Metrics()
         self.policy = PolicyStore(
             config.agents.permission_rules, config.agents.permission_rules_file
         )
@@ -335,9 +346,14 @@ class StdioAgentExecutor:
         agent = self.agent(provider.id)
         try:
             cwd = self._cwd(ctx, provider)
+        except AgentError as exc:  # the client's working directory: not an agent failure
+            await ctx.emit_error(str(exc))
+            return self.failure(ctx, str(exc))
+        try:
             await agent.ensure_started()
             acp_sid = await self._acp_session(ctx, agent, cwd)
         except AgentError as exc:
+            self._failed(provider.id, failure_kind(exc))
             await ctx.emit_error(str(exc))
             return self.failure(ctx, str(exc))
         state = TurnState(ctx, cwd, self)
@@ -354,6 +370,7 @@ class StdioAgentExecutor:
         try:
             answer = await asyncio.shield(prompt_task)
         except AgentError as exc:
+            self._failed(provider.id, failure_kind(exc))
             if exc.timed_out:
                 await self._interrupt(agent, acp_sid, ctx, None)
             elif not agent.alive:  # pending permission requests die with the agent
@@ -361,6 +378,7 @@ class StdioAgentExecutor:
             await ctx.emit_error(str(exc))
             return {**self.failure(ctx, str(exc)), **self._extras(state)}
         except asyncio.CancelledError:
+            self._failed(provider.id, "cancelled")
             await self._interrupt(agent, acp_sid, ctx, prompt_task)
             raise
         finally:
@@ -380,6 +398,10 @@ class StdioAgentExecutor:
             await ctx.emit_error(CANCELLED)
         remote_fields(result, cwd)
         return result
+
+    def _failed(self, provider_id: str, kind: str) -> None:
+        self._metrics.upstream_failures.get(provider_id, kind).inc()
+        log.warning("agent call failed", extra={"agent": provider_id, "kind": kind})
 
     @staticmethod
     def _extras(state: TurnState) -> dict[str, Any]:

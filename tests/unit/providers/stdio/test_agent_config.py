@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from xwm_bridge.adapters.agent_adapter import AdapterSettings
-from xwm_bridge.config import BridgeConfig, ConfigError, load_config
+from xwm_bridge.config import BridgeConfig, ConfigError, ProviderConfig, load_config
 from xwm_bridge.providers.stdio import client_fs
 from xwm_bridge.providers.stdio.agent import ClientError
 
@@ -121,3 +121,41 @@ def test_adapter_settings_from_original_env() -> None:
     (only,) = cfg.providers
     assert only.id == "g2" and only.command == ("/opt/gemini", "--acp", "--model", "a b")
     assert only.fs_read is False  # gemini-cli cannot create files otherwise
+
+
+def test_adapter_takes_its_provider_from_the_yaml() -> None:
+    """Issue 15 item 10: label, command, env and cwd from providers:, with env vars
+    and flags above them."""
+    from dataclasses import replace
+
+    yaml_provider = ProviderConfig(
+        id="gemini",
+        kind="stdio",
+        label="My Gemini",
+        command=("/opt/gemini", "--acp", "--model", "m1"),
+        env=("GEMINI_API_KEY=k-123",),
+        cwd="/srv/work",
+    )
+    base = replace(BridgeConfig(), providers=(yaml_provider,))
+    (only,) = AdapterSettings.from_env({}).bridge_config(base).providers
+    assert only.command == ("/opt/gemini", "--acp", "--model", "m1")
+    assert only.label == "My Gemini" and only.env == ("GEMINI_API_KEY=k-123",)
+    assert only.cwd == "/srv/work" and only.kind == "stdio"
+    # an env var replaces the binary, the YAML arguments stay
+    (env_bin,) = (
+        AdapterSettings.from_env({"GEMINI_ADAPTER_BIN": "/usr/bin/gemini"})
+        .bridge_config(base)
+        .providers
+    )
+    assert env_bin.command == ("/usr/bin/gemini", "--acp", "--model", "m1")
+    # flags above env vars; the label env var above the YAML label
+    settings = AdapterSettings.from_env(
+        {"GEMINI_ADAPTER_ARGS": "--acp", "GEMINI_ADAPTER_PROVIDER_LABEL": "G"},
+        agent_args="--experimental-acp",
+    )
+    (flagged,) = settings.bridge_config(base).providers
+    assert flagged.command == ("/opt/gemini", "--experimental-acp")
+    assert flagged.label == "G"
+    # no YAML provider: the original's defaults
+    (default,) = AdapterSettings.from_env({}).bridge_config(BridgeConfig()).providers
+    assert default.command == ("gemini", "--acp") and default.label == "Gemini"

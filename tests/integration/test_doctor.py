@@ -1,0 +1,160 @@
+"""``xwm-bridge doctor`` tells the truth (issue 15 item 8): stdio agents answer
+``initialize``, configured components that fail make it exit non-zero,
+unconfigured ones are left out, the session store is checked, ``--offline``
+checks the config only; ``serve`` warns when no provider is enabled."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from tests.conftest import (
+    ROOT,
+    FakeUpstream,
+    StartBridge,
+    base_env,
+    closed_port,
+)
+from tests.integration.agent_helpers import FAKE_AGENT
+
+
+async def doctor(
+    tmp: Path, config: dict[str, Any], *args: str, **env: str
+) -> tuple[int, dict[str, Any]]:
+    path = tmp / "doctor.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "xwm_bridge",
+        "doctor",
+        "--json",
+        "--config",
+        str(path),
+        *args,
+        env=base_env(**{"XWM_STATE_DIR": str(tmp / "state"), **env}),
+        cwd=str(ROOT),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    assert out, err
+    return proc.returncode, orjson.loads(out)
+
+
+def by(doc: dict[str, Any], check: str) -> dict[str, dict[str, Any]]:
+    return {c.get("provider", c["check"]): c for c in doc["checks"] if c["check"] == check}
+
+
+async def test_stdio_agents_must_answer_initialize(tmp_path: Path) -> None:
+    config = {
+        "providers": [
+            {"id": "good", "kind": "stdio", "command": FAKE_AGENT},
+            {"id": "not-acp", "kind": "stdio", "command": [sys.executable, "-V"]},
+            {
+                "id": "silent",
+                "kind": "stdio",
+                "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+            },
+            {"id": "missing", "kind": "stdio", "command": ["no-such-agent-xyz", "acp"]},
+        ],
+        "agents": {"initialize_timeout": 2},
+    }
+    code, doc = await doctor(tmp_path, config)
+    checks = by(doc, "provider")
+    assert code == 1
+    assert checks["good"]["ok"] is True
+    assert "initialize" in checks["good"]["detail"]
+    assert checks["not-acp"]["ok"] is False and "exit status 0" in checks["not-acp"]["error"]
+    assert checks["silent"]["ok"] is False and "within 2s" in checks["silent"]["error"]
+    assert checks["missing"]["ok"] is False
+    assert "no-such-agent-xyz" in checks["missing"]["error"]
+
+
+async def test_only_configured_components_are_checked_and_failures_exit_1(
+    tmp_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    providers = {"providers": [{"id": "codex", "endpoint": fake_upstream.url}]}
+    code, doc = await doctor(tmp_path, providers)
+    assert code == 0, doc
+    assert by(doc, "gateway") == {}  # nobody configured an OpenClaw gateway
+    down = f"ws://127.0.0.1:{closed_port()}"
+    code, doc = await doctor(tmp_path, {**providers, "openclaw_url": down})
+    assert code == 1
+    assert by(doc, "gateway")["openclaw"]["ok"] is False
+
+
+async def test_a_stdio_provider_without_command_is_a_warning(
+    tmp_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    config = {
+        "providers": [
+            {"id": "codex", "endpoint": fake_upstream.url},
+            {"id": "agent", "kind": "stdio"},
+        ]
+    }
+    code, doc = await doctor(tmp_path, config)
+    row = by(doc, "provider")["agent"]
+    assert row["ok"] is True and row["warning"] == "kind: stdio without a command: never used"
+    assert code == 0
+
+
+async def test_the_session_store_is_checked(tmp_path: Path, fake_upstream: FakeUpstream) -> None:
+    providers = [{"id": "codex", "endpoint": fake_upstream.url}]
+    code, doc = await doctor(tmp_path, {"providers": providers})
+    store = by(doc, "store")["store"]
+    assert code == 0 and store["ok"] is True and "sqlite" in store["detail"]
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the state directory should be")
+    bad = {"providers": providers, "store": {"state_dir": str(blocker)}}
+    code, doc = await doctor(tmp_path, bad, XWM_STATE_DIR="")  # the env would win
+    assert code == 1
+    assert by(doc, "store")["store"]["ok"] is False
+    redis = {
+        "providers": providers,
+        "store": {"backend": "redis", "redis_url": f"redis://127.0.0.1:{closed_port()}/0"},
+    }
+    code, doc = await doctor(tmp_path, redis)
+    assert code == 1
+    assert "cannot reach Redis" in by(doc, "store")["store"]["error"]
+
+
+async def test_offline_validates_the_config_only(tmp_path: Path) -> None:
+    down = f"http://127.0.0.1:{closed_port()}"
+    config = {
+        "providers": [
+            {"id": "codex", "endpoint": down},
+            {"id": "agent", "kind": "stdio", "command": ["no-such-agent-xyz"]},
+        ],
+        "openclaw_url": f"ws://127.0.0.1:{closed_port()}",
+        "store": {"backend": "redis", "redis_url": f"redis://127.0.0.1:{closed_port()}/0"},
+    }
+    code, doc = await doctor(tmp_path, config, "--offline")
+    assert code == 0, doc
+    assert {c["check"] for c in doc["checks"]} == {"auth", "config"}
+    path = tmp_path / "bad.yaml"
+    path.write_text("limits: {max_queue_depth: -1}\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "xwm_bridge", "doctor", "--offline", "--config", str(path),
+        env=base_env(), cwd=str(ROOT),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2 and b"limits.max_queue_depth" in err
+
+
+async def test_serve_warns_when_no_provider_is_enabled(
+    start_bridge_process: StartBridge, tmp_path: Path
+) -> None:
+    config = {"providers": [{"id": "codex", "endpoint": "http://127.0.0.1:1", "enabled": False}]}
+    bridge = await start_bridge_process(config=config, tmp=tmp_path)
+    lines = [orjson.loads(x) for x in bridge.logs if x.startswith("{")]
+    warning = next(e for e in lines if e["msg"] == "no provider is enabled")
+    assert warning["level"] == "warning"
+    assert "single-agent turns" in warning["hint"]
