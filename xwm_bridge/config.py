@@ -100,8 +100,9 @@ class Limits:
     #: a session with no turn for this long is forgotten.
     session_idle_ttl: float = 3600.0
     request_read_timeout: float = 30.0
-    #: a new connection must send its first complete request head within this.
-    header_read_timeout: float = 10.0
+    #: a new connection must send its first complete request head within this (above
+    #: the 10 s browsers keep an unused preconnected socket).
+    header_read_timeout: float = 30.0
     #: an idle keep-alive connection (and a later request head on it) is closed after
     #: this; above the 60 s nginx keeps idle upstream connections.
     keepalive_timeout: float = 75.0

@@ -42,6 +42,9 @@ REFUSED = _response("503 Service Unavailable", "503 too many connections from th
 TIMED_OUT = _response("408 Request Timeout", "408 request header not received in time")
 #: at most one log line per reason per this many seconds (a flood must not flood the log)
 LOG_EVERY = 1.0
+#: after the header deadline, how long a head already received may take to reach the
+#: request factory before the connection is closed
+GRACE_S = 0.2
 
 
 @dataclass(slots=True)
@@ -112,9 +115,17 @@ class ConnectionGuard:
             conn.timer = None
 
     def _expire(self, handler: Any) -> None:
+        """The deadline passed. A head that arrived in this very loop iteration is not
+        seen by the request factory yet: decide a moment later."""
         conn = self._conns.get(handler)
         if conn is None or conn.timer is None:
             return
+        conn.timer = asyncio.get_running_loop().call_later(GRACE_S, self._close_slow, handler)
+
+    def _close_slow(self, handler: Any) -> None:
+        conn = self._conns.get(handler)
+        if conn is None or conn.timer is None:
+            return  # its head came in the meantime
         conn.timer = None
         self._count("header_timeout", conn.address, self._per_address.get(conn.address, 0))
         if not conn.transport.is_closing():
