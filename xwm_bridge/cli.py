@@ -196,6 +196,7 @@ def serve(
                       console.enabled), its files /console/static/{name} and its
                       WebSocket /console/ws
       GET  /acp/sessions/{sessionId}/events   SSE catch-up (Last-Event-ID, ?follow=1)
+      /acp/remote     the bridge as an ACP agent (WebSocket; Streamable HTTP)
       /livez, /readyz, /metrics   liveness, readiness, Prometheus (no auth)
       /, /api/ping, /bridge/bootstrap/health, /bridge/bootstrap/consume
 
@@ -376,6 +377,60 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
     finally:
         await bridge.close()  # a no-op after finish; closes the store if serve() failed
     return EXIT_FORCED if bridge.forced else 0
+
+
+@cli.command("acp")
+@CONFIG_OPTION
+@LOG_LEVEL_OPTION
+def acp(config_file: str | None, log_level: str | None) -> None:
+    """Be an ACP agent on stdin/stdout, for editors (Zed) and ACP clients.
+
+    \b
+    Agent Client Protocol v1, newline-delimited JSON-RPC. Each session/prompt is
+    one bridge turn: routed (session config option "route": auto, a provider,
+    multi-agent or a gateway; default acp.default_route), queued, cancellable
+    (session/cancel), persisted (session/list, session/load, session/resume after
+    a restart). A stdio agent's permission requests, and its fs/* and terminal/*
+    when the client declares them, are relayed to the client.
+    Sessions are kept in <state dir>/acp unless store.state_dir (XWM_STATE_DIR)
+    is set, apart from a serve daemon's. Logs go to stderr. Exits 0 at end of input.
+    """
+    from xwm_bridge.store import with_own_state_dir
+
+    cfg = with_own_state_dir(_load(config_file, log_level=log_level), "acp")
+    setup_logging(cfg.log_level, cfg.secrets())
+    sys.exit(_run(_acp(cfg)))
+
+
+async def _acp(cfg: BridgeConfig) -> int:
+    from xwm_bridge.acp.front import AcpFrontDoor
+    from xwm_bridge.app.bridge import Bridge
+    from xwm_bridge.transport.acp_stdio import serve_acp_stdio
+    from xwm_bridge.transport.stdio import stdin_reader, stdout_writer
+
+    bridge = Bridge(cfg)
+    try:
+        await bridge.start()
+    except StoreError as exc:
+        click.echo(f"xwm-bridge: {exc}", err=True)
+        await bridge.close(0)
+        return EXIT_CONFIG
+    front = AcpFrontDoor(bridge)
+    try:
+        await _until_signal(
+            serve_acp_stdio(
+                front,
+                stdin_reader(),
+                stdout_writer(),
+                max_message=cfg.limits.max_body_bytes,
+                send_timeout=cfg.limits.notification_send_timeout,
+                grace=cfg.limits.shutdown_grace,
+            )
+        )
+    finally:
+        await front.close()
+        await bridge.close()
+    return 0
 
 
 @cli.command()

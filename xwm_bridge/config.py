@@ -70,6 +70,8 @@ class ProviderConfig:
     #: stdio agents: advertise ``fs.readTextFile`` (gemini-cli fails to create new
     #: files when it is advertised: set false for gemini).
     fs_read: bool = True
+    #: model ids this provider offers; the ACP front door shows them as a ``model`` option.
+    models: tuple[str, ...] = ()
 
     @property
     def is_stdio(self) -> bool:
@@ -321,6 +323,25 @@ class ConsoleConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AcpConfig:
+    """The ACP front door (``xwm-bridge acp`` and ``serve``'s ``/acp/remote``)."""
+
+    #: route of a new ACP session: ``auto``, ``single-agent:<provider id>``,
+    #: ``multi-agent`` or ``gateway:<local|openclaw>``.
+    default_route: str = "auto"
+    #: remote transport: open ACP connections at most (all clients together).
+    max_connections: int = 256
+    #: remote transport: a Streamable HTTP connection with no open stream and no
+    #: request for this long is closed (its running turns go on).
+    connection_idle_ttl: float = 600.0
+    #: messages buffered for a stream that is not open (yet); past that the
+    #: connection is closed as broken.
+    stream_buffer: int = 4096
+    #: sessions one ``session/list`` page holds.
+    list_page_size: int = 50
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
     auth_token: Secret = ""
@@ -359,6 +380,7 @@ class BridgeConfig:
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
+    acp: AcpConfig = field(default_factory=AcpConfig)
     providers: tuple[ProviderConfig, ...] = DEFAULT_PROVIDERS
 
     @property
@@ -507,6 +529,7 @@ NESTED_ENV_VARS: dict[str, str] = {
     "store.backend": "XWM_SESSION_STORE",
     "store.state_dir": "XWM_STATE_DIR",
     "store.redis_url": "XWM_REDIS_URL",
+    "acp.default_route": "XWM_ACP_DEFAULT_ROUTE",
 }
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
 _LIST_SEPARATORS = {
@@ -826,3 +849,24 @@ def _validate(config: BridgeConfig) -> None:
         raise ConfigError("console.health_interval: must be at least 0.1 seconds")
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")
+    _validate_acp(config)
+
+
+def _validate_acp(config: BridgeConfig) -> None:
+    acp = config.acp
+    route = acp.default_route
+    kind, _, target = route.partition(":")
+    ids = {p.id.lower() for p in config.providers}
+    ok = (
+        route in ("auto", "multi-agent")
+        or (kind == "single-agent" and target.lower() in ids)
+        or (kind == "gateway" and target.lower() in ("local", "openclaw"))
+    )
+    if not ok:
+        raise ConfigError(
+            f"acp.default_route: {route!r} is not auto, multi-agent, "
+            "single-agent:<a configured provider id> or gateway:<local|openclaw>"
+        )
+    for name in ("max_connections", "connection_idle_ttl", "stream_buffer", "list_page_size"):
+        if getattr(acp, name) <= 0:
+            raise ConfigError(f"acp.{name}: must be greater than 0")

@@ -15,10 +15,12 @@ separate id space). The first word of the prompt picks the behaviour:
 * ``permcrash <path>``    asks ``session/request_permission``, then exits (status 4) unanswered
 * ``crash``               exits with status 3 in the middle of the turn
 * ``big``                 one 200 KiB message chunk (over asyncio's 64 KiB line default)
+* ``describe``            replies the types of its content blocks (``text,image:image/png``)
 * anything else           ``agent says: <prompt>`` in three chunks, a plan and usage
 
 Environment: ``FAKE_AGENT_IGNORE_EOF=1`` keeps running after stdin closes (and
-ignores SIGTERM); ``FAKE_AGENT_LOAD_SESSION=1`` advertises and accepts ``session/load``.
+ignores SIGTERM); ``FAKE_AGENT_LOAD_SESSION=1`` advertises and accepts ``session/load``;
+``FAKE_AGENT_PROMPT_CAPS=image,embeddedContext`` advertises those ``promptCapabilities``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ class Agent:
         self.cancelled: dict[str, asyncio.Event] = {}
         self.load = os.environ.get("FAKE_AGENT_LOAD_SESSION") == "1"
         self.tasks: set[asyncio.Task[Any]] = set()
+
+    def capabilities(self) -> dict[str, Any]:
+        caps: dict[str, Any] = {"loadSession": self.load}
+        prompt = [c for c in os.environ.get("FAKE_AGENT_PROMPT_CAPS", "").split(",") if c]
+        if prompt:
+            caps["promptCapabilities"] = dict.fromkeys(prompt, True)
+        return caps
 
     def send(self, obj: dict[str, Any]) -> None:
         sys.stdout.buffer.write(orjson.dumps({"jsonrpc": "2.0", **obj}) + b"\n")
@@ -77,7 +86,7 @@ class Agent:
                     "id": rid,
                     "result": {
                         "protocolVersion": 1,
-                        "agentCapabilities": {"loadSession": self.load},
+                        "agentCapabilities": self.capabilities(),
                         "authMethods": [],
                         "agentInfo": {"name": "fake-acp-agent", "version": "1"},
                     },
@@ -105,7 +114,7 @@ class Agent:
             self.send({"id": rid, "error": {"code": -32602, "message": "unknown session"}})
             return
         blocks = params.get("prompt") or []
-        text = "".join(b.get("text", "") for b in blocks if isinstance(b, dict)).strip()
+        text = " ".join(b.get("text", "") for b in blocks if isinstance(b, dict)).strip()
         word, _, rest = text.partition(" ")
         cancel = self.cancelled[sid] = asyncio.Event()
         stop = "end_turn"
@@ -160,6 +169,15 @@ class Agent:
             self.chunk(sid, "about to crash")
             print("fake agent crashing on purpose", file=sys.stderr, flush=True)
             os._exit(3)
+        elif word == "describe":
+            kinds = [
+                f"{b.get('type')}:{b.get('mimeType')}"
+                if b.get("type") == "image"
+                else b.get("type")
+                for b in blocks
+                if isinstance(b, dict)
+            ]
+            self.chunk(sid, ",".join(str(k) for k in kinds))
         elif word == "big":
             self.chunk(sid, "x" * 200 * 1024)
         else:

@@ -170,3 +170,35 @@ async def test_metrics_restricted_and_probes_open(
     async with http.get(f"http://{proxied}/metrics") as resp:
         assert resp.status == 200  # allowed from 127.0.0.1 only
         assert "# HELP xwm_requests_total" in await resp.text()
+
+
+@pytest.mark.parametrize("kind", ["ws", "http"])
+async def test_acp_remote_through_nginx(
+    kind: str, proxied: str, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    from acp import connect_to_agent, text_block
+    from acp.http import create_http_stream
+    from acp.ws import create_websocket_stream
+
+    from tests.acp_schema import FrameChecker
+    from tests.integration.acp_helpers import RecordingClient
+
+    url = f"http://{proxied}/acp/remote"
+    if kind == "ws":
+        transport = await create_websocket_stream(url.replace("http", "ws"), headers=AUTH)
+    else:
+        transport = create_http_stream(url, headers=AUTH)
+    checker = FrameChecker()
+    conn = connect_to_agent(RecordingClient(), transport, observers=[checker])
+    try:
+        await asyncio.wait_for(conn.initialize(protocol_version=1), 10)
+        meta = {"xwm-bridge/route": "single-agent:codex"}
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[], **meta)
+        answer = await asyncio.wait_for(
+            conn.prompt(session_id=session.session_id, prompt=[text_block("via nginx")]), 20
+        )
+        assert answer.stop_reason == "end_turn"
+        assert checker.text() == "echo: via nginx"
+    finally:
+        await conn.close()
+    checker.assert_clean()

@@ -1,7 +1,7 @@
 """The decoder fuzz against the real daemon (issue 16): hypothesis-made frames, nesting
-past orjson's limits and sizes up to the caps, on HTTP, WebSocket, acp-stdio and the
-toolbridge. Every input gets a result or a JSON-RPC error on the transport it came on,
-and the process stays up."""
+past orjson's limits and sizes up to the caps, on HTTP, WebSocket, acp-stdio, the
+toolbridge and the ACP front door (``xwm-bridge acp``). Every input gets a result or a
+JSON-RPC error on the transport it came on, and the process stays up."""
 
 from __future__ import annotations
 
@@ -165,6 +165,7 @@ def _stdio_case(mode: str) -> Any:
 
 acp_stdio = _stdio_case("acp-stdio")
 toolbridge = _stdio_case("toolbridge")
+acp_agent = _stdio_case("acp")  # the ACP front door (issue 12)
 
 
 def _exchange(lines: Lines, frame: bytes, framed: bool) -> None:
@@ -190,3 +191,9 @@ def test_acp_stdio_frames(acp_stdio: Lines, frame: bytes, framed: bool) -> None:
 @DAEMON
 def test_toolbridge_frames(toolbridge: Lines, frame: bytes, framed: bool) -> None:
     _exchange(toolbridge, frame, framed)
+
+
+@given(frame=frames, framed=st.booleans())
+@DAEMON
+def test_acp_front_door_frames(acp_agent: Lines, frame: bytes, framed: bool) -> None:
+    _exchange(acp_agent, frame, framed)

@@ -27,6 +27,7 @@ from xwm_bridge.store.base import (
     relayed_pos,
 )
 from xwm_bridge.store.memory import MemoryStore
+from xwm_bridge.store.records import SessionQuery
 from xwm_bridge.store.redis import RedisStore
 from xwm_bridge.store.sqlite import SQLiteStore
 
@@ -131,6 +132,65 @@ async def test_ledger_is_bounded_by_entries_and_age(make_store: Factory) -> None
     assert [m["params"]["seq"] for m in await messages(store, "s2", 0, 100)] == [2]
     await store.prune()
     assert [m["params"]["seq"] for m in await messages(store, "s2", 0, 100)] == [2]
+
+
+async def test_list_sessions_filters_and_pages_newest_first(make_store: Factory) -> None:
+    store = await make_store(StoreLimits())
+    now = time.time()
+    for i in range(7):
+        cwd = "/work/a" if i % 2 == 0 else "/work/b"
+        store.save(
+            SessionRecord(f"s{i}", f"s{i}", upstream=(("acp.cwd", cwd),), updated_at=now + i)
+        )
+    store.save(SessionRecord("plain", "plain", updated_at=now + 100))  # not an ACP session
+    # the same instant: ties are broken by session id, descending
+    store.save(SessionRecord("t1", "t1", upstream=(("acp.cwd", "/work/a"),), updated_at=now + 50))
+    store.save(SessionRecord("t2", "t2", upstream=(("acp.cwd", "/work/a"),), updated_at=now + 50))
+    store.append("ledger-only", LedgerEntry(emitted_pos(1), "turn-1", update("ledger-only", 1)))
+
+    async def records(query: SessionQuery) -> list[SessionRecord]:
+        return [r for r, _ in (await store.list_sessions(query)).items]
+
+    every = await records(SessionQuery(limit=100))
+    assert [r.session_id for r in every] == [
+        "plain",
+        "t2",
+        "t1",
+        "s6",
+        "s5",
+        "s4",
+        "s3",
+        "s2",
+        "s1",
+        "s0",
+    ]
+    acp = await records(SessionQuery(limit=100, upstream=(("acp.cwd", None),)))
+    assert "plain" not in {r.session_id for r in acp} and len(acp) == 9
+
+    where: tuple[tuple[str, str | None], ...] = (("acp.cwd", "/work/a"),)
+    query = SessionQuery(limit=2, upstream=where)
+    pages: list[list[str]] = []
+    while True:
+        page = await store.list_sessions(query)
+        pages.append([r.session_id for r, _ in page.items])
+        if page.next_after is None:
+            break
+        query = SessionQuery(limit=2, upstream=where, after=page.next_after)
+    assert [p for p in pages if p] == [["t2", "t1"], ["s6", "s4"], ["s2", "s0"]]
+    found = await records(SessionQuery(limit=1, upstream=(("acp.cwd", "/nope"),)))
+    assert found == []
+    # the records come back whole
+    (first,) = await records(SessionQuery(limit=1, upstream=(("acp.cwd", None),)))
+    assert first.session_id == "t2" and dict(first.upstream) == {"acp.cwd": "/work/a"}
+    # several keys: all must match
+    store.save(
+        SessionRecord(
+            "owned", "owned", upstream=(("acp.cwd", "/work/a"), ("acp.owner", "p1")), updated_at=now
+        )
+    )
+    both = (("acp.cwd", "/work/a"), ("acp.owner", "p1"))
+    mine = await records(SessionQuery(limit=10, upstream=both))
+    assert [r.session_id for r in mine] == ["owned"]
 
 
 async def test_delete_drops_record_and_ledger(make_store: Factory) -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz_inputs import deep, request_text
 from xwm_bridge import jsonrpc
+from xwm_bridge.acp import codec as acp_codec
 from xwm_bridge.config import ToolbridgeConfig
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 from xwm_bridge.gateway import protocol as gw
@@ -185,3 +186,16 @@ def test_agent_lines(line: bytes) -> None:
     msg = codec.decode(line)
     assert msg.kind in ("response", "request", "notification", "invalid")
     encodes({"params": msg.params, "result": msg.result, "error": msg.error, "id": msg.id})
+
+
+@given(frame=st.integers(0, 10**6).flatmap(lambda n: request_text(n, CAP)))
+@FUZZ
+def test_acp_front_door_frames(frame: bytes) -> None:
+    item = acp_codec.decode(frame)
+    if isinstance(item, acp_codec.Invalid):
+        assert item.reply is not None
+        encodes(item.reply)
+    elif isinstance(item, acp_codec.Response):
+        encodes({"result": item.result, "error": item.error, "id": item.id})
+    else:
+        encodes(jsonrpc.result(item.id, item.params))

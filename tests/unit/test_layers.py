@@ -35,8 +35,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("core",),  # 3: contracts: context, executors, sessions, queues, turns
     ("providers", "gateway", "multiagent"),  # 4: executors and their clients
     ("app",),  # 5: composition: the bridge object graph and its method table
-    ("transport", "adapters", "toolbridge", "doctor"),  # 6: edges and other front ends
-    ("cli", "__main__", "client"),  # 7: the command line and its terminal client
+    ("acp",),  # 6: the ACP front door (ACP sessions and methods over the bridge core)
+    ("transport", "adapters", "toolbridge", "doctor"),  # 7: edges and other front ends
+    ("cli", "__main__", "client"),  # 8: the command line and its terminal client
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
@@ -103,7 +104,7 @@ def test_no_upward_or_sideways_import(path: Path) -> None:
             continue
         if RANK[there] > RANK[here]:
             bad.append(f"line {line}: {target} (layer {RANK[there]} > {RANK[here]})")
-        elif RANK[there] == RANK[here] and RANK[here] not in (0, 7):
+        elif RANK[there] == RANK[here] and RANK[here] not in (0, RANK["cli"]):
             bad.append(f"line {line}: {target} (same layer {RANK[here]}, another package)")
     assert not bad, f"{path.relative_to(PACKAGE)} imports upward:\n" + "\n".join(bad)
 

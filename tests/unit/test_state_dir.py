@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from xwm_bridge.config import BridgeConfig, StoreConfig
-from xwm_bridge.store import state_dir
+from xwm_bridge.store import state_dir, with_own_state_dir
 
 
 def test_configured_dir_wins(tmp_path: Path) -> None:
@@ -29,3 +29,13 @@ def test_xdg_state_home_then_home_then_cwd(tmp_path: Path) -> None:
 def test_redis_password_is_a_secret() -> None:
     cfg = BridgeConfig(store=StoreConfig(redis_url="redis://:s3cret-pw@redis:6379/0"))
     assert "s3cret-pw" in cfg.secrets()
+
+
+def test_acp_mode_has_its_own_default_state_dir(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}
+    own = with_own_state_dir(BridgeConfig(), "acp", env)
+    assert state_dir(own, env) == tmp_path / ".local" / "state" / "xwm-bridge" / "acp"
+    set_dir = BridgeConfig(store=StoreConfig(state_dir=str(tmp_path / "mine")))
+    assert with_own_state_dir(set_dir, "acp", env) is set_dir
+    redis = BridgeConfig(store=StoreConfig(backend="redis"))
+    assert with_own_state_dir(redis, "acp", env) is redis

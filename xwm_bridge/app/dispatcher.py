@@ -4,7 +4,6 @@ per-request audit line and the request metrics. No method logic lives here."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -50,7 +49,15 @@ class Dispatcher:
                 counter[0] += 1
                 await inner(message)
 
-            call = dataclasses.replace(call, notify=counted)
+            call = CallContext(
+                counted,
+                call.transport,
+                call.principal,
+                call.bearer,
+                call.connection,
+                call.peer,
+                call.client,
+            )
         outcome, code = "ok", 0
         value: dict[str, Any] = {}
         handler = self._methods.get(request.method)

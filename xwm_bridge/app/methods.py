@@ -111,7 +111,9 @@ class BridgeMethods:
         runner = bridge.runner
 
         def job() -> Awaitable[dict[str, Any]]:
-            return runner.run(method, sp, call.notify, call.principal, request_id=request_id)
+            return runner.run(
+                method, sp, call.notify, call.principal, request_id=request_id, client=call.client
+            )
 
         try:
             if bridge.cluster is None:

@@ -22,6 +22,21 @@ Notify = Callable[[dict[str, Any]], Awaitable[None]]
 Ledger = Callable[[dict[str, Any], bool], None]
 
 
+class ClientRequests(Protocol):
+    """Requests an agent makes that the *calling client* serves instead of the bridge.
+
+    The ACP front door sets one per turn: a stdio agent's ``fs/*`` and
+    ``terminal/*`` requests then go to the editor that declared those capabilities
+    (it owns the buffers and the terminals). ``request`` raises
+    :class:`~xwm_bridge.jsonrpc.RpcError` with the client's error (or ``-32800``
+    when the turn was cancelled meanwhile).
+    """
+
+    def serves(self, method: str) -> bool: ...
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any: ...
+
+
 class Connection(Protocol):
     """A long-lived client connection (WebSocket, stdio) that out-of-request
     notifications (gateway events) may use while it is open."""
@@ -44,6 +59,8 @@ class CallContext:
     connection: Connection | None = None
     #: where the call came from (``host:port`` of the peer, ``stdio``), for audit records.
     peer: str = ""
+    #: requests of the turn's agent that the calling client serves (ACP front door).
+    client: ClientRequests | None = None
 
 
 #: One JSON-RPC method: ``(params, call, method name) -> result``; raises ``RpcError``.
@@ -61,6 +78,8 @@ class TurnContext:
     #: an operator watches the live feed (``bridge.watch``): stream from upstreams even
     #: when the client itself cannot receive notifications (plain-JSON HTTP)
     watched: bool = False
+    #: agent requests the calling client serves (see :class:`ClientRequests`).
+    client: ClientRequests | None = None
 
     @property
     def session_id(self) -> str:

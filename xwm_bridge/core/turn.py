@@ -28,6 +28,7 @@ STRIPPED_KEYS = frozenset(
         "bridgeAuthorizationHeader",
         "executionTarget",
         "agentId",
+        "acpPrompt",  # an ACP client's content blocks: for stdio agents only (may be large)
     }
 )
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from xwm_bridge.core.context import STARTED_UPDATE, Notify, TurnContext
+from xwm_bridge.core.context import STARTED_UPDATE, ClientRequests, Notify, TurnContext
 from xwm_bridge.core.executors import Executor
 from xwm_bridge.core.journal import TurnJournal
 from xwm_bridge.core.modes import Mode
@@ -90,6 +90,7 @@ class TurnRunner:
         principal: str = "",
         *,
         request_id: str = "",
+        client: ClientRequests | None = None,
     ) -> dict[str, Any]:
         """Run one turn at the head of its thread queue (in the thread's worker task)."""
         # the worker serves many requests in turn: label its log lines with this one
@@ -126,7 +127,7 @@ class TurnRunner:
             registry.record(session, turn_id, message, relayed)
 
         watched = journal is not None and registry.events is not None and registry.watched()
-        ctx = TurnContext(turn, session, turn_id, notify, self._supervisor, ledger, watched)
+        ctx = TurnContext(turn, session, turn_id, notify, self._supervisor, ledger, watched, client)
         executor = self._executors[turn.mode]
         handle = TurnHandle(sp.session_id, turn_id)
         self._sessions.turn_started(handle)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -32,6 +33,19 @@ def state_dir(config: BridgeConfig, env: dict[str, str] | None = None) -> Path:
     return Path("state")
 
 
+def with_own_state_dir(
+    config: BridgeConfig, name: str, env: dict[str, str] | None = None
+) -> BridgeConfig:
+    """``config`` whose default SQLite state dir is the subdirectory ``name``: a process
+    mode that may run beside ``serve`` (``xwm-bridge acp``, spawned by editors) never
+    shares its database (one SQLite state dir belongs to one process). A configured
+    ``store.state_dir`` is kept as it is."""
+    if config.store.state_dir or config.store.backend != "sqlite":
+        return config
+    store = dataclasses.replace(config.store, state_dir=str(state_dir(config, env) / name))
+    return dataclasses.replace(config, store=store)
+
+
 def open_store(config: BridgeConfig) -> SessionStore:
     sc = config.store
     limits = StoreLimits(
@@ -56,4 +70,12 @@ def open_store(config: BridgeConfig) -> SessionStore:
     return SQLiteStore(state_dir(config) / DB_NAME, limits)
 
 
-__all__ = ["MemoryStore", "SQLiteStore", "SessionStore", "StoreLimits", "open_store", "state_dir"]
+__all__ = [
+    "MemoryStore",
+    "SQLiteStore",
+    "SessionStore",
+    "StoreLimits",
+    "open_store",
+    "state_dir",
+    "with_own_state_dir",
+]

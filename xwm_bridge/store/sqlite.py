@@ -445,6 +445,15 @@ class SQLiteStore:
         if query.after is not None:
             where.append("(s.updated_at < ? OR (s.updated_at = ? AND s.session_id < ?))")
             args += [query.after[0], query.after[0], query.after[1]]
+        for key, wanted in query.upstream:  # the upstream ids: a JSON list of [key, value]
+            pair = "json_extract(j.value, '$[0]') = ?"
+            args.append(key)
+            if wanted is not None:
+                pair += " AND json_extract(j.value, '$[1]') = ?"
+                args.append(wanted)
+            where.append(
+                f"EXISTS (SELECT 1 FROM json_each(CAST(s.upstream AS TEXT)) j WHERE {pair})"
+            )
         sql = (
             f"SELECT {', '.join('s.' + c.strip() for c in SESSION_COLUMNS.split(','))}, t.body"
             " FROM sessions s LEFT JOIN turns t"

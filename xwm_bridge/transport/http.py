@@ -18,14 +18,18 @@ import aiohttp
 from aiohttp import web
 
 from xwm_bridge import __version__, jsonrpc
+from xwm_bridge.acp.front import AcpFrontDoor
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.dispatcher import Dispatcher
+from xwm_bridge.app.methods import BridgeMethods
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
 from xwm_bridge.transport import bootstrap
 from xwm_bridge.transport import rejections as rj
+from xwm_bridge.transport.acp_remote import PATH as ACP_REMOTE_PATH
+from xwm_bridge.transport.acp_remote import AcpRemote
 from xwm_bridge.transport.console import ConsoleHandlers
 from xwm_bridge.transport.events import stream_events
 from xwm_bridge.transport.guard import ConnectionGuard
@@ -77,6 +81,7 @@ SERVE_PATHS = (
     "/console/",
     "/console/static/{name}",
     "/console/ws",
+    ACP_REMOTE_PATH,
 )
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -129,6 +134,17 @@ class HttpTransport:
         self.wire = WireEncoder(cfg.secrets())
         self._ws_connections: set[web.WebSocketResponse] = set()
         self.console = ConsoleHandlers(self)
+        #: the ACP remote transport (``/acp/remote``): the bridge as an ACP agent
+        self.acp = AcpRemote(
+            AcpFrontDoor(bridge, BridgeMethods(bridge)),
+            self._guard,
+            lambda request: self.principals.of(request.headers.get("Authorization")),
+            max_body=self.limits.max_body_bytes,
+            max_ws_message=self.limits.max_ws_message_bytes,
+            ws_heartbeat=self.limits.ws_heartbeat,
+            send_timeout=self.limits.notification_send_timeout,
+            read_timeout=self.limits.request_read_timeout,
+        )
 
     def _routes(self) -> dict[str, tuple[str, RouteHandler]]:
         return {
@@ -146,6 +162,7 @@ class HttpTransport:
             "/console/": ("*", self.console.page),
             "/console/static/{name}": ("*", self.console.static),
             "/console/ws": ("*", self.console.websocket),
+            ACP_REMOTE_PATH: ("*", self.acp.handle),
         }
 
     def app(self, paths: Iterable[str] = SERVE_PATHS) -> web.Application:
@@ -163,6 +180,7 @@ class HttpTransport:
 
     async def _lifespan(self, app: web.Application) -> AsyncIterator[None]:
         await self.bridge.start()
+        self.bridge.supervisor.spawn(self.acp.reap(), name="acp-remote-reaper", service=True)
         try:
             yield
         finally:
@@ -172,6 +190,7 @@ class HttpTransport:
         # connections are still open here: running turns deliver their results
         await self.bridge.drain()
         await self.close_websockets()
+        await self.acp.close()
 
     async def not_found(self, request: web.Request) -> web.Response:
         return web.Response(status=404, text=NOT_FOUND_TEXT, content_type="text/plain")

@@ -152,3 +152,41 @@ def initialize_params(protocol_version: int, capabilities: dict[str, Any]) -> di
 
 def prompt_blocks(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}]
+
+
+#: turn param carrying a prompt's ACP content blocks (set by the ACP front door; never
+#: sent upstream: core/turn.py strips it)
+PROMPT_BLOCKS_PARAM = "acpPrompt"
+
+
+def content_blocks(blocks: Any, init_result: dict[str, Any], text: str) -> list[dict[str, Any]]:
+    """The ``session/prompt`` blocks for an agent: the client's own ACP blocks where the
+    agent's ``promptCapabilities`` take them (images, embedded resources), else text."""
+    if not isinstance(blocks, list) or not blocks:
+        return prompt_blocks(text)
+    agent_caps = init_result.get("agentCapabilities")
+    caps = agent_caps.get("promptCapabilities") if isinstance(agent_caps, dict) else None
+    caps = caps if isinstance(caps, dict) else {}
+    out: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, dict) else None
+        taken = (
+            kind in ("text", "resource_link")
+            or (kind == "image" and caps.get("image") is True)
+            or (kind == "resource" and caps.get("embeddedContext") is True)
+        )
+        if taken:
+            out.append(block)
+        elif kind == "resource":
+            res = block.get("resource") or {}
+            body = res.get("text") if isinstance(res.get("text"), str) else ""
+            out.append(
+                {
+                    "type": "text",
+                    "text": f'<resource uri="{res.get("uri", "")}">\n{body}\n</resource>',
+                }
+            )
+        elif kind == "image":
+            mime = block.get("mimeType", "image")
+            out.append({"type": "text", "text": f"[{mime} omitted: this agent takes no images]"})
+    return out or prompt_blocks(text)

@@ -24,6 +24,7 @@ from xwm_bridge.config import BridgeConfig, ProviderConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
 from xwm_bridge.core.sessions import Session
+from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.collector import remote_fields
 from xwm_bridge.providers.single_agent import failure_result, provider_id_of
@@ -100,6 +101,12 @@ class TurnState:
         agents = self.owner.config.agents
         if method == "session/request_permission":
             return await self.permission(params)
+        client = self.ctx.client
+        if client is not None and client.serves(method):  # the editor owns files/terminals
+            try:
+                return await client.request(method, params)
+            except RpcError as exc:
+                raise ClientError(exc.code, exc.message) from None
         if method.startswith("fs/") and agents.fs_enabled:
             root = client_fs.confined_root(self.cwd, self.owner.config.allowed_roots)
             if method == "fs/read_text_file":
@@ -362,7 +369,14 @@ class StdioAgentExecutor:
         prompt_task = asyncio.get_running_loop().create_task(
             agent.call(
                 "session/prompt",
-                {"sessionId": acp_sid, "prompt": codec.prompt_blocks(prompt)},
+                {
+                    "sessionId": acp_sid,
+                    "prompt": codec.content_blocks(
+                        ctx.turn.params.raw.get(codec.PROMPT_BLOCKS_PARAM),
+                        agent.init_result,
+                        prompt,
+                    ),
+                },
                 self.config.agents.prompt_timeout,
             ),
             name=f"acp-prompt:{ctx.turn_id}",

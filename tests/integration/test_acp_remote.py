@@ -1,0 +1,316 @@
+"""``serve``'s ACP remote transport (``/acp/remote``): the official SDK's WebSocket and
+Streamable HTTP clients, the RFD's HTTP semantics on the wire, auth and limits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from acp import RequestError, connect_to_agent
+from acp.client.connection import ClientSideConnection
+from acp.http import create_http_stream
+from acp.ws import create_websocket_stream
+
+from tests.acp_schema import FrameChecker
+from tests.conftest import AUTH, TOKEN, FakeUpstream, StartBridge, wait_until
+from tests.integration.acp_helpers import RecordingClient, caps, prompt
+from tests.integration.agent_helpers import agent_provider
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
+
+JSON = {**AUTH, "Content-Type": "application/json"}
+
+
+def config(upstream: FakeUpstream, tmp: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "providers": [
+            {"id": "codex", "label": "Codex", "endpoint": upstream.url},
+            agent_provider(),
+        ],
+        "allowed_roots": [str(tmp)],
+        "agents": {"initialize_timeout": 20},
+        "acp": {"default_route": "single-agent:codex"},
+        **extra,
+    }
+
+
+@contextlib.asynccontextmanager
+async def sdk_client(
+    url: str,
+    kind: str,
+    client: RecordingClient | None = None,
+    headers: dict[str, str] | None = None,
+) -> AsyncIterator[tuple[ClientSideConnection, RecordingClient, FrameChecker]]:
+    headers = headers or AUTH
+    if kind == "ws":
+        transport = await create_websocket_stream(url.replace("http://", "ws://"), headers=headers)
+    else:
+        transport = create_http_stream(url, headers=headers)
+    client = client or RecordingClient()
+    checker = FrameChecker()
+    conn = connect_to_agent(client, transport, observers=[checker])
+    try:
+        init = await asyncio.wait_for(
+            conn.initialize(protocol_version=1, client_capabilities=caps()), 20
+        )
+        assert [m.id for m in init.auth_methods] == ["bearer"]  # remote: the bridge token
+        yield conn, client, checker
+    finally:
+        await conn.close()
+    checker.assert_clean()
+
+
+@pytest.mark.parametrize("kind", ["ws", "http"])
+async def test_streamed_turn_permission_and_cancel(
+    kind: str, start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    target = tmp_path / "out.txt"
+    async with sdk_client(f"{bp.url}/acp/remote", kind) as (conn, client, checker):
+        await conn.authenticate(method_id="bearer")
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        answer = await conn.prompt(session_id=session.session_id, prompt=prompt("over the wire"))
+        assert answer.stop_reason == "end_turn"
+        assert checker.text() == "echo: over the wire"
+        assert len(checker.updates("agent_message_chunk")) == 3
+
+        await conn.set_config_option(
+            config_id="route", session_id=session.session_id, value="single-agent:fake"
+        )
+        answer = await conn.prompt(
+            session_id=session.session_id, prompt=prompt(f"permission {target}")
+        )
+        assert answer.stop_reason == "end_turn" and len(client.asked) == 1
+        assert target.read_text() == "written by fake agent\n"
+
+        await conn.set_session_mode(session_id=session.session_id, mode_id="single-agent:codex")
+        turn = asyncio.ensure_future(
+            conn.prompt(session_id=session.session_id, prompt=prompt("slow:20000 x"))
+        )
+        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+        await conn.cancel(session_id=session.session_id)
+        assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
+        await wait_until(lambda: bool(fake_upstream.state.cancels), within=10)
+
+
+async def test_a_dropped_connection_keeps_its_turn_and_resume_picks_it_up(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    async with sdk_client(url, "ws") as (conn, _, _checker):
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        turn = asyncio.ensure_future(
+            conn.prompt(session_id=session.session_id, prompt=prompt("slow:1500 finish me"))
+        )
+        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+    with contextlib.suppress(Exception):
+        await turn  # the connection went away under it
+    assert fake_upstream.state.active  # ...but the turn did not
+    async with sdk_client(url, "ws") as (conn, _, checker):
+        await conn.resume_session(cwd=str(tmp_path), session_id=session.session_id, mcp_servers=[])
+        await wait_until(lambda: checker.text() == "echo: finish me", within=15)
+    assert fake_upstream.state.completed == 1
+    async with sdk_client(url, "http") as (conn, _, checker):
+        await conn.load_session(cwd=str(tmp_path), session_id=session.session_id, mcp_servers=[])
+        users = [u["content"]["text"] for u in checker.updates("user_message_chunk")]
+        assert users == ["slow:1500 finish me"] and checker.text() == "echo: finish me"
+
+
+async def read_events(resp: aiohttp.ClientResponse, until: Any, within: float = 15) -> list[Any]:
+    """SSE items (``keep-alive`` for a comment) until ``until(items)`` holds."""
+    items: list[Any] = []
+    buf = b""
+    async with asyncio.timeout(within):
+        while not until(items):
+            buf += await resp.content.readany()
+            while b"\n\n" in buf:
+                block, buf = buf.split(b"\n\n", 1)
+                if block.startswith(b":"):
+                    items.append("keep-alive")
+                elif block.startswith(b"data: "):
+                    items.append(orjson.loads(block[6:]))
+    return items
+
+
+async def test_streamable_http_on_the_wire(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import xwm_bridge.acp.remote as remote
+
+    monkeypatch.setattr(remote, "KEEPALIVE_INTERVAL", 0.2)
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+
+    def post(body: Any, **headers: str) -> Any:
+        return http.post(url, data=orjson.dumps(body), headers={**JSON, **headers})
+
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+    async with post(init) as resp:
+        assert resp.status == 200
+        cid = resp.headers["Acp-Connection-Id"]
+        assert (await resp.json())["result"]["protocolVersion"] == 1
+    sse = {**AUTH, "Accept": "text/event-stream", "Acp-Connection-Id": cid}
+    async with http.get(url, headers=sse) as main:
+        assert main.status == 200 and main.headers["Content-Type"] == "text/event-stream"
+        new = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(tmp_path)}}
+        async with post(new, **{"Acp-Connection-Id": cid}) as resp:
+            assert resp.status == 202
+        (created,) = [
+            e
+            for e in await read_events(main, lambda xs: any(isinstance(x, dict) for x in xs))
+            if isinstance(e, dict)
+        ]
+        sid = created["result"]["sessionId"]
+        # a quiet stream sends keep-alive comments
+        assert "keep-alive" in await read_events(main, lambda xs: "keep-alive" in xs, within=5)
+
+        async with http.get(url, headers={**sse, "Acp-Session-Id": sid}) as stream:
+            assert stream.status == 200
+            ask = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "session/prompt",
+                "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]},
+            }
+            async with post(ask, **{"Acp-Connection-Id": cid}) as resp:
+                assert resp.status == 400  # session-scoped without Acp-Session-Id
+            async with post(ask, **{"Acp-Connection-Id": cid, "Acp-Session-Id": sid}) as resp:
+                assert resp.status == 202
+            events = await read_events(
+                stream, lambda xs: any(isinstance(x, dict) and x.get("id") == 2 for x in xs)
+            )
+            frames = [e for e in events if isinstance(e, dict)]
+            assert frames[-1] == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}
+            text = "".join(f["params"]["update"]["content"]["text"] for f in frames[:-1])
+            assert text == "echo: hi"
+        async with http.get(url, headers={**sse, "Acp-Session-Id": "acp-unknown"}) as resp:
+            assert resp.status == 404
+
+        async with http.delete(url, headers={**AUTH, "Acp-Connection-Id": cid}) as resp:
+            assert resp.status == 202
+        ends = await read_events(main, lambda xs: True, within=5)  # the stream ends
+        assert isinstance(ends, list)
+    async with post(new, **{"Acp-Connection-Id": cid}) as resp:
+        assert resp.status == 404
+
+
+async def test_auth_origin_and_limits(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    http: aiohttp.ClientSession,
+) -> None:
+    cfg = config(
+        fake_upstream, tmp_path, limits={"max_body_bytes": 4096, "max_ws_message_bytes": 4096}
+    )
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    init = orjson.dumps(
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+    )
+    ctype = {"Content-Type": "application/json"}
+    async with http.post(url, data=init, headers=ctype) as resp:
+        assert resp.status == 401
+    async with http.post(
+        url, data=init, headers={**ctype, "Authorization": "Bearer wrong"}
+    ) as resp:
+        assert resp.status == 401
+    async with http.post(
+        url, data=init, headers={**JSON, "Origin": "https://evil.example"}
+    ) as resp:
+        assert resp.status == 403
+    with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+        await http.ws_connect(url.replace("http", "ws"))
+    assert err.value.status == 401
+    async with http.post(url, data=init, headers={**AUTH, "Content-Type": "text/plain"}) as resp:
+        assert resp.status == 415
+    async with http.post(url, data=b"[" + init + b"]", headers=JSON) as resp:
+        assert resp.status == 501
+    big = orjson.dumps(
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"x": "y" * 8000}}
+    )
+    async with http.post(url, data=big, headers=JSON) as resp:
+        assert resp.status == 413
+    note = orjson.dumps(
+        {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s"}}
+    )
+    async with http.post(url, data=note, headers=JSON) as resp:
+        assert resp.status == 400  # no Acp-Connection-Id
+    async with http.post(url, data=note, headers={**JSON, "Acp-Connection-Id": "nope"}) as resp:
+        assert resp.status == 404
+    async with http.get(url, headers={**AUTH, "Acp-Connection-Id": "nope"}) as resp:
+        assert resp.status == 406  # Accept must include text/event-stream
+    async with http.delete(url, headers=AUTH) as resp:
+        assert resp.status == 400
+    async with http.put(url, headers=AUTH) as resp:
+        assert resp.status == 405
+    # a WebSocket message over the limit closes the socket (1009)
+    ws = await http.ws_connect(url.replace("http", "ws"), headers=AUTH)
+    assert ws._response.headers.get("Acp-Connection-Id")
+    await ws.send_str("x" * 8000)
+    msg = await asyncio.wait_for(ws.receive(), 10)
+    assert msg.type in (
+        aiohttp.WSMsgType.CLOSE,
+        aiohttp.WSMsgType.CLOSED,
+        aiohttp.WSMsgType.CLOSING,
+    )
+    assert ws.close_code == 1009
+    await ws.close()
+    _ = TOKEN
+
+
+async def test_sessions_belong_to_their_principal(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    other = "other-client-token-42"
+    cfg = config(fake_upstream, tmp_path, client_tokens=[other])
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    async with sdk_client(url, "ws") as (conn, _, _c):
+        mine = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        await conn.prompt(session_id=mine.session_id, prompt=prompt("private"))
+        listed = await conn.list_sessions(cwd=str(tmp_path))
+        assert [s.session_id for s in listed.sessions] == [mine.session_id]
+    theirs = {"Authorization": f"Bearer {other}"}
+    async with sdk_client(url, "http", headers=theirs) as (conn, _, _c):
+        assert (await conn.list_sessions(cwd=str(tmp_path))).sessions == []
+        with pytest.raises(RequestError) as err:
+            await conn.load_session(cwd=str(tmp_path), session_id=mine.session_id, mcp_servers=[])
+        assert err.value.code == -32002
+        with pytest.raises(RequestError):
+            await conn.resume_session(cwd=str(tmp_path), session_id=mine.session_id, mcp_servers=[])
+
+
+async def test_idle_http_connections_are_closed(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    http: aiohttp.ClientSession,
+) -> None:
+    cfg = config(fake_upstream, tmp_path)
+    cfg["acp"]["connection_idle_ttl"] = 0.4
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    init = orjson.dumps(
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+    )
+    async with http.post(url, data=init, headers=JSON) as resp:
+        cid = resp.headers["Acp-Connection-Id"]
+    note = orjson.dumps({"jsonrpc": "2.0", "method": "_ping", "params": {}})
+    headers = {**JSON, "Acp-Connection-Id": cid}
+    async with http.post(url, data=note, headers=headers) as resp:
+        assert resp.status == 202
+    await asyncio.sleep(1.5)  # no stream and no request for longer than the TTL: closed
+    async with http.post(url, data=note, headers=headers) as resp:
+        assert resp.status == 404

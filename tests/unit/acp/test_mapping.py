@@ -1,0 +1,264 @@
+"""Bridge notification → ACP update, ACP prompt → bridge turn, stop reasons, permission
+and replay shapes; every ACP shape checked strictly against the official schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from acp import schema
+
+from tests.acp_schema import strict
+from xwm_bridge.acp import mapping
+from xwm_bridge.acp.mapping import PromptSupport, TurnMapState
+from xwm_bridge.jsonrpc import RpcError
+
+
+def bridge(payload: dict[str, Any], *, relayed: bool = False) -> dict[str, Any]:
+    base = {} if relayed else {"sessionId": "s1", "threadId": "s1", "turnId": "turn-1", "seq": 3}
+    return {"jsonrpc": "2.0", "method": "session.update", "params": {**base, **payload}}
+
+
+def updates(message: dict[str, Any], state: TurnMapState | None = None) -> list[dict[str, Any]]:
+    out = mapping.acp_updates(message, state or TurnMapState())
+    for update in out:
+        strict(schema.SessionNotification, {"sessionId": "s1", "update": update})
+    return out
+
+
+def test_the_strict_check_fails_on_a_bad_frame() -> None:
+    good = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}}
+    strict(schema.SessionNotification, {"sessionId": "s", "update": good})
+    with pytest.raises(AssertionError):  # an unknown field is dropped by the model
+        strict(schema.SessionNotification, {"sessionId": "s", "update": {**good, "extra": 1}})
+    with pytest.raises(AssertionError):  # a bad optional value is salvaged to its default
+        bad = {"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x", "kind": "nope"}
+        strict(schema.SessionNotification, {"sessionId": "s", "update": bad})
+
+
+def test_deltas_thoughts_and_content_blocks() -> None:
+    state = TurnMapState()
+    assert updates(bridge({"type": "delta", "delta": "he", "pending": True}), state) == [
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "he"}}
+    ]
+    # an upstream frame relayed unchanged: a bare delta
+    assert updates(bridge({"delta": "llo"}, relayed=True), state)[0]["content"]["text"] == "llo"
+    assert state.message_chars == 5
+    assert updates(bridge({"type": "thought", "delta": "hmm"}), state) == [
+        {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}}
+    ]
+    assert state.message_chars == 5
+    link = {"type": "resource_link", "uri": "file:///a.txt", "name": "a.txt"}
+    assert updates(bridge({"type": "delta", "delta": "", "content": link})) == [
+        {"sessionUpdate": "agent_message_chunk", "content": link}
+    ]
+    assert updates(bridge({"type": "delta", "delta": ""})) == []
+
+
+def test_tool_calls_are_normalized() -> None:
+    start = bridge(
+        {
+            "type": "tool_call",
+            "toolCallId": "c1",
+            "title": "Write a.txt",
+            "kind": "edit",
+            "status": "pending",
+            "locations": [{"path": "/w/a.txt", "line": 3}, {"nope": 1}],
+            "rawInput": {"path": "/w/a.txt"},
+        }
+    )
+    assert updates(start) == [
+        {
+            "sessionUpdate": "tool_call",
+            "toolCallId": "c1",
+            "title": "Write a.txt",
+            "kind": "edit",
+            "status": "pending",
+            "locations": [{"path": "/w/a.txt", "line": 3}],
+            "rawInput": {"path": "/w/a.txt"},
+        }
+    ]
+    odd = updates(bridge({"type": "tool_call", "toolCallId": "c2", "kind": "weird"}))[0]
+    assert odd["kind"] == "other" and odd["title"] == "c2" and odd["status"] == "pending"
+    done = bridge(
+        {
+            "type": "tool_call_update",
+            "toolCallId": "c1",
+            "status": "completed",
+            "content": [
+                {"type": "content", "content": {"type": "text", "text": "ok"}},
+                {"type": "diff", "path": "/w/a.txt", "newText": "x", "oldText": None},
+                {"type": "terminal", "terminalId": "term-1"},
+                {"type": "bogus"},
+            ],
+            "rawOutput": {"ok": True},
+        }
+    )
+    (update,) = updates(done)
+    assert [c["type"] for c in update["content"]] == ["content", "diff"]  # bridge's own terminal
+    (kept,) = updates(done, TurnMapState(terminals=True))
+    assert [c["type"] for c in kept["content"]] == ["content", "diff", "terminal"]
+    assert updates(bridge({"type": "tool_call_update", "status": "completed"})) == []
+
+
+def test_plan_usage_steps_gateway_tools_and_passthrough() -> None:
+    (plan,) = updates(
+        bridge(
+            {
+                "type": "plan",
+                "entries": [
+                    {"content": "a", "priority": "high", "status": "pending"},
+                    {"content": "b", "priority": "urgent", "status": "??"},
+                    {"priority": "low"},
+                ],
+            }
+        )
+    )
+    assert plan["entries"][1] == {"content": "b", "priority": "medium", "status": "pending"}
+    assert len(plan["entries"]) == 2
+    (usage,) = updates(bridge({"type": "usage", "usage": {"used": 42, "size": 1000}}))
+    assert usage == {"sessionUpdate": "usage_update", "used": 42, "size": 1000}
+    cost = {"used": 1, "size": 2, "cost": {"amount": 0.5, "currency": "USD"}}
+    assert updates(bridge({"type": "usage", "usage": cost}))[0]["cost"]["currency"] == "USD"
+    assert updates(bridge({"type": "usage", "usage": {"inputTokens": 3}})) == []
+    (step,) = updates(bridge({"type": "step", "title": "Planner", "message": "1. do it"}))
+    assert step["sessionUpdate"] == "agent_thought_chunk"
+    assert step["content"]["text"] == "Planner: 1. do it\n"
+    state = TurnMapState()
+    tool = {"type": "tool", "tool": {"toolCallId": "g1", "name": "search", "phase": "start"}}
+    assert updates(bridge(tool), state)[0]["sessionUpdate"] == "tool_call"
+    tool["tool"] = {"toolCallId": "g1", "phase": "result"}
+    assert updates(bridge(tool), state) == [
+        {"sessionUpdate": "tool_call_update", "toolCallId": "g1", "status": "completed"}
+    ]
+    commands = {"sessionUpdate": "available_commands_update", "availableCommands": []}
+    assert updates(bridge({"type": "agent_update", "update": commands})) == [commands]
+    mode = {"sessionUpdate": "current_mode_update", "currentModeId": "x"}
+    assert updates(bridge({"type": "agent_update", "update": mode})) == []  # the bridge's own
+    for quiet in ({"type": "status", "event": "started"}, {"type": "final", "message": "x"}):
+        assert updates(bridge(quiet)) == []
+    assert mapping.acp_updates({"method": "other", "params": {}}, TurnMapState()) == []
+
+
+def test_stop_reasons() -> None:
+    assert mapping.stop_reason({"success": True}, False) == "end_turn"
+    assert mapping.stop_reason({"success": True, "stopReason": "max_tokens"}, False) == "max_tokens"
+    assert mapping.stop_reason({"success": False, "stopReason": "refusal"}, False) == "refusal"
+    assert mapping.stop_reason({"success": True, "stopReason": "length"}, False) == "max_tokens"
+    assert mapping.stop_reason({"success": False, "cancelled": True}, False) == "cancelled"
+    assert mapping.stop_reason({"success": False, "aborted": True}, False) == "cancelled"
+    assert mapping.stop_reason({"success": True}, True) == "cancelled"
+    assert mapping.stop_reason({"success": False, "error": "down"}, False) is None
+    for reason in mapping.STOP_REASONS:
+        strict(
+            schema.PromptResponse,
+            {"stopReason": mapping.stop_reason({"stopReason": reason}, False)},
+        )
+
+
+def test_prompt_to_turn_params() -> None:
+    blocks = mapping.check_prompt(
+        [
+            {"type": "text", "text": "review this"},
+            {"type": "resource_link", "uri": "file:///w/a.py", "name": "a.py"},
+            {"type": "resource", "resource": {"uri": "file:///w/b.py", "text": "print(1)"}},
+        ],
+        PromptSupport(),
+    )
+    params = mapping.turn_params("s1", "/w", blocks, "single-agent:codex", "gpt-x")
+    assert params == {
+        "sessionId": "s1",
+        "threadId": "s1",
+        "taskPrompt": 'review this\n[a.py](file:///w/a.py)\n<resource uri="file:///w/b.py">\nprint(1)\n</resource>',
+        "workingDirectory": "/w",
+        "acpPrompt": blocks,  # not text only: the blocks go along for stdio agents
+        "routing": {
+            "routingMode": "explicit",
+            "explicitExecutionTarget": "singleAgent",
+            "explicitProviderId": "codex",
+            "explicitModel": "gpt-x",
+        },
+    }
+    assert "acpPrompt" not in mapping.turn_params("s1", "/w", blocks[:2], "auto", "")
+    image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+    assert mapping.check_prompt([image], PromptSupport(image=True)) == [image]
+    assert mapping.prompt_text([image]) == "[image: image/png]"
+    assert mapping.routing_params("auto", "") == {"routingMode": "auto"}
+    assert mapping.routing_params("multi-agent", "")["explicitExecutionTarget"] == "multiAgent"
+    gw = mapping.routing_params("gateway:openclaw", "")
+    assert gw["explicitExecutionTarget"] == "gateway"
+    assert gw["preferredGatewayProviderId"] == "openclaw"
+    assert mapping.title_of("\n  fix the bug in parser.py\nmore") == "fix the bug in parser.py"
+    assert len(mapping.title_of("x" * 200)) == 80
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        [],
+        "hello",
+        [{"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+        [{"type": "audio", "data": "AAAA", "mimeType": "audio/wav"}],
+        [{"type": "text"}],
+        [{"type": "resource_link"}],
+        [{"type": "resource", "resource": "x"}],
+        [{"type": "video"}],
+    ],
+)
+def test_bad_prompts_are_invalid_params(prompt: Any) -> None:
+    with pytest.raises(RpcError) as err:
+        mapping.check_prompt(prompt, PromptSupport())
+    assert err.value.code == -32602
+
+
+def test_permission_request_and_answers() -> None:
+    payload = {
+        "type": "permission",
+        "requestId": "perm-7",
+        "toolCall": {"toolCallId": "c1", "title": "Write x", "kind": "edit", "status": "pending"},
+        "options": [
+            {"optionId": "once", "name": "Allow", "kind": "allow_once"},
+            {"optionId": "no", "name": "Reject", "kind": "reject_once"},
+            {"name": "broken"},
+        ],
+        "pending": True,
+    }
+    params = mapping.permission_request("s1", payload)
+    strict(schema.RequestPermissionRequest, params)
+    assert [o["optionId"] for o in params["options"]] == ["once", "no"]
+    options = params["options"]
+    picked = {"outcome": {"outcome": "selected", "optionId": "once"}}
+    assert mapping.chosen_option(picked, options) == "once"
+    assert (
+        mapping.chosen_option({"outcome": {"outcome": "selected", "optionId": "x"}}, options)
+        is None
+    )
+    assert mapping.chosen_option({"outcome": {"outcome": "cancelled"}}, options) == "no"
+    assert mapping.chosen_option({"nope": 1}, options) is None
+    bare = mapping.permission_request("s1", {"requestId": "perm-8", "options": []})
+    assert bare["toolCall"] == {"toolCallId": "perm-8"}
+
+
+def test_replay_of_a_stored_session() -> None:
+    ledger = [
+        bridge({"type": "status", "event": "started"}),
+        {
+            "method": mapping.USER_MESSAGE,
+            "params": {"prompt": [{"type": "text", "text": "second"}]},
+        },
+        bridge({"type": "delta", "delta": "answer two"}),
+        bridge({"type": "tool_call", "toolCallId": "c1", "title": "t"}),
+        {"method": mapping.USER_MESSAGE, "params": {"prompt": [{"type": "text", "text": "third"}]}},
+        {"method": mapping.AGENT_MESSAGE, "params": {"text": "final only"}},
+    ]
+    out = mapping.replay_updates(("first", "second", "third"), ledger)
+    for update in out:
+        strict(schema.SessionNotification, {"sessionId": "s1", "update": update})
+    assert [(u["sessionUpdate"], u.get("content", {}).get("text")) for u in out] == [
+        ("user_message_chunk", "first"),  # older than the ledger: the prompt only
+        ("user_message_chunk", "second"),
+        ("agent_message_chunk", "answer two"),
+        ("tool_call", None),
+        ("user_message_chunk", "third"),
+        ("agent_message_chunk", "final only"),
+    ]

@@ -1,0 +1,193 @@
+"""One ACP client connection, whatever carries it (stdio, WebSocket, Streamable HTTP).
+
+The transport hands every incoming frame to :meth:`AcpConnection.receive` and gives
+the connection a ``send(message, scope)`` coroutine; ``scope`` is the session a
+message belongs to (``None``: connection level), which only the Streamable HTTP
+transport uses (it picks the SSE stream by it). Requests run concurrently, each
+in a task owned by the connection (at most ``MAX_INFLIGHT``), through a
+:class:`~xwm_bridge.app.dispatcher.Dispatcher` over the ACP method table, so
+every ACP request gets the same audit line and metrics as the bridge's own.
+Requests the bridge sends the client (permissions, files, terminals) get ids of
+their own; the client's answers resolve them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from xwm_bridge import coerce, jsonrpc
+from xwm_bridge.acp import codec
+from xwm_bridge.app.dispatcher import Dispatcher
+from xwm_bridge.core.context import CallContext
+from xwm_bridge.core.supervisor import Supervisor
+from xwm_bridge.jsonrpc import RpcError
+
+if TYPE_CHECKING:
+    from xwm_bridge.acp.front import AcpFrontDoor
+
+log = logging.getLogger("xwm_bridge.acp")
+
+Send = Callable[[dict[str, Any], str | None], Awaitable[None]]
+MAX_INFLIGHT = 256
+#: methods whose answer belongs to the session's stream (the Streamable HTTP RFD)
+SESSION_SCOPED = frozenset(
+    (
+        "session/prompt",
+        "session/cancel",
+        "session/set_mode",
+        "session/set_config_option",
+        "session/close",
+    )
+)
+CLIENT_GONE = "the ACP client disconnected"
+
+
+class AcpConnection:
+    def __init__(
+        self,
+        front: AcpFrontDoor,
+        send: Send,
+        *,
+        transport: str,
+        principal: str = "",
+        bearer: str = "",
+        remote: bool = False,
+    ) -> None:
+        from xwm_bridge.acp.methods import AcpMethods
+
+        self.id = uuid.uuid4().hex
+        self.front = front
+        self._send = send
+        self.transport = transport
+        self.principal = principal or transport
+        self.bearer = bearer
+        self.remote = remote
+        self.closed = False
+        self.initialized = False
+        self.client_capabilities: dict[str, Any] = {}
+        self.client_info: dict[str, Any] = {}
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._inflight = Supervisor()
+        self.dispatcher = Dispatcher(AcpMethods(front, self).table(), front.bridge.metrics)
+
+    def __repr__(self) -> str:
+        return f"<AcpConnection {self.transport} {self.id[:8]}>"
+
+    # --- incoming ---------------------------------------------------------------
+
+    async def receive(self, data: bytes | str) -> None:
+        item = codec.decode(data)
+        if isinstance(item, codec.Invalid):
+            if item.reply is not None:
+                await self.send(item.reply, None)
+        elif isinstance(item, codec.Response):
+            self._resolve(item)
+        else:
+            await self.dispatch(item)
+
+    async def dispatch(self, req: jsonrpc.Request) -> None:
+        if self.closed:
+            return
+        if len(self._inflight) >= MAX_INFLIGHT:
+            if not req.is_notification:
+                await self.send(
+                    jsonrpc.error(
+                        req.id,
+                        jsonrpc.QUEUE_FULL,
+                        f"too many requests in flight on this connection (limit {MAX_INFLIGHT})",
+                    ),
+                    None,
+                )
+            return
+        self._inflight.spawn(self._serve(req), name=f"acp-request:{req.method}")
+
+    async def _serve(self, req: jsonrpc.Request) -> None:
+        scope = self.scope_of(req.method, req.params)
+        call = CallContext(None, self.transport, self.principal, self.bearer, None)
+        reply = await self.dispatcher.handle(req, call)
+        if reply is not None:
+            await self.send(reply, scope)
+
+    @staticmethod
+    def scope_of(method: str, params: dict[str, Any]) -> str | None:
+        if method in SESSION_SCOPED:
+            return coerce.text(params.get("sessionId")) or None
+        return None
+
+    def _resolve(self, response: codec.Response) -> None:
+        fut = self._pending.pop(response.id, None) if isinstance(response.id, int) else None
+        if fut is None or fut.done():
+            log.debug("unmatched response from the ACP client", extra={"id": str(response.id)[:40]})
+            return
+        if response.error is not None:
+            code = response.error.get("code")
+            fut.set_exception(
+                RpcError(
+                    code if isinstance(code, int) else jsonrpc.INTERNAL_ERROR,
+                    coerce.text(response.error.get("message"), "client error"),
+                )
+            )
+        else:
+            fut.set_result(response.result)
+
+    # --- outgoing ---------------------------------------------------------------
+
+    async def send(self, message: dict[str, Any], scope: str | None) -> None:
+        if not self.closed:
+            await self._send(message, scope)
+
+    async def start_request(
+        self, method: str, params: dict[str, Any], scope: str | None
+    ) -> asyncio.Future[Any]:
+        """Send a request to the client; the future gets its result (or ``RpcError``).
+        The caller bounds the wait and calls :meth:`forget` if it stops waiting."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.closed:
+            fut.set_exception(RpcError(jsonrpc.INTERNAL_ERROR, CLIENT_GONE))
+            return fut
+        rid = next(self._ids)
+        self._pending[rid] = fut
+        fut.add_done_callback(lambda _: self._pending.pop(rid, None))
+        await self.send(jsonrpc.request(rid, method, params), scope)
+        return fut
+
+    def forget(self, fut: asyncio.Future[Any]) -> None:
+        if not fut.done():
+            fut.cancel()
+
+    def serves(self, method: str) -> bool:
+        """Did the client declare the capability behind an agent→client ``method``?"""
+        caps = self.client_capabilities
+        fs = caps.get("fs") if isinstance(caps.get("fs"), dict) else {}
+        assert isinstance(fs, dict)
+        if method == "fs/read_text_file":
+            return fs.get("readTextFile") is True
+        if method == "fs/write_text_file":
+            return fs.get("writeTextFile") is True
+        if method.startswith("terminal/"):
+            return caps.get("terminal") is True
+        return False
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    async def close(self) -> None:
+        """The client is gone: its requests end, its sessions detach (their turns go on)."""
+        if self.closed:
+            return
+        self.closed = True
+        for fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(RpcError(jsonrpc.INTERNAL_ERROR, CLIENT_GONE))
+        self._pending.clear()
+        self.front.detach(self)
+        await self._inflight.shutdown(0)
+
+    async def wait_idle(self) -> None:
+        """Wait for the requests in flight (stdio at end of input)."""
+        await self._inflight.wait(None)

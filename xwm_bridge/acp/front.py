@@ -1,0 +1,150 @@
+"""The ACP front door of one bridge: routes, sessions and connections over the bridge core.
+
+One per process, shared by every ACP transport (``xwm-bridge acp`` has one
+connection; ``serve``'s ``/acp/remote`` many). Turns go through the same
+:class:`~xwm_bridge.app.methods.BridgeMethods` as ``serve``: no second pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from xwm_bridge import coerce, jsonrpc
+from xwm_bridge.acp.connection import AcpConnection, Send
+from xwm_bridge.acp.mapping import PromptSupport
+from xwm_bridge.acp.options import Choice, RouteCatalog
+from xwm_bridge.acp.sessions import AcpSession, AcpSessions, Client, from_upstream
+from xwm_bridge.app.bridge import Bridge
+from xwm_bridge.app.methods import BridgeMethods
+from xwm_bridge.core.context import CallContext
+from xwm_bridge.core.supervisor import Supervisor
+from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.wire import WireEncoder
+
+log = logging.getLogger("xwm_bridge.acp")
+
+#: the runtime the front door connects for ``gateway:openclaw`` routes (per principal)
+OPENCLAW_RUNTIME = "acp-openclaw"
+
+
+class AcpFrontDoor:
+    def __init__(self, bridge: Bridge, methods: BridgeMethods | None = None) -> None:
+        self.bridge = bridge
+        self.methods = methods if methods is not None else BridgeMethods(bridge)
+        self.config = bridge.config
+        self.catalog = RouteCatalog(bridge.config)
+        self.sessions = AcpSessions()
+        #: permission relays (each bounded by ``agents.permission_timeout``)
+        self.tasks = Supervisor()
+        # images reach only stdio agents that take them (others get a text marker)
+        stdio = any(p.is_stdio for p in bridge.config.available_providers)
+        self.prompt_support = PromptSupport(image=stdio)
+        #: every message to an ACP client is encoded here: secrets redacted, never raises
+        self.wire = WireEncoder(bridge.config.secrets())
+
+    def connect(
+        self,
+        send: Send,
+        *,
+        transport: str,
+        principal: str = "",
+        bearer: str = "",
+        remote: bool = False,
+    ) -> AcpConnection:
+        return AcpConnection(
+            self, send, transport=transport, principal=principal, bearer=bearer, remote=remote
+        )
+
+    async def close(self) -> None:
+        await self.tasks.shutdown(0)
+
+    # --- attachment ---------------------------------------------------------------
+
+    def attach(self, session: AcpSession, client: Client) -> None:
+        session.client = client
+        self.sessions.add(session)
+
+    def detach(self, client: Client) -> None:
+        for session in self.sessions.attached_to(client):
+            session.client = None
+            session.buffer = None
+
+    @staticmethod
+    def connection_of(session: AcpSession) -> AcpConnection | None:
+        client = session.client
+        return client if isinstance(client, AcpConnection) and not client.closed else None
+
+    # --- persistence ---------------------------------------------------------------
+
+    async def persist(self, session: AcpSession) -> None:
+        """Keep the ACP fields in the bridge session's record (``acp.*`` upstream keys)."""
+        sid = session.session_id
+        live = await self.bridge.sessions.load(sid, sid)
+        live.upstream.update(session.upstream_keys())
+        self.bridge.sessions.persist(live)
+
+    async def find(
+        self, session_id: str, cwd: str, principal: str
+    ) -> tuple[AcpSession | None, tuple[str, ...]]:
+        """A session by id: live, else from the store (after a restart); and its prompts.
+        Another principal's session is not found."""
+        live = self.bridge.sessions.get(session_id)
+        record = None if live is not None else await self.bridge.store.load(session_id)
+        if live is None and record is None:
+            known = self.sessions.get(session_id)
+            if known is not None and known.owner and known.owner != principal:
+                return None, ()
+            return known, ()
+        upstream = live.upstream if live is not None else dict(record.upstream if record else ())
+        history = tuple(live.history) if live is not None else (record.history if record else ())
+        session = self.sessions.get(session_id)
+        if session is None:
+            session = self.sessions.add(
+                from_upstream(session_id, upstream, Choice(self.catalog.default), cwd)
+            )
+        if session.owner and session.owner != principal:
+            return None, ()
+        try:  # a route removed from the config since: back to the default
+            session.choice = self.catalog.check(session.choice)
+        except RpcError:
+            session.choice = Choice(self.catalog.default)
+        return session, history
+
+    def close_session(self, session: AcpSession) -> None:
+        session.client = None
+        self.sessions.remove(session.session_id)
+
+    # --- turns ---------------------------------------------------------------
+
+    def cancel_turn(self, session_id: str) -> None:
+        self.bridge.sessions.cancel(session_id)
+
+    async def cancel(self, session: AcpSession) -> None:
+        """``session/cancel`` (and ``session/close``): as the bridge's ``session.cancel``."""
+        for relay in list(session.turns):
+            relay.cancel()
+        call = CallContext(None, "acp", "acp")
+        await self.methods.session_cancel({"sessionId": session.session_id}, call, "session.cancel")
+
+    async def prepare_route(self, choice: Choice, conn: AcpConnection) -> None:
+        """``gateway:openclaw`` needs a runtime of the caller's: connect one (config's URL and
+        token) when it has none. A ``local`` runtime is the client's own
+        (``xworkmate.gateway.connect`` with the same token)."""
+        if choice.route.lower() != "gateway:openclaw":
+            return
+        gateway = self.bridge.gateway
+        if gateway.find(conn.principal, "openclaw") is not None:
+            return
+        params = {"runtimeId": OPENCLAW_RUNTIME, "gatewayProviderId": "openclaw"}
+        result: dict[str, Any] = await gateway.connect(
+            params, conn.principal, None, None, conn.bearer
+        )
+        if result.get("ok") is not True:
+            error = result.get("error")
+            message = (
+                coerce.text(error.get("message")) if isinstance(error, dict) else coerce.text(error)
+            )
+            raise RpcError(
+                jsonrpc.INTERNAL_ERROR, f"cannot connect the openclaw gateway: {message}"
+            )

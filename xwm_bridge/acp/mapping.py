@@ -1,0 +1,495 @@
+"""Bridge ↔ ACP mapping, sans-I/O: prompts in, ``session/update`` kinds out, stop reasons.
+
+ACP ``session/prompt`` → one bridge turn (``session.message`` params):
+
+================== ===============================================================
+ACP                bridge
+================== ===============================================================
+``sessionId``      ``sessionId`` and ``threadId`` (one ACP session = one thread)
+``prompt[]``       ``taskPrompt``: text blocks as is; a ``resource_link`` as its URI;
+                   an embedded text ``resource`` inlined under its URI
+session ``cwd``    ``workingDirectory``
+images, resources  also ``acpPrompt`` (the blocks): a stdio agent whose
+                   ``promptCapabilities`` take them gets them as sent; other routes
+                   get the text (an image as ``[image: <mimeType>]``)
+``route`` option   ``routing``: ``auto`` → ``{routingMode: auto}``; else explicit
+                   (``singleAgent`` + provider, ``multiAgent``, ``gateway`` + provider)
+``model`` option   ``routing.explicitModel``
+================== ===============================================================
+
+Bridge notification (``session.update`` / relayed upstream frame) → ACP update:
+
+=============================== ==========================================================
+bridge ``type``                 ACP ``sessionUpdate``
+=============================== ==========================================================
+``delta`` (or a bare ``delta``) ``agent_message_chunk`` (``content`` block when not text)
+``thought``                     ``agent_thought_chunk``
+``step`` (multi-agent)          ``agent_thought_chunk`` ("Planner: …")
+``tool_call``                   ``tool_call``
+``tool_call_update``            ``tool_call_update``
+``tool`` (gateway)              ``tool_call``, then ``tool_call_update``
+``plan``                        ``plan``
+``usage``                       ``usage_update`` (when it has ``used`` and ``size``)
+``agent_update``                the agent's own update, for ``available_commands_update``
+``status``, ``final``           nothing (the prompt response carries the end)
+``permission``                  nothing here: the front door relays it as
+                                ``session/request_permission``
+=============================== ==========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from xwm_bridge import coerce
+from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+from xwm_bridge.providers.stdio.codec import PROMPT_BLOCKS_PARAM
+
+STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled")
+#: stop reasons of other vocabularies (OpenAI-style gateways) → ACP
+STOP_ALIASES = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+    "aborted": "cancelled",
+}
+TOOL_KINDS = frozenset(
+    (
+        "read",
+        "edit",
+        "delete",
+        "move",
+        "search",
+        "execute",
+        "think",
+        "fetch",
+        "switch_mode",
+        "other",
+    )
+)
+TOOL_STATUSES = frozenset(("pending", "in_progress", "completed", "failed"))
+PLAN_PRIORITIES = frozenset(("high", "medium", "low"))
+PLAN_STATUSES = frozenset(("pending", "in_progress", "completed"))
+OPTION_KINDS = frozenset(("allow_once", "allow_always", "reject_once", "reject_always"))
+CONTENT_TYPES = frozenset(("text", "image", "audio", "resource_link", "resource"))
+#: agent updates passed through as they are (the front door owns modes, options, titles)
+PASSTHROUGH_UPDATES = frozenset(("available_commands_update",))
+UPDATE_METHODS = ("session.update", "acp.session.update")
+#: ledger frames the front door writes itself (replayed by ``session/load``)
+USER_MESSAGE = "acp.user_message"
+AGENT_MESSAGE = "acp.agent_message"
+
+
+# --- prompts ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSupport:
+    """Content the front door accepts in ``session/prompt`` (its ``promptCapabilities``)."""
+
+    image: bool = False
+    audio: bool = False
+    embedded_context: bool = True
+
+    def wire(self) -> dict[str, bool]:
+        return {"image": self.image, "audio": self.audio, "embeddedContext": self.embedded_context}
+
+
+def check_prompt(blocks: Any, support: PromptSupport) -> list[dict[str, Any]]:
+    """The prompt's content blocks, or ``-32602`` naming what is wrong."""
+    if not isinstance(blocks, list) or not blocks:
+        raise RpcError(INVALID_PARAMS, "prompt must be a non-empty array of content blocks")
+    allowed = {"text", "resource_link"}
+    if support.embedded_context:
+        allowed.add("resource")
+    if support.image:
+        allowed.add("image")
+    if support.audio:
+        allowed.add("audio")
+    out: list[dict[str, Any]] = []
+    for i, block in enumerate(blocks):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind not in allowed:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"prompt[{i}]: content type {kind!r} is not accepted "
+                f"(promptCapabilities allow {', '.join(sorted(allowed))})",
+            )
+        assert isinstance(block, dict)
+        if kind == "text" and not isinstance(block.get("text"), str):
+            raise RpcError(INVALID_PARAMS, f"prompt[{i}]: text must be a string")
+        if kind == "resource_link" and not isinstance(block.get("uri"), str):
+            raise RpcError(INVALID_PARAMS, f"prompt[{i}]: uri must be a string")
+        if kind == "resource" and not isinstance(block.get("resource"), dict):
+            raise RpcError(INVALID_PARAMS, f"prompt[{i}]: resource must be an object")
+        out.append(block)
+    return out
+
+
+def prompt_text(blocks: list[dict[str, Any]]) -> str:
+    """The turn's ``taskPrompt``: what every route can take, in the order given."""
+    parts: list[str] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(str(block.get("text", "")))
+        elif kind == "resource_link":
+            name = coerce.text(block.get("name"))
+            uri = coerce.text(block.get("uri"))
+            parts.append(f"[{name}]({uri})" if name and name != uri else uri)
+        elif kind == "image":
+            parts.append(f"[image: {coerce.text(block.get('mimeType'), 'image')}]")
+        elif kind == "resource":
+            res = block.get("resource") or {}
+            uri = coerce.text(res.get("uri"))
+            text = res.get("text")
+            if isinstance(text, str):
+                parts.append(f'<resource uri="{uri}">\n{text}\n</resource>')
+            else:
+                parts.append(
+                    f'<resource uri="{uri}" mimeType="{coerce.text(res.get("mimeType"))}"/>'
+                )
+    return "\n".join(p for p in parts if p).strip()
+
+
+def title_of(text: str, limit: int = 80) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def routing_params(route: str, model: str) -> dict[str, Any]:
+    """The bridge ``routing`` object of a route option value (see :mod:`.options`)."""
+    kind, _, target = route.partition(":")
+    routing: dict[str, Any]
+    if route == "auto":
+        routing = {"routingMode": "auto"}
+    elif route == "multi-agent":
+        routing = {"routingMode": "explicit", "explicitExecutionTarget": "multiAgent"}
+    elif kind == "single-agent":
+        routing = {
+            "routingMode": "explicit",
+            "explicitExecutionTarget": "singleAgent",
+            "explicitProviderId": target,
+        }
+    elif kind == "gateway":
+        routing = {
+            "routingMode": "explicit",
+            "explicitExecutionTarget": "gateway",
+            "preferredGatewayProviderId": target,
+        }
+    else:
+        raise RpcError(INVALID_PARAMS, f"unknown route {route!r}")
+    if model:
+        routing["explicitModel"] = model
+    return routing
+
+
+def turn_params(
+    session_id: str, cwd: str, blocks: list[dict[str, Any]], route: str, model: str
+) -> dict[str, Any]:
+    """``session.message`` params of one ACP prompt."""
+    params: dict[str, Any] = {
+        "sessionId": session_id,
+        "threadId": session_id,
+        "taskPrompt": prompt_text(blocks),
+        "routing": routing_params(route, model),
+    }
+    if any(b.get("type") not in ("text", "resource_link") for b in blocks):
+        params[PROMPT_BLOCKS_PARAM] = blocks  # a stdio agent that takes them gets the blocks
+    if cwd:
+        params["workingDirectory"] = cwd
+    return params
+
+
+# --- bridge notifications → ACP updates ---------------------------------------------------
+
+
+@dataclass(slots=True)
+class TurnMapState:
+    """What the mapping remembers within one turn."""
+
+    #: text of ``agent_message_chunk`` updates sent (the final-output rule needs it)
+    message_chars: int = 0
+    #: gateway tool ids already announced with ``tool_call``
+    tools: set[str] = field(default_factory=set)
+    #: keep ``terminal`` tool-call content (only when the client runs the terminals)
+    terminals: bool = False
+
+
+def _text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _chunk(kind: str, content: dict[str, Any]) -> dict[str, Any]:
+    return {"sessionUpdate": kind, "content": content}
+
+
+def _content_block(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, dict) and value.get("type") in CONTENT_TYPES:
+        return value
+    return None
+
+
+def _tool_content(items: Any, terminals: bool) -> list[dict[str, Any]] | None:
+    if not isinstance(items, list):
+        return None
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        keep = (
+            (kind == "content" and _content_block(item.get("content")) is not None)
+            or (kind == "diff" and isinstance(item.get("path"), str))
+            or (kind == "terminal" and terminals and isinstance(item.get("terminalId"), str))
+        )
+        if keep:
+            out.append(item)
+    return out
+
+
+def _locations(items: Any) -> list[dict[str, Any]] | None:
+    if not isinstance(items, list):
+        return None
+    out = []
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("path"), str):
+            loc: dict[str, Any] = {"path": item["path"]}
+            line = item.get("line")
+            if isinstance(line, int) and not isinstance(line, bool) and line >= 0:
+                loc["line"] = line
+            out.append(loc)
+    return out
+
+
+def tool_call_fields(p: Mapping[str, Any], terminals: bool, *, start: bool) -> dict[str, Any]:
+    """``ToolCall`` / ``ToolCallUpdate`` fields from a bridge (or agent) tool payload."""
+    tid = coerce.text(p.get("toolCallId"))
+    out: dict[str, Any] = {"toolCallId": tid}
+    title = coerce.text(p.get("title"))
+    if title or start:
+        out["title"] = title or tid
+    kind = coerce.text(p.get("kind"))
+    if kind or start:
+        out["kind"] = kind if kind in TOOL_KINDS else "other"
+    status = coerce.text(p.get("status"))
+    if status in TOOL_STATUSES:
+        out["status"] = status
+    elif start:
+        out["status"] = "pending"
+    content = _tool_content(p.get("content"), terminals)
+    if content is not None:
+        out["content"] = content
+    locations = _locations(p.get("locations"))
+    if locations is not None:
+        out["locations"] = locations
+    for key in ("rawInput", "rawOutput"):
+        if key in p and p[key] is not None:
+            out[key] = p[key]
+    return out
+
+
+def _plan(entries: Any) -> dict[str, Any]:
+    out = []
+    for e in entries if isinstance(entries, list) else []:
+        if not isinstance(e, dict):
+            continue
+        content = coerce.text(e.get("content"))
+        if not content:
+            continue
+        priority = coerce.text(e.get("priority"))
+        status = coerce.text(e.get("status"))
+        out.append(
+            {
+                "content": content,
+                "priority": priority if priority in PLAN_PRIORITIES else "medium",
+                "status": status if status in PLAN_STATUSES else "pending",
+            }
+        )
+    return {"sessionUpdate": "plan", "entries": out}
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, dict):
+        return None
+    used, size = _int(usage.get("used")), _int(usage.get("size"))
+    if used is None or size is None:
+        return None
+    out: dict[str, Any] = {"sessionUpdate": "usage_update", "used": used, "size": size}
+    cost = usage.get("cost")
+    if (
+        isinstance(cost, dict)
+        and isinstance(cost.get("amount"), (int, float))
+        and not isinstance(cost.get("amount"), bool)
+        and isinstance(cost.get("currency"), str)
+    ):
+        out["cost"] = {"amount": cost["amount"], "currency": cost["currency"]}
+    return out
+
+
+def _gateway_tool(p: Mapping[str, Any], state: TurnMapState) -> dict[str, Any] | None:
+    tool = p.get("tool")
+    data: dict[str, Any] = tool if isinstance(tool, dict) else {}
+    tid = coerce.text(data.get("toolCallId")) or coerce.text(data.get("id"))
+    if not tid:
+        return None
+    phase = coerce.text(data.get("phase")).lower()
+    status = {"start": "in_progress", "update": "in_progress", "result": "completed"}.get(
+        phase, "failed" if data.get("isError") is True or phase == "error" else "in_progress"
+    )
+    fields = {
+        "toolCallId": tid,
+        "title": coerce.text(data.get("name"), "tool"),
+        "status": status,
+    }
+    if tid not in state.tools:
+        state.tools.add(tid)
+        return {"sessionUpdate": "tool_call", **fields, "kind": "other"}
+    return {"sessionUpdate": "tool_call_update", "toolCallId": tid, "status": status}
+
+
+def acp_updates(message: Mapping[str, Any], state: TurnMapState) -> list[dict[str, Any]]:
+    """The ACP ``update`` objects one bridge notification means (often none)."""
+    if message.get("method") not in UPDATE_METHODS:
+        return []
+    p = message.get("params")
+    if not isinstance(p, dict):
+        return []
+    kind = coerce.text(p.get("type"))
+    delta = p.get("delta")
+    if kind in ("delta", "thought") or (not kind and isinstance(delta, str)):
+        update_kind = "agent_thought_chunk" if kind == "thought" else "agent_message_chunk"
+        if isinstance(delta, str) and delta:
+            if update_kind == "agent_message_chunk":
+                state.message_chars += len(delta)
+            return [_chunk(update_kind, _text_block(delta))]
+        block = _content_block(p.get("content"))
+        return [_chunk(update_kind, block)] if block is not None else []
+    if kind == "step":
+        title = coerce.text(p.get("title"), "Step")
+        text = coerce.text(p.get("message"))
+        return [_chunk("agent_thought_chunk", _text_block(f"{title}: {text}\n"))] if text else []
+    if kind in ("tool_call", "tool_call_update"):
+        if not coerce.text(p.get("toolCallId")):
+            return []
+        start = kind == "tool_call"
+        return [{"sessionUpdate": kind, **tool_call_fields(p, state.terminals, start=start)}]
+    if kind == "tool":
+        update = _gateway_tool(p, state)
+        return [update] if update is not None else []
+    if kind == "plan":
+        return [_plan(p.get("entries"))]
+    if kind == "usage":
+        usage = _usage(p.get("usage"))
+        return [usage] if usage is not None else []
+    if kind == "agent_update":
+        update = p.get("update")
+        if isinstance(update, dict) and update.get("sessionUpdate") in PASSTHROUGH_UPDATES:
+            return [update]
+    return []
+
+
+def final_output(result: Mapping[str, Any]) -> str:
+    for key in ("output", "summary"):
+        value = result.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return ""
+
+
+def stop_reason(result: Mapping[str, Any], cancel_requested: bool) -> str | None:
+    """The ACP ``stopReason`` of a turn result; ``None`` for a failed turn (an error)."""
+    if cancel_requested or result.get("cancelled") is True or result.get("aborted") is True:
+        return "cancelled"
+    reason = coerce.text(result.get("stopReason")).lower()
+    reason = STOP_ALIASES.get(reason, reason)
+    if reason in STOP_REASONS:
+        return reason
+    if result.get("success") is False:
+        return None
+    return "end_turn"
+
+
+# --- permission requests ------------------------------------------------------------------
+
+
+def permission_request(session_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """``session/request_permission`` params from a bridge ``permission`` update."""
+    tool = payload.get("toolCall") if isinstance(payload.get("toolCall"), dict) else {}
+    assert isinstance(tool, dict)
+    fields = tool_call_fields(tool, False, start=False)
+    if not fields["toolCallId"]:
+        fields["toolCallId"] = coerce.text(payload.get("requestId"), "permission")
+    options = []
+    for opt in payload.get("options") or []:
+        if not isinstance(opt, dict) or not isinstance(opt.get("optionId"), str):
+            continue
+        kind = coerce.text(opt.get("kind"))
+        options.append(
+            {
+                "optionId": opt["optionId"],
+                "name": coerce.text(opt.get("name"), opt["optionId"]),
+                "kind": kind if kind in OPTION_KINDS else "allow_once",
+            }
+        )
+    return {"sessionId": session_id, "toolCall": fields, "options": options}
+
+
+def chosen_option(answer: Any, options: list[dict[str, Any]]) -> str | None:
+    """The option id the client selected; a ``cancelled`` outcome picks the reject option
+    (the turn is being cancelled: the agent must not go on with the tool)."""
+    outcome = answer.get("outcome") if isinstance(answer, dict) else None
+    if not isinstance(outcome, dict):
+        return None
+    if outcome.get("outcome") == "selected":
+        oid = outcome.get("optionId")
+        return oid if isinstance(oid, str) and any(o["optionId"] == oid for o in options) else None
+    for kind in ("reject_once", "reject_always"):
+        for opt in options:
+            if opt["kind"] == kind:
+                return str(opt["optionId"])
+    return None
+
+
+# --- replay (session/load) ----------------------------------------------------------------
+
+
+def user_message_updates(blocks: Any) -> list[dict[str, Any]]:
+    out = []
+    for block in blocks if isinstance(blocks, list) else []:
+        content = _content_block(block)
+        if content is not None:
+            out.append(_chunk("user_message_chunk", content))
+    return out
+
+
+def replay_updates(history: tuple[str, ...], ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A stored session as ACP updates, oldest first: the prompts older than the ledger
+    (text only), then what the ledger kept of each recent turn."""
+    recorded = sum(1 for m in ledger if m.get("method") == USER_MESSAGE)
+    out: list[dict[str, Any]] = []
+    for prompt in history[: max(len(history) - recorded, 0)]:
+        out.append(_chunk("user_message_chunk", _text_block(prompt)))
+    state = TurnMapState()
+    for message in ledger:
+        method = message.get("method")
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        assert isinstance(params, dict)
+        if method == USER_MESSAGE:
+            state = TurnMapState()
+            out += user_message_updates(params.get("prompt"))
+        elif method == AGENT_MESSAGE:
+            text = params.get("text")
+            if isinstance(text, str) and text:
+                out.append(_chunk("agent_message_chunk", _text_block(text)))
+        else:
+            out += acp_updates(message, state)
+    return out

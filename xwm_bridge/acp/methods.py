@@ -1,0 +1,309 @@
+"""The ACP method table of one connection (ACP protocol version 1).
+
+``initialize``, ``authenticate``, ``session/new``, ``session/load``,
+``session/resume``, ``session/list``, ``session/close``, ``session/prompt``,
+``session/cancel``, ``session/set_mode``, ``session/set_config_option``. Every
+handler has the bridge's handler signature, so the
+:class:`~xwm_bridge.app.dispatcher.Dispatcher` gives ACP requests the same audit
+line and metrics as the bridge's own; unknown methods are ``-32601``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from xwm_bridge import __version__, coerce, jsonrpc
+from xwm_bridge.acp import codec, mapping
+from xwm_bridge.acp.options import Choice
+from xwm_bridge.acp.sessions import AcpSession, new_session_id, session_info
+from xwm_bridge.acp.turns import TurnRelay
+from xwm_bridge.core.context import CallContext, Handler
+from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+from xwm_bridge.store.base import NOTIFICATION
+from xwm_bridge.store.records import SessionQuery
+
+if TYPE_CHECKING:
+    from xwm_bridge.acp.connection import AcpConnection
+    from xwm_bridge.acp.front import AcpFrontDoor
+
+AGENT_INFO = {"name": "xwm-bridge", "title": "xworkmate bridge", "version": __version__}
+BEARER_METHOD = {
+    "id": "bearer",
+    "name": "Bridge token",
+    "description": "Send 'Authorization: Bearer <the bridge token>' on every HTTP request and on "
+    "the WebSocket upgrade; the transport checks it before any message is read.",
+}
+
+
+def _text_param(params: dict[str, Any], key: str) -> str:
+    value = params.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise RpcError(INVALID_PARAMS, f"{key} is required (a non-empty string)")
+    return value.strip()
+
+
+def _cwd(params: dict[str, Any]) -> str:
+    cwd = _text_param(params, "cwd")
+    if not os.path.isabs(cwd):
+        raise RpcError(INVALID_PARAMS, f"cwd must be an absolute path, got {cwd!r}")
+    return cwd
+
+
+def _check_mcp(params: dict[str, Any]) -> None:
+    servers = params.get("mcpServers", [])
+    if not isinstance(servers, list):
+        raise RpcError(INVALID_PARAMS, "mcpServers must be an array")
+
+
+def encode_cursor(updated_at: float, session_id: str) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps([updated_at, session_id])).decode()
+
+
+def decode_cursor(cursor: Any) -> tuple[float, str] | None:
+    if cursor is None:
+        return None
+    try:
+        at, sid = orjson.loads(base64.urlsafe_b64decode(str(cursor).encode()))
+        return float(at), str(sid)
+    except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
+        raise RpcError(INVALID_PARAMS, "invalid cursor") from None
+
+
+class AcpMethods:
+    def __init__(self, front: AcpFrontDoor, conn: AcpConnection) -> None:
+        self.front = front
+        self.conn = conn
+
+    def table(self) -> dict[str, Handler]:
+        return {
+            "initialize": self.initialize,
+            "authenticate": self.authenticate,
+            "session/new": self.session_new,
+            "session/load": self.session_load,
+            "session/resume": self.session_resume,
+            "session/list": self.session_list,
+            "session/close": self.session_close,
+            "session/prompt": self.session_prompt,
+            "session/cancel": self.session_cancel,
+            "session/set_mode": self.session_set_mode,
+            "session/set_config_option": self.session_set_config_option,
+        }
+
+    # --- connection ---------------------------------------------------------------
+
+    def _auth_methods(self) -> list[dict[str, Any]]:
+        cfg = self.front.config
+        return (
+            [dict(BEARER_METHOD)]
+            if self.conn.remote and (cfg.auth_token or cfg.client_tokens)
+            else []
+        )
+
+    async def initialize(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        version = params.get("protocolVersion")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise RpcError(INVALID_PARAMS, "protocolVersion is required (an integer)")
+        caps = params.get("clientCapabilities")
+        info = params.get("clientInfo")
+        self.conn.client_capabilities = caps if isinstance(caps, dict) else {}
+        self.conn.client_info = info if isinstance(info, dict) else {}
+        self.conn.initialized = True
+        return {
+            "protocolVersion": codec.PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": True,
+                "promptCapabilities": self.front.prompt_support.wire(),
+                "mcpCapabilities": {"http": False, "sse": False},
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+            },
+            "authMethods": self._auth_methods(),
+            "agentInfo": dict(AGENT_INFO),
+        }
+
+    async def authenticate(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        method_id = _text_param(params, "methodId")
+        if method_id not in {m["id"] for m in self._auth_methods()}:
+            raise RpcError(INVALID_PARAMS, f"unknown authentication method {method_id!r}")
+        return {}  # the transport already checked the bearer token of this connection
+
+    # --- session setup ---------------------------------------------------------------
+
+    async def session_new(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        cwd = _cwd(params)
+        _check_mcp(params)
+        choice = self.front.catalog.from_meta(params.get("_meta"))
+        session = AcpSession(new_session_id(), cwd, choice, owner=self.conn.principal)
+        self.front.sessions.add(session)
+        await self.front.persist(session)
+        self.front.attach(session, self.conn)
+        return {"sessionId": session.session_id, **self.front.catalog.state(choice)}
+
+    async def session_load(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        session, history = await self._reopen(params)
+        session.buffer = []  # live updates of a running turn wait for the replay
+        self.front.attach(session, self.conn)
+        sid = session.session_id
+        store = self.front.bridge.store
+        try:
+            ledger = await store.replay(sid, 0, self.front.config.store.replay_max_items)
+            last = ledger[-1].event_id if ledger else -1
+            notes = [e.message for e in ledger if e.kind == NOTIFICATION]
+            for update in mapping.replay_updates(history, notes):
+                await self.conn.send(
+                    jsonrpc.notification("session/update", {"sessionId": sid, "update": update}),
+                    sid,
+                )
+        except BaseException:
+            session.buffer = None
+            raise
+
+        async def send(message: dict[str, Any]) -> None:
+            await self.conn.send(message, sid)
+
+        await session.end_replay(last, send)
+        return self.front.catalog.state(session.choice)
+
+    async def session_resume(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        session, _ = await self._reopen(params)
+        self.front.attach(session, self.conn)
+        return self.front.catalog.state(session.choice)
+
+    async def _reopen(self, params: dict[str, Any]) -> tuple[AcpSession, tuple[str, ...]]:
+        sid = _text_param(params, "sessionId")
+        cwd = _cwd(params)
+        _check_mcp(params)
+        session, history = await self.front.find(sid, cwd, self.conn.principal)
+        if session is None:
+            raise RpcError(codec.RESOURCE_NOT_FOUND, f"unknown session {sid!r}")
+        if session.cwd != cwd:
+            session.cwd = cwd
+        await self.front.persist(session)
+        return session, history
+
+    async def session_list(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        cwd = params.get("cwd")
+        if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
+            raise RpcError(INVALID_PARAMS, "cwd must be an absolute path")
+        query = SessionQuery(
+            limit=self.front.config.acp.list_page_size,
+            upstream=(("acp.cwd", cwd), ("acp.owner", self.conn.principal)),
+            after=decode_cursor(params.get("cursor")),
+        )
+        page = await self.front.bridge.store.list_sessions(query)
+        out: dict[str, Any] = {"sessions": [session_info(r) for r, _ in page.items]}
+        if page.next_after is not None:
+            out["nextCursor"] = encode_cursor(*page.next_after)
+        return out
+
+    async def session_close(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        sid = _text_param(params, "sessionId")
+        session = self.front.sessions.get(sid)
+        if session is None:
+            raise RpcError(codec.RESOURCE_NOT_FOUND, f"session {sid!r} is not active")
+        await self.front.cancel(session)
+        self.front.close_session(session)
+        return {}
+
+    # --- turns ---------------------------------------------------------------
+
+    def _open(self, params: dict[str, Any]) -> AcpSession:
+        sid = _text_param(params, "sessionId")
+        session = self.front.sessions.get(sid)
+        if session is None or session.client is not self.conn:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"session {sid!r} is not open on this connection: "
+                "create it with session/new, or reattach with session/load or session/resume",
+            )
+        return session
+
+    async def session_prompt(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        session = self._open(params)
+        blocks = mapping.check_prompt(params.get("prompt"), self.front.prompt_support)
+        if not session.title:
+            session.title = mapping.title_of(mapping.prompt_text(blocks))
+            await self.front.persist(session)
+        await self.front.prepare_route(session.choice, self.conn)
+        relay = TurnRelay(self.front, session, blocks)
+        turn = mapping.turn_params(
+            session.session_id, session.cwd, blocks, session.choice.route, session.choice.model
+        )
+        ctx = CallContext(
+            relay, self.conn.transport, self.conn.principal, self.conn.bearer, client=relay
+        )
+        session.turns.add(relay)
+        try:
+            result = await self.front.methods.session_turn(turn, ctx, "session.message")
+        finally:
+            session.turns.discard(relay)
+            relay.finish()
+        return await relay.respond(result)
+
+    async def session_cancel(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        sid = coerce.text(params.get("sessionId"))
+        session = self.front.sessions.get(sid) if sid else None
+        if session is not None:
+            await self.front.cancel(session)
+        return {}
+
+    async def session_set_mode(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        session = self._open(params)
+        await self._set(session, "route", params.get("modeId"))
+        return {}
+
+    async def session_set_config_option(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        session = self._open(params)
+        config_id = _text_param(params, "configId")
+        await self._set(session, config_id, params.get("value"))
+        return {"configOptions": self.front.catalog.config_options(session.choice)}
+
+    async def _set(self, session: AcpSession, config_id: str, value: Any) -> None:
+        old = session.choice
+        new: Choice = self.front.catalog.set(old, config_id, value)
+        if new == old:
+            return
+        session.choice = new
+        await self.front.persist(session)
+        sid = session.session_id
+        if new.route != old.route:
+            update: dict[str, Any] = {
+                "sessionUpdate": "current_mode_update",
+                "currentModeId": new.route,
+            }
+            await session.deliver(
+                jsonrpc.notification("session/update", {"sessionId": sid, "update": update})
+            )
+        options = {
+            "sessionUpdate": "config_option_update",
+            "configOptions": self.front.catalog.config_options(new),
+        }
+        await session.deliver(
+            jsonrpc.notification("session/update", {"sessionId": sid, "update": options})
+        )
