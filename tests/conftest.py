@@ -45,6 +45,8 @@ def base_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONUNBUFFERED"] = "1"
     env["XWM_STATE_DIR"] = fresh_state_dir()
+    # agents on this machine's PATH must not become providers of every test daemon
+    env["XWM_AGENTS_DETECT"] = "false"
     env.update(extra)
     return env
 

@@ -212,6 +212,8 @@ def serve(
     Security: bearer token ACP_AUTH_TOKEN (constant-time check), origin
     allow-list ACP_ALLOWED_ORIGINS, body and message limits from the config.
     Upstream credentials: INTERNAL_SERVICE_TOKEN, else BRIDGE_AUTH_TOKEN.
+    Local agents: known ACP agents found on PATH (opencode, gemini, codex-acp,
+    claude-agent-acp, qwen, goose) become providers (agents.detect, XWM_AGENTS_DETECT).
     Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace);
     a second signal cancels them and exits 1.
     """
@@ -307,7 +309,7 @@ async def _serve(
         extra={
             "host": host,
             "port": actual_port,
-            "providers": [p.id for p in cfg.available_providers],
+            "providers": [p.id for p in bridge.config.available_providers],
             "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
         },
     )
@@ -443,10 +445,11 @@ async def _acp(cfg: BridgeConfig) -> int:
 )
 def doctor(config_file: str | None, as_json: bool, offline: bool) -> None:
     """Show the effective config (secrets masked, with where each value came from)
-    and check every configured component: HTTP/WS providers answer acp.capabilities,
-    stdio agents start and answer initialize (agents.initialize_timeout), the
-    OpenClaw gateway accepts a connection when one is configured (openclaw_url or
-    openclaw_token set), and the session store can be written.
+    and check every configured component: HTTP/WS providers answer acp.capabilities;
+    stdio agents (configured, or known ones found on PATH) start and answer initialize
+    within agents.probe_timeout; the OpenClaw gateway accepts a connection when one is
+    configured (openclaw_url or openclaw_token set); the session store can be written.
+    Known agents that were not found are listed with the reason (not a failure).
 
     \b
     Exits 0 when every check passes (warnings, e.g. a stdio provider without a

@@ -41,6 +41,26 @@ class ConfigError(Exception):
     """A configuration problem, phrased as one line naming the key."""
 
 
+MCP_TYPES = ("stdio", "http", "sse")
+SANDBOXES = ("none", "bwrap")
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerConfig:
+    """One MCP server given to a stdio agent on ``session/new`` (ACP ``McpServer``)."""
+
+    name: str
+    #: ``stdio`` (``command`` + ``args`` + ``env``), ``http`` or ``sse`` (``url`` + ``headers``)
+    type: str = "stdio"
+    command: str = ""
+    args: tuple[str, ...] = ()
+    #: ``NAME=value`` items (secrets: redacted from logs)
+    env: tuple[str, ...] = ()
+    url: str = ""
+    #: ``Name: value`` items (secrets: redacted from logs)
+    headers: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderConfig:
     """One upstream ACP provider of the catalog."""
@@ -72,6 +92,29 @@ class ProviderConfig:
     fs_read: bool = True
     #: model ids this provider offers; the ACP front door shows them as a ``model`` option.
     models: tuple[str, ...] = ()
+    #: stdio agents: names (or ``PREFIX_*``) copied from the bridge's environment
+    #: into the agent's, on top of PATH/HOME/LANG/TMPDIR and the registry entry's.
+    pass_env: tuple[str, ...] = ()
+    #: stdio agents: the ``authMethods`` id to ``authenticate`` with when asked.
+    auth_method: str = ""
+    #: stdio agents: API key sent in ``authenticate`` ``_meta`` (secret).
+    auth_api_key: Secret = ""
+    #: stdio agents: authenticate right after ``initialize``, not only on demand.
+    auth_on_start: bool = False
+    #: stdio agents: model when the turn names none (``configOptions`` / ``session/set_model``).
+    model: str = ""
+    #: stdio agents: session mode set on every new session.
+    mode: str = ""
+    #: stdio agents: further ``configId=value`` session options.
+    options: tuple[str, ...] = ()
+    #: stdio agents: MCP servers given on ``session/new``/``load``/``resume``.
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    #: stdio agents: add the bridge's own toolbridge as an MCP server.
+    toolbridge: bool = False
+    #: stdio agents: accept ``mcpServers`` sent by clients in turn params.
+    client_mcp_servers: bool = False
+    #: stdio agents under ``agents.sandbox: bwrap``: more writable paths.
+    writable_paths: tuple[str, ...] = ()
 
     @property
     def is_stdio(self) -> bool:
@@ -244,6 +287,22 @@ class AgentsConfig:
     terminal_max_running: int = 4
     #: SIGTERM → SIGKILL delay when stopping an agent's process group.
     stop_grace: float = 3.0
+    #: make the known agents (providers/stdio/registry.py) found on PATH providers.
+    detect: bool = True
+    #: registry ids never detected.
+    detect_skip: tuple[str, ...] = ()
+    #: directories searched for agent executables before PATH.
+    search_paths: tuple[str, ...] = ()
+    #: ``none`` or ``bwrap`` (write access only to the session directory, the
+    #: agent's state dirs and a private /tmp).
+    sandbox: str = "none"
+    bwrap_path: str = "bwrap"
+    #: sandboxed agent processes kept at once (one per provider and directory).
+    max_sandboxed_processes: int = 8
+    #: deadline of ``doctor``'s ``initialize`` of each stdio agent.
+    probe_timeout: float = 15.0
+    #: ``NAME=value`` items given to the toolbridge MCP server (the agent sees them).
+    toolbridge_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,10 +480,35 @@ class BridgeConfig:
         """Clients must present one of the configured tokens."""
         return bool(self.auth_token or self.client_tokens or self.admin_tokens)
 
+    def own_secrets(self) -> tuple[str, ...]:
+        """The bridge's own credentials (never given to a local agent's environment)."""
+        values = [
+            self.auth_token,
+            self.internal_service_token,
+            self.bridge_auth_token,
+            self.openclaw_token,
+            *self.client_tokens,
+            *self.admin_tokens,
+            self.router.llm_api_key,
+            self.multi_agent.api_key,
+            self.toolbridge.llm_api_key,
+            self.toolbridge.vault_token,
+            urlsplit(self.store.redis_url).password or "",
+        ]
+        values += [p.auth_header or "" for p in self.providers]
+        out: list[str] = []
+        for value in values:
+            out.append(value)
+            if " " in value:  # also the bare credential of "Bearer x"
+                out.append(value.split(" ", 1)[1].strip())
+        return tuple(v for v in out if len(v) >= 4)
+
     def secrets(self) -> tuple[str, ...]:
-        """Every configured secret value, whatever its length, for redaction: each
+        """Every configured secret value for redaction, whatever its length: each
         ``Secret``-typed field (and the bare credential of ``Bearer x``), the password
-        of any URL, and provider ``env`` values (those whose name says secret, or long)."""
+        of any URL; and the values of provider ``env``, MCP server ``env`` and
+        ``headers`` and ``agents.toolbridge_env`` items (any length when the name says
+        secret, else from 4 characters)."""
         values: list[str] = []
         for owner, name, hint in _fields(self):
             value = getattr(owner, name)
@@ -432,11 +516,15 @@ class BridgeConfig:
                 values += list(value) if isinstance(value, tuple) else [value or ""]
             elif isinstance(value, str) and "://" in value:
                 values.append(url_password(value))
+        pairs = [item.partition("=")[::2] for p in self.providers for item in p.env]
+        pairs += [item.partition("=")[::2] for item in self.agents.toolbridge_env]
         for p in self.providers:
-            for item in p.env:
-                key, _, value = item.partition("=")
-                if _SECRET_NAME.search(key) or len(value) >= 8:
-                    values.append(value)
+            for m in p.mcp_servers:
+                pairs += [item.partition("=")[::2] for item in m.env]
+                pairs += [(k, v.strip()) for k, _, v in (h.partition(":") for h in m.headers)]
+        for key, value in pairs:
+            if value and (_SECRET_NAME.search(key) or len(value) >= 4):
+                values.append(value)
         out: list[str] = []
         for value in values:
             out.append(value)
@@ -445,7 +533,7 @@ class BridgeConfig:
         return tuple(dict.fromkeys(v for v in out if v))
 
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|COOKIE", re.IGNORECASE)
 
 
 def url_password(value: str) -> str:
@@ -530,13 +618,32 @@ NESTED_ENV_VARS: dict[str, str] = {
     "store.state_dir": "XWM_STATE_DIR",
     "store.redis_url": "XWM_REDIS_URL",
     "acp.default_route": "XWM_ACP_DEFAULT_ROUTE",
+    "agents.detect": "XWM_AGENTS_DETECT",
+    "agents.search_paths": "XWM_AGENTS_PATH",
+    "agents.sandbox": "XWM_AGENTS_SANDBOX",
 }
+#: the bridge's own secrets: never copied into an agent's environment
+SECRET_ENV_VARS = frozenset(
+    {
+        "ACP_AUTH_TOKEN",
+        "XWM_CLIENT_TOKENS",
+        "INTERNAL_SERVICE_TOKEN",
+        "BRIDGE_AUTH_TOKEN",
+        "XWM_OPENCLAW_TOKEN",
+        "LLM_API_KEY",
+        "XWM_MULTI_AGENT_API_KEY",
+        "VAULT_SERVER_ROOT_ACCESS_TOKEN",
+        "XWM_REDIS_URL",
+        "GEMINI_ADAPTER_AUTH_TOKEN",
+    }
+)
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
 _LIST_SEPARATORS = {
     "allowed_origins": ",",
     "allowed_roots": ":",
     "client_tokens": ",",
     "admin_tokens": ",",
+    "agents.search_paths": ":",
 }
 _ENV_FLAGS = {
     f.name: f.default
@@ -743,6 +850,46 @@ def _apply_provider_env(
     return dataclasses.replace(config, providers=tuple(providers))
 
 
+def _validate_agent_fields(p: ProviderConfig, key: str) -> None:
+    """The stdio-agent keys of one provider."""
+    for j, name in enumerate(p.pass_env):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\*?", name):
+            raise ConfigError(f"{key}.pass_env[{j}]: expected a variable name or PREFIX_*")
+        if name in SECRET_ENV_VARS or (
+            name.endswith("*") and any(s.startswith(name[:-1]) for s in SECRET_ENV_VARS)
+        ):
+            raise ConfigError(
+                f"{key}.pass_env[{j}]: {name} would copy a bridge secret into the agent; "
+                "set the value explicitly in env if the agent really needs it"
+            )
+    for j, item in enumerate(p.options):
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"{key}.options[{j}]: expected configId=value")
+    seen: set[str] = set()
+    for j, m in enumerate(p.mcp_servers):
+        where = f"{key}.mcp_servers[{j}]"
+        if not m.name.strip():
+            raise ConfigError(f"{where}.name: must not be empty")
+        if m.name in seen:
+            raise ConfigError(f"{where}.name: duplicate MCP server name {m.name!r}")
+        seen.add(m.name)
+        if m.type not in MCP_TYPES:
+            raise ConfigError(f"{where}.type: must be one of {', '.join(MCP_TYPES)}")
+        if m.type == "stdio" and not m.command:
+            raise ConfigError(f"{where}.command: required for a stdio MCP server")
+        if m.type != "stdio" and urlsplit(m.url).scheme not in ("http", "https"):
+            raise ConfigError(f"{where}.url: an http(s) URL is required for type {m.type}")
+        for item in m.env:
+            if "=" not in item or not item.split("=", 1)[0]:
+                raise ConfigError(f"{where}.env: expected NAME=value, got {item!r}")
+        for item in m.headers:
+            if ":" not in item or not item.split(":", 1)[0].strip():
+                raise ConfigError(f"{where}.headers: expected 'Name: value', got {item!r}")
+    for j, path in enumerate(p.writable_paths):
+        if not os.path.isabs(path):
+            raise ConfigError(f"{key}.writable_paths[{j}]: must be an absolute path")
+
+
 def _validate(config: BridgeConfig) -> None:
     try:
         parse_listen(config.listen)
@@ -777,6 +924,7 @@ def _validate(config: BridgeConfig) -> None:
         for name in ("connect_timeout", "read_timeout", "total_timeout"):
             if getattr(p, name) <= 0:
                 raise ConfigError(f"{key}.{name}: must be greater than 0")
+        _validate_agent_fields(p, key)
     for i, root in enumerate(config.allowed_roots):
         if not os.path.isabs(root):
             raise ConfigError(f"allowed_roots[{i}]: must be an absolute path, got {root!r}")
@@ -813,6 +961,17 @@ def _validate(config: BridgeConfig) -> None:
             raise ConfigError(
                 f"agents.permission_rules[{i}].action: must be one of allow, reject, ask"
             )
+    ag = config.agents
+    if ag.sandbox not in SANDBOXES:
+        raise ConfigError(f"agents.sandbox: must be one of {', '.join(SANDBOXES)}")
+    if ag.probe_timeout <= 0 or ag.max_sandboxed_processes < 1:
+        raise ConfigError("agents: probe_timeout and max_sandboxed_processes must be > 0")
+    for i, d in enumerate(ag.search_paths):
+        if not os.path.isabs(d):
+            raise ConfigError(f"agents.search_paths[{i}]: must be an absolute path, got {d!r}")
+    for j, item in enumerate(ag.toolbridge_env):
+        if "=" not in item or not item.split("=", 1)[0]:
+            raise ConfigError(f"agents.toolbridge_env[{j}]: expected NAME=value")
     gw = config.gateway
     for name in (
         "connect_timeout",

@@ -2,7 +2,8 @@
 secret masked.
 
 Masked: every ``Secret``-typed field (tokens, API keys, ``auth_header``, the vault
-token, ``admin_tokens``…), the value of every provider ``env`` item, the userinfo
+token, ``admin_tokens``…), the value of every ``env`` item (providers, MCP servers,
+``agents.toolbridge_env``) and MCP header, the userinfo
 of any URL (the Redis URL's or a provider URL's password), and — as a last line —
 any string that contains one of the config's secret values (a short secret is
 replaced inside the string).
@@ -14,7 +15,7 @@ import dataclasses
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from xwm_bridge.config import BridgeConfig, ProviderConfig, secret_field
+from xwm_bridge.config import BridgeConfig, secret_field
 from xwm_bridge.observability.redact import Redactor
 
 MASK = "********"
@@ -63,8 +64,10 @@ def masked(config: BridgeConfig) -> dict[str, Any]:
             if isinstance(value, tuple):
                 return [MASK if v else v for v in value]
             return MASK if value else value
-        if name == "env" and isinstance(owner, ProviderConfig):
+        if name in ("env", "toolbridge_env") and isinstance(value, tuple):
             return [item.split("=", 1)[0] + "=" + MASK for item in value]
+        if name == "headers" and isinstance(value, tuple):  # MCP servers: "Name: value"
+            return [item.split(":", 1)[0] + ": " + MASK for item in value]
         return walk(value)
 
     out = walk(config)

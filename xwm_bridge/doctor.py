@@ -1,19 +1,22 @@
 """``xwm-bridge doctor``: the effective config (secrets masked, with sources) and a
 check of every configured component: HTTP/WS providers answer the deploy probe's
-request (``acp.capabilities``, config.md §4), stdio agents answer ``initialize``
-within ``agents.initialize_timeout``, the OpenClaw gateway (when configured)
-accepts a connection, the session store is usable. Components nobody configured
-are left out; ``--offline`` validates the config only.
+request (``acp.capabilities``, config.md §4); stdio agents — configured or found
+on PATH (providers/stdio/registry.py) — are started and must answer
+``initialize`` within ``agents.probe_timeout``; the OpenClaw gateway (when
+configured) accepts a connection; the session store is usable. Known agents that
+were not found are listed with the reason (not a failure); components nobody
+configured are left out; ``--offline`` validates the config only.
 
-Masked as in config_view.py (every ``Secret``-typed field, URL userinfo, provider
-``env`` values); the whole output is then passed through the log redactor, so a
-secret quoted in a check's error text is masked too.
+Masked as in config_view.py (every ``Secret``-typed field, URL userinfo, ``env``
+values); the whole output is then passed through the log redactor, so a secret
+quoted in a check's error text is masked too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,8 +26,8 @@ from xwm_bridge.config_view import masked
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
 from xwm_bridge.providers.http1 import Http1Pool
-from xwm_bridge.providers.stdio.executor import agent_spec
-from xwm_bridge.providers.stdio.probe import probe_agent
+from xwm_bridge.providers.stdio import registry
+from xwm_bridge.providers.stdio.probe import probe
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
 from xwm_bridge.store.health import probe_store
 
@@ -42,10 +45,24 @@ STDIO_WITHOUT_COMMAND = "kind: stdio without a command: never used"
 
 async def check_stdio_agent(cfg: BridgeConfig, p: ProviderConfig) -> dict[str, Any]:
     """A local agent is usable when it starts and answers ``initialize`` in time."""
-    probe = await probe_agent(agent_spec(p, cfg), cfg.agents.initialize_timeout)
-    if not probe.ok:
-        return {"provider": p.id, "ok": False, "error": probe.error}
-    return {"provider": p.id, "ok": True, "detail": f"stdio agent {p.command[0]}: {probe.detail}"}
+    exe = p.command[0]
+    env_path = dict(item.split("=", 1) for item in p.env if "=" in item).get("PATH")
+    path = registry.which(exe, cfg.agents.search_paths, env_path or os.environ.get("PATH", ""))
+    if path is None:
+        return {"provider": p.id, "ok": False, "error": f"agent command not found: {exe}"}
+    result = await probe(p, cfg)
+    row: dict[str, Any] = {"provider": p.id, "ok": result.ok, "command": path}
+    row["detail" if result.ok else "error"] = result.detail
+    return row
+
+
+def agent_rows(detection: registry.Detection) -> list[dict[str, Any]]:
+    """Known agents that are not providers: reported with the reason, never fatal."""
+    return [
+        {"check": "agent", "provider": a.id, "ok": False, "optional": True, "error": a.reason}
+        for a in detection.agents
+        if not a.found and a.source == "registry"
+    ]
 
 
 async def check_provider(
@@ -111,7 +128,8 @@ async def check_openclaw(cfg: BridgeConfig) -> dict[str, Any]:
 
 
 def passed(checks: list[dict[str, Any]]) -> bool:
-    return all(c["ok"] for c in checks)
+    """Every check passed; optional rows (known agents that are not installed) never fail."""
+    return all(c["ok"] or c.get("optional") for c in checks)
 
 
 def config_checks(loaded: LoadedConfig) -> list[dict[str, Any]]:
@@ -146,7 +164,8 @@ def config_checks(loaded: LoadedConfig) -> list[dict[str, Any]]:
 
 
 async def run_checks(loaded: LoadedConfig, *, offline: bool = False) -> list[dict[str, Any]]:
-    cfg = loaded.config
+    detection = registry.detect(loaded.config)
+    cfg = detection.config  # with the agents found on PATH
     checks: list[dict[str, Any]] = []
     host, _ = parse_listen(cfg.listen)
     exposed = not is_loopback_host(host)
@@ -174,6 +193,7 @@ async def run_checks(loaded: LoadedConfig, *, offline: bool = False) -> list[dic
     finally:
         await pool.close()
     checks += [{"check": "provider", **r} for r in results]
+    checks += agent_rows(detection)
     if openclaw_configured(loaded):
         checks.append(await check_openclaw(cfg))
     store = await probe_store(cfg, CHECK_TIMEOUT)
@@ -201,7 +221,10 @@ def render_text(
         lines.append(f"  providers[{i}] = {p!r}  [{src}]")
     lines.append("checks:")
     for c in checks:
-        mark = ("WARN" if c.get("warning") else "ok  ") if c["ok"] else "FAIL"
+        if c["ok"]:
+            mark = "WARN" if c.get("warning") else "ok  "
+        else:
+            mark = "--  " if c.get("optional") else "FAIL"
         what = c.get("provider", c["check"])
         detail = c.get("error") or c.get("warning") or c.get("detail") or c.get("url", "")
         lines.append(f"  [{mark}] {c['check']} {what}: {detail}")

@@ -16,26 +16,57 @@ separate id space). The first word of the prompt picks the behaviour:
 * ``crash``               exits with status 3 in the middle of the turn
 * ``big``                 one 200 KiB message chunk (over asyncio's 64 KiB line default)
 * ``describe``            replies the types of its content blocks (``text,image:image/png``)
+* ``whoami``              ``model=<current> mode=<current> thought=<current>``
+* ``blocks``              describes the prompt's content blocks (type, mime type, size)
+* ``mcp``                 the MCP servers the session got (``name:type`` list)
+* ``mcp-tools <name>``    starts that stdio MCP server, lists its tools (``tools: a,b``)
+* ``env <NAME>``          the value of a variable of its environment, or ``<unset>``
+* ``selfwrite <path> <text>`` writes the file itself (not through ``fs/*``): ``self-written``
+  or ``selfwrite error: …``
 * anything else           ``agent says: <prompt>`` in three chunks, a plan and usage
+
+The command is the last text block; earlier text blocks are context, echoed as
+`` [context: …]`` by the default reply. Every prompt answer carries ``usage``
+(``inputTokens`` = words in, ``outputTokens`` = words out).
 
 Environment: ``FAKE_AGENT_IGNORE_EOF=1`` keeps running after stdin closes (and
 ignores SIGTERM); ``FAKE_AGENT_LOAD_SESSION=1`` advertises and accepts ``session/load``;
-``FAKE_AGENT_PROMPT_CAPS=image,embeddedContext`` advertises those ``promptCapabilities``.
+``FAKE_AGENT_RESUME=1`` advertises and accepts ``session/resume``;
+``FAKE_AGENT_AUTH=<method>`` advertises that auth method and fails ``session/*``
+with ``-32000`` until ``authenticate`` with it (and ``_meta["api-key"]`` equal to
+``FAKE_AGENT_API_KEY`` when set); ``FAKE_AGENT_OPTIONS=config`` answers sessions
+with ``configOptions`` (model ``fake/alpha|fake/beta``, mode ``ask|code``,
+``thought_level`` ``low|high``), ``=legacy`` with ``models``/``modes``;
+``FAKE_AGENT_COST=<amount>`` adds a cumulative USD ``cost`` to ``usage_update``;
+``FAKE_AGENT_PROMPT_CAPS=image,embeddedContext`` and ``FAKE_AGENT_MCP=http,sse``
+set those capabilities.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 _ids = itertools.count(0)
+
+
+#: how the bridge's context blocks begin (providers/stdio/prompt.py)
+CONTEXT_LEADS = ("[Context from the bridge", "User-selected local attachments:")
+MODELS = [("fake/alpha", "Alpha"), ("fake/beta", "Beta")]
+MODES = [("ask", "Ask"), ("code", "Code")]
+
+
+def _flags(name: str) -> set[str]:
+    return {f.strip() for f in os.environ.get(name, "").split(",") if f.strip()}
 
 
 class Agent:
@@ -44,14 +75,70 @@ class Agent:
         self.sessions: set[str] = set()
         self.cancelled: dict[str, asyncio.Event] = {}
         self.load = os.environ.get("FAKE_AGENT_LOAD_SESSION") == "1"
+        self.resume = os.environ.get("FAKE_AGENT_RESUME") == "1"
+        self.auth = os.environ.get("FAKE_AGENT_AUTH", "")
+        self.authed = not self.auth
+        self.option_style = os.environ.get("FAKE_AGENT_OPTIONS", "")
+        self.cost_step = float(os.environ.get("FAKE_AGENT_COST", "0") or 0)
+        self.cost: dict[str, float] = {}
+        self.settings: dict[str, dict[str, str]] = {}
+        self.mcp: dict[str, list[dict[str, Any]]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
 
     def capabilities(self) -> dict[str, Any]:
-        caps: dict[str, Any] = {"loadSession": self.load}
-        prompt = [c for c in os.environ.get("FAKE_AGENT_PROMPT_CAPS", "").split(",") if c]
-        if prompt:
-            caps["promptCapabilities"] = dict.fromkeys(prompt, True)
+        prompt = _flags("FAKE_AGENT_PROMPT_CAPS")
+        mcp = _flags("FAKE_AGENT_MCP")
+        caps: dict[str, Any] = {
+            "loadSession": self.load,
+            "promptCapabilities": {k: True for k in prompt},
+            "mcpCapabilities": {"http": "http" in mcp, "sse": "sse" in mcp},
+        }
+        if self.resume:
+            caps["sessionCapabilities"] = {"resume": {}}
         return caps
+
+    def options(self, sid: str) -> dict[str, Any]:
+        """The session's model/mode state in the configured style."""
+        cur = self.settings.setdefault(
+            sid, {"model": "fake/alpha", "mode": "ask", "thought_level": "low"}
+        )
+        if self.option_style == "config":
+
+            def select(oid: str, category: str, choices: list[tuple[str, str]]) -> Any:
+                return {
+                    "id": oid,
+                    "name": oid.title(),
+                    "category": category,
+                    "type": "select",
+                    "currentValue": cur[oid],
+                    "options": [{"value": v, "name": n} for v, n in choices],
+                }
+
+            return {
+                "configOptions": [
+                    select("model", "model", MODELS),
+                    select("mode", "mode", MODES),
+                    select("thought_level", "thought_level", [("low", "Low"), ("high", "High")]),
+                ]
+            }
+        if self.option_style == "legacy":
+            return {
+                "models": {
+                    "availableModels": [{"modelId": v, "name": n} for v, n in MODELS],
+                    "currentModelId": cur["model"],
+                },
+                "modes": {
+                    "availableModes": [{"id": v, "name": n} for v, n in MODES],
+                    "currentModeId": cur["mode"],
+                },
+            }
+        return {}
+
+    def auth_error(self, rid: Any) -> bool:
+        if self.authed:
+            return False
+        self.send({"id": rid, "error": {"code": -32000, "message": "Authentication required"}})
+        return True
 
     def send(self, obj: dict[str, Any]) -> None:
         sys.stdout.buffer.write(orjson.dumps({"jsonrpc": "2.0", **obj}) + b"\n")
@@ -81,24 +168,59 @@ class Agent:
             return
         method, params, rid = msg["method"], msg.get("params") or {}, msg.get("id")
         if method == "initialize":
+            methods = [{"id": self.auth, "name": "Fake API key"}] if self.auth else []
             self.send(
                 {
                     "id": rid,
                     "result": {
                         "protocolVersion": 1,
                         "agentCapabilities": self.capabilities(),
-                        "authMethods": [],
+                        "authMethods": methods,
                         "agentInfo": {"name": "fake-acp-agent", "version": "1"},
                     },
                 }
             )
+        elif method == "authenticate":
+            meta = params.get("_meta") or {}
+            want = os.environ.get("FAKE_AGENT_API_KEY", "")
+            if params.get("methodId") != self.auth or (want and meta.get("api-key") != want):
+                self.send({"id": rid, "error": {"code": -32000, "message": "bad credentials"}})
+            else:
+                self.authed = True
+                self.send({"id": rid, "result": {}})
         elif method == "session/new":
+            if self.auth_error(rid):
+                return
             sid = f"fake-sess-{len(self.sessions) + 1}-{os.getpid()}"
             self.sessions.add(sid)
-            self.send({"id": rid, "result": {"sessionId": sid}})
-        elif method == "session/load" and self.load:
-            self.sessions.add(str(params.get("sessionId")))
-            self.send({"id": rid, "result": {}})
+            self.mcp[sid] = list(params.get("mcpServers") or [])
+            print(f"fake agent mcpServers: {orjson.dumps(self.mcp[sid]).decode()}", file=sys.stderr)
+            self.send({"id": rid, "result": {"sessionId": sid, **self.options(sid)}})
+        elif (method == "session/load" and self.load) or (
+            method == "session/resume" and self.resume
+        ):
+            if self.auth_error(rid):
+                return
+            sid = str(params.get("sessionId"))
+            self.sessions.add(sid)
+            self.mcp[sid] = list(params.get("mcpServers") or [])
+            print(f"fake agent {method} {sid}", file=sys.stderr, flush=True)
+            self.send({"id": rid, "result": self.options(sid)})
+        elif method in ("session/set_config_option", "session/set_model", "session/set_mode"):
+            sid = str(params.get("sessionId"))
+            if sid not in self.sessions:
+                self.send({"id": rid, "error": {"code": -32602, "message": "unknown session"}})
+                return
+            key = {"session/set_model": "model", "session/set_mode": "mode"}.get(
+                method, str(params.get("configId"))
+            )
+            value = params.get("value") or params.get("modelId") or params.get("modeId")
+            self.options(sid)
+            if key not in self.settings[sid]:
+                self.send({"id": rid, "error": {"code": -32602, "message": f"no option {key}"}})
+                return
+            self.settings[sid][key] = str(value)
+            self.send({"id": rid, "result": self.options(sid)})
         elif method == "session/cancel":
             self.cancelled.setdefault(str(params.get("sessionId")), asyncio.Event()).set()
         elif method == "session/prompt":
@@ -113,8 +235,14 @@ class Agent:
         if sid not in self.sessions:
             self.send({"id": rid, "error": {"code": -32602, "message": "unknown session"}})
             return
-        blocks = params.get("prompt") or []
-        text = " ".join(b.get("text", "") for b in blocks if isinstance(b, dict)).strip()
+        blocks = [b for b in params.get("prompt") or [] if isinstance(b, dict)]
+        texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
+        # the bridge's context blocks come first; the command is the first other text
+        # block (an ACP client's prompt may be followed by more of its own blocks)
+        lead = [t for t in texts if t.startswith(CONTEXT_LEADS)]
+        rest_texts = [t for t in texts if not t.startswith(CONTEXT_LEADS)]
+        text = rest_texts[0].strip() if rest_texts else ""
+        context = "\n\n".join(lead).strip()
         word, _, rest = text.partition(" ")
         cancel = self.cancelled[sid] = asyncio.Event()
         stop = "end_turn"
@@ -180,6 +308,29 @@ class Agent:
             self.chunk(sid, ",".join(str(k) for k in kinds))
         elif word == "big":
             self.chunk(sid, "x" * 200 * 1024)
+        elif word == "whoami":
+            cur = self.settings.get(sid, {})
+            self.chunk(
+                sid,
+                f"model={cur.get('model', '')} mode={cur.get('mode', '')} "
+                f"thought={cur.get('thought_level', '')}",
+            )
+        elif word == "blocks":
+            self.chunk(sid, "blocks: " + "; ".join(describe(b) for b in blocks))
+        elif word == "mcp":
+            names = [f"{m.get('name')}:{m.get('type', 'stdio')}" for m in self.mcp.get(sid, [])]
+            self.chunk(sid, "mcp: " + ",".join(names))
+        elif word == "mcp-tools":
+            self.chunk(sid, "tools: " + await self.mcp_tools(sid, rest.strip()))
+        elif word == "selfwrite":
+            path, _, content = rest.partition(" ")
+            try:
+                await asyncio.to_thread(Path(path).write_text, content, encoding="utf-8")
+                self.chunk(sid, "self-written")
+            except OSError as exc:
+                self.chunk(sid, f"selfwrite error: {exc}")
+        elif word == "env":
+            self.chunk(sid, f"env {rest.strip()}={os.environ.get(rest.strip(), '<unset>')}")
         else:
             self.update(
                 sid,
@@ -188,14 +339,63 @@ class Agent:
                     "entries": [{"content": "answer", "priority": "high", "status": "pending"}],
                 },
             )
-            reply = f"agent says: {text}"
+            reply = f"agent says: {text}" + (f" [context: {context}]" if context else "")
             third = max(1, len(reply) // 3)
             for piece in (reply[:third], reply[third : 2 * third], reply[2 * third :]):
                 self.chunk(sid, piece)
-            self.update(sid, {"sessionUpdate": "usage_update", "used": 42, "size": 1000})
+            usage: dict[str, Any] = {"sessionUpdate": "usage_update", "used": 42, "size": 1000}
+            if self.cost_step:
+                self.cost[sid] = round(self.cost.get(sid, 0.0) + self.cost_step, 6)
+                usage["cost"] = {"amount": self.cost[sid], "currency": "USD"}
+            self.update(sid, usage)
         if cancel.is_set():
             stop = "cancelled"
-        self.send({"id": rid, "result": {"stopReason": stop}})
+        words_in = len(" ".join(texts).split())
+        words_out = 3 if word not in ("slow", "crash") else 1
+        answer = {
+            "stopReason": stop,
+            "usage": {
+                "inputTokens": words_in,
+                "outputTokens": words_out,
+                "totalTokens": words_in + words_out,
+            },
+        }
+        self.send({"id": rid, "result": answer})
+
+    async def mcp_tools(self, sid: str, name: str) -> str:
+        """Start the session's stdio MCP server ``name`` and list its tools."""
+        server = next((m for m in self.mcp.get(sid, []) if m.get("name") == name), None)
+        if server is None or "command" not in server:
+            return f"no stdio server {name}"
+        env = {**os.environ, **{e["name"]: e["value"] for e in server.get("env", [])}}
+        proc = await asyncio.create_subprocess_exec(
+            server["command"],
+            *server.get("args", []),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=env,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "f"}}
+        for msg in (
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+        ):
+            proc.stdin.write(orjson.dumps(msg) + b"\n")
+        await proc.stdin.drain()
+        tools = "no answer"
+        try:
+            while line := await asyncio.wait_for(proc.stdout.readline(), 20):
+                reply = orjson.loads(line)
+                if reply.get("id") == 2:
+                    tools = ",".join(t["name"] for t in reply["result"]["tools"])
+                    break
+        finally:
+            proc.stdin.close()
+            await asyncio.wait_for(proc.wait(), 10)
+        return tools
 
     async def permission(self, sid: str, path: str) -> None:
         tool = {
@@ -245,6 +445,20 @@ class Agent:
         out = await self.ask("terminal/output", {"sessionId": sid, "terminalId": tid})
         await self.ask("terminal/release", {"sessionId": sid, "terminalId": tid})
         self.chunk(sid, f"terminal output: {out['result']['output'].strip()}")
+
+
+def describe(block: dict[str, Any]) -> str:
+    kind = block.get("type")
+    if kind == "text":
+        return f"text({len(str(block.get('text', '')))})"
+    if kind == "image":
+        data = base64.b64decode(str(block.get("data", "")))
+        return f"image({block.get('mimeType')},{len(data)})"
+    if kind == "resource":
+        res = block.get("resource") or {}
+        size = len(res["text"]) if "text" in res else len(base64.b64decode(res.get("blob", "")))
+        return f"resource({res.get('mimeType')},{size},{'text' if 'text' in res else 'blob'})"
+    return str(kind)
 
 
 async def main() -> None:

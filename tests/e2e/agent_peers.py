@@ -15,6 +15,42 @@ from tests.conftest import ROOT
 AGENTS_DIR = ROOT / ".peers" / "agents" / "node_modules" / ".bin"
 
 
+def agent_processes(marker: str) -> list[int]:
+    """PIDs whose environment carries ``marker`` (the agents a test started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = (Path("/proc") / str(pid) / "environ").read_bytes()
+    pairs = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)
+    return {name: value for name, _, value in pairs}
+
+
+def request_tool_names(body: Any) -> set[str]:
+    """Tool names an agent offered the model: OpenAI ``tools`` or Gemini
+    ``functionDeclarations``."""
+    names: set[str] = set()
+    for tool in body.get("tools") or [] if isinstance(body, dict) else []:
+        if not isinstance(tool, dict):
+            continue
+        function = tool.get("function")
+        if isinstance(function, dict) and function.get("name"):
+            names.add(str(function["name"]))
+        for decl in tool.get("functionDeclarations") or []:
+            if isinstance(decl, dict) and decl.get("name"):
+                names.add(str(decl["name"]))
+    return names
+
+
 def require_agent(name: str) -> str:
     """Path of an installed agent; skip locally, fail in CI, when it is missing."""
     path = AGENTS_DIR / name
@@ -52,7 +88,15 @@ def opencode_provider(tmp: Path, llm_url: str, workdir: Path) -> dict[str, Any]:
                         "npm": "@ai-sdk/openai-compatible",
                         "name": "Fake LLM",
                         "options": {"baseURL": f"{llm_url}/v1", "apiKey": "sk-local"},
-                        "models": {"fake-model": {"name": "Fake Model", "tool_call": True}},
+                        "models": {
+                            "fake-model": {"name": "Fake Model", "tool_call": True},
+                            "other-model": {
+                                "name": "Other Model",
+                                "tool_call": True,
+                                "attachment": True,
+                                "modalities": {"input": ["text", "image"], "output": ["text"]},
+                            },
+                        },
                     }
                 },
                 "model": "fake/fake-model",

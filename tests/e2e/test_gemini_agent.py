@@ -4,6 +4,8 @@ the fake LLM's Gemini API (internal/peers/fake_gemini.py)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,14 @@ import aiohttp
 import pytest
 
 from internal.peers.fake_llm import STATE_KEY, create_app
-from tests.conftest import TOKEN, ServeApp, StartBridge, base_env, rpc
-from tests.e2e.agent_peers import isolated_env, require_agent
+from tests.conftest import EXPLICIT, TOKEN, ServeApp, StartBridge, base_env, rpc
+from tests.e2e.agent_peers import (
+    agent_processes,
+    environ_of,
+    isolated_env,
+    request_tool_names,
+    require_agent,
+)
 from tests.e2e.test_opencode_agent import cancel_after_llm_call
 from tests.integration.agent_helpers import (
     agent_params,
@@ -161,3 +169,160 @@ async def test_gemini_adapter_over_http_and_sse(
         await run_flow(http, bp.rpc_url, app[STATE_KEY], work, "ga1")
     finally:
         await bp.stop(signal.SIGTERM, wait_s=20)
+
+
+BRIDGE_SECRETS = {
+    "ACP_AUTH_TOKEN": TOKEN,
+    "LLM_API_KEY": "llm-e2e-secret-0003",
+    "INTERNAL_SERVICE_TOKEN": "svc-e2e-secret-0004",
+}
+
+
+def gemini_provider(tmp: Path, llm_url: str, work: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "gemini",
+        "label": "Gemini (local)",
+        "kind": "stdio",
+        "command": [require_agent("gemini"), "--acp"],
+        "env": gemini_env(tmp, llm_url),
+        "cwd": str(work),
+        "fs_read": False,
+        **extra,
+    }
+
+
+def gemini_config(tmp: Path, provider: dict[str, Any], **agents: Any) -> dict[str, Any]:
+    return {
+        "providers": [provider],
+        "allowed_roots": [str(tmp)],
+        "agents": {
+            "initialize_timeout": 60,
+            "session_timeout": 60,
+            "prompt_timeout": 120,
+            **agents,
+        },
+    }
+
+
+def turn_params(sid: str, prompt: str, work: Path, **routing: Any) -> dict[str, Any]:
+    return {
+        "sessionId": sid,
+        "taskPrompt": prompt,
+        "workingDirectory": str(work),
+        "routing": {**EXPLICIT, "explicitProviderId": "gemini", **routing},
+    }
+
+
+async def test_model_toolbridge_usage_and_a_clean_environment(
+    tmp_path: Path, serve_app: ServeApp, start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    app = create_app()
+    llm_url = await serve_app(app)
+    llm = app[STATE_KEY]
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = f"XWM_E2E_MARKER={tmp_path.name}"
+    provider = gemini_provider(tmp_path, llm_url, work, toolbridge=True)
+    provider["env"].append(marker)
+    bp = await start_bridge(
+        config=gemini_config(tmp_path, provider), env=base_env(**BRIDGE_SECRETS), tmp=tmp_path
+    )
+    before = len(llm.requests)
+    params = turn_params("gm", "hello model", work, explicitModel="gemini-2.5-pro")
+    result = (await rpc(http, bp.rpc_url, "session.start", params))["result"]
+    assert result["success"] is True, result
+    assert result["output"] == "FAKE-LLM says: hello model"
+    assert result["agentModel"] == "gemini-2.5-pro" and result["agentMode"] == "default"
+    # the turn's call: the chosen model in the path, the toolbridge's tools offered
+    calls = [r for r in llm.requests[before:] if r["path"].endswith(":streamGenerateContent")]
+    assert calls and {r["path"] for r in calls} == {
+        "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+    }, [r["path"] for r in llm.requests[before:]]
+    names = request_tool_names(calls[-1]["body"])
+    # gemini names MCP tools mcp_<server>_<tool>
+    wanted = {f"mcp_xwm-toolbridge_{t}" for t in ("chat", "claude_review", "vault_kv")}
+    assert wanted <= names, names
+    usage = result["usage"]
+    assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0, usage
+    assert result["sessionUsage"]["turns"] == 1
+
+    pids = agent_processes(marker)
+    assert pids
+    for pid in pids:
+        environ = environ_of(pid)
+        assert not {k for k, v in environ.items() if v in BRIDGE_SECRETS.values()}, pid
+        assert not set(BRIDGE_SECRETS) & set(environ)
+
+
+async def test_authenticate_with_an_api_key(
+    tmp_path: Path, serve_app: ServeApp, start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    """gemini set to the API-key method but given no key fails ``session/new`` with
+    -32000; the bridge authenticates with the configured key and retries."""
+    app = create_app()
+    llm_url = await serve_app(app)
+    llm = app[STATE_KEY]
+    work = tmp_path / "work"
+    work.mkdir()
+    env = [e for e in gemini_env(tmp_path, llm_url) if not e.startswith("GEMINI_API_KEY=")]
+    settings = tmp_path / "home" / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text('{"security": {"auth": {"selectedType": "gemini-api-key"}}}')
+    key = "gemini-e2e-key-0005"
+    no_key = gemini_provider(tmp_path, llm_url, work, env=env)
+    bp = await start_bridge(config=gemini_config(tmp_path, no_key), tmp=tmp_path)
+    failed = (await rpc(http, bp.rpc_url, "session.start", turn_params("a0", "hi", work)))["result"]
+    assert failed["success"] is False
+    assert failed["error"].startswith("agent gemini requires authentication"), failed
+    assert "gemini-api-key (Gemini API key)" in failed["error"]
+    await bp.stop()
+
+    keyed = gemini_provider(
+        tmp_path, llm_url, work, env=env, auth_method="gemini-api-key", auth_api_key=key
+    )
+    bp = await start_bridge(config=gemini_config(tmp_path, keyed), tmp=tmp_path)
+    before = len(llm.requests)
+    ok = (await rpc(http, bp.rpc_url, "session.start", turn_params("a1", "hi there", work)))[
+        "result"
+    ]
+    assert ok["success"] is True, ok
+    assert ok["output"] == "FAKE-LLM says: hi there"
+    sent = {r["headers"].get("x-goog-api-key") for r in llm.requests[before:]}
+    assert key in sent, sent
+    assert key not in "\n".join(bp.logs)
+
+
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None and os.environ.get("CI") != "true",
+    reason="bubblewrap not installed (apt install bubblewrap; .ci/run installs it)",
+)
+
+
+@needs_bwrap
+async def test_bwrap_keeps_gemini_writes_in_the_working_directory(
+    tmp_path: Path, serve_app: ServeApp, start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    app = create_app()
+    llm_url = await serve_app(app)
+    llm = app[STATE_KEY]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    results = {}
+    for sandbox in ("none", "bwrap"):
+        work = tmp_path / f"work-{sandbox}"
+        work.mkdir()
+        provider = gemini_provider(tmp_path, llm_url, work)
+        config = gemini_config(
+            tmp_path, provider, sandbox=sandbox, permission_rules=[{"action": "allow", "kind": "*"}]
+        )
+        bp = await start_bridge(config=config, tmp=tmp_path)
+        target, inside = outside / f"{sandbox}.txt", work / "inside.txt"
+        command = f"echo out > {target}; echo in > {inside}"
+        call = {"name": "run_shell_command", "arguments": {"command": command}}
+        llm.script.extend([{"content": "", "tool_calls": [call]}, "done"])
+        done = await rpc(http, bp.rpc_url, "session.start", turn_params("w", "go", work))
+        assert done["result"]["success"] is True, done
+        results[sandbox] = (target.exists(), inside.exists())
+        await bp.stop()
+    assert results["none"] == (True, True)  # the same command writes both without bwrap
+    assert results["bwrap"] == (False, True)

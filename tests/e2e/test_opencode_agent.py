@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from internal.peers.fake_llm import STATE_KEY, create_app
-from tests.conftest import TOKEN, ServeApp, StartBridge, base_env, rpc, wait_until
-from tests.e2e.agent_peers import opencode_provider
+from tests.conftest import EXPLICIT, TOKEN, ServeApp, StartBridge, base_env, rpc, wait_until
+from tests.e2e.agent_peers import (
+    agent_processes,
+    environ_of,
+    opencode_provider,
+    request_tool_names,
+)
 from tests.integration.agent_helpers import (
     agent_params,
     deltas,
@@ -234,3 +243,155 @@ async def test_agent_adapter_serves_opencode_over_http_and_sse(
         assert after["result"]["output"] == "FAKE-LLM says: again"
     finally:
         await bp.stop(signal.SIGTERM, wait_s=20)
+
+
+BRIDGE_SECRETS = {
+    "ACP_AUTH_TOKEN": TOKEN,
+    "LLM_API_KEY": "llm-e2e-secret-0001",
+    "INTERNAL_SERVICE_TOKEN": "svc-e2e-secret-0002",
+}
+
+
+def turn_params(sid: str, prompt: str, work: Path, **routing: Any) -> dict[str, Any]:
+    return {
+        "sessionId": sid,
+        "taskPrompt": prompt,
+        "workingDirectory": str(work),
+        "routing": {**EXPLICIT, "explicitProviderId": "opencode", **routing},
+    }
+
+
+async def test_model_toolbridge_usage_and_a_clean_environment(
+    tmp_path: Path, serve_app: ServeApp, start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    app = create_app()
+    llm_url = await serve_app(app)
+    llm = app[STATE_KEY]
+    work = tmp_path / "work"
+    work.mkdir()
+    provider = opencode_provider(tmp_path, llm_url, work)
+    marker = f"XWM_E2E_MARKER={tmp_path.name}"
+    provider["env"].append(marker)
+    provider["toolbridge"] = True
+    config = {
+        "providers": [provider],
+        "allowed_roots": [str(tmp_path)],
+        "agents": {"initialize_timeout": 60, "session_timeout": 60, "prompt_timeout": 120},
+    }
+    bp = await start_bridge(config=config, env=base_env(**BRIDGE_SECRETS), tmp=tmp_path)
+
+    before = len(llm.requests)
+    params = turn_params("m1", "hello model", work, explicitModel="other-model")
+    result = (await rpc(http, bp.rpc_url, "session.start", params))["result"]
+    assert result["success"] is True, result
+    assert result["output"] == "FAKE-LLM says: hello model"
+    assert result["agentModel"] == "fake/other-model" and result["agentMode"] == "build"
+    assert result["mcpServers"] == ["xwm-toolbridge"]
+    # the turn's own call (the one offering tools; the title call offers none)
+    calls = [
+        r["body"]
+        for r in llm.requests[before:]
+        if r["path"].endswith("/chat/completions") and r["body"].get("tools")
+    ]
+    assert calls, [r["body"].get("model") for r in llm.requests[before:]]
+    assert {c["model"] for c in calls} == {"other-model"}
+    names = request_tool_names(calls[-1])
+    # opencode names MCP tools <server>_<tool>
+    assert {"xwm-toolbridge_chat", "xwm-toolbridge_claude_review", "xwm-toolbridge_vault_kv"} <= (
+        names
+    ), names
+    # usage is reported per turn and summed per session
+    usage = result["usage"]
+    assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0, usage
+    assert result["sessionUsage"]["turns"] == 1
+
+    # none of the bridge's secrets is in the agent's (or its children's) environment
+    pids = agent_processes(marker)
+    assert pids
+    for pid in pids:
+        environ = environ_of(pid)
+        leaked = {k for k, v in environ.items() if v in BRIDGE_SECRETS.values()}
+        assert not leaked, (pid, leaked)
+        assert not set(BRIDGE_SECRETS) & set(environ)
+    assert any(environ_of(pid).get("PATH") for pid in pids)
+
+
+async def test_image_attachment_reaches_the_model(
+    tmp_path: Path, serve_app: ServeApp, start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    app = create_app()
+    llm_url = await serve_app(app)
+    llm = app[STATE_KEY]
+    work = tmp_path / "work"
+    work.mkdir()
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    )
+    (work / "dot.png").write_bytes(png)
+    provider = {**opencode_provider(tmp_path, llm_url, work), "model": "other-model"}
+    config = {
+        "providers": [provider],
+        "allowed_roots": [str(tmp_path)],
+        "agents": {"initialize_timeout": 60, "session_timeout": 60, "prompt_timeout": 120},
+    }
+    bp = await start_bridge(config=config, tmp=tmp_path)
+    before = len(llm.requests)
+    params = {
+        **turn_params("img", "describe it", work),
+        "attachments": [{"name": "dot.png", "path": str(work / "dot.png")}],
+    }
+    result = (await rpc(http, bp.rpc_url, "session.start", params))["result"]
+    assert result["success"] is True, result
+    assert result["attachments"][0]["sentAs"] == "image"
+    bodies = [orjson.dumps(r["body"]).decode() for r in llm.requests[before:]]
+    encoded = base64.b64encode(png).decode()
+    assert any(encoded in b for b in bodies), "the image never reached the model"
+
+
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None and os.environ.get("CI") != "true",
+    reason="bubblewrap not installed (apt install bubblewrap; .ci/run installs it)",
+)
+
+
+def bash_tool(command: str) -> list[Any]:
+    call = {"name": "bash", "arguments": {"command": command, "description": "write a file"}}
+    return [{"content": "", "tool_calls": [call]}, "done"]
+
+
+@needs_bwrap
+async def test_bwrap_keeps_opencode_writes_in_the_working_directory(
+    tmp_path: Path, serve_app: ServeApp, start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    app = create_app()
+    llm_url = await serve_app(app)
+    llm = app[STATE_KEY]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    allow = [{"action": "allow", "kind": "*"}]
+    results = {}
+    for sandbox in ("none", "bwrap"):
+        work = tmp_path / f"work-{sandbox}"
+        work.mkdir()
+        config = {
+            "providers": [opencode_provider(tmp_path, llm_url, work)],
+            "allowed_roots": [str(tmp_path)],
+            "agents": {
+                "initialize_timeout": 60,
+                "session_timeout": 60,
+                "prompt_timeout": 120,
+                "permission_rules": allow,
+                "sandbox": sandbox,
+            },
+        }
+        bp = await start_bridge(config=config, tmp=tmp_path)
+        warm = await rpc(http, bp.rpc_url, "session.start", turn_params("w", "hi", work))
+        assert warm["result"]["success"] is True, warm
+        target, inside = outside / f"{sandbox}.txt", work / "inside.txt"
+        llm.script.extend(bash_tool(f"echo out > {target}; echo in > {inside}"))
+        done = await rpc(http, bp.rpc_url, "session.message", turn_params("w", "go", work))
+        assert done["result"]["success"] is True, done
+        results[sandbox] = (target.exists(), inside.exists())
+        await bp.stop()
+    assert results["none"] == (True, True)  # the same command writes both without bwrap
+    assert results["bwrap"] == (False, True)

@@ -48,7 +48,7 @@ async def test_capabilities_and_gemini_methods(
     assert caps["singleAgent"] is True and caps["providers"] == ["fakeagent"]
     assert caps["provider"] == {"id": "fakeagent", "label": "Fake Agent"}
     assert caps["upstream"]["protocolVersion"] == 1
-    assert caps["upstream"]["agentCapabilities"] == {"loadSession": False}
+    assert caps["upstream"]["agentCapabilities"]["loadSession"] is False
     init = (await rpc(http, adapter.rpc_url, "gemini.initialize", {}))["result"]
     assert init["success"] is True and init["result"]["protocolVersion"] == 1
     raw = (

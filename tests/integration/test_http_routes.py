@@ -461,6 +461,10 @@ GATEWAYS = [
 async def test_capabilities_shape(start_bridge: StartBridge, http: aiohttp.ClientSession) -> None:
     bridge = await start_bridge()
     reply = await rpc(http, bridge.rpc_url, "acp.capabilities", rid="cap-1")
+    # additive: the known local agents and why they are not providers (detection is off)
+    local = reply["result"].pop("localAgents")
+    assert [a["id"] for a in local] == ["opencode", "gemini", "codex", "claude", "qwen", "goose"]
+    assert {a["reason"] for a in local} == {"detection off (agents.detect)"}
     # every backend of this build is advertised (contract.md §11.1 values)
     assert reply == {
         "jsonrpc": "2.0",

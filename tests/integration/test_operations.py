@@ -245,7 +245,7 @@ async def test_doctor_reports_and_masks(fake_upstream: FakeUpstream, tmp_path: P
     good = provider_env(fake_upstream.url, INTERNAL_SERVICE_TOKEN="svc-doctor-secret")
     code, doc = await doctor(good)
     assert code == 0
-    assert all(c["ok"] for c in doc["checks"])
+    assert all(c["ok"] for c in doc["checks"] if not c.get("optional"))
     # nobody configured an OpenClaw gateway: not checked (tests/integration/test_doctor.py)
     assert not [c for c in doc["checks"] if c["check"] == "gateway"]
     assert doc["config"]["auth_token"] == "********"

@@ -148,6 +148,7 @@ async def test_example_18_content_length_then_newline_message(
     assert set(caps["result"]) == {
         "capabilities",
         "gatewayProviders",
+        "localAgents",
         "multiAgent",
         "operator",  # additive (issue 13)
         "providerCatalog",

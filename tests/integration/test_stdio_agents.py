@@ -248,9 +248,14 @@ async def test_crash_is_reported_and_agent_restarts(
     again = await rpc(
         http, bp.rpc_url, "session.message", agent_params("k1", "back", workingDirectory=wd)
     )
-    assert again["result"]["output"] == "agent says: back"
-    # a restarted agent without session/load gets a new ACP session
-    assert again["result"]["agentSessionId"] != first["result"]["agentSessionId"]
+    # a restarted agent without session/resume or /load gets a new ACP session, and the
+    # bridge's stored history of the session as context before the prompt
+    result = again["result"]
+    assert result["agentSessionId"] != first["result"]["agentSessionId"]
+    assert result["sessionContinuity"] == "replayed"
+    assert result["output"].startswith("agent says: back [context: [Context from the bridge")
+    assert "\n1. hi\n2. crash\n" in result["output"]
+    assert first["result"]["sessionContinuity"] == "new"
 
 
 async def test_fs_requests_are_confined(

@@ -374,13 +374,13 @@ def test_secrets_come_from_every_secret_typed_field_and_url_passwords(tmp_path: 
         "providers:\n"
         "  - {id: a, endpoint: 'https://u:ppass@a.example/acp/rpc'}\n"
         "  - {id: b, kind: stdio, command: [x],\n"
-        "     env: [OPENAI_API_KEY=k1, MODE=fast, LONG=abcdefghij]}\n"
+        "     env: [OPENAI_API_KEY=k1, MODE=abc, LONG=abcdefghij]}\n"
     )
     secrets = set(load(tmp_path, yaml_text).config.secrets())
     expected = {"c1", "c2", "adm", "oc", "ma", "rk", "tk", "vt", "rpass", "ppass", "k1"}
     assert expected <= secrets
-    assert "abcdefghij" in secrets  # long env values count as secrets
-    assert "fast" not in secrets  # a short value of a plain-named variable does not
+    assert "abcdefghij" in secrets  # env values from 4 characters count as secrets
+    assert "abc" not in secrets  # a shorter value of a plain-named variable does not
 
 
 # --- interpolation --------------------------------------------------------------------

@@ -129,6 +129,7 @@ class AdapterSettings:
             auth_token=self.auth_token,
             allowed_origins=self.allowed_origins,
             providers=(provider,),
+            agents=replace(base.agents, detect=False),  # the one agent, nothing detected
         )
 
 

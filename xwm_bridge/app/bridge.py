@@ -30,14 +30,18 @@ from xwm_bridge.core.watch import EventLog
 from xwm_bridge.gateway.manager import GatewayManager
 from xwm_bridge.gateway.turns import GatewayTurnExecutor
 from xwm_bridge.multiagent.executor import MultiAgentExecutor
+from xwm_bridge.netaddr import is_loopback_host, parse_listen
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.http1 import Http1Pool
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
+from xwm_bridge.providers.stdio import registry
+from xwm_bridge.providers.stdio.catalog import FILE_NAME as CATALOG_FILE
+from xwm_bridge.providers.stdio.catalog import AgentCatalog
 from xwm_bridge.providers.stdio.executor import ProviderKindExecutor, StdioAgentExecutor
 from xwm_bridge.providers.stdio.permissions import POLICY, PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.router.service import Router
-from xwm_bridge.store import open_store
+from xwm_bridge.store import open_store, state_dir
 from xwm_bridge.store.base import SessionStore
 from xwm_bridge.store.cluster import Cluster
 from xwm_bridge.store.records import PermissionRecord
@@ -61,7 +65,9 @@ class Bridge:
     """Owns the sessions, thread queues, upstream client and background tasks."""
 
     def __init__(self, config: BridgeConfig, sources: Mapping[str, str] | None = None) -> None:
-        self.config = config
+        #: local agents found on PATH become providers (providers/stdio/registry.py)
+        self.agents = registry.detect(config)
+        config = self.config = self.agents.config
         #: where each config value came from (``doctor``, the console's config view)
         self.config_sources: Mapping[str, str] = dict(sources or {})
         self.supervisor = Supervisor()
@@ -94,7 +100,13 @@ class Bridge:
         )
         self.permissions = PermissionBroker(owner=self.events.epoch)
         self.permissions.listeners.append(self._permission_changed)
-        self.stdio_agents = StdioAgentExecutor(config, self.permissions, self.metrics)
+        catalog_path = None if config.store.backend == "memory" else state_dir(config)
+        self.stdio_agents = StdioAgentExecutor(
+            config,
+            self.permissions,
+            self.metrics,
+            AgentCatalog(catalog_path / CATALOG_FILE if catalog_path else None),
+        )
         self.gateway = GatewayManager(config)
         self.metrics.bind_gateway(self.gateway.status_counts)
         self.metrics.bind_store(store.alive, lambda: store_error_counts(store))
@@ -149,7 +161,29 @@ class Bridge:
     ) -> None:
         await self.close()
 
+    def log_agents(self) -> None:
+        """The startup line: which local agents were found, which not and why."""
+        found = {a.id: a.path for a in self.agents.agents if a.found}
+        log.info(
+            "local agents",
+            extra={
+                "found": found,
+                "not_found": self.agents.missing,
+                "sandbox": self.config.agents.sandbox,
+            },
+        )
+        detected = [a.id for a in self.agents.agents if a.found and a.source == "registry"]
+        host, _ = parse_listen(self.config.listen)
+        if detected and not is_loopback_host(host) and self.config.agents.sandbox == "none":
+            log.warning(
+                "local agents found on PATH serve remote clients unsandboxed: any "
+                "authenticated client can run them in a directory it names; set "
+                "agents.sandbox: bwrap or agents.detect: false",
+                extra={"agents": detected, "listen": self.config.listen},
+            )
+
     async def start(self) -> None:
+        self.log_agents()
         await self.store.start()
         if self.cluster is not None:
             await self.cluster.start()

@@ -78,6 +78,7 @@ class BridgeMethods:
             "multiAgent": multi,
             "providerCatalog": catalog,
             "gatewayProviders": gateways,
+            "localAgents": self._local_agents(),
             "capabilities": {
                 "single_agent": single,
                 "multi_agent": multi,
@@ -87,6 +88,19 @@ class BridgeMethods:
             # issue 13: the operator methods and the live feed's notification
             "operator": {"methods": list(OPERATOR_METHODS), "watchNotification": EVENT_METHOD},
         }
+
+    def _local_agents(self) -> list[dict[str, Any]]:
+        """Each known or configured stdio agent: found or not (and why), and what it
+        told the bridge about itself (models, modes, auth methods) once it ran."""
+        executor = self._bridge.stdio_agents
+        out = []
+        for status in self._bridge.agents.agents:
+            item = status.wire()
+            if status.found and executor.handles(status.id):
+                item["providerId"] = status.id
+                item.update(executor.catalog.wire(status.id))
+            out.append(item)
+        return out
 
     # --- session turns ----------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from xwm_bridge.core.params import session_id_of
 from xwm_bridge.core.sessions import SessionRegistry
+from xwm_bridge.core.usage import Usage
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.store.base import RESULT
 
@@ -65,6 +66,7 @@ async def replay(sessions: SessionRegistry, rp: ReplayParams) -> dict[str, Any]:
         rp.session_id, rp.after_seq, rp.limit + 1, after_event=rp.after_event
     )
     more = len(entries) > rp.limit
+    upstream: dict[str, str] = {}
     if live is not None:
         seq, events, turn_id, status = (
             live.seq,
@@ -72,6 +74,7 @@ async def replay(sessions: SessionRegistry, rp: ReplayParams) -> dict[str, Any]:
             live.last_turn_id,
             live.last_turn_status,
         )
+        upstream = live.upstream
     elif record is not None:
         seq, events, turn_id, status = (
             record.seq,
@@ -79,8 +82,10 @@ async def replay(sessions: SessionRegistry, rp: ReplayParams) -> dict[str, Any]:
             record.last_turn_id,
             record.last_turn_status,
         )
+        upstream = dict(record.upstream)
     else:
         seq, events, turn_id, status = 0, 0, "", ""
+    totals = Usage.from_record(upstream)
     notes = [e for e in entries[: rp.limit] if e.kind != RESULT]
     results = [
         {"eventId": e.event_id, "turnId": e.turn_id, "result": e.message}
@@ -102,4 +107,6 @@ async def replay(sessions: SessionRegistry, rp: ReplayParams) -> dict[str, Any]:
     }
     if rp.after_event is not None:
         out["afterEventId"] = rp.after_event
+    if totals.turns:
+        out["usage"] = {**totals.wire(), "turns": totals.turns}
     return out

@@ -30,9 +30,18 @@ from typing import Any
 import orjson
 
 from xwm_bridge.observability.context import request_id, turn_id
-from xwm_bridge.observability.redact import REDACTED, Redactor
+from xwm_bridge.observability.redact import MIN_SECRET_LEN, REDACTED, Redactor, add_secrets
 
-__all__ = ["REDACTED", "EventLog", "JsonFormatter", "LineSink", "Redactor", "setup_logging"]
+__all__ = [
+    "MIN_SECRET_LEN",
+    "REDACTED",
+    "EventLog",
+    "JsonFormatter",
+    "LineSink",
+    "Redactor",
+    "add_secrets",
+    "setup_logging",
+]
 
 _STANDARD = frozenset(
     vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None)).keys()

@@ -80,6 +80,19 @@ class Metrics:
             ["provider", "kind"],
             registry=r,
         )
+        self.agent_tokens = Counter(
+            "xwm_agent_tokens",
+            "Tokens local agents reported, by provider, model and kind "
+            "(input, output, thought, cached_read, cached_write)",
+            ["provider", "model", "kind"],
+            registry=r,
+        )
+        self.agent_cost = Counter(
+            "xwm_agent_cost",
+            "Cost local agents reported, by provider, model and currency",
+            ["provider", "model", "currency"],
+            registry=r,
+        )
         self.bytes_in = Counter(
             "xwm_bytes_received", "Request bytes received by transport", ["transport"], registry=r
         )
@@ -108,6 +121,8 @@ class Metrics:
         self.turn_durations = Children(self.turn_seconds)
         self.upstream_failures = Children(self.upstream_errors)
         self.rejections = Children(self.rejected)
+        self.agent_token_counts = Children(self.agent_tokens)
+        self.agent_costs = Children(self.agent_cost)
         self.received = Children(self.bytes_in)
         self.sent = Children(self.bytes_out)
         self.connections_closed = Children(self._connections_closed)

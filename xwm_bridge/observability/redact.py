@@ -13,6 +13,7 @@ so the output stays valid JSON.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,19 +23,42 @@ REDACTED = "[REDACTED]"
 _REDACTED_B = REDACTED.encode()
 #: containers deeper than this are replaced, not walked (input is capped far below it)
 _MAX_WALK = 200
+#: secrets learnt at run time (a client's MCP env, say) are redacted from this length
+#: on; configured secrets whatever their length
+MIN_SECRET_LEN = 4
+
+#: every live redactor (logs, wire encoders), so secrets learnt at run time reach all
+_LIVE: weakref.WeakSet[Redactor] = weakref.WeakSet()
+
+
+def add_secrets(values: Iterable[str]) -> None:
+    """Redact these values from every log line and client message from now on."""
+    values = tuple(values)
+    for redactor in list(_LIVE):
+        redactor.add(values)
 
 
 class Redactor:
     """Replaces every configured secret value by ``[REDACTED]``."""
 
-    __slots__ = ("_needles", "_text")
+    __slots__ = ("__weakref__", "_needles", "_text")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._set(secrets)
+        _LIVE.add(self)
+
+    def _set(self, secrets: Iterable[str]) -> None:
         # longest first, so a "Bearer x" value is replaced before its bare "x"
         values = sorted({s for s in secrets if s}, key=len, reverse=True)
         self._text = tuple(values)
         forms = {v.encode() for v in values} | {orjson.dumps(v)[1:-1] for v in values}
         self._needles = tuple(sorted(forms, key=len, reverse=True))
+
+    def add(self, secrets: Iterable[str]) -> None:
+        """Also redact these values (learnt at run time; shorter ones are ignored)."""
+        new = {s for s in secrets if len(s) >= MIN_SECRET_LEN} - set(self._text)
+        if new:
+            self._set([*self._text, *new])
 
     def __bool__(self) -> bool:
         return bool(self._text)

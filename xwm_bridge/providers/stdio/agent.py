@@ -23,12 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from xwm_bridge.providers.stdio import codec
+from xwm_bridge.providers.stdio.features import AgentFeatures
 
 log = logging.getLogger("xwm_bridge.agents")
 
 READ_CHUNK = 256 * 1024
 WRITE_TIMEOUT = 30.0
 STDERR_TAIL = 20
+#: how long a call to a dead process waits to learn its exit status
+EXIT_REPORT_WAIT = 2.0
 
 
 class AgentError(Exception):
@@ -90,15 +93,22 @@ class AcpAgent:
         self.last_error: str = ""
         self.last_error_at = 0.0
         self.dropped_lines = 0
+        #: the auth method this process was authenticated with ("" = not yet)
+        self.authenticated = ""
+        self._exited = asyncio.Event()
+        self._exit_message = ""
 
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.returncode is None
 
     @property
+    def features(self) -> AgentFeatures:
+        return AgentFeatures.of(self.init_result)
+
+    @property
     def can_load_session(self) -> bool:
-        caps = self.init_result.get("agentCapabilities")
-        return isinstance(caps, dict) and caps.get("loadSession") is True
+        return self.features.load_session
 
     async def ensure_started(self) -> dict[str, Any]:
         """Start (or restart after a crash) and ``initialize``; return its result."""
@@ -120,7 +130,7 @@ class AcpAgent:
             return self.init_result
 
     async def _spawn(self) -> None:
-        env = {**os.environ, **self.spec.env}
+        env = dict(self.spec.env)  # the whole environment: nothing inherited (launch.py)
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.spec.argv,
@@ -143,6 +153,9 @@ class AcpAgent:
             self._failed(f"cannot start agent {self.spec.name}: {why}")
             raise AgentError(f"cannot start agent {self.spec.name}: {why}") from None
         self.generation += 1
+        self.authenticated = ""
+        self._exited = asyncio.Event()
+        self._exit_message = ""
         self._stderr.clear()
         log.info(
             "agent started",
@@ -157,10 +170,19 @@ class AcpAgent:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _not_running(self) -> AgentError:
+        """The error for a call to a process that is gone: how it exited, once known."""
+        if self._proc is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exited.wait(), EXIT_REPORT_WAIT)
+        if self._exit_message:
+            return AgentError(self._exit_message)
+        return AgentError(f"agent {self.spec.name} is not running{self._exit_suffix()}")
+
     async def call(self, method: str, params: dict[str, Any], deadline_s: float) -> Any:
         """Send a request and wait for its answer, at most ``deadline_s`` seconds."""
         if not self.alive:
-            raise AgentError(f"agent {self.spec.name} is not running{self._exit_suffix()}")
+            raise await self._not_running()
         rid = self._ids.next()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
@@ -187,7 +209,12 @@ class AcpAgent:
             try:
                 proc.stdin.write(data)
                 await asyncio.wait_for(proc.stdin.drain(), WRITE_TIMEOUT)
-            except (OSError, TimeoutError) as exc:
+            except OSError as exc:  # a closed pipe: say how the process ended, if it did
+                error = await self._not_running()
+                if not self._exit_message:
+                    error = AgentError(f"cannot write to agent {self.spec.name}: {exc!r}")
+                raise error from None
+            except TimeoutError as exc:
                 raise AgentError(f"cannot write to agent {self.spec.name}: {exc!r}") from None
 
     async def _read_stdout(self, proc: asyncio.subprocess.Process) -> None:
@@ -216,6 +243,8 @@ class AcpAgent:
                 self._failed(message)
             # after a restart the pending calls belong to the new process: leave them
             if proc is self._proc or self._proc is None:
+                self._exit_message = message
+                self._exited.set()
                 self.init_result = {}
                 for fut in list(self._pending.values()):
                     if not fut.done():

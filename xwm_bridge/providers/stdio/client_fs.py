@@ -2,7 +2,8 @@
 
 A path is served only when the session's working directory lies under one of
 the configured ``allowed_roots`` and the path (after resolving symlinks) lies
-inside that working directory. No allowed roots → nothing is served.
+inside that working directory. No allowed roots → nothing is served. A write
+replaces the file atomically (temp file + rename) and keeps its permission bits.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 import tempfile
 from typing import Any
 
@@ -64,13 +66,41 @@ def _read(path: str, max_bytes: int, line: Any, limit: Any) -> str:
     return text
 
 
+def _process_umask() -> int:
+    """The umask, read without changing it (Linux ``/proc``), else set and restored once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _process_umask()
+
+
+def _target_mode(path: str) -> int:
+    """An existing file keeps its permission bits; a new one gets 0666 minus the umask
+    (what ``open(..., "w")`` would give it, not ``mkstemp``'s 0600)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_UMASK
+
+
 def _write(path: str, content: str, root: str) -> None:
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     if not _inside(os.path.realpath(parent), root):  # a symlinked parent created meanwhile
         raise ClientError(codec.INVALID_PARAMS, "path is outside the session's working directory")
+    mode = _target_mode(path)
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=".xwm-write-")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(content)
         os.replace(tmp, path)

@@ -1,11 +1,13 @@
 """Single-agent turns routed to a local stdio ACP agent (``kind: stdio`` providers).
 
-One ACP session per bridge session: created on first use, reused by
-``session.message``, recreated after ``session.start``, after a change of
-working directory, and after the agent restarted (via ``session/load`` when the
-agent supports it). ``session.cancel`` sends ACP ``session/cancel``, answers
-pending permission requests with ``cancelled`` and waits briefly for the
-agent's ``stopReason: cancelled``.
+A turn: pick the agent process (one per provider; one per provider and working
+directory under ``agents.sandbox: bwrap``), start it if needed, open or continue
+the ACP session (:mod:`.acp_sessions`: auth, resume/load, mode, options, model),
+build the prompt blocks (:mod:`.prompt`), run ``session/prompt`` and account for
+its usage (:mod:`xwm_bridge.core.usage`: turn result, session totals, metrics).
+``session.cancel`` sends ACP ``session/cancel``, answers pending permission
+requests with ``cancelled`` and waits briefly for the agent's ``stopReason:
+cancelled``.
 """
 
 from __future__ import annotations
@@ -14,229 +16,33 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
+import re
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
-from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig, ProviderConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
-from xwm_bridge.core.sessions import Session
-from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.core.usage import RECORD_KEY, TurnUsage, Usage
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.collector import remote_fields
 from xwm_bridge.providers.single_agent import failure_result, provider_id_of
-from xwm_bridge.providers.stdio import client_fs, codec, mapping
-from xwm_bridge.providers.stdio.agent import (
-    AcpAgent,
-    AgentError,
-    AgentSpec,
-    ClientError,
-    SessionHandlers,
-)
-from xwm_bridge.providers.stdio.permissions import (
-    AGENT_EXITED,
-    EXPIRED,
-    POLICY,
-    SELECTED,
-    PermissionBroker,
-    outcome_label,
-)
-from xwm_bridge.providers.stdio.policy import ALLOW, ASK, PolicyStore
+from xwm_bridge.providers.stdio import codec, mapping, prompt
+from xwm_bridge.providers.stdio.acp_sessions import AcpSessions, Opened, SetupError
+from xwm_bridge.providers.stdio.agent import AcpAgent, AgentError, SessionHandlers
+from xwm_bridge.providers.stdio.catalog import AgentCatalog
+from xwm_bridge.providers.stdio.launch import agent_spec
+from xwm_bridge.providers.stdio.permissions import AGENT_EXITED, PermissionBroker
+from xwm_bridge.providers.stdio.policy import PolicyStore
 from xwm_bridge.providers.stdio.terminal import Terminals
-from xwm_bridge.store.records import Answerer, PermissionRecord
+from xwm_bridge.providers.stdio.turn_state import TurnState
 
 log = logging.getLogger("xwm_bridge.agents")
 
-
 CANCEL_WAIT = 5.0
-MAX_TRACKED_SESSIONS = 4096
-
-
-@dataclass(slots=True)
-class AcpSessionRef:
-    session: Session  # identity changes on session.start (registry.reset)
-    generation: int
-    acp_session_id: str
-    cwd: str
-
-
-def agent_spec(provider: ProviderConfig, config: BridgeConfig) -> AgentSpec:
-    env = dict(item.split("=", 1) for item in provider.env)
-    agents = config.agents
-    return AgentSpec(
-        name=provider.id,
-        argv=provider.command,
-        env=env,
-        cwd=provider.cwd,
-        capabilities=codec.client_capabilities(
-            fs_read=agents.fs_enabled and provider.fs_read,
-            fs_write=agents.fs_enabled,
-            terminal=agents.terminal_enabled,
-        ),
-        initialize_timeout=agents.initialize_timeout,
-        stop_grace=agents.stop_grace,
-    )
-
-
-@dataclass(slots=True)
-class TurnState:
-    """Handlers for one running prompt: updates, permission and fs requests."""
-
-    ctx: TurnContext
-    cwd: str
-    owner: StdioAgentExecutor
-    transcript: mapping.TurnTranscript = field(default_factory=mapping.TurnTranscript)
-    permissions: list[dict[str, Any]] = field(default_factory=list)
-
-    async def on_update(self, update: dict[str, Any]) -> None:
-        self.transcript.observe(update)
-        payload = mapping.map_update(update)
-        if payload is not None:
-            await self.ctx.emit(payload)
-
-    async def on_request(self, method: str, params: dict[str, Any]) -> Any:
-        agents = self.owner.config.agents
-        if method == "session/request_permission":
-            return await self.permission(params)
-        client = self.ctx.client
-        if client is not None and client.serves(method):  # the editor owns files/terminals
-            try:
-                return await client.request(method, params)
-            except RpcError as exc:
-                raise ClientError(exc.code, exc.message) from None
-        if method.startswith("fs/") and agents.fs_enabled:
-            root = client_fs.confined_root(self.cwd, self.owner.config.allowed_roots)
-            if method == "fs/read_text_file":
-                return await client_fs.read_text_file(params, root, agents.fs_max_file_bytes)
-            if method == "fs/write_text_file":
-                return await client_fs.write_text_file(params, root, agents.fs_max_file_bytes)
-        if method.startswith("terminal/") and agents.terminal_enabled:
-            root = client_fs.confined_root(self.cwd, self.owner.config.allowed_roots)
-            return await self.owner.terminals.handle(method, params, root)
-        raise ClientError(codec.METHOD_NOT_FOUND, f"method not supported by this client: {method}")
-
-    async def permission(self, params: dict[str, Any]) -> dict[str, Any]:
-        tool_call = params.get("toolCall")
-        tool_call = tool_call if isinstance(tool_call, dict) else {}
-        options = params.get("options")
-        streamless = self.ctx.notify is None
-        decision = self.owner.policy.decide(tool_call, self.cwd, streamless)
-        reason = decision.reason
-        record: dict[str, Any] = {
-            "toolCallId": coerce.text(tool_call.get("toolCallId")),
-            "title": coerce.text(tool_call.get("title")),
-            "kind": coerce.text(tool_call.get("kind"), "other"),
-            "decision": decision.action,
-        }
-        outcome: dict[str, Any]
-        answered: PermissionRecord | None = None
-        if decision.action == ASK:
-            # every watcher (console, `client watch`) sees it, whatever carries the turn
-            outcome, reason, answered = await self._ask(params, options, tool_call)
-        else:
-            outcome = self._policy_outcome(options, allow=decision.action == ALLOW)
-            if decision.action == ALLOW and mapping.choose_option(options, True) is None:
-                reason = "no allow_once option offered (allow_always is never chosen); rejected"
-        record["outcome"] = outcome_label(outcome, options)
-        record["reason"] = reason
-        if answered is not None:
-            record["requestId"] = answered.request_id
-            if answered.by is not None:
-                record["answeredBy"] = answered.by.wire()
-        else:
-            self._decided(tool_call, options, outcome, record["outcome"], reason, decision.action)
-        self.permissions.append(record)
-        update: dict[str, Any] = {
-            "type": "permission",
-            "toolCall": tool_call,
-            "decision": decision.action,
-            "outcome": record["outcome"],
-            "reason": reason,
-            "pending": False,
-            "error": False,
-        }
-        if answered is not None:  # the pending update's resolution, on the turn's stream
-            update["requestId"] = answered.request_id
-            update["resolution"] = answered.resolution
-            update["answeredBy"] = answered.by.wire() if answered.by is not None else None
-        await self.ctx.emit(update)
-        return outcome
-
-    def _decided(
-        self,
-        tool_call: dict[str, Any],
-        options: Any,
-        outcome: dict[str, Any],
-        label: str,
-        reason: str,
-        action: str,
-    ) -> None:
-        """A policy allow/reject: audited and shown to watchers, never pending."""
-        inner = outcome.get("outcome")
-        oid = inner.get("optionId") if isinstance(inner, dict) else None
-        now = time.time()
-        self.owner.broker.decided(
-            PermissionRecord(
-                self.ctx.session_id,
-                f"policy-{self.ctx.turn_id}-{len(self.permissions) + 1}",
-                turn_id=self.ctx.turn_id,
-                provider=provider_id_of(self.ctx),
-                tool_call=tool_call,
-                options=tuple(o for o in options if isinstance(o, dict))
-                if isinstance(options, list)
-                else (),
-                created_at=now,
-                state="resolved",
-                resolution=POLICY,
-                option_id=oid if isinstance(oid, str) else "",
-                outcome=label,
-                reason=reason,
-                by=Answerer("policy", ""),
-                resolved_at=now,
-            ),
-            action,
-        )
-
-    @staticmethod
-    def _policy_outcome(options: Any, *, allow: bool) -> dict[str, Any]:
-        oid = mapping.choose_option(options, allow)
-        if oid is None and allow:
-            oid = mapping.choose_option(options, False)
-        return mapping.selected(oid) if oid else dict(mapping.CANCELLED_OUTCOME)
-
-    async def _ask(
-        self, params: dict[str, Any], options: Any, tool_call: dict[str, Any]
-    ) -> tuple[dict[str, Any], str, PermissionRecord]:
-        broker = self.owner.broker
-        timeout = self.owner.config.agents.permission_timeout
-        entry = broker.open(
-            self.ctx.session_id,
-            options,
-            turn_id=self.ctx.turn_id,
-            provider=provider_id_of(self.ctx),
-            tool_call=tool_call,
-            timeout=timeout,
-        )
-        try:
-            await self.ctx.emit(mapping.permission_payload(entry.request_id, params))
-            try:
-                outcome = await asyncio.wait_for(asyncio.shield(entry.future), timeout)
-            except TimeoutError:
-                reason = f"no answer within {timeout:g}s; rejected"
-                broker.resolve(entry, EXPIRED, reason, self._policy_outcome(options, allow=False))
-                outcome = entry.future.result()
-                return outcome, reason, entry.record
-            label = outcome_label(outcome, options)
-            if entry.record.resolution == SELECTED:
-                by = entry.record.by
-                where = f" over {by.transport} from {by.address}" if by and by.address else ""
-                return outcome, f"client answered {label}{where}", entry.record
-            return outcome, entry.record.reason or "turn cancelled", entry.record
-        finally:
-            broker.discard(entry)
+#: distinct ``model`` label values per provider in /metrics (then ``other``)
+MAX_MODEL_LABELS = 32
+_CURRENCY = re.compile(r"^[A-Z]{3}$")
 
 
 def failure_kind(exc: AgentError) -> str:
@@ -248,44 +54,78 @@ def failure_kind(exc: AgentError) -> str:
 
 class StdioAgentExecutor:
     def __init__(
-        self, config: BridgeConfig, broker: PermissionBroker, metrics: Metrics | None = None
+        self,
+        config: BridgeConfig,
+        broker: PermissionBroker,
+        metrics: Metrics | None = None,
+        catalog: AgentCatalog | None = None,
     ) -> None:
         self.config = config
         self.broker = broker
+        self.metrics = metrics
         self._metrics = metrics or Metrics()
         self.policy = PolicyStore(
             config.agents.permission_rules, config.agents.permission_rules_file
         )
         self.terminals = Terminals(config.agents)
+        self.catalog = catalog or AgentCatalog()
+        self.sessions = AcpSessions(config, self.catalog)
         self._providers = {p.id.lower(): p for p in config.available_providers if p.is_stdio}
-        self._agents: dict[str, AcpAgent] = {}
-        self._sessions: OrderedDict[str, AcpSessionRef] = OrderedDict()
+        self._agents: OrderedDict[tuple[str, str], AcpAgent] = OrderedDict()
+        self._model_labels: dict[str, set[str]] = {}
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.config.agents.sandbox == "bwrap"
 
     def handles(self, provider_id: str) -> bool:
         return provider_id.lower() in self._providers
 
-    def agent(self, provider_id: str) -> AcpAgent:
-        key = provider_id.lower()
+    def providers(self) -> list[ProviderConfig]:
+        return list(self._providers.values())
+
+    def agent(self, provider_id: str, cwd: str = "") -> AcpAgent:
+        """The provider's agent process (per working directory when sandboxed)."""
+        pid = provider_id.lower()
+        key = (pid, cwd if self.sandboxed else "")
         agent = self._agents.get(key)
         if agent is None:
-            agent = self._agents[key] = AcpAgent(agent_spec(self._providers[key], self.config))
+            spec = agent_spec(self._providers[pid], self.config, key[1])
+            agent = self._agents[key] = AcpAgent(spec)
+        self._agents.move_to_end(key)
         return agent
 
     def status(self) -> list[dict[str, Any]]:
         """Every configured stdio agent: started or not, restarts, last error."""
         out = []
-        for key, provider in self._providers.items():
-            agent = self._agents.get(key)
+        for pid, provider in self._providers.items():
+            # one process per provider, or per working directory when sandboxed
+            procs = [a.status() for (p, _), a in self._agents.items() if p == pid]
             row: dict[str, Any] = {"id": provider.id, "label": provider.label or provider.id}
-            if agent is None:
+            if not procs:
                 row.update({"running": False, "starts": 0, "restarts": 0, "lastError": None})
             else:
-                row.update(agent.status())
+                row.update(procs[-1])  # the most recently used
+                row["running"] = any(p["running"] for p in procs)
+                row["starts"] = sum(p["starts"] for p in procs)
+                row["restarts"] = sum(p["restarts"] for p in procs)
+                row["activeSessions"] = sum(p["activeSessions"] for p in procs)
+                row["processes"] = len(procs)
             out.append(row)
         return out
 
     def _provider_id(self, ctx: TurnContext) -> str:
         return provider_id_of(ctx)
+
+    async def _trim(self, keep: AcpAgent) -> None:
+        """Close the least recently used idle sandboxed processes above the cap."""
+        if not self.sandboxed:
+            return
+        limit = self.config.agents.max_sandboxed_processes
+        idle = [k for k, a in self._agents.items() if not a.sessions and a is not keep]
+        while len(self._agents) > limit and idle:
+            agent = self._agents.pop(idle.pop(0))
+            await agent.close()
 
     def failure(self, ctx: TurnContext, message: str) -> dict[str, Any]:
         return failure_result(ctx, message)
@@ -298,89 +138,66 @@ class StdioAgentExecutor:
             return wd
         return os.path.abspath(provider.cwd or os.getcwd())
 
-    async def _acp_session(self, ctx: TurnContext, agent: AcpAgent, cwd: str) -> str:
-        ref = self._sessions.get(ctx.session_id)
-        timeout = self.config.agents.session_timeout
-        if ref is not None and ref.session is ctx.session and ref.cwd == cwd:
-            self._sessions.move_to_end(ctx.session_id)
-            if ref.generation == agent.generation:
-                return ref.acp_session_id
-            if agent.can_load_session:  # agent restarted: resume its own history
-                with contextlib.suppress(AgentError):
-                    await agent.call(
-                        "session/load",
-                        {"sessionId": ref.acp_session_id, "cwd": cwd, "mcpServers": []},
-                        timeout,
-                    )
-                    ref.generation = agent.generation
-                    return ref.acp_session_id
-        sid = await self._resume_persisted(ctx, agent, cwd) if ref is None else ""
-        if not sid:
-            result = await agent.call("session/new", {"cwd": cwd, "mcpServers": []}, timeout)
-            sid = coerce.text(result.get("sessionId")) if isinstance(result, dict) else ""
-            if not sid:
-                raise AgentError("agent answered session/new without a sessionId")
-        # persisted with the session record: a restarted bridge resumes it (issue 6)
-        ctx.session.upstream.update(
-            {"acpSessionId": sid, "acpCwd": cwd, "acpProvider": agent.spec.name}
-        )
-        self._sessions[ctx.session_id] = AcpSessionRef(ctx.session, agent.generation, sid, cwd)
-        self._sessions.move_to_end(ctx.session_id)
-        while len(self._sessions) > MAX_TRACKED_SESSIONS:
-            self._sessions.popitem(last=False)
-        return sid
+    async def _start(self, agent: AcpAgent, provider: ProviderConfig) -> None:
+        fresh = not (agent.alive and agent.init_result)
+        init = await agent.ensure_started()
+        if fresh:
+            self.catalog.learn_init(provider.id, init)
 
-    async def _resume_persisted(self, ctx: TurnContext, agent: AcpAgent, cwd: str) -> str:
-        """The ACP session recorded before a bridge restart, reloaded; "" if not possible."""
-        up = ctx.session.upstream
-        sid = up.get("acpSessionId", "")
-        if not sid or up.get("acpCwd") != cwd or up.get("acpProvider") != agent.spec.name:
-            return ""
-        if not agent.can_load_session:
-            return ""
-        try:
-            await agent.call(
-                "session/load",
-                {"sessionId": sid, "cwd": cwd, "mcpServers": []},
-                self.config.agents.session_timeout,
+    async def _prompt_blocks(self, ctx: TurnContext, agent: AcpAgent, opened: Opened) -> Any:
+        limits = self.config.limits
+        roots = prompt.Limits(
+            self.config.allowed_roots,
+            limits.artifact_max_files,
+            limits.artifact_max_file_bytes,
+            limits.artifact_max_total_bytes,
+        )
+        raw = ctx.turn.params.raw
+        items: list[prompt.Item] = []
+        if raw.get("attachments") or raw.get("artifacts"):
+            items = await asyncio.to_thread(
+                prompt.load, raw.get("attachments"), raw.get("artifacts"), roots
             )
-        except AgentError:
-            return ""
-        return sid
+        # an ACP client's own prompt blocks (images, resources) stand for the prompt text
+        acp_blocks = raw.get(codec.PROMPT_BLOCKS_PARAM)
+        content = (
+            codec.content_blocks(acp_blocks, agent.init_result, ctx.turn.prompt)
+            if isinstance(acp_blocks, list) and acp_blocks
+            else None
+        )
+        return prompt.compose(ctx.turn.prompt, items, agent.features, opened.context, content)
 
     async def execute(self, ctx: TurnContext) -> dict[str, Any]:
-        provider = self._providers[self._provider_id(ctx)]
-        agent = self.agent(provider.id)
+        provider = self._providers[provider_id_of(ctx)]
         try:
             cwd = self._cwd(ctx, provider)
         except AgentError as exc:  # the client's working directory: not an agent failure
             await ctx.emit_error(str(exc))
             return self.failure(ctx, str(exc))
         try:
-            await agent.ensure_started()
-            acp_sid = await self._acp_session(ctx, agent, cwd)
-        except AgentError as exc:
-            self._failed(provider.id, failure_kind(exc))
+            agent = self.agent(provider.id, cwd)
+            await self._trim(agent)
+            await self._start(agent, provider)
+            opened = await self.sessions.open(ctx, agent, provider, cwd)
+            blocks, attachments = await self._prompt_blocks(ctx, agent, opened)
+        except (AgentError, SetupError) as exc:
+            if isinstance(exc, AgentError):  # not a setup problem (model, auth method)
+                self._failed(provider.id, failure_kind(exc))
             await ctx.emit_error(str(exc))
             return self.failure(ctx, str(exc))
-        state = TurnState(ctx, cwd, self)
+        acp_sid = opened.ref.acp_session_id
+        state = TurnState(ctx, cwd, self, opened.ref)
+        state.usage.cost_before = _float(ctx.session.upstream.get("acpCost"))
         agent.sessions[acp_sid] = SessionHandlers(state.on_update, state.on_request)
-        prompt = ctx.turn.prompt
         prompt_task = asyncio.get_running_loop().create_task(
             agent.call(
                 "session/prompt",
-                {
-                    "sessionId": acp_sid,
-                    "prompt": codec.content_blocks(
-                        ctx.turn.params.raw.get(codec.PROMPT_BLOCKS_PARAM),
-                        agent.init_result,
-                        prompt,
-                    ),
-                },
+                {"sessionId": acp_sid, "prompt": blocks},
                 self.config.agents.prompt_timeout,
             ),
             name=f"acp-prompt:{ctx.turn_id}",
         )
+        extras = self._setup_fields(opened, attachments)
         try:
             answer = await asyncio.shield(prompt_task)
         except AgentError as exc:
@@ -390,15 +207,18 @@ class StdioAgentExecutor:
             elif not agent.alive:  # pending permission requests die with the agent
                 self.broker.close_session(ctx.session_id, AGENT_EXITED, str(exc)[:500])
             await ctx.emit_error(str(exc))
-            return {**self.failure(ctx, str(exc)), **self._extras(state)}
+            self._account(ctx, provider, opened, state.usage)
+            return {**self.failure(ctx, str(exc)), **extras, **self._extras(state)}
         except asyncio.CancelledError:
             self._failed(provider.id, "cancelled")
             await self._interrupt(agent, acp_sid, ctx, prompt_task)
+            self._account(ctx, provider, opened, state.usage)
             raise
         finally:
             if not prompt_task.done():
                 prompt_task.cancel()
             agent.sessions.pop(acp_sid, None)
+        state.usage.observe_answer(answer)
         result = mapping.turn_result(
             transcript=state.transcript,
             prompt_result=answer,
@@ -407,7 +227,9 @@ class StdioAgentExecutor:
             agent_session_id=acp_sid,
             working_directory=cwd,
         )
+        result.update(extras)
         result.update(self._extras(state))
+        result.update(self._account(ctx, provider, opened, state.usage))
         if result.get("cancelled"):
             await ctx.emit_error(CANCELLED)
         remote_fields(result, cwd)
@@ -418,8 +240,63 @@ class StdioAgentExecutor:
         log.warning("agent call failed", extra={"agent": provider_id, "kind": kind})
 
     @staticmethod
+    def _setup_fields(opened: Opened, attachments: list[dict[str, Any]]) -> dict[str, Any]:
+        """What the turn ran with: agent model and mode, continuity, MCP servers."""
+        options = opened.ref.options
+        out: dict[str, Any] = {"sessionContinuity": opened.continuity}
+        if options.model.current:
+            out["agentModel"] = options.model.current
+        if options.mode.current:
+            out["agentMode"] = options.mode.current
+        if opened.model_note:
+            out["agentModelNote"] = opened.model_note
+        if opened.ref.mcp_servers:
+            out["mcpServers"] = list(opened.ref.mcp_servers)
+        if opened.skipped_mcp:
+            out["mcpServersSkipped"] = [{"name": n, "reason": r} for n, r in opened.skipped_mcp]
+        if attachments:
+            out["attachments"] = attachments
+        return out
+
+    @staticmethod
     def _extras(state: TurnState) -> dict[str, Any]:
         return {"permissions": state.permissions} if state.permissions else {}
+
+    def _account(
+        self, ctx: TurnContext, provider: ProviderConfig, opened: Opened, usage: TurnUsage
+    ) -> dict[str, Any]:
+        """Usage of the turn: session totals (record), metrics, result fields."""
+        if not usage.reported:
+            return {}
+        turn = usage.result()
+        up = ctx.session.upstream
+        if usage.cost_now is not None:
+            up["acpCost"] = repr(usage.cost_now)
+        totals = Usage.from_record(up) + turn
+        up[RECORD_KEY] = totals.record()
+        if self.metrics is not None:
+            model = self._model_label(provider.id, opened.ref.options.model.current)
+            counts = self.metrics.agent_token_counts
+            for kind in ("input", "output", "thought", "cached_read", "cached_write"):
+                value = getattr(turn, kind)
+                if value:
+                    counts.get(provider.id, model, kind).inc(value)
+            if turn.cost:
+                currency = turn.currency if _CURRENCY.match(turn.currency) else "other"
+                self.metrics.agent_costs.get(provider.id, model, currency).inc(turn.cost)
+        return {"usage": usage.wire(), "sessionUsage": {**totals.wire(), "turns": totals.turns}}
+
+    def _model_label(self, provider_id: str, model: str) -> str:
+        """A bounded label value: a model the agent offered, else ``other``."""
+        if not model:
+            return "unknown"
+        seen = self._model_labels.setdefault(provider_id, set())
+        if model in seen:
+            return model
+        if model in self.catalog.models(provider_id) and len(seen) < MAX_MODEL_LABELS:
+            seen.add(model)
+            return model
+        return "other"
 
     async def _interrupt(
         self,
@@ -450,6 +327,13 @@ class StdioAgentExecutor:
         for agent in list(self._agents.values()):
             await agent.close()
         self._agents.clear()
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value else None
+    except (TypeError, ValueError):
+        return None
 
 
 class ProviderKindExecutor:

@@ -82,7 +82,6 @@ class TurnTranscript:
 
     chunks: list[str] = field(default_factory=list)
     tool_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
-    usage: dict[str, Any] = field(default_factory=dict)
 
     def observe(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
@@ -95,8 +94,6 @@ class TurnTranscript:
             if tid:
                 entry = self.tool_calls.setdefault(tid, {"toolCallId": tid})
                 entry.update(_pick(update, "title", "kind", "status"))
-        elif kind == "usage_update":
-            self.usage = {k: v for k, v in update.items() if k != "sessionUpdate"}
 
     @property
     def output(self) -> str:
@@ -112,7 +109,8 @@ def turn_result(
     agent_session_id: str,
     working_directory: str,
 ) -> dict[str, Any]:
-    """Result of a completed prompt (forwarding.md §4.7 shape plus ``stopReason``)."""
+    """Result of a completed prompt (forwarding.md §4.7 shape plus ``stopReason``);
+    the executor adds ``usage`` (core/usage.py) and what the session ran with."""
     answer = prompt_result if isinstance(prompt_result, dict) else {}
     stop = coerce.text(answer.get("stopReason"), "end_turn")
     result: dict[str, Any] = {
@@ -135,9 +133,6 @@ def turn_result(
         result["error"] = "agent refused the prompt"
     if transcript.tool_calls:
         result["toolCalls"] = list(transcript.tool_calls.values())
-    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else transcript.usage
-    if usage:
-        result["usage"] = usage
     if working_directory:
         result["effectiveWorkingDirectory"] = working_directory
     return result

@@ -38,6 +38,7 @@ agents:
     assert cfg.agents.permission_timeout == 5 and cfg.agents.terminal_enabled
     assert cfg.agents.permission_rules[0].action == "reject"
     assert "sk-secret-1" in cfg.secrets()
+    assert "sk-secret-1" not in cfg.own_secrets()  # the agent's key, not the bridge's
     assert BridgeConfig().agents.permission_timeout == 120
     assert BridgeConfig().agents.terminal_enabled is False
 
@@ -50,6 +51,41 @@ agents:
         ("agents: {permission_rules: [{action: allow_always}]}", "agents.permission_rules[0]"),
         ("agents: {prompt_timeout: -1}", "agents.prompt_timeout"),
         ("agents: {permission_timeout: 0}", "agents.permission_timeout"),
+        ("agents: {sandbox: docker}", "agents.sandbox: must be one of none, bwrap"),
+        ("agents: {search_paths: [rel]}", "agents.search_paths[0]: must be an absolute path"),
+        ("agents: {toolbridge_env: [NOVALUE]}", "agents.toolbridge_env[0]"),
+        (
+            "providers: [{id: a, kind: stdio, command: [x], pass_env: [LLM_API_KEY]}]",
+            "providers[0].pass_env[0]: LLM_API_KEY would copy a bridge secret",
+        ),
+        (
+            "providers: [{id: a, kind: stdio, command: [x], pass_env: [ACP_*]}]",
+            "providers[0].pass_env[0]: ACP_",
+        ),
+        ("providers: [{id: a, kind: stdio, command: [x], pass_env: [a-b]}]", "pass_env[0]"),
+        ("providers: [{id: a, kind: stdio, command: [x], options: [x]}]", "options[0]"),
+        (
+            "providers: [{id: a, kind: stdio, command: [x], mcp_servers: [{name: m}]}]",
+            "providers[0].mcp_servers[0].command: required for a stdio MCP server",
+        ),
+        (
+            "providers: [{id: a, kind: stdio, command: [x], mcp_servers: [{name: m, type: ws}]}]",
+            "providers[0].mcp_servers[0].type",
+        ),
+        (
+            "providers: [{id: a, kind: stdio, command: [x], "
+            "mcp_servers: [{name: m, type: http, url: 'file:///x'}]}]",
+            "providers[0].mcp_servers[0].url",
+        ),
+        (
+            "providers: [{id: a, kind: stdio, command: [x], "
+            "mcp_servers: [{name: m, command: c}, {name: m, command: d}]}]",
+            "providers[0].mcp_servers[1].name: duplicate",
+        ),
+        (
+            "providers: [{id: a, kind: stdio, command: [x], writable_paths: [rel]}]",
+            "providers[0].writable_paths[0]",
+        ),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, text: str, message: str) -> None:

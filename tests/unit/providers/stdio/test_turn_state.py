@@ -1,0 +1,62 @@
+"""TurnState: requests the calling client serves go to it; the rest to the bridge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.providers.stdio.agent import ClientError
+from xwm_bridge.providers.stdio.permissions import PermissionBroker
+from xwm_bridge.providers.stdio.policy import PolicyStore
+from xwm_bridge.providers.stdio.terminal import Terminals
+from xwm_bridge.providers.stdio.turn_state import TurnState
+
+pytestmark = pytest.mark.asyncio
+
+
+class Owner:
+    def __init__(self) -> None:
+        self.config = BridgeConfig()
+        self.broker = PermissionBroker()
+        self.policy = PolicyStore(())
+        self.terminals = Terminals(self.config.agents)
+
+
+class Client:
+    """An ACP client that serves fs/read_text_file only."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def serves(self, method: str) -> bool:
+        self.seen.append(method)
+        return method == "fs/read_text_file"
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        return {"content": "relayed"}
+
+
+class Ctx:
+    def __init__(self, client: Client | None) -> None:
+        self.client = client
+
+
+async def test_the_calling_client_first_then_the_bridge() -> None:
+    client = Client()
+    state = TurnState(ctx=Ctx(client), cwd="/nowhere", owner=Owner())  # type: ignore[arg-type]
+    assert await state.on_request("fs/read_text_file", {"path": "/x"}) == {"content": "relayed"}
+    with pytest.raises(ClientError) as info:  # not the client's: no allowed root for /nowhere
+        await state.on_request("fs/write_text_file", {"path": "/nowhere/x", "content": ""})
+    assert "not allowed" in info.value.message
+    with pytest.raises(ClientError, match="not supported"):
+        await state.on_request("x/unknown", {})
+    assert client.seen == ["fs/read_text_file", "fs/write_text_file", "x/unknown"]
+
+
+async def test_without_a_client_the_bridge_serves_everything() -> None:
+    state = TurnState(ctx=Ctx(None), cwd="/nowhere", owner=Owner())  # type: ignore[arg-type]
+    with pytest.raises(ClientError) as info:
+        await state.on_request("fs/read_text_file", {"path": "/nowhere/x"})
+    assert "not allowed" in info.value.message
