@@ -368,7 +368,7 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
             stdout_writer(),
             max_message=cfg.limits.max_body_bytes,
             send_timeout=cfg.limits.notification_send_timeout,
-            wire=WireEncoder(cfg.secrets()),
+            wire=WireEncoder(cfg.credentials()),
         )
 
         async def finish(signals: Signals) -> None:
@@ -508,7 +508,7 @@ async def _toolbridge(cfg: BridgeConfig) -> int:
             stdin_reader(),
             stdout_writer(),
             max_message=cfg.limits.max_body_bytes,
-            wire=WireEncoder(cfg.secrets()),
+            wire=WireEncoder(cfg.credentials()),
         )
         await _until_signal(server.serve())
     return 0

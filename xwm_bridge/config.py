@@ -504,11 +504,20 @@ class BridgeConfig:
         return tuple(v for v in out if len(v) >= 4)
 
     def secrets(self) -> tuple[str, ...]:
-        """Every configured secret value for redaction, whatever its length: each
-        ``Secret``-typed field (and the bare credential of ``Bearer x``), the password
-        of any URL; and the values of provider ``env``, MCP server ``env`` and
-        ``headers`` and ``agents.toolbridge_env`` items (any length when the name says
-        secret, else from 4 characters)."""
+        """Every configured secret value, for log redaction: :meth:`credentials`, and
+        also every other ``env`` / MCP header value from 4 characters (an agent's
+        environment often holds keys under any name)."""
+        values = list(self.credentials())
+        values += [v for k, v in self._named_values() if len(v) >= 4]
+        return _with_bare(values)
+
+    def credentials(self) -> tuple[str, ...]:
+        """The values that are credentials for sure, whatever their length: each
+        ``Secret``-typed field, the password of any URL, and ``env`` (providers, MCP
+        servers, ``agents.toolbridge_env``) and MCP header values whose name says
+        key, token, secret, password, credential, cookie or authorization. Masked in
+        every message to a client (wire.py) as in the logs; the wider :meth:`secrets`
+        would also mask plain values such as ``http`` in replies."""
         values: list[str] = []
         for owner, name, hint in _fields(self):
             value = getattr(owner, name)
@@ -516,24 +525,32 @@ class BridgeConfig:
                 values += list(value) if isinstance(value, tuple) else [value or ""]
             elif isinstance(value, str) and "://" in value:
                 values.append(url_password(value))
+        values += [v for k, v in self._named_values() if _SECRET_NAME.search(k)]
+        return _with_bare(values)
+
+    def _named_values(self) -> list[tuple[str, str]]:
         pairs = [item.partition("=")[::2] for p in self.providers for item in p.env]
         pairs += [item.partition("=")[::2] for item in self.agents.toolbridge_env]
         for p in self.providers:
             for m in p.mcp_servers:
                 pairs += [item.partition("=")[::2] for item in m.env]
                 pairs += [(k, v.strip()) for k, _, v in (h.partition(":") for h in m.headers)]
-        for key, value in pairs:
-            if value and (_SECRET_NAME.search(key) or len(value) >= 4):
-                values.append(value)
-        out: list[str] = []
-        for value in values:
-            out.append(value)
-            if " " in value.strip():  # also the bare credential of "Bearer x"
-                out.append(value.strip().split(" ", 1)[1].strip())
-        return tuple(dict.fromkeys(v for v in out if v))
+        return [(k, v) for k, v in pairs if v]
 
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|COOKIE", re.IGNORECASE)
+def _with_bare(values: list[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for value in values:
+        out.append(value)
+        if " " in value.strip():  # also the bare credential of "Bearer x"
+            out.append(value.strip().split(" ", 1)[1].strip())
+    return tuple(dict.fromkeys(v for v in out if v))
+
+
+#: a variable or header name that says its value is a credential
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|COOKIE|AUTHORIZATION", re.IGNORECASE
+)
 
 
 def url_password(value: str) -> str:

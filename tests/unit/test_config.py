@@ -594,3 +594,17 @@ def test_blank_tokens_are_a_config_error(tmp_path: Path, yaml_text: str, key: st
 def test_admin_tokens_from_env() -> None:
     cfg = load(env={"XWM_ADMIN_TOKENS": "a1, a2"}).config
     assert cfg.admin_tokens == ("a1", "a2") and cfg.authenticates
+
+
+def test_credentials_are_the_narrow_set_masked_in_replies(tmp_path: Path) -> None:
+    """Replies mask credentials only: a plain env value such as "http" must not become
+    [REDACTED] in a client's answer; logs mask it all the same."""
+    yaml_text = (
+        "providers:\n"
+        "  - {id: a, kind: stdio, command: [x], auth_api_key: ak,\n"
+        "     env: [MY_TOKEN=t1, MODE=http, AGENT_AUTH=method-id]}\n"
+    )
+    cfg = load(tmp_path, yaml_text).config
+    assert {"ak", "t1"} <= set(cfg.credentials())
+    assert "http" not in cfg.credentials() and "method-id" not in cfg.credentials()
+    assert {"ak", "t1", "http", "method-id"} <= set(cfg.secrets())

@@ -41,7 +41,7 @@ class AcpFrontDoor:
         stdio = any(p.is_stdio for p in bridge.config.available_providers)
         self.prompt_support = PromptSupport(image=stdio)
         #: every message to an ACP client is encoded here: secrets redacted, never raises
-        self.wire = WireEncoder(bridge.config.secrets())
+        self.wire = WireEncoder(bridge.config.credentials())
 
     def connect(
         self,

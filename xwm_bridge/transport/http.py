@@ -131,7 +131,7 @@ class HttpTransport:
             metrics=bridge.metrics,
         )
         #: every message to a client is encoded here: secrets redacted, never raises
-        self.wire = WireEncoder(cfg.secrets())
+        self.wire = WireEncoder(cfg.credentials())
         self._ws_connections: set[web.WebSocketResponse] = set()
         self.console = ConsoleHandlers(self)
         #: the ACP remote transport (``/acp/remote``): the bridge as an ACP agent
