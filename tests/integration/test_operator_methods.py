@@ -277,3 +277,32 @@ async def test_session_list_over_stdio(fake_upstream: FakeUpstream, tmp_path: An
         got[msg.get("id")] = msg
     assert got[2]["result"]["reason"] == "disconnected"
     assert await asyncio.wait_for(proc.wait(), 20) == 0
+
+
+async def test_a_running_turn_is_listed_and_got_while_it_runs(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
+) -> None:
+    """A running turn's record lives in memory until it ends (one store write per turn):
+    session.list and session.get still show it, as running."""
+    from tests.conftest import wait_until
+
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    await turn(http, bp.rpc_url, "s-run", "first")
+    slow = asyncio.ensure_future(
+        rpc(http, bp.rpc_url, "session.message", session_params("s-run", "slow:20000 long"))
+    )
+    await wait_until(lambda: "s-run" in fake_upstream.state.active)
+    got = (await rpc(http, bp.rpc_url, "session.get", {"sessionId": "s-run"}))["result"]
+    assert [(t["prompt"], t["status"]) for t in got["turns"]] == [
+        ("first", "completed"),
+        ("slow:20000 long", "running"),
+    ]
+    assert got["session"]["state"] == "running"
+    assert got["session"]["lastTurn"]["status"] == "running"
+    listed = (await rpc(http, bp.rpc_url, "session.list", {}))["result"]
+    (row,) = [s for s in listed["sessions"] if s["sessionId"] == "s-run"]
+    assert row["running"] is True and row["lastTurn"]["prompt"] == "slow:20000 long"
+    await rpc(http, bp.rpc_url, "session.cancel", {"sessionId": "s-run"})
+    assert (await asyncio.wait_for(slow, 10))["result"]["cancelled"] is True
+    got = (await rpc(http, bp.rpc_url, "session.get", {"sessionId": "s-run"}))["result"]
+    assert [t["status"] for t in got["turns"]] == ["completed", "cancelled"]

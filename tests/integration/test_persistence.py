@@ -122,6 +122,9 @@ async def test_sigkill_mid_turn_reports_the_turn_interrupted(
     assert last["error"] is True and last["pending"] is False
     assert any(e["params"].get("seq") == seen[0]["params"]["seq"] for e in replay["notifications"])
     assert any("turns interrupted by the last shutdown" in line for line in bp2.logs)
+    got = (await rpc(http, bp2.rpc_url, "session.get", {"sessionId": "k1"}))["result"]
+    statuses = [(t["turnId"], t["status"]) for t in got["turns"]]
+    assert statuses[-1] == (running_turn, "interrupted")  # not "running" forever
 
     # the session continues after the interrupted turn
     nxt = updates(await sse(http, bp2.rpc_url, "session.message", session_params("k1", "again")))

@@ -221,6 +221,34 @@ async def test_recover_marks_running_turns_interrupted(make_store: Factory) -> N
     assert await store.recover() == []
 
 
+async def test_recover_writes_the_interrupted_turns_record(make_store: Factory) -> None:
+    """A running turn's record is written when it ends; one that died with the process
+    gets its record from recover: the stored one marked interrupted, or a new one."""
+    from xwm_bridge.store.records import TurnRecord
+
+    store = await make_store(StoreLimits())
+    store.save(
+        SessionRecord(
+            "s1", "t1", provider="codex", history=("first", "long job"), seq=1,
+            last_turn_id="turn-2", last_turn_status=RUNNING, updated_at=time.time() - 5,
+        )
+    )  # fmt: skip
+    store.save_turn(TurnRecord("s1", "turn-1", status="completed", started_at=1.0))
+    store.save(SessionRecord("s2", "t2", seq=1, last_turn_id="turn-9", last_turn_status=RUNNING))
+    store.save_turn(TurnRecord("s2", "turn-9", prompt="kept", started_at=2.0))  # written early
+    assert sorted(await store.recover()) == ["s1", "s2"]
+    *_, made = await store.turns("s1", 10)
+    assert (made.turn_id, made.status, made.prompt, made.provider) == (
+        "turn-2",
+        INTERRUPTED,
+        "long job",
+        "codex",
+    )
+    assert made.finished_at >= made.started_at > 0 and "interrupted" in made.error
+    (kept,) = await store.turns("s2", 10)
+    assert (kept.status, kept.prompt, kept.started_at) == (INTERRUPTED, "kept", 2.0)
+
+
 async def test_retention_prunes_untouched_sessions(make_store: Factory) -> None:
     store = await make_store(StoreLimits(retention=60))
     store.save(SessionRecord("old", "t", updated_at=time.time() - 120))

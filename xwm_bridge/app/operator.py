@@ -169,6 +169,15 @@ class OperatorMethods:
 
     # --- sessions --------------------------------------------------------------------------
 
+    def _running_turn(self, record: SessionRecord) -> TurnRecord | None:
+        journal = self._bridge.runner.journal
+        if journal is None:
+            return None
+        return next(
+            (t for t in journal.running(record.session_id) if t.turn_id == record.last_turn_id),
+            None,
+        )
+
     def _session_row(self, record: SessionRecord, turn: TurnRecord | None) -> dict[str, Any]:
         sessions = self._bridge.sessions
         running = sessions.running(record.session_id) is not None
@@ -197,7 +206,7 @@ class OperatorMethods:
         cursor = self._bridge.events.cursor  # watch from here: nothing after the read is lost
         page = await self._bridge.store.list_sessions(query)
         return {
-            "sessions": [self._session_row(r, t) for r, t in page.items],
+            "sessions": [self._session_row(r, t or self._running_turn(r)) for r, t in page.items],
             "nextCursor": encode_page_cursor(page.next_after) if page.next_after else None,
             "watchCursor": cursor,
         }
@@ -217,6 +226,11 @@ class OperatorMethods:
         if record is None:
             raise RpcError(INVALID_PARAMS, f"no session with sessionId {session_id}")
         turns = await store.turns(session_id, limit)
+        journal = self._bridge.runner.journal
+        if journal is not None:  # a running turn is in memory until it ends
+            stored = {t.turn_id for t in turns}
+            turns += [t for t in journal.running(session_id) if t.turn_id not in stored]
+            turns = turns[-limit:]
         last = next((t for t in reversed(turns) if t.turn_id == record.last_turn_id), None)
         pending = await self._pending(session_id)
         return {

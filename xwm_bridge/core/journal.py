@@ -1,5 +1,10 @@
-"""The turn journal (issue 13): one :class:`TurnRecord` per turn, saved to the store at
-its start and its end, and ``turn`` / ``session`` events on the bridge event log.
+"""The turn journal (issue 13): one :class:`TurnRecord` per turn, and ``turn`` /
+``session`` events on the bridge event log.
+
+A running turn's record is held here (:meth:`TurnJournal.running`) and saved to the
+store when the turn ends: one store write per turn, not two. A turn that dies with
+the process is written by the store's ``recover`` (status ``interrupted``) from the
+session record, which is saved as ``running`` when the turn starts.
 
 The turn runner calls :meth:`started` and :meth:`finished`; the session
 registry publishes each streamed update itself (``SessionRegistry.events``).
@@ -9,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from xwm_bridge import coerce
@@ -35,9 +39,13 @@ def session_fields(session: Session) -> dict[str, Any]:
 
 
 class TurnJournal:
+    """Turn records as the operator views see them (running ones from memory)."""
+
     def __init__(self, store: SessionStore, events: EventLog) -> None:
         self._store = store
         self._events = events
+        #: (session id, turn id) → the record of a turn that is running now
+        self._running: dict[tuple[str, str], TurnRecord] = {}
         #: told of every finished turn (the health view's provider outcomes)
         self.observers: list[Callable[[TurnRecord], None]] = []
 
@@ -54,9 +62,16 @@ class TurnJournal:
             prompt=turn.prompt[:MAX_PROMPT_CHARS],
             started_at=time.time(),
         )
-        self._store.save_turn(record)
-        self._events.publish("turn", "started", record.wire(with_result=False), session.session_id)
+        self._running[(record.session_id, turn_id)] = record
+        if self._events.recording:
+            self._events.publish(
+                "turn", "started", record.wire(with_result=False), session.session_id
+            )
         return record
+
+    def running(self, session_id: str) -> list[TurnRecord]:
+        """The session's running turn(s) in this process (at most one per thread)."""
+        return [r for (sid, _), r in self._running.items() if sid == session_id]
 
     def finished(
         self,
@@ -68,12 +83,22 @@ class TurnJournal:
         store: bool = True,
     ) -> TurnRecord:
         """``store=False``: the session was reset meanwhile; only the event is published."""
+        self._running.pop((record.session_id, record.turn_id), None)
         error = ""
         if isinstance(result, dict) and result.get("success") is False:
             error = coerce.text(result.get("error"))[:2000]
-        done = replace(
-            record,
+        done = TurnRecord(  # not dataclasses.replace: it re-validates every field
+            session_id=record.session_id,
+            turn_id=record.turn_id,
+            thread_id=record.thread_id,
+            method=record.method,
+            mode=record.mode,
+            target=record.target,
+            provider=record.provider,
+            model=record.model,
+            prompt=record.prompt,
             status=status,
+            started_at=record.started_at,
             finished_at=time.time(),
             usage=usage_of(result),
             error=error,
@@ -81,12 +106,13 @@ class TurnJournal:
         )
         if store:
             self._store.save_turn(done)
-        self._events.publish(
-            "turn",
-            "finished",
-            {**done.wire(with_result=False), "session": session_fields(session)},
-            session.session_id,
-        )
+        if self._events.recording:
+            self._events.publish(
+                "turn",
+                "finished",
+                {**done.wire(with_result=False), "session": session_fields(session)},
+                session.session_id,
+            )
         for observer in self.observers:
             observer(done)
         return done

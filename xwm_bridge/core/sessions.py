@@ -291,7 +291,7 @@ class SessionRegistry:
         entry = LedgerEntry(pos, turn_id, message, event_id=session.next_event())
         self.store.append(session.session_id, entry)
         self.feed.publish(session.session_id, entry)
-        if self.events is not None:
+        if self.events is not None and self.events.recording:
             params = message.get("params")
             self.events.publish(
                 "turn",

@@ -136,6 +136,11 @@ class EventLog:
         self._subs: set[WatchSubscription] = set()
         #: events ever dropped off the front of the main ring
         self.dropped = 0
+        #: turn, session and permission events are recorded from the first cursor handed
+        #: out (a watch, or a list's ``watchCursor``) on: no cursor can predate it, and a
+        #: bridge nobody watches pays nothing per turn
+        #: (metric samples are recorded always: the charts' history)
+        self.recording = False
 
     @property
     def head(self) -> int:
@@ -143,6 +148,9 @@ class EventLog:
 
     @property
     def cursor(self) -> str:
+        """Where a watcher starts; handing one out starts :attr:`recording` (the holder
+        may come back with it)."""
+        self.recording = True
         return format_cursor(self.epoch, self._head)
 
     def __len__(self) -> int:
@@ -154,8 +162,11 @@ class EventLog:
 
     def publish(
         self, kind: str, type_: str, data: dict[str, Any], session_id: str = ""
-    ) -> WatchEvent:
-        """Record one event and offer it to every subscriber (never blocks)."""
+    ) -> WatchEvent | None:
+        """Record one event and offer it to every subscriber (never blocks); None when
+        not recording yet (see :attr:`recording`)."""
+        if not self.recording and kind != SAMPLE_KIND:
+            return None
         seq = next(self._seq)
         self._head = seq
         event = WatchEvent(seq, kind, type_, data, session_id)
@@ -172,6 +183,7 @@ class EventLog:
         return list(self._samples)
 
     def subscribe(self, filt: WatchFilter | None = None) -> WatchSubscription:
+        self.recording = True
         sub = WatchSubscription(filt or WatchFilter(), self._max_pending)
         self._subs.add(sub)
         return sub
@@ -183,6 +195,7 @@ class EventLog:
         """Every held event after ``since`` (oldest first); ``reset`` when the log
         cannot prove nothing was missed. No cursor: the recent metric samples only
         (a new watcher starts from the snapshots)."""
+        self.recording = True
         filt = filt or WatchFilter()
         if since is None or not since.strip():
             return Catchup(_matching(self._samples, 0, filt), False, self._head)

@@ -19,8 +19,12 @@ _IGNORED_MESSAGES = ("session started", "single-agent completed")
 
 
 def first_text(*values: Any) -> str:
+    """The first value whose **text** is non-empty (missing ones cost no call)."""
+    text = coerce.text
     for v in values:
-        t = coerce.text(v)
+        if v is None:
+            continue
+        t = v.strip() if type(v) is str else text(v)
         if t:
             return t
     return ""

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.store.records import (
+    MAX_PROMPT_CHARS,
     PermissionRecord,
     SessionPage,
     SessionQuery,
@@ -83,7 +84,10 @@ class StoreCounters:
     last_error: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+#: Not frozen: built twice per turn on the hot path, where a frozen dataclass's
+#: ``object.__setattr__`` per field costs 3x; treat instances as immutable (they are
+#: handed to the store's writer), and use ``dataclasses.replace`` to change one.
+@dataclass(slots=True)
 class SessionRecord:
     session_id: str
     thread_id: str
@@ -106,7 +110,10 @@ NOTIFICATION = "notification"
 RESULT = "result"
 
 
-@dataclass(frozen=True, slots=True)
+#: Not frozen: built twice per turn on the hot path, where a frozen dataclass's
+#: ``object.__setattr__`` per field costs 3x; treat instances as immutable (they are
+#: handed to the store's writer), and use ``dataclasses.replace`` to change one.
+@dataclass(slots=True)
 class LedgerEntry:
     """One notification sent to the client during a turn, or the turn's final result.
 
@@ -236,6 +243,21 @@ class SessionStore(Protocol):
     async def permissions(self) -> list[PermissionRecord]:
         """Pending permission requests, oldest first. ``recover`` drops those left by a
         dead process."""
+
+
+def interrupted_turn(record: SessionRecord, stored: TurnRecord | None) -> TurnRecord:
+    """The turn record of the session's last turn, which died with the process: the
+    stored one (if a record was written) marked ``interrupted``, else one made from the
+    session record (a running turn's record is only written when the turn ends)."""
+    base = stored or TurnRecord(
+        session_id=record.session_id,
+        turn_id=record.last_turn_id,
+        thread_id=record.thread_id,
+        provider=record.provider,
+        prompt=(record.history[-1] if record.history else "")[:MAX_PROMPT_CHARS],
+        started_at=record.updated_at,
+    )
+    return replace(base, status=INTERRUPTED, finished_at=time.time(), error=INTERRUPTED_MESSAGE)
 
 
 def _recovered(

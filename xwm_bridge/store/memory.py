@@ -25,6 +25,7 @@ from xwm_bridge.store.base import (
     StoreCounters,
     StoreHealth,
     StoreLimits,
+    interrupted_turn,
     recovered,
     selected,
 )
@@ -189,6 +190,8 @@ class MemoryStore:
                 fixed, entry = recovered(record, self._ledger_seq(sid), self._ledger_events(sid))
                 self.save(fixed)
                 self.append(sid, entry)
+                stored = self._turns.get(sid, {}).get(record.last_turn_id)
+                self.save_turn(interrupted_turn(record, stored))
                 ids.append(sid)
         return ids
 

@@ -42,6 +42,7 @@ from xwm_bridge.store.base import (
     StoreError,
     StoreHealth,
     StoreLimits,
+    interrupted_turn,
     recovered,
     selected,
 )
@@ -423,9 +424,12 @@ class RedisStore:
                     await db.srem(self.key("running"), sid)
                     continue
                 fixed, entry = recovered(record, *await self._ledger_top(db, sid))
+                raw_turn = await db.hget(self.key("t", sid), record.last_turn_id or "-")
+                stored = TurnRecord.loads(raw_turn) if raw_turn else None
                 pipe = db.pipeline(transaction=True)
                 self._queue_save(pipe, fixed)
                 self._queue_append(pipe, sid, [entry])
+                self._queue_operator(pipe, ("turn", interrupted_turn(record, stored)))
                 await pipe.execute()
                 ids.append(sid)
             return ids

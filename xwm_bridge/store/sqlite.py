@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import queue
@@ -42,6 +43,7 @@ from xwm_bridge.store.base import (
     StoreHealth,
     StoreLimits,
     emitted_pos,
+    interrupted_turn,
     recovered,
 )
 from xwm_bridge.store.records import (
@@ -386,6 +388,12 @@ class SQLiteStore:
                     fixed, entry = recovered(record, *_ledger_top(db, record.session_id))
                     _upsert(db, fixed)
                     _insert_entry(db, record.session_id, entry)
+                    body = db.execute(
+                        "SELECT body FROM turns WHERE session_id = ? AND turn_id = ?",
+                        (record.session_id, record.last_turn_id),
+                    ).fetchone()
+                    stored = TurnRecord.loads(body[0]) if body else None
+                    db.execute(UPSERT_TURN, _turn_row(interrupted_turn(record, stored)))
                     ids.append(record.session_id)
             return ids
 
@@ -580,30 +588,48 @@ class SQLiteStore:
         )
 
     def _apply(self, db: sqlite3.Connection, writes: list[Op]) -> None:
+        """One transaction, one ``executemany`` per table. Reordering by table is safe:
+        after :func:`_superseded`, nothing live for a session precedes its delete, and
+        the other tables do not depend on each other's order."""
+        live = _superseded(writes)
+        deletes: list[str] = []
+        saves: list[tuple[Any, ...]] = []
+        entries: list[tuple[Any, ...]] = []
+        turns: list[tuple[Any, ...]] = []
+        permissions: list[Op] = []
         touched: dict[str, int] = {}
         sizes: dict[str, int] = {}
         turned: dict[str, int] = {}
-        live = _superseded(writes)
+        for i, op in enumerate(writes):
+            if i not in live:
+                continue
+            kind = op[0]
+            if kind == "save":
+                saves.append(_session_row(op[1]))
+            elif kind == "append":
+                row = _entry_row(op[1], op[2])
+                entries.append(row)
+                touched[op[1]] = touched.get(op[1], 0) + 1
+                sizes[op[1]] = sizes.get(op[1], 0) + len(row[3])  # the encoded message
+            elif kind == "turn":
+                turns.append(_turn_row(op[1]))
+                turned[op[1].session_id] = turned.get(op[1].session_id, 0) + 1
+            elif kind == "delete":
+                deletes.append(op[1])
+                self._untrimmed.pop(op[1], None)
+                self._untrimmed_bytes.pop(op[1], None)
+                self._untrimmed_turns.pop(op[1], None)
+            else:
+                permissions.append(op)  # in their order: a request's save, then its delete
         db.execute("BEGIN")
         try:
-            for i, op in enumerate(writes):
-                if i not in live:
-                    continue
-                if op[0] == "save":
-                    _upsert(db, op[1])
-                elif op[0] == "append":
-                    sizes[op[1]] = sizes.get(op[1], 0) + _insert_entry(db, op[1], op[2])
-                    touched[op[1]] = touched.get(op[1], 0) + 1
-                elif op[0] == "turn":
-                    _insert_turn(db, op[1])
-                    turned[op[1].session_id] = turned.get(op[1].session_id, 0) + 1
-                elif op[0] in ("perm", "unperm"):
-                    _apply_permission(db, op)
-                else:
-                    _delete(db, op[1])
-                    self._untrimmed.pop(op[1], None)
-                    self._untrimmed_bytes.pop(op[1], None)
-                    self._untrimmed_turns.pop(op[1], None)
+            for sid in deletes:
+                _delete(db, sid)
+            _insert_many(db, UPSERT_SESSION, saves)
+            _insert_many(db, INSERT_ENTRY, entries)
+            _insert_many(db, UPSERT_TURN, turns)
+            for op in permissions:
+                _apply_permission(db, op)
             # trim a session's ledger every cap/8 entries (or max_bytes/8 bytes), not per
             # batch (replay reads only the newest entries that fit: the slack is invisible)
             cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
@@ -645,9 +671,9 @@ def _session_of(op: Op) -> str:
 def _superseded(writes: list[Op]) -> set[int]:
     """Indexes of the writes that still matter: a save is dead when a later save or
     delete of the same session follows in the batch (a save replaces the whole row),
-    a ledger append when a later delete does, a turn record when a later record of
-    the same turn does. Saves are typically two per turn (turn start and end) and a
-    thread's next turn starts right after, so about half go."""
+    a ledger append, turn record or permission write when a later delete does, a turn
+    record when a later record of the same turn does. Saves are typically two per turn
+    (turn start and end) and a thread's next turn starts right after, so about half go."""
     live: set[int] = set()
     saved: set[str] = set()
     deleted: set[str] = set()
@@ -668,11 +694,13 @@ def _superseded(writes: list[Op]) -> set[int]:
             deleted.add(op[1])
         elif kind == "turn":
             key = (op[1].session_id, op[1].turn_id)
-            if key not in turns:
+            if key not in turns and key[0] not in deleted:
                 live.add(i)
             turns.add(key)
-        else:  # permission records: few, always written
-            live.add(i)
+        else:  # permission records ("perm" carries the record, "unperm" the session id)
+            sid = op[1] if kind == "unperm" else op[1].session_id
+            if sid not in deleted:
+                live.add(i)
     return live
 
 
@@ -697,34 +725,67 @@ def _ledger_top(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
     return int(row[0]) // 2, int(row[1])
 
 
+UPSERT_SESSION = (
+    f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 11)})"
+)
+INSERT_ENTRY = (
+    "INSERT INTO ledger (session_id, pos, turn_id, message, ts, event_id, kind)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+UPSERT_TURN = (
+    "INSERT OR REPLACE INTO turns (session_id, turn_id, started_at, body) VALUES (?, ?, ?, ?)"
+)
+
+
+#: rows per multi-row INSERT: each statement is one sqlite3_step, i.e. one release of
+#: the GIL, where executemany releases and re-takes it for every row (and the event
+#: loop's thread contends for it each time)
+ROWS_PER_STATEMENT = 256
+
+
+@functools.lru_cache(maxsize=64)
+def _many(statement: str, rows: int) -> str:
+    """``statement`` (one ``VALUES (?, …)`` group) with ``rows`` groups."""
+    head, _, group = statement.partition(" VALUES ")
+    return f"{head} VALUES {', '.join([group] * rows)}"
+
+
+def _insert_many(db: sqlite3.Connection, statement: str, rows: list[tuple[Any, ...]]) -> None:
+    for start in range(0, len(rows), ROWS_PER_STATEMENT):
+        chunk = rows[start : start + ROWS_PER_STATEMENT]
+        db.execute(_many(statement, len(chunk)), [v for row in chunk for v in row])
+
+
+def _session_row(r: SessionRecord) -> tuple[Any, ...]:
+    return (
+        r.session_id,
+        r.thread_id,
+        r.provider,
+        orjson.dumps(r.history),
+        r.seq,
+        r.last_turn_id,
+        r.last_turn_status,
+        orjson.dumps(r.upstream),
+        r.updated_at,
+        r.events,
+        r.owner,
+    )
+
+
+def _entry_row(session_id: str, e: LedgerEntry) -> tuple[Any, ...]:
+    return (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts, e.event_id, e.kind)
+
+
+def _turn_row(t: TurnRecord) -> tuple[Any, ...]:
+    return (t.session_id, t.turn_id, t.started_at, t.dumps())
+
+
 def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
-    db.execute(
-        f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 11)})",
-        (
-            r.session_id,
-            r.thread_id,
-            r.provider,
-            orjson.dumps(r.history),
-            r.seq,
-            r.last_turn_id,
-            r.last_turn_status,
-            orjson.dumps(r.upstream),
-            r.updated_at,
-            r.events,
-            r.owner,
-        ),
-    )
+    db.execute(UPSERT_SESSION, _session_row(r))
 
 
-def _insert_entry(db: sqlite3.Connection, session_id: str, e: LedgerEntry) -> int:
-    """Insert one entry; its encoded size."""
-    message = orjson.dumps(e.message)
-    db.execute(
-        "INSERT INTO ledger (session_id, pos, turn_id, message, ts, event_id, kind)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (session_id, e.pos, e.turn_id, message, e.ts, e.event_id, e.kind),
-    )
-    return len(message)
+def _insert_entry(db: sqlite3.Connection, session_id: str, e: LedgerEntry) -> None:
+    db.execute(INSERT_ENTRY, _entry_row(session_id, e))
 
 
 def _delete(db: sqlite3.Connection, session_id: str) -> None:
@@ -732,14 +793,6 @@ def _delete(db: sqlite3.Connection, session_id: str) -> None:
     db.execute("DELETE FROM ledger WHERE session_id = ?", (session_id,))
     db.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
     db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
-
-
-def _insert_turn(db: sqlite3.Connection, t: TurnRecord) -> None:
-    """One turn record (issue 13); trimmed to the newest per session in batches."""
-    db.execute(
-        "INSERT OR REPLACE INTO turns VALUES (?, ?, ?, ?)",
-        (t.session_id, t.turn_id, t.started_at, t.dumps()),
-    )
 
 
 def _apply_permission(db: sqlite3.Connection, op: Op) -> None:

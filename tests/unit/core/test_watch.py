@@ -15,6 +15,7 @@ def test_cursor_round_trip_and_garbage() -> None:
 
 def test_catchup_after_a_cursor_misses_nothing() -> None:
     log = EventLog(capacity=100)
+    log.recording = True
     log.publish("turn", "started", {"n": 1}, "s1")
     cursor = log.cursor
     for n in range(2, 6):
@@ -26,6 +27,7 @@ def test_catchup_after_a_cursor_misses_nothing() -> None:
 
 def test_a_cursor_older_than_the_ring_or_another_process_is_a_reset() -> None:
     log = EventLog(capacity=3)
+    log.recording = True
     cursor = log.cursor
     for n in range(10):
         log.publish("turn", "update", {"n": n})
@@ -38,6 +40,7 @@ def test_a_cursor_older_than_the_ring_or_another_process_is_a_reset() -> None:
 
 def test_samples_have_their_own_ring() -> None:
     log = EventLog(capacity=4, samples=2)
+    log.recording = True
     log.publish("session", "started", {}, "s1")
     for n in range(5):
         log.publish("metrics", "sample", {"n": n})
@@ -49,6 +52,7 @@ def test_samples_have_their_own_ring() -> None:
 
 def test_filters() -> None:
     log = EventLog()
+    log.recording = True
     cursor = log.cursor
     log.publish("turn", "update", {}, "a")
     log.publish("turn", "update", {}, "b")
@@ -61,6 +65,7 @@ def test_filters() -> None:
 
 async def test_a_slow_subscriber_overflows_instead_of_blocking() -> None:
     log = EventLog(max_pending=3)
+    log.recording = True
     sub = log.subscribe()
     for n in range(3):
         log.publish("turn", "update", {"n": n})
@@ -74,6 +79,7 @@ async def test_a_slow_subscriber_overflows_instead_of_blocking() -> None:
 
 async def test_wait_wakes_on_publish() -> None:
     log = EventLog()
+    log.recording = True
     sub = log.subscribe()
     waiter = asyncio.ensure_future(sub.wait(5))
     await asyncio.sleep(0)
@@ -82,3 +88,18 @@ async def test_wait_wakes_on_publish() -> None:
     assert await sub.wait(0.01) is True  # still pending until drained
     sub.drain(10)
     assert await sub.wait(0.01) is False
+
+
+def test_nothing_is_recorded_before_a_cursor_is_handed_out() -> None:
+    """A bridge nobody watches pays nothing per turn; no cursor can predate recording."""
+    log = EventLog()
+    assert log.publish("turn", "started", {"n": 1}) is None
+    assert log.publish("metrics", "sample", {"m": 1}) is not None  # the charts' history
+    assert len(log) == 0 and log.head == 1
+    cursor = log.cursor  # handed out: from here on, everything is kept
+    log.publish("turn", "started", {"n": 2})
+    caught = log.catchup(cursor)
+    assert [e.data["n"] for e in caught.events] == [2] and caught.reset is False
+    fresh = EventLog()
+    fresh.subscribe()  # a watch starts recording too
+    assert fresh.publish("turn", "started", {}) is not None

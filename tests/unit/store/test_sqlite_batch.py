@@ -45,5 +45,43 @@ def test_a_turn_record_is_superseded_by_a_later_one_of_the_same_turn() -> None:
 
 
 def test_permission_writes_never_kill_session_writes() -> None:
-    ops = [save("a", 1), append("a", 2), ("unperm", "a", "perm-1"), ("perm", object())]
+    from xwm_bridge.store.records import PermissionRecord
+
+    ops = [
+        save("a", 1),
+        append("a", 2),
+        ("unperm", "a", "p1"),
+        ("perm", PermissionRecord("a", "p2")),
+    ]
     assert _superseded(ops) == {0, 1, 2, 3}
+
+
+def test_a_delete_kills_the_sessions_turns_and_permissions_before_it() -> None:
+    """So a batch may apply its deletes first, then one executemany per table."""
+    from xwm_bridge.store.records import PermissionRecord
+
+    ops = [
+        turn("a", "t1"),
+        ("perm", PermissionRecord("a", "p1")),
+        ("unperm", "a", "p0"),
+        delete("a"),
+        turn("a", "t2"),
+        ("perm", PermissionRecord("b", "p3")),
+    ]
+    assert _superseded(ops) == {3, 4, 5}
+
+
+def test_records_serialize_as_their_fields() -> None:
+    """dumps() is orjson's native dataclass encoding: the same JSON as asdict(), and
+    loads() reads it back whole."""
+    from dataclasses import asdict
+
+    import orjson
+
+    from xwm_bridge.store.records import Answerer, PermissionRecord, TurnRecord
+
+    turn = TurnRecord("s", "turn-1", prompt="hi", result={"ok": [1, {"a": None}]}, usage={"n": 1})
+    assert orjson.loads(turn.dumps()) == asdict(turn)
+    assert TurnRecord.loads(turn.dumps()) == turn
+    perm = PermissionRecord("s", "p", options=({"optionId": "x"},), by=Answerer("ws", "1.2.3.4"))
+    assert PermissionRecord.loads(perm.dumps()) == perm
