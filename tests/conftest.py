@@ -20,6 +20,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from internal.peers.fake_acp import STATE_KEY, FakeState, create_app
+from tests import ast_guard
+
+ast_guard.install()  # failure reports on CPython < 3.11.8 (see the module)
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"

@@ -38,8 +38,25 @@ async def console(
     assert watch.foreign == [], watch.foreign
 
 
+#: the turns a test started over HTTP; awaited (or cancelled) when it ends
+_turns: list[asyncio.Future[Any]] = []
+
+
+@pytest.fixture(autouse=True)
+async def _owned_turns(http: aiohttp.ClientSession) -> AsyncIterator[None]:
+    """A test that fails before awaiting its turn leaves no task behind (its exception,
+    never retrieved, would be logged by the garbage collector; see tests/ast_guard.py)."""
+    yield
+    for turn in _turns:
+        turn.cancel()
+    await asyncio.gather(*_turns, return_exceptions=True)
+    _turns.clear()
+
+
 def http_turn(http: aiohttp.ClientSession, url: str, params: dict[str, Any]) -> asyncio.Future[Any]:
-    return asyncio.ensure_future(rpc(http, url, "session.start", params))
+    turn = asyncio.ensure_future(rpc(http, url, "session.start", params))
+    _turns.append(turn)
+    return turn
 
 
 def codex(session_id: str, prompt: str) -> dict[str, Any]:
@@ -154,6 +171,24 @@ async def test_cancel_a_running_turn(
     result = (await asyncio.wait_for(turn, 30))["result"]
     assert result["cancelled"] is True
     await page.locator('.turn[data-status="cancelled"]').wait_for()
+
+
+async def test_a_session_opened_before_its_turn_starts(
+    console: Any, http: aiohttp.ClientSession
+) -> None:
+    """The page asks for a session that does not exist yet (a link to a turn on its way):
+    an empty view, which the watch fills in when the turn starts."""
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    await page.goto(f"{bp.url}/console#/sessions/early-1")
+    await page.locator("#detail-body").wait_for()
+    assert await page.locator("#d-title").inner_text() == "early-1"
+    turn = http_turn(http, bp.rpc_url, codex("early-1", "drip:200 opened before it started"))
+    await asyncio.wait_for(turn, 30)
+    await page.locator('.turn[data-status="completed"]').wait_for()
+    text = await page.locator("pre[data-turn-output]").first.inner_text()
+    assert text == "echo: opened before it started"
 
 
 async def test_reload_mid_turn_loses_nothing(

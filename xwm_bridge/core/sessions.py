@@ -293,12 +293,10 @@ class SessionRegistry:
         self.feed.publish(session.session_id, entry)
         if self.events is not None and self.events.recording:
             params = message.get("params")
-            self.events.publish(
-                "turn",
-                "update",
-                {"turnId": turn_id, "relayed": relayed, "update": params},
-                session.session_id,
-            )
+            # eventId: the ledger entry's id (session.replay's eventIds), so a watcher
+            # that also read the ledger drops what it already has
+            data = {"turnId": turn_id, "relayed": relayed, "eventId": entry.event_id}
+            self.events.publish("turn", "update", {**data, "update": params}, session.session_id)
 
     def record_result(self, session: Session, turn_id: str, result: dict[str, Any]) -> None:
         """Add a turn's final result to the ledger (``session.replay``, catch-up)."""

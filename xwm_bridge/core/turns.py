@@ -135,7 +135,7 @@ class TurnRunner:
         result: dict[str, Any] | None = None
         status = FAILED
         try:
-            await ctx.emit(dict(STARTED_UPDATE))
+            await ctx.emit(STARTED_UPDATE)  # emit copies it into the update
             result = await self._execute(executor, ctx, handle)
         finally:
             self._sessions.turn_finished(handle)
@@ -151,12 +151,13 @@ class TurnRunner:
                 journal.finished(entry, session, status, result, store=current)
             elapsed = time.monotonic() - started
             outcome = OUTCOMES[status]
+            mode = turn.mode.value
             self._metrics.turn_durations.get(
-                decision.execution_target, turn.mode.value, provider, outcome
+                decision.execution_target, mode, provider, outcome
             ).observe(elapsed)
         fields = {
             "session_id": sp.session_id[:128],
-            "mode": turn.mode.value,
+            "mode": mode,
             "route": decision.reason,
             "provider": provider,
             "success": result.get("success"),
@@ -172,8 +173,10 @@ class TurnRunner:
             line(TURNS_LOGGER, "turn finished", fields)
         result.update(decision.fields())
         self._sessions.record_result(session, turn_id, result)  # session.replay returns it
-        # routing.md §6.5, with the fix: a failed write is logged, the result stands
-        await self._router.record(routing, decision, result)
+        # routing.md §6.5 (auto-routed turns only), with the fix: a failed write is
+        # logged, the result stands
+        if routing.auto:
+            await self._router.record(routing, decision, result)
         return result
 
     @staticmethod

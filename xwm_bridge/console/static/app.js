@@ -165,6 +165,7 @@ function newTurnView(t) {
     plan: null,
     perms: [],
     result: t.result || null,
+    lastEventId: 0, // the newest ledger entry (session.replay eventIds, watch eventId) applied
   };
 }
 
@@ -464,29 +465,60 @@ async function loadSessions(more) {
   return res.watchCursor;
 }
 
+const seqOf = (cursor) => Number(String(cursor || "").split(":").pop()) || 0;
+
+// A session's snapshot: session.get (its watchCursor: every event up to it is in here) and the
+// ledger (session.replay: output so far, tool calls, plan). Events after the cursor come from
+// the watch; those the snapshot already holds are dropped by seq and by ledger event id.
 async function loadDetail(id) {
-  const res = await conn.call("session.get", { sessionId: id });
+  let res;
+  try {
+    res = await conn.call("session.get", { sessionId: id });
+  } catch (e) {
+    if (e.code !== -32602) throw e;
+    // not started yet (its turn is on the way): an empty view that the watch fills in
+    const session = { sessionId: id, state: "idle" };
+    return { sessionId: id, session, turns: new Map(), seq: 0 };
+  }
   const turns = new Map();
   for (const t of res.turns) turns.set(t.turnId, newTurnView(t));
-  // streamed details (output so far, tool calls, plan) from the session's ledger
-  const replay = await conn.call("session.replay", { sessionId: id, afterSeq: 0 });
   let current = null;
-  for (const n of replay.notifications) {
-    const p = n.params || {};
-    if (p.threadId !== undefined && p.turnId) current = p.turnId; // a bridge update: its turn
-    const t = current && turns.get(current);
-    if (t) applyUpdate(t, p);
+  for (let after = 0; ;) {
+    const replay = await conn.call("session.replay", { sessionId: id, afterEventId: after });
+    replay.notifications.forEach((n, i) => {
+      const p = n.params || {};
+      if (p.threadId !== undefined && p.turnId) current = p.turnId; // a bridge update: its turn
+      // a turn that started after session.get: skipped here, the watch brings all of it
+      const t = current && turns.get(current);
+      if (t) { applyUpdate(t, p); t.lastEventId = replay.eventIds[i]; }
+    });
+    const ids = [...replay.eventIds, ...replay.results.map((r) => r.eventId)];
+    if (!replay.truncated || !ids.length) break;
+    after = Math.max(...ids);
   }
   for (const t of turns.values()) if (t.result && typeof t.result.output === "string" && t.status !== "running") t.output = t.result.output;
   for (const p of res.permissions) state.permissions.set(`${p.sessionId}|${p.requestId}`, p);
   if (!state.sessions.has(id)) { state.sessions.set(id, res.session); state.order.unshift(id); }
-  state.detail = { sessionId: id, session: res.session, turns };
+  return { sessionId: id, session: res.session, turns, seq: seqOf(res.watchCursor) };
+}
+
+// the session whose snapshot is being read: the watch's events for it wait here meanwhile
+let loading = null;
+
+async function showDetail(id) {
+  const mine = (loading = { sessionId: id, events: [] });
+  let d = null;
+  try { d = await loadDetail(id); } catch (e) { d = null; }
+  if (loading !== mine) return; // another one was selected since
+  loading = null;
+  state.detail = d;
+  if (d) for (const e of mine.events) applyToDetail(d, e);
 }
 
 async function select(id) {
   state.selected = id;
   if (location.hash !== `#/sessions/${encodeURIComponent(id)}`) history.replaceState(null, "", `#/sessions/${encodeURIComponent(id)}`);
-  try { await loadDetail(id); } catch (e) { state.detail = null; }
+  await showDetail(id);
   render();
 }
 
@@ -512,6 +544,32 @@ async function loadHealth() {
 }
 
 // --- events from the watch --------------------------------------------------------------------
+// One event of the open session, unless its snapshot has it; true when a turn's output grew.
+function applyToDetail(d, e) {
+  if (e.seq <= d.seq) return false; // before the snapshot's cursor: in the snapshot
+  if (e.kind === "session") {
+    if (e.type === "started") d.turns.clear(); // a new conversation (its turns follow)
+    return false;
+  }
+  let t = d.turns.get(e.turnId);
+  if (e.type === "started" && !t) d.turns.set(e.turnId, (t = newTurnView(e)));
+  if (!t) return false;
+  if (e.type === "update") {
+    if (e.eventId <= t.lastEventId) return false; // the replay had it
+    t.lastEventId = e.eventId;
+    applyUpdate(t, e.update);
+    return Boolean(e.update && e.update.type === "delta");
+  }
+  if (e.type === "finished") {
+    Object.assign(t, { status: e.status, durationMs: e.durationMs, usage: e.usage || t.usage, error: e.error });
+    conn.call("session.get", { sessionId: d.sessionId }).then((res) => {
+      const fresh = res.turns.find((x) => x.turnId === e.turnId);
+      if (fresh) { t.result = fresh.result; if (!t.output && fresh.result && typeof fresh.result.output === "string") t.output = fresh.result.output; render(); }
+    }, () => {});
+  }
+  return false;
+}
+
 function onEvent(e) {
   if (e.kind === "watch") {
     $("conn").className = "conn live";
@@ -520,9 +578,11 @@ function onEvent(e) {
     return;
   }
   const sid = e.sessionId;
+  if (loading && loading.sessionId === sid && (e.kind === "session" || e.kind === "turn")) loading.events.push(e);
+  const d = state.detail && state.detail.sessionId === sid ? state.detail : null;
   if (e.kind === "session") {
     if (e.type === "closed") { state.sessions.delete(sid); state.order = state.order.filter((x) => x !== sid); }
-    if (e.type === "started" && state.detail && state.detail.sessionId === sid) state.detail.turns.clear();
+    if (d) applyToDetail(d, e);
   } else if (e.kind === "turn") {
     let s = state.sessions.get(sid);
     if (e.type === "started" || e.type === "finished") {
@@ -536,27 +596,14 @@ function onEvent(e) {
       state.order = [sid, ...state.order.filter((x) => x !== sid)];
       if (!matchesFilters(s)) state.order = state.order.filter((x) => x !== sid);
     }
-    const d = state.detail;
-    if (d && d.sessionId === sid) {
-      if (e.type === "started") d.turns.set(e.turnId, newTurnView(e));
-      const t = d.turns.get(e.turnId);
-      if (t && e.type === "update") applyUpdate(t, e.update);
-      if (t && e.type === "finished") {
-        Object.assign(t, { status: e.status, durationMs: e.durationMs, usage: e.usage || t.usage, error: e.error });
-        conn.call("session.get", { sessionId: sid }).then((res) => {
-          const fresh = res.turns.find((x) => x.turnId === e.turnId);
-          if (fresh) { t.result = fresh.result; if (!t.output && fresh.result && typeof fresh.result.output === "string") t.output = fresh.result.output; render(); }
-        }, () => {});
-      }
-      if (t && e.type === "update" && state.view === "sessions") {
-        // grow the output in place (no re-render of the whole page per chunk)
-        const pre = document.querySelector(`[data-turn-output="${CSS.escape(e.turnId)}"]`);
-        if (pre && e.update && e.update.type === "delta") {
-          pre.textContent = t.output;
-          pre.classList.remove("empty-out");
-          pre.scrollTop = pre.scrollHeight;
-          return;
-        }
+    if (d && applyToDetail(d, e) && state.view === "sessions") {
+      // grow the output in place (no re-render of the whole page per chunk)
+      const pre = document.querySelector(`[data-turn-output="${CSS.escape(e.turnId)}"]`);
+      if (pre) {
+        pre.textContent = d.turns.get(e.turnId).output;
+        pre.classList.remove("empty-out");
+        pre.scrollTop = pre.scrollHeight;
+        return;
       }
     }
   } else if (e.kind === "permission") {
@@ -579,7 +626,7 @@ async function resync() {
   const cursor = await loadSessions(false);
   await loadPermissions();
   await loadHealth();
-  if (state.selected) await loadDetail(state.selected).catch(() => { state.detail = null; });
+  if (state.selected) await showDetail(state.selected);
   render();
   return cursor;
 }
@@ -652,6 +699,7 @@ async function reconnect(token) {
   conn = c;
   c.onDrop = () => setTimeout(() => reconnect(token), c.retry);
   c.watch(); // from the last cursor: nothing is missed (or a reset re-reads the snapshots)
+  if (state.selected && !state.detail) showDetail(state.selected).then(render); // lost with the old one
 }
 
 function init() {
