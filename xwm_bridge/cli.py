@@ -728,14 +728,16 @@ def client_watch(
 
         client.on_notification = on_note
         while not done.is_set():
+            # both owned here: awaited together, both cancelled (a no-op once done) after
             watch = asyncio.ensure_future(client.call("bridge.watch", params, wait_s=None))
             stop = asyncio.ensure_future(done.wait())
-            finished, _ = await asyncio.wait({watch, stop}, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                finished, _ = await asyncio.wait({watch, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watch.cancel()
+                stop.cancel()
             if watch in finished:
                 params["since"] = watch.result().get("cursor")
-                stop.cancel()
-            else:
-                watch.cancel()
         return 0
 
     _client_run(ctx, main)

@@ -9,17 +9,22 @@ the daemon ``python -m xwm_bridge serve``, and a load generator
 
 1. forwarded ``session.message`` turns (plain JSON ``POST /acp/rpc``, explicit
    routing to ``codex``, one session per client worker, reused across
-   iterations) at upstream latency 0/20 ms × client concurrency 1/64/256:
-   turns/s, p50, p99 through the bridge and directly against the fake, plus
-   bridge/direct throughput and the latency the bridge adds; CPU per turn of
-   each process;
-2. ``acp.capabilities`` requests/s at concurrency 64 through the bridge;
-3. the daemon's VmRSS/VmHWM before and after 10,000 distinct sessions, once
+   iterations) at upstream latency 0 ms × client concurrency 1/64/256 and
+   20 ms × 16/64/256: turns/s, p50, p99 through the bridge and directly
+   against the fake, plus bridge/direct throughput and the latency the bridge
+   adds; CPU per turn of each process;
+2. ``acp.capabilities`` at concurrency 64 over plain HTTP, and at concurrency
+   16 on the WebSocket (one ``GET /acp`` connection per worker), bridge and
+   direct;
+3. a streamed turn: the fake sends 50 ``session.update`` deltas per turn, the
+   client reads SSE (20 ms × 64): time to the first chunk, CPU per relayed
+   notification;
+4. the daemon's VmRSS/VmHWM before and after 10,000 distinct sessions, once
    they are reaped (``limits.session_idle_ttl: 1``).
 
 Diagnostic cells re-run 20 ms × 64 with two configuration changes, to
-attribute the overhead. Targets are printed PASS/MISS, never asserted.
-Results: docs/architecture/performance.md.
+attribute the overhead. Targets (``internal.bench.targets``) are printed
+PASS/MISS, never asserted. Results: docs/architecture/performance.md.
 """
 
 from __future__ import annotations
@@ -42,13 +47,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from internal.bench.procfs import cpu_model, cpu_seconds, machine_busy_seconds, status_kib
-from internal.bench.report import (
-    MIB,
-    ROOT,
+from internal.bench.report import MIB, ROOT, hot_spots, report
+from internal.bench.streamed import stream_prompt
+from internal.bench.targets import (
+    CAPS_CONCURRENCY,
+    STREAM_CHUNKS,
+    STREAM_CONCURRENCY,
+    STREAM_LATENCY_MS,
     TARGET_CONCURRENCY,
     TARGET_LATENCY_MS,
-    hot_spots,
-    report,
+    WS_CONCURRENCY,
+    evaluate,
 )
 
 PY = sys.executable
@@ -103,6 +112,10 @@ class Service:
     @property
     def rpc_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/acp/rpc"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/acp"
 
 
 @dataclass
@@ -274,8 +287,9 @@ class Bench:
     def cell(self, target: Service, label: str, **kw: Any) -> dict[str, Any]:
         kw.setdefault("warmup", self.args.warmup)
         kw.setdefault("duration", self.args.duration)
+        kw.setdefault("url", target.rpc_url)
         before = self.wait_quiet()
-        res = self.loadgen.run(url=target.rpc_url, token=self.token, **kw)
+        res = self.loadgen.run(token=self.token, **kw)
         cpu = res["cpu_s"]
         done = max(1, res["completed"])
         res["cpu_ms_per_op"] = {name: 1000 * s / done for name, s in cpu.items()}
@@ -298,7 +312,8 @@ class Bench:
             fake = self.procs.start_fake(latency, self.args.chunks)
             bridge = self.procs.start_bridge(fake, self.token)
             pids = {"bridge": bridge.pid, "fake": fake.pid}
-            for conc in self.args.concurrency:
+            grid = concurrency_grid(self.args, latency)
+            for conc in grid:
                 row: dict[str, Any] = {"latency_ms": latency, "concurrency": conc}
                 for path, target in (("direct", fake), ("bridge", bridge)):
                     res = self.cell(
@@ -315,9 +330,11 @@ class Bench:
                 rows.append(row)
             if latency == self.args.latencies[0]:
                 self.capabilities(fake, bridge)
+                if not self.args.skip_ws:
+                    self.ws_capabilities(fake, bridge)
             self.procs.stop(bridge)
             if latency == TARGET_LATENCY_MS and self.args.diagnostics:
-                self.diagnostics(fake, rows[-len(self.args.concurrency) :])
+                self.diagnostics(fake, rows[-len(grid) :])
             self.procs.stop(fake)
         self.results["turns"] = rows
 
@@ -326,9 +343,9 @@ class Bench:
         for path, target in (("bridge", bridge), ("direct", fake)):
             res = self.cell(
                 target,
-                f"acp.capabilities c64 {path}",
+                f"acp.capabilities c{CAPS_CONCURRENCY} {path}",
                 kind="caps",
-                concurrency=64,
+                concurrency=CAPS_CONCURRENCY,
                 pids=[bridge.pid, fake.pid],
             )
             res["cpu_ms_per_op"] = _named(
@@ -336,6 +353,51 @@ class Bench:
             )
             out[path] = res
         self.results["capabilities"] = out
+
+    def ws_capabilities(self, fake: Service, bridge: Service) -> None:
+        """acp.capabilities on one WebSocket per worker (bridge: with the bearer)."""
+        out = {}
+        for path, target in (("bridge", bridge), ("direct", fake)):
+            res = self.cell(
+                target,
+                f"acp.capabilities WebSocket c{WS_CONCURRENCY} {path}",
+                kind="ws_caps",
+                url=target.ws_url,
+                concurrency=WS_CONCURRENCY,
+                pids=[bridge.pid, fake.pid],
+            )
+            res["cpu_ms_per_op"] = _named(
+                res["cpu_ms_per_op"], {"bridge": bridge.pid, "fake": fake.pid}
+            )
+            out[path] = res
+        self.results["ws_capabilities"] = out
+
+    def streamed(self) -> None:
+        """Turns whose upstream streams ``--stream-chunks`` deltas, read by the client as SSE."""
+        chunks = self.args.stream_chunks
+        fake = self.procs.start_fake(STREAM_LATENCY_MS, chunks)
+        bridge = self.procs.start_bridge(fake, self.token)
+        pids = {"bridge": bridge.pid, "fake": fake.pid}
+        out = {}
+        for path, target in (("direct", fake), ("bridge", bridge)):
+            res = self.cell(
+                target,
+                f"streamed turns {STREAM_LATENCY_MS:g} ms c{STREAM_CONCURRENCY} "
+                f"{chunks} chunks {path}",
+                kind="stream",
+                concurrency=STREAM_CONCURRENCY,
+                prompt=stream_prompt(chunks),
+                chunks=chunks,
+                session_prefix=f"stream-{path}",
+                pids=[bridge.pid, fake.pid],
+            )
+            res["cpu_ms_per_op"] = _named(res["cpu_ms_per_op"], pids)
+            res["cpu_s_by_name"] = _named(res["cpu_s"], pids)
+            res["pids"] = pids
+            out[path] = res
+        self.procs.stop(bridge)
+        self.procs.stop(fake)
+        self.results["streamed"] = out
 
     def diagnostics(self, fake: Service, rows: list[dict[str, Any]]) -> None:
         """Same 20 ms x 64 cell with one configuration change each, to attribute overhead."""
@@ -478,6 +540,14 @@ def _plain_upstream(fake: Service) -> dict[str, Any]:
 # --- command line --------------------------------------------------------------------------
 
 
+def concurrency_grid(args: argparse.Namespace, latency: float) -> list[int]:
+    """The client concurrencies of one upstream latency: ``--concurrency``, or by default
+    1/64/256 at 0 ms and 16/64/256 otherwise (the 20 ms targets' cells)."""
+    if args.concurrency:
+        return list(args.concurrency)
+    return [1, 64, 256] if latency == 0 else [16, 64, 256]
+
+
 def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
@@ -494,8 +564,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=4.0, help="measured seconds per cell")
     p.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds per cell")
     p.add_argument("--latencies", type=_floats, default=[0.0, 20.0], help="upstream ms, CSV")
-    p.add_argument("--concurrency", type=_ints, default=[1, 64, 256], help="client CSV")
+    p.add_argument(
+        "--concurrency",
+        type=_ints,
+        default=None,
+        help="client concurrencies, CSV, for every latency (default: 1,64,256 at 0 ms and "
+        "16,64,256 at other latencies)",
+    )
     p.add_argument("--chunks", type=int, default=3, help="fake upstream delta chunks per turn")
+    p.add_argument(
+        "--stream-chunks",
+        type=int,
+        default=STREAM_CHUNKS,
+        help="session.update deltas per turn in the streamed-turn cell",
+    )
     p.add_argument("--threads", type=int, default=10_000, help="sessions in the memory phase")
     p.add_argument("--mem-concurrency", type=int, default=64)
     p.add_argument("--reap-wait", type=float, default=3.0, help="seconds to wait for reaping")
@@ -517,6 +599,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-diagnostics", dest="diagnostics", action="store_false")
     p.add_argument("--skip-turns", action="store_true")
     p.add_argument("--skip-memory", action="store_true")
+    p.add_argument("--skip-stream", action="store_true", help="skip the streamed-turn cell")
+    p.add_argument("--skip-ws", action="store_true", help="skip the WebSocket capabilities cell")
     p.add_argument("--py-spy", metavar="PATH", help="also profile the daemon with this py-spy")
     p.add_argument(
         "--bridge-launcher",
@@ -562,12 +646,15 @@ def main(argv: list[str] | None = None) -> int:
         bench.results["machine"] = machine_facts()
         if not args.skip_turns:
             bench.turns()
+        if not args.skip_stream:
+            bench.streamed()
         if not args.skip_memory:
             bench.memory()
         if args.py_spy:
             bench.profile()
         bench.results["elapsed_s"] = time.monotonic() - started
         bench.results["quiet_waited_s"] = bench.quiet_waited
+        bench.results["targets"] = [t.as_dict() for t in evaluate(bench.results, args.threads)]
         print(report(bench.results, args))
         print(f"\n(total run time {bench.results['elapsed_s']:.0f} s)")
         if args.json:

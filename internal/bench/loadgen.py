@@ -14,10 +14,18 @@ the previous answer arrived. Two modes:
   that arrive inside the measurement window count (throughput, latency);
 * count: ``count`` requests in total, each with a fresh session (memory phase).
 
-Two clients: ``raw`` (default) — a minimal HTTP/1.1 client on asyncio streams
-(``Content-Length`` or chunked bodies), several times cheaper per request than
-aiohttp's — and ``aiohttp`` (``ClientSession`` with a connector limit ≥
-concurrency), kept for cross-checking.
+Cell kinds: ``turn`` (``session.message``, plain JSON), ``stream`` (the same
+turn with ``Accept: text/event-stream``: the SSE body is read as it arrives and
+timed by :class:`internal.bench.streamed.StreamTimer`; every answer must hold
+``chunks`` delta notifications and a successful result), ``caps``
+(``acp.capabilities`` over HTTP) and ``ws_caps`` (``acp.capabilities`` over one
+WebSocket per worker, ``websockets`` client, no compression).
+
+Two HTTP clients (``internal.bench.clients``): ``raw`` (default) — a minimal
+HTTP/1.1 client on asyncio streams (``Content-Length`` or chunked bodies),
+several times cheaper per request than aiohttp's — and ``aiohttp``
+(``ClientSession`` with a connector limit ≥ concurrency), kept for
+cross-checking.
 """
 
 from __future__ import annotations
@@ -28,13 +36,15 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
 import aiohttp
 import orjson
+import websockets
 
+from internal.bench.clients import AiohttpClient, Client, ProtocolError, RawHttpClient, WsClient
 from internal.bench.procfs import cpu_seconds, machine_busy_seconds
+from internal.bench.streamed import StreamTimer
 
 ROUTING = {
     "routingMode": "explicit",
@@ -44,98 +54,12 @@ ROUTING = {
 PROMPT = "benchmark turn"
 
 
-class ProtocolError(Exception):
-    pass
-
-
-class Client(Protocol):
-    async def post(self, body: bytes) -> tuple[int, bytes]: ...
-
-    async def close(self) -> None: ...
-
-
-class RawHttpClient:
-    """One keep-alive HTTP/1.1 connection that POSTs to one path."""
-
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
-        parts = urlsplit(url)
-        self._host = parts.hostname or "127.0.0.1"
-        self._port = parts.port or 80
-        lines = [f"POST {parts.path or '/'} HTTP/1.1", f"Host: {self._host}:{self._port}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        self._head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode()
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-
-    async def post(self, body: bytes) -> tuple[int, bytes]:
-        if self._reader is None or self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
-        reader, writer = self._reader, self._writer
-        try:
-            writer.write(self._head + str(len(body)).encode() + b"\r\n\r\n" + body)
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = int(head[9:12])
-            length = -1
-            chunked = close = False
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                name = name.strip().lower()
-                if name == b"content-length":
-                    length = int(value)
-                elif name == b"transfer-encoding":
-                    chunked = b"chunked" in value.lower()
-                elif name == b"connection":
-                    close = b"close" in value.lower()
-            if chunked:
-                data = await self._read_chunked(reader)
-            elif length >= 0:
-                data = await reader.readexactly(length)
-            else:
-                raise ProtocolError("response has neither Content-Length nor chunked body")
-        except BaseException:
-            await self.close()
-            raise
-        if close:
-            await self.close()
-        return status, data
-
-    @staticmethod
-    async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")  # no trailers expected
-                return b"".join(parts)
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
-
-    async def close(self) -> None:
-        writer, self._reader, self._writer = self._writer, None, None
-        if writer is not None:
-            writer.close()
-            with contextlib.suppress(OSError, asyncio.CancelledError):
-                await writer.wait_closed()
-
-
-class AiohttpClient:
-    def __init__(self, session: aiohttp.ClientSession, url: str, headers: dict[str, str]):
-        self._session = session
-        self._url = url
-        self._headers = headers
-
-    async def post(self, body: bytes) -> tuple[int, bytes]:
-        async with self._session.post(self._url, data=body, headers=self._headers) as resp:
-            return resp.status, await resp.read()
-
-    async def close(self) -> None:
-        return None
-
-
 @dataclass(frozen=True, slots=True)
 class Cell:
     url: str
-    kind: str = "turn"  # "turn" (session.message) or "caps" (acp.capabilities)
+    #: "turn" / "stream" (session.message, plain JSON / SSE), "caps" / "ws_caps"
+    #: (acp.capabilities over HTTP / one WebSocket per worker)
+    kind: str = "turn"
     concurrency: int = 1
     warmup: float = 1.0
     duration: float = 4.0
@@ -150,6 +74,10 @@ class Cell:
     grace: float = 10.0
     #: count mode: give up after this long.
     max_time: float = 240.0
+    #: the turns' ``taskPrompt``
+    prompt: str = PROMPT
+    #: stream: the delta notifications each answer must hold (0: not checked)
+    chunks: int = 0
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Cell:
@@ -158,11 +86,39 @@ class Cell:
         return cls(**obj)
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One answer: its latency and problem ('' = success); timings of a streamed one."""
+
+    latency: float
+    problem: str
+    first_event: float | None = None
+    first_delta: float | None = None
+    notifications: int = 0
+    deltas: int = 0
+
+
 @dataclass(slots=True)
 class Tally:
     latencies: list[float] = field(default_factory=list)
+    first_events: list[float] = field(default_factory=list)
+    first_deltas: list[float] = field(default_factory=list)
+    notifications: int = 0
+    deltas: int = 0
     errors: int = 0
     first_error: str = ""
+
+    def add(self, outcome: Outcome) -> None:
+        if outcome.problem:
+            self.error(outcome.problem)
+            return
+        self.latencies.append(outcome.latency)
+        if outcome.first_event is not None:
+            self.first_events.append(outcome.first_event)
+        if outcome.first_delta is not None:
+            self.first_deltas.append(outcome.first_delta)
+        self.notifications += outcome.notifications
+        self.deltas += outcome.deltas
 
     def error(self, text: str) -> None:
         self.errors += 1
@@ -170,13 +126,13 @@ class Tally:
             self.first_error = text[:300]
 
 
-def _body(kind: str, rid: int, session_id: str) -> bytes:
-    if kind == "caps":
+def _body(kind: str, rid: int, session_id: str, prompt: str = PROMPT) -> bytes:
+    if kind in ("caps", "ws_caps"):
         return orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "acp.capabilities"})
     params = {
         "sessionId": session_id,
         "threadId": session_id,
-        "taskPrompt": PROMPT,
+        "taskPrompt": prompt,
         "routing": ROUTING,
     }
     return orjson.dumps(
@@ -208,12 +164,18 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 async def run_cell(cell: Cell) -> dict[str, Any]:
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    accept = "text/event-stream" if cell.kind == "stream" else "application/json"
+    headers = {"Content-Type": "application/json", "Accept": accept}
     if cell.token:
         headers["Authorization"] = f"Bearer {cell.token}"
     session: aiohttp.ClientSession | None = None
     make: Callable[[], Client]
-    if cell.client == "aiohttp":
+    if cell.kind == "ws_caps":
+        auth = {k: v for k, v in headers.items() if k == "Authorization"}
+
+        def make() -> Client:
+            return WsClient(cell.url, auth)
+    elif cell.client == "aiohttp":
         connector = aiohttp.TCPConnector(limit=cell.concurrency + 8, limit_per_host=0)
         session = aiohttp.ClientSession(connector=connector, trust_env=False)
         http = session
@@ -234,17 +196,42 @@ async def run_cell(cell: Cell) -> dict[str, Any]:
             await session.close()
 
 
-async def _one(cell: Cell, client: Client, rid: int, session_id: str) -> tuple[float, str]:
-    body = _body(cell.kind, rid, session_id)
+_TRANSPORT_ERRORS = (
+    OSError,
+    asyncio.IncompleteReadError,
+    asyncio.LimitOverrunError,
+    ProtocolError,
+    ValueError,
+    aiohttp.ClientError,
+    websockets.WebSocketException,
+)
+
+
+async def _one(cell: Cell, client: Client, rid: int, session_id: str) -> Outcome:
+    body = _body(cell.kind, rid, session_id, cell.prompt)
     started = time.perf_counter()
+    if cell.kind == "stream":
+        timer = StreamTimer(started)
+        try:
+            status = await client.post_stream(body, timer)
+        except _TRANSPORT_ERRORS as exc:
+            return Outcome(time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+        elapsed = time.perf_counter() - started
+        problem = f"HTTP {status}" if status != 200 else timer.verdict(cell.chunks)
+        return Outcome(
+            elapsed,
+            problem,
+            timer.first_event,
+            timer.first_delta,
+            timer.notifications,
+            timer.deltas,
+        )
     try:
         status, data = await client.post(body)
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-        return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
-    except (ProtocolError, ValueError, aiohttp.ClientError) as exc:
-        return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
+    except _TRANSPORT_ERRORS as exc:
+        return Outcome(time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
     elapsed = time.perf_counter() - started
-    return elapsed, _check(cell.kind, status, data)
+    return Outcome(elapsed, _check(cell.kind, status, data))
 
 
 async def _gather_bounded(workers: list[Awaitable[None]], deadline: float) -> int:
@@ -286,14 +273,11 @@ async def _run_window(cell: Cell, make: Callable[[], Client]) -> dict[str, Any]:
         try:
             while time.perf_counter() < t1:
                 rid += 1
-                latency, problem = await _one(cell, client, rid, session_id)
+                outcome = await _one(cell, client, rid, session_id)
                 done = time.perf_counter()
                 if t0 <= done <= t1:
-                    if problem:
-                        tally.error(problem)
-                    else:
-                        tally.latencies.append(latency)
-                if problem:
+                    tally.add(outcome)
+                if outcome.problem:
                     await asyncio.sleep(0.01)  # a refused connection must not spin
         finally:
             await client.close()
@@ -320,14 +304,10 @@ async def _run_count(cell: Cell, make: Callable[[], Client]) -> dict[str, Any]:
             while next_index < cell.count:
                 index = next_index
                 next_index += 1
-                latency, problem = await _one(
-                    cell, client, index + 1, f"{cell.session_prefix}-{index}"
-                )
-                if problem:
-                    tally.error(problem)
+                outcome = await _one(cell, client, index + 1, f"{cell.session_prefix}-{index}")
+                tally.add(outcome)
+                if outcome.problem:
                     await asyncio.sleep(0.01)
-                else:
-                    tally.latencies.append(latency)
         finally:
             await client.close()
 
@@ -350,6 +330,7 @@ def _summary(
     lat = sorted(tally.latencies)
     completed = len(lat)
     start, end = cpu.get("start", {}), cpu.get("end", {})
+    first_events, first_deltas = sorted(tally.first_events), sorted(tally.first_deltas)
     return {
         "completed": completed,
         "errors": tally.errors,
@@ -360,6 +341,12 @@ def _summary(
         "p50_ms": _percentile(lat, 0.50) * 1000,
         "p99_ms": _percentile(lat, 0.99) * 1000,
         "max_ms": (lat[-1] * 1000) if lat else float("nan"),
+        # streamed turns: time to the first data: event / first delta chunk, and counts
+        "first_event_p50_ms": _percentile(first_events, 0.50) * 1000,
+        "first_chunk_p50_ms": _percentile(first_deltas, 0.50) * 1000,
+        "first_chunk_p99_ms": _percentile(first_deltas, 0.99) * 1000,
+        "notifications": tally.notifications,
+        "deltas": tally.deltas,
         "cpu_s": {str(pid): end.get(pid, 0.0) - start.get(pid, 0.0) for pid in cell.pids},
         "client_cpu_s": own.get("end", 0.0) - own.get("start", 0.0),
         #: every process on the machine, for telling how much CPU others took

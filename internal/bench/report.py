@@ -7,15 +7,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from internal.bench.targets import (
+    CAPS_CONCURRENCY,
+    STREAM_CHUNKS,
+    STREAM_CONCURRENCY,
+    STREAM_LATENCY_MS,
+    TARGET_LATENCY_MS,
+    WS_CONCURRENCY,
+    evaluate,
+    per_notification_us,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024
-
-# targets from the issue
-TARGET_LATENCY_MS = 20.0
-TARGET_CONCURRENCY = 64
-TARGET_THROUGHPUT_RATIO = 0.90
-TARGET_ADDED_P50_MS = 2.0
-TARGET_RSS_GROWTH = 0.10
 
 
 # --- py-spy collapsed stacks --------------------------------------------------------------
@@ -144,19 +148,6 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
             "by processes this run did not start (shared machine); errs = errors + unfinished"
         )
         out.append("")
-    caps = results.get("capabilities")
-    if caps:
-        out.append("2. acp.capabilities, concurrency 64")
-        for path in ("bridge", "direct"):
-            r = caps[path]
-            cpu = r["cpu_ms_per_op"].get("bridge" if path == "bridge" else "fake", 0.0)
-            out.append(
-                f"   {path + (' (fake, reference)' if path == 'direct' else ''):<26} "
-                f"{r['per_s']:>7.0f} req/s  p50 {_fmt(r['p50_ms'])} ms  "
-                f"p99 {_fmt(r['p99_ms'])} ms  server CPU {cpu:.3f} ms/req  "
-                f"errors {r['errors'] + r['unfinished']}"
-            )
-        out.append("")
     diag = results.get("diagnostics")
     if diag:
         ref = diag["reference"]
@@ -178,10 +169,12 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
                 f"other {r['other_cores']:.2f}"
             )
         out.append("")
+    out.extend(_capability_lines(results))
+    out.extend(_stream_lines(results))
     mem = results.get("memory")
     if mem:
         out.append(
-            f"3. daemon memory, {args.threads} distinct sessions/threads (one turn each, "
+            f"4. daemon memory, {args.threads} distinct sessions/threads (one turn each, "
             f"concurrency {args.mem_concurrency}), limits.session_idle_ttl 1 s, "
             f"{args.reap_wait:g} s wait to reap"
         )
@@ -205,18 +198,105 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
             f"(waited {results.get('quiet_waited_s', 0):.0f} s for quiet): numbers are "
             "pessimistic; rerun on an idle machine"
         )
-    out.append("Targets (from the issue; measured, not asserted)")
-    for line in targets(results, args):
-        out.append("   " + line)
+    out.append("Targets (issue 11; same-run figures, measured, never asserted)")
+    for target in evaluate(results, args.threads):
+        out.append("   " + target.line())
     if "profile" in results:
         out.append("")
         out.extend(_profile_lines(results["profile"]))
     return "\n".join(out)
 
 
+def _capability_lines(results: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key, title in (
+        (
+            "capabilities",
+            f"acp.capabilities, plain JSON POST /acp/rpc, concurrency {CAPS_CONCURRENCY}",
+        ),
+        (
+            "ws_capabilities",
+            f"acp.capabilities on the WebSocket GET /acp, concurrency {WS_CONCURRENCY} "
+            "(one connection per worker, closed loop)",
+        ),
+    ):
+        cells = results.get(key)
+        if not cells:
+            continue
+        if not out:
+            out.append("2. " + title)
+        else:
+            out.append("   " + title)
+        for path in ("bridge", "direct"):
+            r = cells[path]
+            cpu = r["cpu_ms_per_op"].get("bridge" if path == "bridge" else "fake", 0.0)
+            out.append(
+                f"   {path + (' (fake, reference)' if path == 'direct' else ''):<26} "
+                f"{r['per_s']:>7.0f} req/s  p50 {_fmt(r['p50_ms'])} ms  "
+                f"p99 {_fmt(r['p99_ms'])} ms  server CPU {cpu:.3f} ms/req  "
+                f"client CPU {r['client_cpu_ms_per_op']:.3f} ms/req  "
+                f"errors {r['errors'] + r['unfinished']}  other {r['other_cores']:.2f}"
+            )
+        b, d = cells["bridge"], cells["direct"]
+        ratio = b["per_s"] / d["per_s"] if d["per_s"] else float("nan")
+        out.append(f"   {'bridge ÷ direct':<26} {_fmt(ratio):>7}")
+    if out:
+        out.append("")
+    return out
+
+
+def _stream_lines(results: dict[str, Any]) -> list[str]:
+    stream = results.get("streamed")
+    if not stream:
+        return []
+    out = [
+        f"3. streamed turn: session.message with Accept: text/event-stream, fake upstream "
+        f"--latency-ms {STREAM_LATENCY_MS:g} --chunks {STREAM_CHUNKS}, concurrency "
+        f"{STREAM_CONCURRENCY} (latencies in ms)"
+    ]
+    header = (
+        f"   {'path':<7} {'turns/s':>7} {'p50':>7} {'p99':>7} | {'1st chunk p50':>13} "
+        f"{'p99':>7} {'1st event p50':>13} | {'notif/turn':>10} | "
+        f"{'CPU µs/notification: bridge':>27} {'fake':>6} {'client':>6} | {'other':>5} | errs"
+    )
+    out.append(header)
+    for path in ("direct", "bridge"):
+        r = stream[path]
+        done = max(1, r["completed"])
+        bridge_us = per_notification_us(r, "bridge") if path == "bridge" else float("nan")
+        client_us = 1e6 * r["client_cpu_s"] / r["deltas"] if r["deltas"] else float("nan")
+        out.append(
+            f"   {path:<7} {r['per_s']:>7.0f} {_fmt(r['p50_ms']):>7} {_fmt(r['p99_ms']):>7} | "
+            f"{_fmt(r['first_chunk_p50_ms']):>13} {_fmt(r['first_chunk_p99_ms']):>7} "
+            f"{_fmt(r['first_event_p50_ms']):>13} | "
+            f"{r['notifications'] / done:>10.1f} | "
+            f"{_fmt(bridge_us, '.1f'):>27} {_fmt(per_notification_us(r, 'fake'), '.1f'):>6} "
+            f"{_fmt(client_us, '.1f'):>6} | {r['other_cores']:>5.2f} | "
+            f"{r['errors'] + r['unfinished']}"
+        )
+    b, d = stream["bridge"], stream["direct"]
+    ratio = b["per_s"] / d["per_s"] if d["per_s"] else float("nan")
+    out.append(
+        f"   bridge ÷ direct turns/s {_fmt(ratio)}; added first-chunk p50 "
+        f"{_fmt(b['first_chunk_p50_ms'] - d['first_chunk_p50_ms'], '+.2f')} ms; added p50 "
+        f"{_fmt(b['p50_ms'] - d['p50_ms'], '+.2f')} ms"
+    )
+    out.append(
+        "   1st chunk = first delta session.update (bridge: the first relayed upstream frame); "
+        "1st event = first data: event (bridge: its own 'started' status update);"
+    )
+    out.append(
+        "   notif/turn = notifications per answer (bridge: 50 relayed + its status update); "
+        "CPU per delta notification received by the client"
+    )
+    out.append("")
+    return out
+
+
 def _all_other_loads(results: dict[str, Any]) -> list[float]:
     out = [r[p]["other_cores"] for r in results.get("turns", []) for p in ("direct", "bridge")]
-    out += [r["other_cores"] for r in results.get("capabilities", {}).values()]
+    for section in ("capabilities", "ws_capabilities", "streamed"):
+        out += [r["other_cores"] for r in results.get(section, {}).values()]
     diag = results.get("diagnostics")
     if diag:
         out += [v["result"]["other_cores"] for v in diag["variants"]]
@@ -224,45 +304,6 @@ def _all_other_loads(results: dict[str, Any]) -> list[float]:
         if "load" in phase:
             out.append(phase["load"]["other_cores"])
     return out
-
-
-def targets(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
-    lines: list[str] = []
-    row = next(
-        (
-            r
-            for r in results.get("turns", [])
-            if r["latency_ms"] == TARGET_LATENCY_MS and r["concurrency"] == TARGET_CONCURRENCY
-        ),
-        None,
-    )
-    if row is None:
-        lines.append("throughput / latency targets: cell 20 ms x 64 not run")
-    else:
-        d, b = row["direct"], row["bridge"]
-        ratio = b["per_s"] / d["per_s"] if d["per_s"] else 0.0
-        added = b["p50_ms"] - d["p50_ms"]
-        lines.append(
-            f"{_verdict(ratio >= TARGET_THROUGHPUT_RATIO)}  bridge throughput >= 90% of direct "
-            f"at 20 ms x 64: {100 * ratio:.1f}% ({b['per_s']:.0f} vs {d['per_s']:.0f} turns/s)"
-        )
-        lines.append(
-            f"{_verdict(added <= TARGET_ADDED_P50_MS)}  added p50 <= 2 ms at 20 ms x 64: "
-            f"{added:+.2f} ms ({b['p50_ms']:.2f} vs {d['p50_ms']:.2f} ms)"
-        )
-    mem = results.get("memory")
-    if mem:
-        phases = mem["phases"]
-        before, after = phases[1].get("VmRSS", 0), phases[3].get("VmRSS", 0)
-        cold = phases[0].get("VmRSS", 0)
-        growth = after / before - 1 if before else float("inf")
-        lines.append(
-            f"{_verdict(abs(growth) <= TARGET_RSS_GROWTH)}  RSS after {args.threads} "
-            f"sessions (reaped) within 10% of before: {after / MIB:.1f} vs {before / MIB:.1f} "
-            f"MiB = {100 * growth:+.1f}% (vs cold start {cold / MIB:.1f} MiB: "
-            f"{100 * (after / cold - 1) if cold else float('nan'):+.1f}%)"
-        )
-    return lines
 
 
 def _profile_lines(profile: dict[str, Any]) -> list[str]:

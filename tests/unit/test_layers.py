@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
         "wire",
         "httpbody",
         "observability",
+        "tasks",
         "console",
     ),
     ("config",),  # 1: the typed config

@@ -24,8 +24,8 @@ from xwm_bridge import coerce, jsonrpc
 from xwm_bridge.acp import codec
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.core.context import CallContext
-from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.tasks import Supervisor
 
 if TYPE_CHECKING:
     from xwm_bridge.acp.front import AcpFrontDoor

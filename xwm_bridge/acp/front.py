@@ -18,8 +18,8 @@ from xwm_bridge.acp.sessions import AcpSession, AcpSessions, Client, from_upstre
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.methods import BridgeMethods
 from xwm_bridge.core.context import CallContext
-from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.tasks import Supervisor
 from xwm_bridge.wire import WireEncoder
 
 log = logging.getLogger("xwm_bridge.acp")

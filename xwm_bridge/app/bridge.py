@@ -24,7 +24,6 @@ from xwm_bridge.core.journal import TurnJournal
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.core.queues import ThreadQueues
 from xwm_bridge.core.sessions import SessionRegistry
-from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turns import TurnRunner
 from xwm_bridge.core.watch import EventLog
 from xwm_bridge.gateway.manager import GatewayManager
@@ -46,6 +45,7 @@ from xwm_bridge.store.base import SessionStore
 from xwm_bridge.store.cluster import Cluster
 from xwm_bridge.store.records import PermissionRecord
 from xwm_bridge.store.redis import RedisStore
+from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.bridge")
 PRUNE_INTERVAL = 300.0

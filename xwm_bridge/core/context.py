@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from xwm_bridge.core.sessions import Session
-from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turn import TurnRequest
+from xwm_bridge.tasks import Supervisor
 
 #: Deliver one JSON-RPC notification to the client; ``None`` when the transport
 #: cannot carry notifications (plain-JSON HTTP).

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from xwm_bridge.core.supervisor import Supervisor
+from xwm_bridge.tasks import Supervisor
 
 Job = Callable[[], Awaitable[Any]]
 

@@ -12,7 +12,6 @@ from xwm_bridge.core.journal import TurnJournal
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.core.params import SessionParams
 from xwm_bridge.core.sessions import SessionRegistry, TurnHandle
-from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.core.turn import TurnRequest
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.observability import context as obs
@@ -20,6 +19,7 @@ from xwm_bridge.observability.logging import events
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.router.resolver import RoutingDecision, RoutingRequest
 from xwm_bridge.store.base import CANCELLED, COMPLETED, FAILED, INTERRUPTED, RUNNING
+from xwm_bridge.tasks import Supervisor
 
 TURNS_LOGGER = "xwm_bridge.turns"
 ROUTING_REQUIRED = "ROUTING_REQUIRED"

@@ -23,6 +23,7 @@ from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.runtime import ConnectConfig, GatewayRuntime, Notify
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.netaddr import HostPolicy
+from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.gateway")
 
@@ -171,6 +172,8 @@ class GatewayManager:
         self._settings = config.gateway
         self._runtimes: dict[tuple[str, str], GatewayRuntime] = {}
         self._lock = asyncio.Lock()
+        #: the runtimes' connection loops
+        self._tasks = Supervisor()
 
     def status_counts(self) -> dict[str, int]:
         """Runtimes by snapshot status (connected, connecting, error, …), for metrics."""
@@ -250,7 +253,7 @@ class GatewayManager:
                         GatewayError("too many gateway runtimes for this client", "TOO_MANY"),
                         None,
                     )
-                rt = GatewayRuntime(cp.runtime_id, principal, self._settings)
+                rt = GatewayRuntime(cp.runtime_id, principal, self._settings, self._tasks)
                 self._runtimes[(principal, cp.runtime_id)] = rt
         with self.using(rt, notify, connection):
             hello, error = await rt.connect(cfg)
@@ -321,3 +324,4 @@ class GatewayManager:
     async def close(self) -> None:
         runtimes, self._runtimes = list(self._runtimes.values()), {}
         await asyncio.gather(*(rt.close() for rt in runtimes), return_exceptions=True)
+        await self._tasks.shutdown(0)  # any loop a close left behind

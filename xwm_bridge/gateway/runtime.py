@@ -25,6 +25,7 @@ from xwm_bridge.config import GatewayConfig
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.snapshot import Snapshot
+from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.gateway")
 
@@ -60,8 +61,16 @@ class ConnectConfig:
 
 
 class GatewayRuntime:
-    def __init__(self, runtime_id: str, owner: str, settings: GatewayConfig) -> None:
+    def __init__(
+        self,
+        runtime_id: str,
+        owner: str,
+        settings: GatewayConfig,
+        tasks: Supervisor | None = None,
+    ) -> None:
         self.runtime_id = runtime_id
+        #: owns the connection loop (the manager's supervisor)
+        self._tasks = tasks or Supervisor()
         self.owner = owner
         self.settings = settings
         self.config: ConnectConfig | None = None
@@ -198,12 +207,12 @@ class GatewayRuntime:
         except GatewayError as exc:
             await self._attempt_failed(cfg, exc)
             if not exc.fatal:
-                self._loop_task = asyncio.get_running_loop().create_task(
-                    self._run(None), name=f"gateway:{self.runtime_id}"
+                self._loop_task = self._tasks.spawn(
+                    self._run(None), name=f"gateway:{self.runtime_id}", service=True
                 )
             return None, exc
-        self._loop_task = asyncio.get_running_loop().create_task(
-            self._run(ws), name=f"gateway:{self.runtime_id}"
+        self._loop_task = self._tasks.spawn(
+            self._run(ws), name=f"gateway:{self.runtime_id}", service=True
         )
         return self.hello, None
 

@@ -123,7 +123,7 @@ class GatewayTurnExecutor:
             return await self._stream(ctx, rt, tap, session_key, run_id, deadline)
         except asyncio.CancelledError:
             self._aborted[ctx.turn_id] = await self._abort(
-                rt, session_key, run_id or idempotency_key
+                ctx, rt, session_key, run_id or idempotency_key
             )
             raise
         finally:
@@ -145,7 +145,7 @@ class GatewayTurnExecutor:
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                aborted = await self._abort(rt, session_key, run_id)
+                aborted = await self._abort(ctx, rt, session_key, run_id)
                 message = f"gateway turn timed out after {rt.settings.turn_timeout:g}s"
                 await ctx.emit_error(message)
                 return self._failure(
@@ -229,7 +229,9 @@ class GatewayTurnExecutor:
         await ctx.emit_error(message)
         return self._failure(ctx, message, **base)
 
-    async def _abort(self, rt: GatewayRuntime, session_key: str, run_id: str) -> bool:
+    async def _abort(
+        self, ctx: TurnContext, rt: GatewayRuntime, session_key: str, run_id: str
+    ) -> bool:
         """``chat.abort`` within ``abort_timeout``, even while this task is being cancelled."""
 
         async def abort() -> bool:
@@ -245,7 +247,8 @@ class GatewayTurnExecutor:
             log.info("chat.abort answered", extra={"run_id": run_id, "answer": body})
             return bool(isinstance(body, dict) and body.get("aborted"))
 
-        task = asyncio.get_running_loop().create_task(abort(), name=f"gateway-abort:{run_id}")
+        # owned by the bridge's supervisor: it outlives this task's cancellation, bounded
+        task = ctx.supervisor.spawn(abort(), name=f"gateway-abort:{run_id}")
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:

@@ -19,6 +19,7 @@ from xwm_bridge import jsonrpc
 from xwm_bridge.config import ToolbridgeConfig
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.tasks import Supervisor
 from xwm_bridge.toolbridge import protocol
 from xwm_bridge.toolbridge.tools import ToolError, chat, claude_review
 from xwm_bridge.toolbridge.vault import vault_kv
@@ -48,7 +49,7 @@ class ToolbridgeServer:
         self._decoder = StdioDecoder(max_message=max_message)
         self._slots = asyncio.Semaphore(cfg.max_concurrent_calls)
         self._inflight: dict[Any, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = Supervisor()  # one task per call in flight, bounded by _slots
 
     async def _send(self, message: dict[str, Any]) -> None:
         data = self._wire.encode(message)
@@ -134,9 +135,7 @@ class ToolbridgeServer:
         if self._on_notification(req):
             return
         await self._slots.acquire()  # backpressure: stop reading while all slots are busy
-        task = asyncio.get_running_loop().create_task(self._serve_one(req))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = self._tasks.spawn(self._serve_one(req), name=f"mcp-call-{req.method}")
         if _trackable(req.id):
             self._inflight[req.id] = task
 
@@ -149,11 +148,9 @@ class ToolbridgeServer:
                     await self._frame(item)
                 if not chunk:
                     break
-            while self._tasks:
-                await asyncio.wait(set(self._tasks))
+            await self._tasks.wait(None)
         finally:
-            for task in self._tasks:
-                task.cancel()
+            await self._tasks.shutdown(0)
 
 
 def _trackable(rid: Any) -> bool:

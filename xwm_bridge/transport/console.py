@@ -26,8 +26,8 @@ from aiohttp import web
 from xwm_bridge import __version__, jsonrpc
 from xwm_bridge.console import PAGE, Asset, load_assets
 from xwm_bridge.core.context import CallContext
-from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.netaddr import is_loopback_host
+from xwm_bridge.tasks import Supervisor
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.transport.security import peer_of, principal_of
 

@@ -23,9 +23,9 @@ from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.app.methods import BridgeMethods
 from xwm_bridge.core.context import CallContext
-from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.sse import DONE, encode_data
+from xwm_bridge.tasks import Supervisor
 from xwm_bridge.transport import bootstrap
 from xwm_bridge.transport import rejections as rj
 from xwm_bridge.transport.acp_remote import PATH as ACP_REMOTE_PATH

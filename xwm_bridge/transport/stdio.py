@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from xwm_bridge import jsonrpc
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.core.context import CallContext
-from xwm_bridge.core.supervisor import Supervisor
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
+from xwm_bridge.tasks import Supervisor
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.transport.rejections import decode_reason, reject
 from xwm_bridge.wire import PLAIN, WireEncoder

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from xwm_bridge.core.queues import QueueFullError, ThreadQueues
-from xwm_bridge.core.supervisor import Supervisor
+from xwm_bridge.tasks import Supervisor
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from typing import Any
 
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.features import AgentFeatures
+from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.agents")
 
@@ -78,7 +79,8 @@ class AcpAgent:
     def __init__(self, spec: AgentSpec) -> None:
         self.spec = spec
         self._proc: asyncio.subprocess.Process | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: the process's reader tasks and the agent's requests being served
+        self._tasks = Supervisor()
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._ids = codec.IdSpace()
         self._write_lock = asyncio.Lock()
@@ -166,9 +168,7 @@ class AcpAgent:
         self._spawn_task(self._read_stderr(proc), f"agent-stderr:{self.spec.name}")
 
     def _spawn_task(self, coro: Any, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coro, name=name)
 
     async def _not_running(self) -> AgentError:
         """The error for a call to a process that is gone: how it exited, once known."""
@@ -337,7 +337,7 @@ class AcpAgent:
             # the group may outlive its leader (gemini's relaunched child)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-        for task in list(self._tasks):
+        for task in self._tasks.tasks():
             if task.get_name().startswith("agent-std"):
                 continue
             task.cancel()
@@ -345,10 +345,5 @@ class AcpAgent:
 
     async def close(self) -> None:
         await self._stop()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, 2.0)
+        await self._tasks.shutdown(0)
         self.sessions.clear()

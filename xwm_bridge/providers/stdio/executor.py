@@ -189,7 +189,9 @@ class StdioAgentExecutor:
         state = TurnState(ctx, cwd, self, opened.ref)
         state.usage.cost_before = _float(ctx.session.upstream.get("acpCost"))
         agent.sessions[acp_sid] = SessionHandlers(state.on_update, state.on_request)
-        prompt_task = asyncio.get_running_loop().create_task(
+        # owned by the supervisor: on cancel the turn sends session/cancel and still waits
+        # (bounded) for the agent's answer to this prompt
+        prompt_task = ctx.supervisor.spawn(
             agent.call(
                 "session/prompt",
                 {"sessionId": acp_sid, "prompt": blocks},

@@ -20,6 +20,7 @@ from xwm_bridge.config import AgentsConfig
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.agent import ClientError
 from xwm_bridge.providers.stdio.client_fs import resolve
+from xwm_bridge.tasks import Supervisor
 
 _ids = itertools.count(1)
 
@@ -57,6 +58,8 @@ class Terminals:
     def __init__(self, config: AgentsConfig) -> None:
         self._config = config
         self._terms: dict[str, Terminal] = {}
+        #: one output reader per terminal
+        self._readers = Supervisor()
 
     async def handle(self, method: str, params: dict[str, Any], root: str | None) -> Any:
         if method == "terminal/create":
@@ -123,8 +126,8 @@ class Terminals:
         except OSError as exc:
             raise ClientError(codec.INTERNAL_ERROR, f"cannot start command: {exc}") from None
         term = Terminal(session_id, proc, limit)
-        term.reader = asyncio.get_running_loop().create_task(self._pump(term))
         tid = f"term-{next(_ids)}"
+        term.reader = self._readers.spawn(self._pump(term), name=f"terminal-reader:{tid}")
         self._terms[tid] = term
         return {"terminalId": tid}
 
@@ -142,8 +145,5 @@ class Terminals:
     async def close(self) -> None:
         for term in self._terms.values():
             term.kill()
-            if term.reader is not None:
-                term.reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await term.reader
         self._terms.clear()
+        await self._readers.shutdown(0)

@@ -50,6 +50,10 @@ class Supervisor:
                 extra={"task": task.get_name()},
             )
 
+    def tasks(self) -> list[asyncio.Task[Any]]:
+        """Every task it owns now, work and service."""
+        return [*self._tasks, *self._services]
+
     def begin_shutdown(self) -> None:
         self._closing = True
 

@@ -1,4 +1,4 @@
-"""xwm_bridge.core.supervisor.Supervisor: owner of background tasks."""
+"""xwm_bridge.tasks.Supervisor: owner of background tasks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from xwm_bridge.core.supervisor import Supervisor
+from xwm_bridge.tasks import Supervisor
 
 
 async def test_spawned_task_is_tracked_until_done() -> None:
