@@ -591,3 +591,32 @@ async def test_operator_methods_show_a_client_only_its_own_sessions(
         assert refused["error"]["code"] == -32003, method
         allowed = await call(http, url, TOKEN_ADMIN, method, {"waitMs": 0})
         assert "result" in allowed, (method, allowed)
+
+
+async def test_a_start_queued_behind_the_owners_first_turn_is_refused(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: Any, tmp_path: Any
+) -> None:
+    """Two clients start the same brand-new session at once: both pass the arrival check
+    (no owner yet), and the second turn is refused at the head of the queue, before its
+    reset (it used to wipe the first one's session and take it)."""
+    import asyncio
+
+    from tests.conftest import provider_env, session_params
+
+    env = provider_env(fake_upstream.url)
+    bridge = await start_bridge(env=env, config={"client_tokens": [TOKEN_A, TOKEN_B]}, tmp=tmp_path)
+    url = bridge.rpc_url
+    a, b = await asyncio.gather(  # neither sees an owner when it arrives
+        call(http, url, TOKEN_A, "session.start", session_params("race", "slow:300 a")),
+        call(http, url, TOKEN_B, "session.start", session_params("race", "slow:300 b")),
+    )
+    outcomes = sorted("error" in r for r in (a, b))
+    assert outcomes == [False, True], (a, b)  # one ran; the other was refused at its turn
+    loser = a if "error" in a else b
+    assert loser["error"]["code"] == -32003
+    winner = TOKEN_A if loser is b else TOKEN_B
+    other = TOKEN_B if winner == TOKEN_A else TOKEN_A
+    replay = await call(http, url, winner, "session.replay", {"sessionId": "race"})
+    assert replay["result"]["found"] is True and replay["result"]["lastTurnStatus"] == "completed"
+    refused = await call(http, url, other, "session.replay", {"sessionId": "race"})
+    assert refused["error"]["code"] == -32003

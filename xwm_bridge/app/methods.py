@@ -112,7 +112,9 @@ class BridgeMethods:
         if bridge.supervisor.closing:
             raise RpcError(jsonrpc.SHUTTING_DOWN, SHUTTING_DOWN_MESSAGE)
         queues, sessions = bridge.queues, bridge.sessions
-        await sessions.check_owner(sp.session_id, call.principal)  # before any effect
+        # refuse another principal's live session at once; one only in the store is
+        # checked at the head of the queue (core/turns.py), before any effect
+        sessions.check_live_owner(sp.session_id, call.principal)
         try:
             # refuse an overflowing turn before it has any effect (no session.start reset)
             queues.check_capacity(sp.thread_id)

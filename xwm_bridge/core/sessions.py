@@ -256,6 +256,13 @@ class SessionRegistry:
     def may_use(self, owner: str, principal: str) -> bool:
         return not owner or owner == principal or self.sees_all(principal)
 
+    def check_live_owner(self, session_id: str, principal: str) -> None:
+        """:meth:`check_owner` for a session held in memory only (no store read, so
+        no suspension: the caller keeps its place in the thread's FIFO)."""
+        live = self._sessions.get(session_id)
+        if live is not None and not self.may_use(live.owner, principal):
+            raise RpcError(FORBIDDEN, SESSION_FORBIDDEN)
+
     async def check_owner(self, session_id: str, principal: str) -> None:
         """Raise ``-32003`` unless ``principal`` may use the session (live or stored;
         an unknown session is anyone's)."""
