@@ -22,11 +22,14 @@ async def open_raw(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWrite
 
 
 async def read_until_closed(reader: asyncio.StreamReader, within: float) -> bytes:
-    """Everything the server sends until it closes the connection (fail after ``within``)."""
+    """Everything the server sends until it closes the connection (fail after ``within``).
+    A reset counts as closed: a server that closes with our unread bytes in its receive
+    buffer sends RST, which may beat its last answer to us."""
     data = b""
     async with asyncio.timeout(within):
-        while chunk := await reader.read(65536):
-            data += chunk
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := await reader.read(65536):
+                data += chunk
     return data
 
 
@@ -65,7 +68,8 @@ async def test_a_trickled_request_head_is_cut_off(
         for _, writer in conns:
             writer.close()
     assert time.monotonic() - started < ASYNC_WAIT  # all cut off, none left open
-    assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers), answers[0]
+    # each got the 408, or a reset when our trickled bytes were still unread at the close
+    assert all(a.startswith(b"HTTP/1.1 408 ") or a == b"" for a in answers), answers
     await still_serves(http, bridge.url)
     text = await (await http.get(f"{bridge.url}/metrics")).text()
     assert 'xwm_connections_closed_total{reason="header_timeout"} 20.0' in text
