@@ -403,19 +403,22 @@ def scripted_app(reply: Reply, seen: list[dict[str, Any]]) -> Any:
     return app
 
 
-async def wait_queue_depth(http: aiohttp.ClientSession, base_url: str, depth: int) -> None:
+async def wait_queue_depth(
+    http: aiohttp.ClientSession, base_url: str, depth: int, metric: str = "xwm_queue_depth"
+) -> None:
     """Wait until ``depth`` turns wait in thread queues (read from ``/metrics``), so the
-    next submission's FIFO position is known regardless of scheduling."""
+    next submission's FIFO position is known regardless of scheduling. ``metric``: another
+    gauge to wait for (``xwm_threads_alive``: a thread's first turn has arrived)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 10
     while True:
         async with http.get(f"{base_url}/metrics") as resp:
             text = await resp.text()
-        line = next(x for x in text.splitlines() if x.startswith("xwm_queue_depth "))
+        line = next(x for x in text.splitlines() if x.startswith(f"{metric} "))
         if float(line.split()[1]) >= depth:
             return
         if loop.time() > deadline:
-            raise AssertionError(f"queue depth never reached {depth}")
+            raise AssertionError(f"{metric} never reached {depth}")
         await asyncio.sleep(0.02)
 
 

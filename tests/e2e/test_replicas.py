@@ -29,6 +29,7 @@ from tests.conftest import (
     rpc,
     session_params,
     updates,
+    wait_queue_depth,
     wait_until,
 )
 from tests.redis_server import RedisServer, redis_server
@@ -160,13 +161,17 @@ async def test_killing_a_replica_mid_queue_loses_no_queued_turn(
     await wait_until(lambda: "k1" in fake_upstream.state.active, within=10)
     running = (await rpc(http, b.rpc_url, "session.replay", {"sessionId": "k1"}))["result"]
     assert running["lastTurnStatus"] == "running"
-    queued = [
-        asyncio.get_running_loop().create_task(
-            rpc(http, b.rpc_url, "session.message", session_params("k1", f"queued {i}"), rid=i)
+    queued = []
+    for i in range(3):  # each one in place before the next, so their order is known
+        queued.append(
+            asyncio.get_running_loop().create_task(
+                rpc(http, b.rpc_url, "session.message", session_params("k1", f"queued {i}"), rid=i)
+            )
         )
-        for i in range(3)
-    ]
-    await asyncio.sleep(0.5)
+        if i == 0:
+            await wait_queue_depth(http, b.url, 1, "xwm_threads_alive")
+        else:
+            await wait_queue_depth(http, b.url, i)
     assert not any(t.done() for t in queued)  # they wait for replica a's turn
     killed = time.monotonic()
     await a.stop(signal.SIGKILL)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.conftest import wait_until
 from xwm_bridge.providers.http1 import Http1Error, Http1Pool, Target
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
@@ -349,3 +350,137 @@ def test_header_values_with_line_breaks_are_refused() -> None:
         t.head({"Authorization": "Bearer x\r\nX-Evil: 1"})
     with pytest.raises(ValueError):
         Target.parse("ftp://example.test/")
+
+
+def _sse_head(w: asyncio.StreamWriter) -> None:
+    w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+    w.write(b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+async def test_release_before_the_end_pools_the_connection_when_the_end_arrives(
+    serve: Callable[[Script], Awaitable[Server]],
+) -> None:
+    # an SSE reader stops at the response event; the chunked terminator comes in a
+    # later write: the connection is still reused once it has arrived
+    gate = asyncio.Event()
+
+    async def late_end(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        await s.read_request(r)
+        _sse_head(w)
+        w.write(b"9\r\ndata: 1\n\n\r\n")
+        await w.drain()
+        await gate.wait()
+        w.write(b"0\r\n\r\n")
+        await w.drain()
+        await s.read_request(r)
+        w.write(ok(b"again"))
+        await w.drain()
+
+    srv = await serve(late_end)
+    pool = Http1Pool()
+    t, head = target(srv)
+    resp = await pool.post(t, head, b"{}", connect_timeout=2, read_timeout=5)
+    stream = resp.stream()
+    assert await anext(stream) == b"data: 1\n\n"
+    await stream.aclose()
+    resp.release()
+    assert pool.idle_count() == 0  # not yet: the body has not ended
+    gate.set()
+    await wait_until(lambda: pool.idle_count() == 1)
+    assert await post(pool, srv, b"{}") == b"again"
+    assert srv.connections == 1
+    await pool.close()
+
+
+async def test_release_of_an_answer_that_never_ends_closes_it_after_the_drain_deadline(
+    serve: Callable[[Script], Awaitable[Server]],
+) -> None:
+    async def endless(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        await s.read_request(r)
+        _sse_head(w)
+        w.write(b"9\r\ndata: 1\n\n\r\n")
+        await w.drain()
+        await r.read()  # until the client leaves
+
+    srv = await serve(endless)
+    pool = Http1Pool(drain_timeout=0.05)
+    t, head = target(srv)
+    resp = await pool.post(t, head, b"{}", connect_timeout=2, read_timeout=5)
+    async for _chunk in resp.stream():
+        break
+    resp.release()
+    async with asyncio.timeout(5):
+        await srv.disconnected.wait()  # closed by the drain deadline, never pooled
+    assert pool.idle_count() == 0
+    await pool.close()
+
+
+async def test_release_discards_at_most_the_drain_cap(
+    serve: Callable[[Script], Awaitable[Server]],
+) -> None:
+    async def flood(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        await s.read_request(r)
+        _sse_head(w)
+        w.write(b"9\r\ndata: 1\n\n\r\n")
+        await w.drain()
+        part = b"x" * 4096
+        with contextlib.suppress(ConnectionError):
+            for _ in range(64):
+                w.write(b"%x\r\n%s\r\n" % (len(part), part))
+                await w.drain()
+        await r.read()
+
+    srv = await serve(flood)
+    pool = Http1Pool(drain_timeout=30, drain_cap=16 * 1024)
+    t, head = target(srv)
+    resp = await pool.post(t, head, b"{}", connect_timeout=2, read_timeout=5)
+    async for _chunk in resp.stream():
+        break
+    resp.release()
+    async with asyncio.timeout(5):
+        await srv.disconnected.wait()  # too much left to read: closed, not drained
+    assert pool.idle_count() == 0
+    await pool.close()
+
+
+async def test_streamed_upstream_turns_reuse_one_connection(
+    serve: Callable[[Script], Awaitable[Server]],
+) -> None:
+    # like aiohttp's StreamResponse: the response event, then write_eof's terminator
+    # in a separate write, after the client may already have read the response
+    from xwm_bridge.config import ProviderConfig
+    from xwm_bridge.endpoint import derive_endpoint
+    from xwm_bridge.providers.upstream import UpstreamClient
+
+    async def sse_turns(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        while True:
+            await s.read_request(r)
+            _sse_head(w)
+            for data in (
+                b'data: {"jsonrpc":"2.0","method":"session.update","params":{"delta":"hi"}}\n\n',
+                b'data: {"jsonrpc":"2.0","id":"req-1","result":{"success":true}}\n\n',
+            ):
+                w.write(b"%x\r\n%s\r\n" % (len(data), data))
+                await w.drain()
+                await asyncio.sleep(0.005)
+            w.write(b"0\r\n\r\n")
+            await w.drain()
+
+    srv = await serve(sse_turns)
+    pool = Http1Pool()
+    client = UpstreamClient(pool)
+    provider = ProviderConfig(id="p", endpoint=f"http://127.0.0.1:{srv.port}/acp/rpc")
+    endpoint = derive_endpoint(provider.endpoint)
+    notes: list[dict[str, object]] = []
+
+    async def on_note(message: dict[str, object]) -> None:
+        notes.append(message)
+
+    for _ in range(3):
+        reply = await client.call(provider, endpoint, "", "session.message", {}, on_note)
+        assert reply["result"] == {"success": True}
+        # the terminator follows the response event: pooled once it has arrived
+        await wait_until(lambda: pool.idle_count() == 1)
+    assert len(notes) == 3
+    assert srv.connections == 1  # each turn's connection went back to the pool
+    await pool.close()

@@ -15,6 +15,11 @@ A cancelled call closes its connection, so the upstream sees the client leave.
 A pooled connection the server closed while idle is detected before use; a
 reused connection that ends before any response byte is retried once on a
 fresh one (the request never reached a live server).
+
+A reader may stop before the body's end (an SSE answer whose last event was
+read before the chunked terminator arrived): :meth:`Response.release` pools the
+connection as soon as the rest (at most ``drain_cap`` bytes, discarded) has
+arrived, within ``drain_timeout``, without a task: the parser's callbacks do it.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -36,6 +41,9 @@ HIGH_WATER = 1024 * 1024
 IDLE_TIMEOUT = 30.0
 MAX_IDLE_PER_ORIGIN = 128
 MAX_CONNECTIONS = 512
+#: how long, and how many bytes, a released answer's rest may take to arrive
+DRAIN_TIMEOUT = 1.0
+DRAIN_CAP = 64 * 1024
 
 
 class Http1Error(Exception):
@@ -97,6 +105,10 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
+        #: while the rest of a released answer is discarded: called once it has ended
+        self._on_drained: Callable[[], None] | None = None
+        self._drain_left = 0
+        self._drain_timer: asyncio.TimerHandle | None = None
         self._reset_exchange()
 
     def _reset_exchange(self) -> None:
@@ -150,6 +162,11 @@ class _Connection(asyncio.Protocol):
         self.head_done = True
 
     def on_body(self, body: bytes) -> None:
+        if self._on_drained is not None:
+            self._drain_left -= len(body)
+            if self._drain_left < 0:
+                self.abort()  # too much left: not worth keeping
+            return
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > HIGH_WATER and not self._paused and self.transport is not None:
@@ -159,6 +176,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         self.keep_alive = self._parser.should_keep_alive()
         self.complete = True
+        self._end_drain()
 
     # --- the exchange ---------------------------------------------------------------------
 
@@ -175,6 +193,7 @@ class _Connection(asyncio.Protocol):
             detail = f": {exc}" if exc else ""
             self._error = Http1Error(f"connection closed by the upstream{detail}", "transport")
         self._wake()
+        self._end_drain()
 
     def _reads_to_eof(self) -> bool:
         """An answer with neither Content-Length nor chunked encoding lasts until EOF."""
@@ -243,6 +262,31 @@ class _Connection(asyncio.Protocol):
         transport, self.transport = self.transport, None
         if transport is not None:
             transport.abort()
+        self._end_drain()
+
+    def drain(self, cap: int, timeout: float, done: Callable[[], None]) -> None:
+        """Discard the rest of this answer; ``done()`` once it has ended, the connection
+        has closed, or (then closed) more than ``cap`` bytes or ``timeout`` seconds passed."""
+        self._drain_left = cap - self.buffered
+        self.chunks.clear()
+        self.buffered = 0
+        self._on_drained = done
+        if self._drain_left < 0 or self.closed:
+            self.abort()
+            return
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        self._drain_timer = self._loop.call_later(timeout, self.abort)
+
+    def _end_drain(self) -> None:
+        done, self._on_drained = self._on_drained, None
+        if done is None:
+            return
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+        done()
 
 
 class Response:
@@ -297,17 +341,22 @@ class Response:
                 return parts[0] if len(parts) == 1 else b"".join(parts)
             await self._wait()
 
-    async def stream(self) -> AsyncIterator[bytes]:
-        """Body chunks as they arrive, until the message is complete."""
+    async def chunk(self) -> bytes:
+        """The body bytes that arrived since the last call (waiting for some), or
+        ``b""`` once the message is complete."""
         conn = self._conn
         while True:
             if conn.chunks:
-                yield conn.take()
-                continue  # more may have arrived while the consumer ran
+                return conn.take()
             if conn.complete:
                 self._finish()
-                return
+                return b""
             await self._wait()
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """Body chunks as they arrive, until the message is complete."""
+        while chunk := await self.chunk():
+            yield chunk
 
     async def _wait(self) -> None:
         try:
@@ -328,6 +377,17 @@ class Response:
             self._conn.abort()
             self._pool.release(self._origin, self._conn)
 
+    def release(self) -> None:
+        """Done reading, maybe before the end: the connection is pooled now if the
+        answer is complete, else once its rest has arrived (see the module doc)."""
+        if self._done:
+            return
+        if self._conn.complete:
+            self._finish()
+            return
+        self._done = True
+        self._pool.drain(self._origin, self._conn)
+
 
 class Http1Pool:
     """Keep-alive connections per origin (scheme, host, port)."""
@@ -338,6 +398,8 @@ class Http1Pool:
         idle_timeout: float = IDLE_TIMEOUT,
         max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN,
         max_connections: int = MAX_CONNECTIONS,
+        drain_timeout: float = DRAIN_TIMEOUT,
+        drain_cap: int = DRAIN_CAP,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         #: exchanges in flight (each holds one connection); more wait for a slot
@@ -345,6 +407,9 @@ class Http1Pool:
         self._idle: dict[tuple[bool, str, int], deque[_Connection]] = {}
         self._idle_timeout = idle_timeout
         self._max_idle = max_idle_per_origin
+        self._drain_timeout = drain_timeout
+        self._drain_cap = drain_cap
+        self._draining: set[_Connection] = set()
         self._ssl = ssl_context
         self._closed = False
 
@@ -381,6 +446,16 @@ class Http1Pool:
         conn.reused = True
         conn.idle_since = time.monotonic()
         queue.append(conn)
+
+    def drain(self, origin: tuple[bool, str, int], conn: _Connection) -> None:
+        """Keep ``conn``'s slot until its answer's rest is discarded, then release it."""
+        self._draining.add(conn)
+
+        def drained() -> None:
+            self._draining.discard(conn)
+            self.release(origin, conn)
+
+        conn.drain(self._drain_cap, self._drain_timeout, drained)
 
     async def _connect(self, target: Target, connect_timeout: float) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -459,6 +534,8 @@ class Http1Pool:
 
     async def close(self) -> None:
         self._closed = True
+        for conn in list(self._draining):
+            conn.abort()
         for queue in self._idle.values():
             while queue:
                 queue.pop().abort()

@@ -123,11 +123,16 @@ class UpstreamClient:
             )
             try:
                 if resp.content_type == "text/event-stream":
-                    return await self._read_sse(resp, call, on_notification)
-                body = await resp.read(MAX_UPSTREAM_RESPONSE)
-                return call.body(body, resp.status).envelope
-            finally:
+                    envelope = await self._read_sse(resp, call, on_notification)
+                else:
+                    body = await resp.read(MAX_UPSTREAM_RESPONSE)
+                    envelope = call.body(body, resp.status).envelope
+            except BaseException:
                 resp.close()  # no-op once the answer was read whole
+                raise
+            # an SSE answer may end a moment after its response event: pooled then
+            resp.release()
+            return envelope
         except Http1Error as exc:
             if exc.kind == "protocol" and "too large" in str(exc):
                 raise UpstreamError("upstream response too large") from None
@@ -142,7 +147,7 @@ class UpstreamClient:
     async def _read_sse(
         resp: Response, call: UpstreamCall, on_notification: OnNotification
     ) -> dict[str, Any]:
-        async for chunk in resp.stream():
+        while chunk := await resp.chunk():
             for event in call.sse(chunk, max_line=MAX_UPSTREAM_RESPONSE):
                 if isinstance(event, Notification):
                     await on_notification(event.message)
