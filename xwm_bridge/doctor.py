@@ -82,7 +82,7 @@ async def check_provider(
         total_timeout=CHECK_TIMEOUT,
     )
 
-    async def ignore(_: dict[str, Any]) -> None:
+    async def ignore(_: list[dict[str, Any]]) -> None:
         return None
 
     try:

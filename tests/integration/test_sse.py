@@ -266,3 +266,46 @@ async def test_plain_mode_drops_notifications(
     assert set(reply) == {"jsonrpc", "id", "result"}
     assert reply["result"]["output"] == "echo: quiet"
     assert b"session.update" not in raw
+
+
+async def test_frames_that_arrive_together_leave_together(
+    start_bridge: StartBridge, serve_app: Any, http: aiohttp.ClientSession
+) -> None:
+    # five upstream notifications in one read are relayed in one HTTP chunk (one write),
+    # in order and intact; the bridge's own "started" update goes out before them
+    from aiohttp import web
+
+    from tests.conftest import scripted_app
+
+    def reply(body: dict[str, Any]) -> web.Response:
+        notes = [
+            {
+                "jsonrpc": "2.0",
+                "method": "session.update",
+                "params": {"type": "delta", "delta": f"d{i}"},
+            }
+            for i in range(5)
+        ]
+        result = {"jsonrpc": "2.0", "id": body["id"], "result": {"success": True, "output": "ok"}}
+        raw = b"".join(b"data: " + orjson.dumps(m) + b"\n\n" for m in [*notes, result])
+        return web.Response(body=raw, content_type="text/event-stream")
+
+    base = await serve_app(scripted_app(reply, []))
+    bridge = await start_bridge(env=provider_env(base))
+    body = request("session.message", session_params("burst", "hello"))
+    chunks: list[bytes] = []
+    async with http.post(bridge.rpc_url, data=orjson.dumps(body), headers=SSE_HEADERS) as resp:
+        pending = b""
+        async for data, end_of_chunk in resp.content.iter_chunks():
+            pending += data
+            if end_of_chunk:
+                chunks.append(pending)
+                pending = b""
+    events = [split_events(c) for c in chunks]
+    deltas = [
+        [e["params"]["delta"] for e in group if e.get("params", {}).get("type") == "delta"]
+        for group in events
+    ]
+    assert ["d0", "d1", "d2", "d3", "d4"] in deltas, deltas  # all five in one chunk
+    assert events[0][0]["params"]["event"] == "started"
+    assert events[-1][-1]["result"]["success"] is True

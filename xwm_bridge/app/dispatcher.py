@@ -49,6 +49,14 @@ class Dispatcher:
                 counter[0] += 1
                 await inner(message)
 
+            many = call.notify_many
+            counted_many = None
+            if many is not None:
+
+                async def counted_many(messages: list[dict[str, Any]]) -> None:
+                    counter[0] += len(messages)
+                    await many(messages)
+
             call = CallContext(
                 counted,
                 call.transport,
@@ -57,6 +65,7 @@ class Dispatcher:
                 call.connection,
                 call.peer,
                 call.client,
+                counted_many,
             )
         outcome, code = "ok", 0
         value: dict[str, Any] = {}

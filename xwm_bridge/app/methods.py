@@ -128,7 +128,13 @@ class BridgeMethods:
 
         def job() -> Awaitable[dict[str, Any]]:
             return runner.run(
-                method, sp, call.notify, call.principal, request_id=request_id, client=call.client
+                method,
+                sp,
+                call.notify,
+                call.principal,
+                request_id=request_id,
+                client=call.client,
+                notify_many=call.notify_many,
             )
 
         try:

@@ -18,6 +18,8 @@ from xwm_bridge.tasks import Supervisor
 #: Deliver one JSON-RPC notification to the client; ``None`` when the transport
 #: cannot carry notifications (plain-JSON HTTP).
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
+#: Deliver several notifications, in order, in one write where the transport can (SSE).
+NotifyMany = Callable[[list[dict[str, Any]]], Awaitable[None]]
 #: Keep one sent notification in the session's ledger (``relayed``: an upstream frame).
 Ledger = Callable[[dict[str, Any], bool], None]
 
@@ -61,6 +63,8 @@ class CallContext:
     peer: str = ""
     #: requests of the turn's agent that the calling client serves (ACP front door).
     client: ClientRequests | None = None
+    #: the batch form of ``notify``, when the transport has a cheaper one.
+    notify_many: NotifyMany | None = None
 
 
 #: One JSON-RPC method: ``(params, call, method name) -> result``; raises ``RpcError``.
@@ -80,6 +84,8 @@ class TurnContext:
     watched: bool = False
     #: agent requests the calling client serves (see :class:`ClientRequests`).
     client: ClientRequests | None = None
+    #: the batch form of ``notify`` (see :class:`CallContext`).
+    notify_many: NotifyMany | None = None
 
     @property
     def session_id(self) -> str:
@@ -100,6 +106,18 @@ class TurnContext:
             self.ledger(message, True)
         if self.notify is not None:
             await self.notify(message)
+
+    async def relay_many(self, messages: list[dict[str, Any]]) -> None:
+        """:meth:`relay` for the frames that arrived together (one upstream read):
+        one client write where the transport batches."""
+        if self.ledger is not None:
+            for message in messages:
+                self.ledger(message, True)
+        if self.notify_many is not None:
+            await self.notify_many(messages)
+        elif self.notify is not None:
+            for message in messages:
+                await self.notify(message)
 
     async def emit(self, payload: dict[str, Any]) -> None:
         """Send a bridge ``session.update`` stamped with the base fields and next seq."""

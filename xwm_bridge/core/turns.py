@@ -6,7 +6,13 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from xwm_bridge.core.context import STARTED_UPDATE, ClientRequests, Notify, TurnContext
+from xwm_bridge.core.context import (
+    STARTED_UPDATE,
+    ClientRequests,
+    Notify,
+    NotifyMany,
+    TurnContext,
+)
 from xwm_bridge.core.executors import Executor
 from xwm_bridge.core.journal import TurnJournal
 from xwm_bridge.core.modes import Mode
@@ -91,6 +97,7 @@ class TurnRunner:
         *,
         request_id: str = "",
         client: ClientRequests | None = None,
+        notify_many: NotifyMany | None = None,
     ) -> dict[str, Any]:
         """Run one turn at the head of its thread queue (in the thread's worker task)."""
         # the worker serves many requests in turn: label its log lines with this one
@@ -129,7 +136,9 @@ class TurnRunner:
             registry.record(session, turn_id, message, relayed)
 
         watched = journal is not None and registry.events is not None and registry.watched()
-        ctx = TurnContext(turn, session, turn_id, notify, self._supervisor, ledger, watched, client)
+        ctx = TurnContext(
+            turn, session, turn_id, notify, self._supervisor, ledger, watched, client, notify_many
+        )
         executor = self._executors[turn.mode]
         handle = TurnHandle(sp.session_id, turn_id)
         self._sessions.turn_started(handle)

@@ -77,9 +77,10 @@ class SingleAgentExecutor:
             return self.failure(ctx, NOT_ADVERTISED)
         collector = Collector()
 
-        async def on_notification(frame: dict[str, Any]) -> None:
-            collector.observe(frame)
-            await ctx.relay(frame)
+        async def on_notifications(frames: list[dict[str, Any]]) -> None:
+            for frame in frames:
+                collector.observe(frame)
+            await ctx.relay_many(frames)
 
         endpoint, authorization = self._targets[provider_id]
         if isinstance(endpoint, str):  # the provider's URL is unusable
@@ -107,7 +108,7 @@ class SingleAgentExecutor:
                 authorization,
                 ctx.turn.method,
                 ctx.params,  # already stripped of the §4.2 keys (core/turn.py)
-                on_notification,
+                on_notifications,
                 # ask for SSE only when someone can receive the notifications
                 stream=provider.stream and (ctx.notify is not None or ctx.watched),
             )

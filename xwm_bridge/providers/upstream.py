@@ -22,6 +22,7 @@ from xwm_bridge.config import ProviderConfig
 from xwm_bridge.endpoint import Endpoint
 from xwm_bridge.providers.http1 import Http1Error, Http1Pool, Response, Target
 from xwm_bridge.providers.upstream_call import (
+    Event,
     Notification,
     UpstreamCall,
     UpstreamProtocolError,
@@ -29,7 +30,8 @@ from xwm_bridge.providers.upstream_call import (
 
 __all__ = ["MAX_UPSTREAM_RESPONSE", "UpstreamClient", "UpstreamError"]
 
-OnNotification = Callable[[dict[str, Any]], Awaitable[None]]
+#: called with the notifications that arrived together (one read, one WebSocket message)
+OnNotifications = Callable[[list[dict[str, Any]]], Awaitable[None]]
 MAX_UPSTREAM_RESPONSE = 64 * 1024 * 1024
 _JSON = "application/json"
 _JSON_OR_SSE = "application/json, text/event-stream"
@@ -74,7 +76,7 @@ class UpstreamClient:
         authorization: str,
         method: str,
         params: Mapping[str, Any],
-        on_notification: OnNotification,
+        on_notifications: OnNotifications,
         *,
         stream: bool = True,
     ) -> dict[str, Any]:
@@ -87,10 +89,10 @@ class UpstreamClient:
             async with asyncio.timeout(provider.total_timeout):
                 if endpoint.transport == "ws":
                     return await self._call_ws(
-                        provider, endpoint.ws_url, authorization, call, on_notification
+                        provider, endpoint.ws_url, authorization, call, on_notifications
                     )
                 return await self._call_http(
-                    provider, endpoint.http_url, authorization, call, on_notification, stream
+                    provider, endpoint.http_url, authorization, call, on_notifications, stream
                 )
         except TimeoutError:
             raise UpstreamError(
@@ -106,7 +108,7 @@ class UpstreamClient:
         url: str,
         authorization: str,
         call: UpstreamCall,
-        on_notification: OnNotification,
+        on_notifications: OnNotifications,
         stream: bool,
     ) -> dict[str, Any]:
         try:
@@ -123,7 +125,7 @@ class UpstreamClient:
             )
             try:
                 if resp.content_type == "text/event-stream":
-                    envelope = await self._read_sse(resp, call, on_notification)
+                    envelope = await self._read_sse(resp, call, on_notifications)
                 else:
                     body = await resp.read(MAX_UPSTREAM_RESPONSE)
                     envelope = call.body(body, resp.status).envelope
@@ -145,18 +147,14 @@ class UpstreamClient:
 
     @staticmethod
     async def _read_sse(
-        resp: Response, call: UpstreamCall, on_notification: OnNotification
+        resp: Response, call: UpstreamCall, on_notifications: OnNotifications
     ) -> dict[str, Any]:
         while chunk := await resp.chunk():
-            for event in call.sse(chunk, max_line=MAX_UPSTREAM_RESPONSE):
-                if isinstance(event, Notification):
-                    await on_notification(event.message)
+            await _deliver(call.sse(chunk, max_line=MAX_UPSTREAM_RESPONSE), on_notifications)
             if call.response is not None:
                 return call.response
         # end of stream: a last event without its blank line still counts; no response raises
-        for event in call.sse(b"", max_line=MAX_UPSTREAM_RESPONSE):
-            if isinstance(event, Notification):
-                await on_notification(event.message)
+        await _deliver(call.sse(b"", max_line=MAX_UPSTREAM_RESPONSE), on_notifications)
         assert call.response is not None
         return call.response
 
@@ -166,7 +164,7 @@ class UpstreamClient:
         url: str,
         authorization: str,
         call: UpstreamCall,
-        on_notification: OnNotification,
+        on_notifications: OnNotifications,
     ) -> dict[str, Any]:
         headers = {"Authorization": authorization} if authorization else None
         try:
@@ -187,9 +185,7 @@ class UpstreamClient:
                             f"{url}: no message from upstream for {provider.read_timeout:g}s",
                             timed_out=True,
                         ) from None
-                    for event in call.message(raw):
-                        if isinstance(event, Notification):
-                            await on_notification(event.message)
+                    await _deliver(call.message(raw), on_notifications)
                     if call.response is not None:
                         return call.response
         except websockets.exceptions.WebSocketException as exc:
@@ -207,7 +203,7 @@ class UpstreamClient:
     ) -> None:
         """Tell the provider to cancel ``params['sessionId']``; best effort, bounded."""
 
-        async def noop(_: dict[str, Any]) -> None:
+        async def noop(_: list[dict[str, Any]]) -> None:
             return None
 
         limited = ProviderConfig(
@@ -222,6 +218,12 @@ class UpstreamClient:
             await self.call(
                 limited, endpoint, authorization, "session.cancel", params, noop, stream=False
             )
+
+
+async def _deliver(events: list[Event], on_notifications: OnNotifications) -> None:
+    notes = [event.message for event in events if isinstance(event, Notification)]
+    if notes:
+        await on_notifications(notes)
 
 
 def _describe(exc: BaseException) -> str:

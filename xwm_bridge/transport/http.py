@@ -252,10 +252,24 @@ class HttpTransport:
         return None
 
     def _call(
-        self, request: web.Request, notify: Any, transport: str, connection: Any = None
+        self,
+        request: web.Request,
+        notify: Any,
+        transport: str,
+        connection: Any = None,
+        *,
+        notify_many: Any = None,
     ) -> CallContext:
         principal, bearer = self.principals.of(request.headers.get("Authorization"))
-        return CallContext(notify, transport, principal, bearer, connection, peer_of(request))
+        return CallContext(
+            notify,
+            transport,
+            principal,
+            bearer,
+            connection,
+            peer_of(request),
+            notify_many=notify_many,
+        )
 
     async def rpc(self, request: web.Request) -> web.StreamResponse:
         cors = self._cors(request) if "Origin" in request.headers else {}
@@ -333,6 +347,11 @@ class HttpTransport:
             if data is not None:
                 await sender.send_bytes(encode_data(data))
 
+        async def notify_many(messages: list[dict[str, Any]]) -> None:
+            # the frames of one upstream read leave in one chunk: one write, not one each
+            dumps = jsonrpc.dumps
+            await sender.send_bytes(b"".join([encode_data(dumps(m)) for m in messages]))
+
         async def keepalive(interval: float) -> None:
             # a comment line after `interval` seconds of silence, so that proxies with
             # idle timeouts (60-100 s is common) do not cut a long, quiet turn
@@ -343,7 +362,7 @@ class HttpTransport:
                     continue
                 await sender.send_bytes(KEEPALIVE)
 
-        call = self._call(request, notify, "sse")
+        call = self._call(request, notify, "sse", notify_many=notify_many)
         interval = self.limits.sse_keepalive
         if interval > 0:
             async with asyncio.TaskGroup() as group:  # the keep-alive ends with the call
