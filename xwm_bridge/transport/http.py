@@ -348,9 +348,12 @@ class HttpTransport:
                 await sender.send_bytes(encode_data(data))
 
         async def notify_many(messages: list[dict[str, Any]]) -> None:
-            # the frames of one upstream read leave in one chunk: one write, not one each
-            dumps = jsonrpc.dumps
-            await sender.send_bytes(b"".join([encode_data(dumps(m)) for m in messages]))
+            # the frames of one upstream read leave in one chunk: one write, not one each;
+            # each through the wire encoder (secrets redacted, never raises)
+            encoded = [wire.encode(m) for m in messages]
+            data = b"".join([encode_data(e) for e in encoded if e is not None])
+            if data:
+                await sender.send_bytes(data)
 
         async def keepalive(interval: float) -> None:
             # a comment line after `interval` seconds of silence, so that proxies with
