@@ -204,4 +204,6 @@ async def start_in_process(args: tuple[str, ...], env: dict[str, str]) -> InProc
         CAPTURE.detach(logs)
         ENVIRON.leave()
         raise
+    assert server.runner is not None and server.runner.server is not None
+    transport.guard.install(server.runner.server)  # as serve does, before any connection
     return InProcessBridge(server, bridge, logs, on_stop=ENVIRON.leave)

@@ -24,6 +24,7 @@ from xwm_bridge.config import (
 )
 from xwm_bridge.observability.logging import flush_logs, setup_logging
 from xwm_bridge.store.base import StoreError
+from xwm_bridge.wire import WireEncoder
 
 log = logging.getLogger("xwm_bridge")
 
@@ -232,11 +233,7 @@ def serve(
         _fail(f"config error: {exc}", EXIT_CONFIG)
     cfg = loaded.config
     host, port = parse_listen(cfg.listen)
-    if (
-        not is_loopback_host(host)
-        and not (cfg.auth_token or cfg.client_tokens)
-        and not cfg.allow_unauthenticated
-    ):
+    if not is_loopback_host(host) and not cfg.authenticates and not cfg.allow_unauthenticated:
         _fail(
             f"refusing to listen on {cfg.listen} without ACP_AUTH_TOKEN: set a token, "
             "or pass --allow-unauthenticated if a proxy in front authenticates clients",
@@ -288,6 +285,8 @@ async def _serve(
         click.echo(f"xwm-bridge: {exc}", err=True)
         await bridge.close(0)
         return EXIT_CONFIG
+    assert runner.server is not None
+    transport.guard.install(runner.server)  # header deadline, per-address cap
     site = web.TCPSite(runner, host or None, port, reuse_address=True)
     try:
         await site.start()
@@ -369,6 +368,7 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
             stdout_writer(),
             max_message=cfg.limits.max_body_bytes,
             send_timeout=cfg.limits.notification_send_timeout,
+            wire=WireEncoder(cfg.credentials()),
         )
 
         async def finish(signals: Signals) -> None:
@@ -459,6 +459,7 @@ def doctor(config_file: str | None, as_json: bool, offline: bool) -> None:
     import orjson
 
     from xwm_bridge.doctor import masked_config, passed, render_text, run_checks
+    from xwm_bridge.observability.redact import Redactor
 
     try:
         loaded = load_config(config_file=config_file)
@@ -466,11 +467,12 @@ def doctor(config_file: str | None, as_json: bool, offline: bool) -> None:
         _fail(f"config error: {exc}", EXIT_CONFIG)
     checks = asyncio.run(run_checks(loaded, offline=offline))
     config = masked_config(loaded)
+    redactor = Redactor(loaded.config.secrets())  # a secret quoted in an error text, too
     if as_json:
         doc = {"config": config, "sources": dict(loaded.sources), "checks": checks}
-        click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        click.echo(redactor.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo(render_text(config, loaded.sources, checks))
+        click.echo(redactor.text(render_text(config, loaded.sources, checks)))
     sys.exit(0 if passed(checks) else 1)
 
 
@@ -506,6 +508,7 @@ async def _toolbridge(cfg: BridgeConfig) -> int:
             stdin_reader(),
             stdout_writer(),
             max_message=cfg.limits.max_body_bytes,
+            wire=WireEncoder(cfg.credentials()),
         )
         await _until_signal(server.serve())
     return 0

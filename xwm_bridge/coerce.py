@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _LEADING_INT = re.compile(r"^\s*[+-]?\d+")
@@ -48,9 +50,21 @@ def text(value: Any, default: str = "") -> str:
     elif isinstance(value, (int, float)):
         out = _number_text(value)
     else:
-        out = orjson.dumps(value).decode()
+        try:
+            out = orjson.dumps(value).decode()
+        except TypeError:  # nested deeper than orjson writes (input is capped far below)
+            return default
     out = out.strip()
     return out if out else default
+
+
+def path_text(value: Any, name: str) -> str:
+    """**text** for a filesystem path: a NUL character (which no path can hold, and
+    which the OS calls refuse with an exception) is ``-32602`` naming the param."""
+    out = text(value)
+    if "\0" in out:
+        raise RpcError(INVALID_PARAMS, f"{name} must not contain a NUL character")
+    return out
 
 
 def flag(value: Any, default: bool) -> bool:

@@ -16,14 +16,14 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 import yaml
 
 from xwm_bridge import coerce
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
-from xwm_bridge.netaddr import parse_listen
+from xwm_bridge.netaddr import endpoint_of, parse_listen
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
 DEFAULT_ALLOWED_ORIGINS = (
@@ -32,6 +32,9 @@ DEFAULT_ALLOWED_ORIGINS = (
     "http://127.0.0.1:*",
 )
 MIB = 1024 * 1024
+SECRET_MARK = "secret"
+#: a credential: masked by ``doctor``, redacted from every log line and client reply
+Secret = Annotated[str, SECRET_MARK]
 
 
 class ConfigError(Exception):
@@ -68,7 +71,7 @@ class ProviderConfig:
     enabled: bool = True
     #: ``Authorization`` value sent upstream; ``None`` = the shared default
     #: derived from INTERNAL_SERVICE_TOKEN / BRIDGE_AUTH_TOKEN; ``""`` = none.
-    auth_header: str | None = None
+    auth_header: Secret | None = None
     #: ask HTTP upstreams for SSE so their notifications stream through.
     stream: bool = True
     connect_timeout: float = 10.0
@@ -95,7 +98,7 @@ class ProviderConfig:
     #: stdio agents: the ``authMethods`` id to ``authenticate`` with when asked.
     auth_method: str = ""
     #: stdio agents: API key sent in ``authenticate`` ``_meta`` (secret).
-    auth_api_key: str = ""
+    auth_api_key: Secret = ""
     #: stdio agents: authenticate right after ``initialize``, not only on demand.
     auth_on_start: bool = False
     #: stdio agents: model when the turn names none (``configOptions`` / ``session/set_model``).
@@ -142,7 +145,14 @@ class Limits:
     #: a session with no turn for this long is forgotten.
     session_idle_ttl: float = 3600.0
     request_read_timeout: float = 30.0
-    keepalive_timeout: float = 120.0
+    #: a new connection must send its first complete request head within this (above
+    #: the 10 s browsers keep an unused preconnected socket).
+    header_read_timeout: float = 30.0
+    #: an idle keep-alive connection (and a later request head on it) is closed after
+    #: this; above the 60 s nginx keeps idle upstream connections.
+    keepalive_timeout: float = 75.0
+    #: open connections per client IP (0 = no cap); behind a proxy all share its IP.
+    max_connections_per_address: int = 256
     #: a client that cannot take a notification within this is dropped from the stream.
     notification_send_timeout: float = 30.0
     ws_heartbeat: float = 30.0
@@ -173,14 +183,14 @@ class MultiAgentConfig:
     #: server-side model endpoint used when the client sends no aiGatewayApiKey;
     #: the server key only ever goes to this URL, never to a client-chosen one.
     base_url: str = ""
-    api_key: str = ""
+    api_key: Secret = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ToolbridgeConfig:
     """``xwm-bridge toolbridge`` (MCP over stdio); env names as in config.md §2.3."""
 
-    llm_api_key: str = ""
+    llm_api_key: Secret = ""
     llm_base_url: str = "https://api.openai.com/v1"
     llm_model: str = "gpt-4o"
     chat_timeout: float = 120.0
@@ -191,7 +201,7 @@ class ToolbridgeConfig:
     claude_review_timeout: float = 600.0
     claude_output_max_bytes: int = 4 * MIB
     vault_url: str = ""
-    vault_token: str = ""
+    vault_token: Secret = ""
     vault_namespace: str = ""
     vault_timeout: float = 30.0
     #: ``mount/path`` prefixes vault_kv may touch; empty = any path.
@@ -207,11 +217,14 @@ class RouterConfig:
     #: the classifier endpoint used with ``llm_api_key`` (the server key never
     #: goes to a client-chosen URL).
     llm_base_url: str = "https://api.openai.com/v1"
-    llm_api_key: str = ""
+    llm_api_key: Secret = ""
     classifier_timeout: float = 10.0
     classifier_cache_ttl: float = 300.0
     classifier_cache_entries: int = 1024
     classifier_max_concurrency: int = 4
+    #: hosts (any port) or ``host:port`` a client's own ``aiGatewayBaseUrl`` may name for
+    #: the classifier; ``*`` = any. Empty = loopback plus the configured endpoints.
+    classifier_allowed_hosts: tuple[str, ...] = ()
     memory_enabled: bool = True
     #: directory holding ``self-improving/``; empty = ``$HOME``.
     memory_home: str = ""
@@ -312,7 +325,8 @@ class GatewayConfig:
     max_message_bytes: int = 16 * MIB
     #: send the caller's own bearer to a ``local`` gateway that got no token.
     forward_client_bearer: bool = False
-    #: hosts (or ``host:port``) a ``local`` runtime may dial; empty = any (as the original).
+    #: hosts (any port) or ``host:port`` a ``local`` runtime may dial; ``*`` = any.
+    #: Empty = loopback (any port) plus the endpoints configured in this file.
     allowed_hosts: tuple[str, ...] = ()
 
 
@@ -328,6 +342,13 @@ class StoreConfig:
     state_dir: str = ""
     #: notifications kept per session for ``session.replay``.
     ledger_max_entries: int = 512
+    #: encoded bytes of notifications kept per session (the newest that fit).
+    ledger_max_bytes: int = 8 * MIB
+    #: bytes of prompt history kept per session (oldest prompts go first; the
+    #: latest is always kept).
+    history_max_bytes: int = MIB
+    #: backend ``memory``: every session together; the oldest entries go first.
+    memory_max_bytes: int = 256 * MIB
     #: seconds a ledger entry is kept.
     ledger_max_age: float = 3600.0
     #: seconds an untouched session is kept in the store.
@@ -382,13 +403,17 @@ class AcpConfig:
 @dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN
-    auth_token: str = ""
-    #: further accepted client bearer tokens; each one is its own principal (gateway runtimes).
-    client_tokens: tuple[str, ...] = ()
+    auth_token: Secret = ""
+    #: further accepted client bearer tokens; each one is its own principal (gateway
+    #: runtimes, sessions).
+    client_tokens: tuple[Secret, ...] = ()
+    #: accepted bearer tokens that may also see and act on every principal's sessions
+    #: (the operator console).
+    admin_tokens: tuple[Secret, ...] = ()
     allow_unauthenticated: bool = False
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS
-    internal_service_token: str = ""
-    bridge_auth_token: str = ""
+    internal_service_token: Secret = ""
+    bridge_auth_token: Secret = ""
     multi_agent_enabled: bool = True
     multi_agent_model: str = "gpt-4o"
     routing_model: str = "gpt-4o"
@@ -397,7 +422,7 @@ class BridgeConfig:
     accounts_base_url: str = "https://accounts.svc.plus"
     openclaw_url: str = "wss://openclaw.svc.plus:443"
     #: token for the ``openclaw`` gateway; empty = bare INTERNAL_SERVICE_TOKEN/BRIDGE_AUTH_TOKEN.
-    openclaw_token: str = ""
+    openclaw_token: Secret = ""
     #: directories whose files may be read (artifacts); empty = none.
     allowed_roots: tuple[str, ...] = ()
     log_level: str = "info"
@@ -440,6 +465,21 @@ class BridgeConfig:
     def available_providers(self) -> tuple[ProviderConfig, ...]:
         return tuple(p for p in self.providers if p.available)
 
+    def configured_endpoints(self) -> tuple[str, ...]:
+        """``host:port`` of every URL in the config (providers, gateway, LLM bases…):
+        with loopback, where client-chosen destinations may go by default."""
+        urls = [
+            getattr(owner, name)
+            for owner, name, _ in _fields(self)
+            if isinstance(getattr(owner, name), str) and "://" in getattr(owner, name)
+        ]
+        return tuple(dict.fromkeys(e for e in map(endpoint_of, urls) if e))
+
+    @property
+    def authenticates(self) -> bool:
+        """Clients must present one of the configured tokens."""
+        return bool(self.auth_token or self.client_tokens or self.admin_tokens)
+
     def own_secrets(self) -> tuple[str, ...]:
         """The bridge's own credentials (never given to a local agent's environment)."""
         values = [
@@ -448,6 +488,7 @@ class BridgeConfig:
             self.bridge_auth_token,
             self.openclaw_token,
             *self.client_tokens,
+            *self.admin_tokens,
             self.router.llm_api_key,
             self.multi_agent.api_key,
             self.toolbridge.llm_api_key,
@@ -463,22 +504,89 @@ class BridgeConfig:
         return tuple(v for v in out if len(v) >= 4)
 
     def secrets(self) -> tuple[str, ...]:
-        """Every configured secret value, for log redaction."""
-        values = list(self.own_secrets())
-        # stdio agents' environment commonly carries API keys; MCP env/headers too
-        values += [item.split("=", 1)[1] for p in self.providers for item in p.env if "=" in item]
-        values += [p.auth_api_key for p in self.providers]
+        """Every configured secret value, for log redaction: :meth:`credentials`, and
+        also every other ``env`` / MCP header value from 4 characters (an agent's
+        environment often holds keys under any name)."""
+        values = list(self.credentials())
+        values += [v for k, v in self._named_values() if len(v) >= 4]
+        return _with_bare(values)
+
+    def credentials(self) -> tuple[str, ...]:
+        """The values that are credentials for sure, whatever their length: each
+        ``Secret``-typed field, the password of any URL, and ``env`` (providers, MCP
+        servers, ``agents.toolbridge_env``) and MCP header values whose name says
+        key, token, secret, password, credential, cookie or authorization. Masked in
+        every message to a client (wire.py) as in the logs; the wider :meth:`secrets`
+        would also mask plain values such as ``http`` in replies."""
+        values: list[str] = []
+        for owner, name, hint in _fields(self):
+            value = getattr(owner, name)
+            if _is_secret(hint):
+                values += list(value) if isinstance(value, tuple) else [value or ""]
+            elif isinstance(value, str) and "://" in value:
+                values.append(url_password(value))
+        values += [v for k, v in self._named_values() if _SECRET_NAME.search(k)]
+        return _with_bare(values)
+
+    def _named_values(self) -> list[tuple[str, str]]:
+        pairs = [item.partition("=")[::2] for p in self.providers for item in p.env]
+        pairs += [item.partition("=")[::2] for item in self.agents.toolbridge_env]
         for p in self.providers:
             for m in p.mcp_servers:
-                values += [item.split("=", 1)[1] for item in m.env if "=" in item]
-                values += [item.split(":", 1)[1].strip() for item in m.headers if ":" in item]
-        values += [item.split("=", 1)[1] for item in self.agents.toolbridge_env if "=" in item]
-        out: list[str] = []
-        for value in values:
-            out.append(value)
-            if " " in value:  # also the bare credential of "Bearer x"
-                out.append(value.split(" ", 1)[1].strip())
-        return tuple(v for v in out if len(v) >= 4)
+                pairs += [item.partition("=")[::2] for item in m.env]
+                pairs += [(k, v.strip()) for k, _, v in (h.partition(":") for h in m.headers)]
+        return [(k, v) for k, v in pairs if v]
+
+
+def _with_bare(values: list[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for value in values:
+        out.append(value)
+        if " " in value.strip():  # also the bare credential of "Bearer x"
+            out.append(value.strip().split(" ", 1)[1].strip())
+    return tuple(dict.fromkeys(v for v in out if v))
+
+
+#: a variable or header name that says its value is a credential
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|COOKIE|AUTHORIZATION", re.IGNORECASE
+)
+
+
+def url_password(value: str) -> str:
+    try:
+        return urlsplit(value.strip()).password or ""
+    except ValueError:
+        return ""
+
+
+def _is_secret(hint: Any) -> bool:
+    """``Secret``, ``Secret | None`` or ``tuple[Secret, ...]``."""
+    if get_origin(hint) is Annotated:
+        return SECRET_MARK in hint.__metadata__
+    return any(_is_secret(arg) for arg in get_args(hint) if arg is not Ellipsis)
+
+
+def _fields(obj: Any) -> list[tuple[Any, str, Any]]:
+    """(dataclass, field name, annotated type) of every field, nested sections and
+    providers included."""
+    out: list[tuple[Any, str, Any]] = []
+    hints = get_type_hints(type(obj), include_extras=True)
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out += _fields(value)
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            for item in value:
+                out += _fields(item)
+        else:
+            out.append((obj, f.name, hints[f.name]))
+    return out
+
+
+def secret_field(obj: Any, name: str) -> bool:
+    """Whether ``name`` of the config dataclass ``obj`` holds a credential."""
+    return _is_secret(get_type_hints(type(obj), include_extras=True)[name])
 
 
 # --- environment mapping (config.md §2.1) ------------------------------------------------
@@ -487,6 +595,7 @@ ENV_VARS: dict[str, str] = {
     "listen": "ACP_LISTEN_ADDR",
     "auth_token": "ACP_AUTH_TOKEN",
     "client_tokens": "XWM_CLIENT_TOKENS",
+    "admin_tokens": "XWM_ADMIN_TOKENS",
     "allowed_origins": "ACP_ALLOWED_ORIGINS",
     "internal_service_token": "INTERNAL_SERVICE_TOKEN",
     "bridge_auth_token": "BRIDGE_AUTH_TOKEN",
@@ -550,6 +659,7 @@ _LIST_SEPARATORS = {
     "allowed_origins": ",",
     "allowed_roots": ":",
     "client_tokens": ",",
+    "admin_tokens": ",",
     "agents.search_paths": ":",
 }
 _ENV_FLAGS = {
@@ -802,6 +912,10 @@ def _validate(config: BridgeConfig) -> None:
         parse_listen(config.listen)
     except ValueError as exc:
         raise ConfigError(f"listen: {exc}") from None
+    for key in ("client_tokens", "admin_tokens"):
+        for i, token in enumerate(getattr(config, key)):
+            if not token.strip():  # a blank token would switch authentication off
+                raise ConfigError(f"{key}[{i}]: must not be blank")
     if config.log_level.lower() not in LOG_LEVELS:
         raise ConfigError(f"log_level: must be one of {', '.join(LOG_LEVELS)}")
     if config.log_format not in LOG_FORMATS:
@@ -897,6 +1011,9 @@ def _validate(config: BridgeConfig) -> None:
         raise ConfigError(f"store.backend: must be one of {', '.join(STORE_BACKENDS)}")
     if config.store.ledger_max_entries <= 0 or config.store.replay_max_items <= 0:
         raise ConfigError("store: ledger_max_entries and replay_max_items must be greater than 0")
+    for name in ("ledger_max_bytes", "history_max_bytes", "memory_max_bytes"):
+        if getattr(config.store, name) <= 0:
+            raise ConfigError(f"store.{name}: must be greater than 0")
     if config.store.ledger_max_age <= 0 or config.store.retention <= 0:
         raise ConfigError("store: ledger_max_age and retention must be greater than 0")
     if config.store.redis_timeout <= 0 or config.store.lease_ttl < 1:

@@ -1,9 +1,12 @@
 """The effective configuration as operators see it (``doctor``, the console): every
 secret masked.
 
-Masked: fields named like secrets (tokens, API keys, ``auth_header``), every
-value of a stdio provider's ``env``, the password of the Redis URL, and — as a
-last line — any string that contains one of the config's secret values.
+Masked: every ``Secret``-typed field (tokens, API keys, ``auth_header``, the vault
+token, ``admin_tokens``…), the value of every ``env`` item (providers, MCP servers,
+``agents.toolbridge_env``) and MCP header, the userinfo
+of any URL (the Redis URL's or a provider URL's password), and — as a last line —
+any string that contains one of the config's secret values (a short secret is
+replaced inside the string).
 """
 
 from __future__ import annotations
@@ -12,60 +15,60 @@ import dataclasses
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from xwm_bridge.config import BridgeConfig
+from xwm_bridge.config import BridgeConfig, secret_field
+from xwm_bridge.observability.redact import Redactor
 
 MASK = "********"
-SECRET_KEYS = frozenset(
-    {
-        "auth_token",
-        "client_tokens",
-        "internal_service_token",
-        "bridge_auth_token",
-        "auth_header",
-        "auth_api_key",
-        "openclaw_token",
-        "llm_api_key",
-        "api_key",
-        "vault_token",
-    }
-)
+#: a secret this long or longer masks the whole string that contains it
+_WHOLE = 4
 
 
-def _mask_url_password(url: str) -> str:
-    parts = urlsplit(url)
-    if not parts.password:
+def mask_userinfo(url: str) -> str:
+    """``scheme://user:password@host`` → ``scheme://user:********@host``; a userinfo
+    without a password (a token as user name) → ``scheme://********@host``."""
+    if "://" not in url or "@" not in url:
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    if "@" not in parts.netloc:
+        return url
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, has_password, _ = userinfo.partition(":")
+    masked_info = f"{user}:{MASK}" if has_password else MASK
+    return urlunsplit(parts._replace(netloc=f"{masked_info}@{host}"))
 
 
 def masked(config: BridgeConfig) -> dict[str, Any]:
     secrets = [s for s in config.secrets() if s]
+    long = [s for s in secrets if len(s) >= _WHOLE]
+    redactor = Redactor(secrets)
 
     def scrub(text: str) -> str:
-        return MASK if any(s in text for s in secrets) else text
+        text = mask_userinfo(text)
+        return MASK if any(s in text for s in long) else redactor.text(text)
 
-    def walk(value: Any, name: str = "") -> Any:
+    def walk(value: Any) -> Any:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return {f.name: field(value, f.name) for f in dataclasses.fields(value)}
         if isinstance(value, tuple):
-            return [walk(v, name) for v in value]
+            return [walk(v) for v in value]
         if isinstance(value, str):
             return scrub(value)
         return value
 
     def field(owner: Any, name: str) -> Any:
         value = getattr(owner, name)
-        if name in SECRET_KEYS and value:
-            return [MASK for _ in value] if isinstance(value, tuple) else MASK
-        if name == "env" and isinstance(value, tuple):
+        if secret_field(owner, name):
+            if isinstance(value, tuple):
+                return [MASK if v else v for v in value]
+            return MASK if value else value
+        if name in ("env", "toolbridge_env") and isinstance(value, tuple):
             return [item.split("=", 1)[0] + "=" + MASK for item in value]
-        if name == "redis_url" and isinstance(value, str):
-            return scrub(_mask_url_password(value))
-        return walk(value, name)
+        if name == "headers" and isinstance(value, tuple):  # MCP servers: "Name: value"
+            return [item.split(":", 1)[0] + ": " + MASK for item in value]
+        return walk(value)
 
     out = walk(config)
     assert isinstance(out, dict)

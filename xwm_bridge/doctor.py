@@ -5,7 +5,12 @@ on PATH (providers/stdio/registry.py) — are started and must answer
 ``initialize`` within ``agents.probe_timeout``; the OpenClaw gateway (when
 configured) accepts a connection; the session store is usable. Known agents that
 were not found are listed with the reason (not a failure); components nobody
-configured are left out; ``--offline`` validates the config only."""
+configured are left out; ``--offline`` validates the config only.
+
+Masked as in config_view.py (every ``Secret``-typed field, URL userinfo, ``env``
+values); the whole output is then passed through the log redactor, so a secret
+quoted in a check's error text is masked too.
+"""
 
 from __future__ import annotations
 
@@ -167,11 +172,9 @@ async def run_checks(loaded: LoadedConfig, *, offline: bool = False) -> list[dic
     checks.append(
         {
             "check": "auth",
-            "ok": bool(cfg.auth_token or cfg.client_tokens)
-            or not exposed
-            or cfg.allow_unauthenticated,
+            "ok": cfg.authenticates or not exposed or cfg.allow_unauthenticated,
             "detail": "token set"
-            if cfg.auth_token or cfg.client_tokens
+            if cfg.authenticates
             else (
                 "no token: any bearer accepted"
                 + (" on a non-loopback address" if exposed else " (loopback)")

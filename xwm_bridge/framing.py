@@ -118,10 +118,11 @@ class StdioDecoder:
 
 
 def decode_frame(item: bytes | FramingError) -> jsonrpc.Request | dict[str, object]:
-    """A decoded request, or the ``-32700`` envelope (id null) to answer it with."""
+    """A decoded request, or the error envelope to answer it with (``-32700`` with id
+    null for bad framing or JSON; ``-32600``/``-32602`` for nesting past the cap)."""
     if isinstance(item, FramingError):
         return jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message)
     try:
         return jsonrpc.decode_request(item)
     except jsonrpc.DecodeError as exc:
-        return jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message)
+        return exc.envelope()

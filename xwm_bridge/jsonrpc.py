@@ -1,6 +1,11 @@
 """Sans-I/O JSON-RPC 2.0 envelopes as the bridge speaks them (contract.md §8).
 
 Decoding never raises anything but :class:`DecodeError`; encoders return bytes.
+
+Nesting is capped on input (:data:`MAX_DEPTH` levels for an ``id``, the
+``params`` and every peer's reply): orjson reads 1024 levels but writes only
+254, so a value the bridge accepted deeper than that could not be written back
+to a client, a log line or the session store.
 """
 
 from __future__ import annotations
@@ -20,16 +25,64 @@ UNAUTHORIZED: Final = -32001
 QUEUE_FULL: Final = -32004
 ORIGIN_NOT_ALLOWED: Final = -32003
 SHUTTING_DOWN: Final = -32005
+#: a session owned by another principal (the same code as an origin refusal)
+FORBIDDEN: Final = -32003
 
 MISSING_METHOD: Final = "missing method"
+#: deepest nesting accepted in an ``id``, the ``params`` or a peer's result (a scalar
+#: is 0 levels, ``[]`` one); far below the 254 levels orjson can write back.
+MAX_DEPTH: Final = 64
+ID_TOO_DEEP: Final = f"invalid request: id nested deeper than {MAX_DEPTH} levels"
+PARAMS_TOO_DEEP: Final = f"invalid params: nested deeper than {MAX_DEPTH} levels"
 
 
 class DecodeError(Exception):
-    """A frame that is not a valid request; ``message`` is the wire text."""
+    """A frame that is not a valid request; ``message`` is the wire text, ``code`` the
+    error code (``-32700`` unless the JSON was fine and the envelope was not) and
+    ``id`` the request id to answer with, when it could be read."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, code: int = PARSE_ERROR, rid: Any = None) -> None:
         super().__init__(message)
         self.message = message
+        self.code = code
+        self.id = rid
+
+    def envelope(self) -> dict[str, Any]:
+        return error(self.id, self.code, self.message)
+
+
+def nesting_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when ``value`` holds containers nested more than ``limit`` levels deep.
+
+    Iterative (no recursion limit to hit), and it only visits containers."""
+    if not isinstance(value, (dict, list)):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return False
+
+
+def may_nest(data: bytes | str, limit: int) -> bool:
+    """False when ``data`` cannot hold more than ``limit`` levels: it has at most
+    ``limit`` opening brackets (a C-speed count that spares most frames the walk)."""
+    if isinstance(data, str):
+        return data.count("[") + data.count("{") > limit
+    return data.count(b"[") + data.count(b"{") > limit
+
+
+def loads_bounded(data: bytes | str, limit: int = MAX_DEPTH) -> Any:
+    """``orjson.loads`` that also refuses nesting deeper than ``limit`` (a
+    :class:`ValueError` naming the limit; ``orjson.JSONDecodeError`` for bad JSON)."""
+    obj = orjson.loads(data)
+    if may_nest(data, limit) and nesting_exceeds(obj, limit):
+        raise ValueError(f"nested deeper than {limit} levels")
+    return obj
 
 
 class RpcError(Exception):
@@ -79,6 +132,11 @@ def decode_request(data: bytes | str) -> Request:
     elif not isinstance(params, dict):
         raise DecodeError(f"invalid json: params must be an object, got {_json_type(params)}")
     _, rid = _member(obj, "id")
+    if may_nest(data, MAX_DEPTH):
+        if nesting_exceeds(rid, MAX_DEPTH):
+            raise DecodeError(ID_TOO_DEEP, INVALID_REQUEST)
+        if nesting_exceeds(params, MAX_DEPTH):
+            raise DecodeError(PARAMS_TOO_DEEP, INVALID_PARAMS, rid)
     method_name = (method or "").strip()
     if not method_name:
         raise DecodeError(MISSING_METHOD)

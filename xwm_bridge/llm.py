@@ -14,6 +14,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from xwm_bridge.httpbody import BodyTooLarge, read_capped
+
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MAX_TOKENS = 4096
 #: an error body quoted in a message is cut to this many characters
@@ -81,12 +83,10 @@ async def complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
     try:
         async with asyncio.timeout(req.timeout):
             async with http.post(url, data=orjson.dumps(req.body()), headers=headers) as resp:
-                raw = bytearray()
-                async for chunk in resp.content.iter_chunked(64 * 1024):
-                    raw += chunk
-                    if len(raw) > MAX_RESPONSE_BYTES:
-                        raise LLMError(f"response larger than {MAX_RESPONSE_BYTES} bytes")
-                return parse_completion(resp.status, bytes(raw))
+                raw = await read_capped(resp, MAX_RESPONSE_BYTES)
+                return parse_completion(resp.status, raw)
+    except BodyTooLarge:
+        raise LLMError(f"response larger than {MAX_RESPONSE_BYTES} bytes") from None
     except TimeoutError:
         raise LLMError(f"llm request timed out after {req.timeout:g}s") from None
     except aiohttp.ClientError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from urllib.parse import urlsplit
 
 
 def parse_listen(addr: str) -> tuple[str, int]:
@@ -26,3 +27,58 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+ANY_HOST = "*"
+
+
+def _split_entry(entry: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare IPv6 → (host, port)."""
+    value = entry.strip().lower()
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+        return host, int(port) if port.isdigit() else None
+    if value.count(":") == 1:
+        host, _, port = value.partition(":")
+        if port.isdigit():
+            return host, int(port)
+    return value, None
+
+
+class HostPolicy:
+    """Which ``host:port`` a client may make the bridge dial (issue 16 item 10).
+
+    ``entries`` from config win when given (``host`` = any port, ``host:port``
+    exact, ``*`` = anything); without them, loopback on any port plus the
+    ``defaults`` (the endpoints the operator configured, ``host:port``). Names
+    are compared as written (case-insensitive), never resolved.
+    """
+
+    def __init__(self, entries: tuple[str, ...], defaults: tuple[str, ...] = ()) -> None:
+        self.configured = bool(entries)
+        rules = [_split_entry(e) for e in (entries or defaults) if e.strip()]
+        self.any = any(host == ANY_HOST for host, _ in rules)
+        self._rules = {(host, port) for host, port in rules}
+
+    def allows(self, host: str, port: int) -> bool:
+        name = host.strip().strip("[]").lower()
+        if self.any:
+            return True
+        if not self.configured and is_loopback_host(name):
+            return True
+        return (name, None) in self._rules or (name, port) in self._rules
+
+
+def endpoint_of(url: str) -> str:
+    """``host:port`` of a URL (default port of its scheme), ``""`` if it has no host."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return ""
+    host = parts.hostname or ""
+    if not host:
+        return ""
+    port = port or {"http": 80, "ws": 80, "https": 443, "wss": 443}.get(parts.scheme, 0)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

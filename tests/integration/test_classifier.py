@@ -160,3 +160,20 @@ async def test_unreachable_endpoint_is_no_answer(client: aiohttp.ClientSession) 
         await c.classify("x gateway", Endpoint(f"http://127.0.0.1:{closed_port()}/v1", "K")) == ""
     )
     assert await c.classify("x", None) == ""
+
+
+async def test_a_long_classifier_reply_is_read_to_its_end(
+    client: aiohttp.ClientSession, serve_app: ServeApp
+) -> None:
+    """issue 16 item 2: ``content.read(n)`` stopped at what was buffered (~100 KB)."""
+    from aiohttp import web
+
+    async def completions(request: web.Request) -> web.Response:
+        content = " " * 300_000 + "multi-agent"  # the label is at the very end
+        return web.json_response({"choices": [{"message": {"content": content}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    url = await serve_app(app)
+    label = await make(client).classify("task", Endpoint(f"{url}/v1", "KEY"))
+    assert label == "multi-agent"

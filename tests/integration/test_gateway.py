@@ -594,3 +594,73 @@ async def test_connect_over_websocket_emits_each_snapshot_once(
         assert len(logs) == len(set(logs)), logs
     finally:
         await client.close()
+
+
+# --- client-chosen destinations (issue 16 item 10) -------------------------------------------
+
+
+async def test_local_runtimes_dial_only_loopback_and_configured_hosts_by_default(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    params = {
+        "runtimeId": "far",
+        "gatewayProviderId": "local",
+        "endpoint": {"host": "198.51.100.7", "port": 22},
+    }
+    res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", params)
+    assert res["ok"] is False and res["error"]["code"] == "HOST_NOT_ALLOWED"
+    assert res["snapshot"] is None  # refused before any dial
+
+
+async def test_allowed_hosts_in_config_keep_working(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    config = gw_config(tmp_path, allowed_hosts=[f"127.0.0.1:{gateway.port}"])
+    bp = await start_bridge(config=config, tmp=tmp_path)
+    res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    assert res["ok"] is True
+    other = {**connect_params(gateway, "rt-2"), "endpoint": {"host": "127.0.0.1", "port": 1}}
+    res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", other)
+    assert res["error"]["code"] == "HOST_NOT_ALLOWED"  # the list is exact once it is set
+
+
+async def test_a_failed_dial_does_not_tell_open_ports_from_closed_ones(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, serve_app: Any, tmp_path: Path
+) -> None:
+    from aiohttp import web
+
+    from tests.conftest import closed_port
+
+    async def plain(request: web.Request) -> web.Response:
+        return web.Response(text="not a gateway")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", plain)
+    open_port = int((await serve_app(app)).rsplit(":", 1)[1])
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    client = await open_ws(http, bp.ws_url)
+    try:
+        answers = []
+        for i, port in enumerate((closed_port(), open_port)):
+            params = {
+                "runtimeId": f"probe-{i}",
+                "gatewayProviderId": "local",
+                "endpoint": {"host": "127.0.0.1", "port": port},
+            }
+            answers.append(await client.call("xworkmate.gateway.connect", params))
+        errors = [a["error"] for a in answers]
+        assert (
+            errors[0]
+            == errors[1]
+            == {
+                "message": "gateway connection failed",
+                "code": "SOCKET_FAILURE",
+            }
+        )
+        assert answers[0]["snapshot"]["lastError"] == answers[1]["snapshot"]["lastError"]
+        told = " ".join(client.logs()).lower()
+        for detail in ("errno", "refused", "connect call", "status", "http", "invalid"):
+            assert detail not in told, client.logs()
+    finally:
+        await client.close()

@@ -379,3 +379,64 @@ async def test_serve_notifies_systemd_ready_and_stopping(
         assert await asyncio.wait_for(bridge.proc.wait(), 30) == 0
     finally:
         server.close()
+
+
+SECRETS = {
+    "client_tokens": "cli-tok-AAA1",
+    "admin_tokens": "adm-tok-BBB2",
+    "openclaw_token": "oc-tok-CCC3",
+    "multi_agent.api_key": "ma-key-DDD4",
+    "router.llm_api_key": "rt-key-EEE5",
+    "toolbridge.llm_api_key": "tb-key-FFF6",
+    "toolbridge.vault_token": "vault-GGG7",
+    "redis password": "redis-pw-HHH8",
+    "provider URL password": "url-pw-III9",
+    "provider env": "env-val-JJJ0",
+    "short provider env": "k1",
+    "auth_header": "hdr-KKK1",
+}
+
+
+async def test_doctor_masks_every_secret(tmp_path: Path) -> None:
+    """issue 16 item 6: these were printed in clear."""
+    s = SECRETS
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"client_tokens: [{s['client_tokens']}]\n"
+        f"admin_tokens: [{s['admin_tokens']}]\n"
+        f"openclaw_token: {s['openclaw_token']}\n"
+        f"multi_agent: {{api_key: {s['multi_agent.api_key']}}}\n"
+        f"router: {{llm_api_key: {s['router.llm_api_key']}}}\n"
+        f"toolbridge: {{llm_api_key: {s['toolbridge.llm_api_key']}, "
+        f"vault_token: {s['toolbridge.vault_token']}}}\n"
+        f"store: {{redis_url: 'redis://:{s['redis password']}@127.0.0.1:{closed_port()}/0'}}\n"
+        "providers:\n"
+        f"  - {{id: remote, endpoint: 'http://user:{s['provider URL password']}@127.0.0.1:"
+        f"{closed_port()}/acp/rpc', auth_header: 'Bearer {s['auth_header']}'}}\n"
+        f"  - {{id: local, kind: stdio, command: [{sys.executable}, -V], "
+        f"env: [MY_API_KEY={s['provider env']}, OTHER_TOKEN={s['short provider env']}]}}\n"
+    )
+    for extra in ([], ["--json"]):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "xwm_bridge",
+            "doctor",
+            "--config",
+            str(config),
+            *extra,
+            env=base_env(),
+            cwd=str(ROOT),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        text = out.decode()
+        assert "effective configuration" in text or '"config"' in text, err.decode()
+        leaked = [name for name, value in s.items() if value in text]
+        assert not leaked, f"doctor {' '.join(extra)} printed: {leaked}"
+        assert "MY_API_KEY=********" in text
+        assert "user" not in text or "********@127.0.0.1" in text
+    doc = orjson.loads(out)
+    assert doc["config"]["client_tokens"] == ["********"]
+    assert doc["config"]["providers"][1]["env"] == ["MY_API_KEY=********", "OTHER_TOKEN=********"]

@@ -396,3 +396,44 @@ async def test_project_memory_defaults_to_allowed_roots(
         http, bridge.rpc_url, "xworkmate.routing.resolve", turn("q", "hi", str(outside))
     )
     assert not got["result"].get("memorySources")  # outside the roots: confined
+
+
+@pytest.mark.parametrize(
+    ("allowed", "reaches"),
+    [(None, True), (["127.0.0.1"], True), (["10.9.9.9"], False), (["*"], True)],
+    ids=["default-loopback", "listed", "not-listed", "any"],
+)
+async def test_a_client_classifier_url_must_be_an_allowed_host(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    serve_app: ServeApp,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    allowed: list[str] | None,
+    reaches: bool,
+) -> None:
+    """issue 16 item 10: a client key let the client make the daemon dial any URL."""
+    client_llm, client_state = await start_llm(serve_app)
+    router = {} if allowed is None else {"classifier_allowed_hosts": allowed}
+    cfg = write_config(tmp_path, **router)
+    bridge = await start_bridge("--config", str(cfg), env=bridge_env(tmp_path, fake_upstream.url))
+    params = turn("c1", "route gateway", aiGatewayBaseUrl=client_llm, aiGatewayApiKey="ck")
+    got = await rpc(http, bridge.rpc_url, "xworkmate.routing.resolve", params)
+    assert "result" in got
+    assert bool(client_state.requests) is reaches
+
+
+async def test_a_client_classifier_url_off_loopback_is_never_dialed(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    cfg = write_config(tmp_path, classifier_timeout=20)
+    bridge = await start_bridge("--config", str(cfg), env=bridge_env(tmp_path, fake_upstream.url))
+    far = "http://198.51.100.7:9/v1"  # TEST-NET-2: a dial would hang until the deadline
+    params = turn("c2", "route it", aiGatewayBaseUrl=far, aiGatewayApiKey="ck")
+    async with asyncio.timeout(5):
+        got = await rpc(http, bridge.rpc_url, "xworkmate.routing.resolve", params)
+    assert "result" in got
+    assert bridge.bridge.router.classifier.calls == 0

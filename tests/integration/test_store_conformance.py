@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_until
+from tests.nesting import nested
 from tests.redis_server import redis_server
 from xwm_bridge.store.base import (
     INTERRUPTED,
@@ -18,13 +21,13 @@ from xwm_bridge.store.base import (
     RESULT,
     RUNNING,
     LedgerEntry,
-    MemoryStore,
     SessionRecord,
     SessionStore,
     StoreLimits,
     emitted_pos,
     relayed_pos,
 )
+from xwm_bridge.store.memory import MemoryStore
 from xwm_bridge.store.records import SessionQuery
 from xwm_bridge.store.redis import RedisStore
 from xwm_bridge.store.sqlite import SQLiteStore
@@ -290,6 +293,173 @@ async def test_sqlite_writes_do_not_block_the_loop(tmp_path: Path) -> None:
         await store.close()
 
 
+# --- a hostile peer's record (issue 16 item 1) ---------------------------------------
+
+
+async def test_a_poisoned_record_is_dropped_and_later_writes_persist(make_store: Factory) -> None:
+    """A notification nested 300 levels (orjson writes at most 254) used to end the
+    SQLite writer thread: every later write was lost and every read waited 30 s."""
+    store = await make_store(StoreLimits())
+    store.save(SessionRecord("before", "t"))
+    store.append("poisoned", LedgerEntry(emitted_pos(1), "turn-1", {"deep": nested(300)}))
+    store.append("poisoned", LedgerEntry(emitted_pos(2), "turn-1", update("poisoned", 2)))
+    store.save(SessionRecord("after", "t", history=("later",), seq=3))
+    store.append("after", LedgerEntry(emitted_pos(3), "turn-1", update("after", 3)))
+
+    async with asyncio.timeout(5):  # not READ_TIMEOUT: the writer is still there
+        assert await store.load("before") is not None
+        after = await store.load("after")
+        assert after is not None and after.history == ("later",)
+        assert [m["params"]["seq"] for m in await messages(store, "after", 0, 10)] == [3]
+        # the one bad entry is gone, its neighbour stays
+        assert [m["params"]["seq"] for m in await messages(store, "poisoned", 0, 10)] == [2]
+        health = await store.health()
+    assert store.counters.bad_records == 1
+    assert health.ok and store.alive()
+    store.save(SessionRecord("much-later", "t"))
+    assert await store.load("much-later") is not None
+
+
+async def test_a_bad_record_in_a_batch_does_not_lose_the_batch(tmp_path: Path) -> None:
+    """SQLite refuses an integer past 2^63: only that write is dropped."""
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.start()
+    try:
+        for i in range(50):
+            store.save(SessionRecord(f"s{i}", "t", seq=2**70 if i == 25 else i))
+        loaded = [await store.load(f"s{i}") for i in range(50)]
+        assert [r is not None for r in loaded].count(False) == 1 and loaded[25] is None
+        assert store.counters.bad_records == 1
+    finally:
+        await store.close()
+
+
+async def test_sqlite_health_names_the_failed_check(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.start()
+    try:
+        health = await store.health()
+        assert (health.backend, health.check, health.ok) == ("sqlite", "writable", True)
+        await store._call(lambda db: db.execute("PRAGMA query_only = ON"))  # read-only now
+        broken = await store.health()
+        assert (broken.check, broken.ok) == ("writable", False)
+        assert "sessions.db" in broken.error
+        await store._call(lambda db: db.execute("PRAGMA query_only = OFF"))
+        assert (await store.health()).ok
+    finally:
+        await store.close()
+
+
+async def test_a_dead_store_thread_is_started_again(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.start()
+    try:
+        store._ops.put(("stop",))  # the thread ends as if it had crashed
+        assert store._thread is not None
+        await asyncio.to_thread(store._thread.join, 5)
+        assert not store.alive()
+        store.save(SessionRecord("queued-while-dead", "t"))
+        health = await store.health()  # finds it dead, restarts it, probes it
+        assert health.ok and store.alive() and store.counters.restarts == 1
+        assert await store.load("queued-while-dead") is not None
+    finally:
+        await store.close()
+
+
+async def test_redis_health_names_the_failed_check(tmp_path: Path) -> None:
+    async with redis_server(tmp_path) as server:
+        store = RedisStore(server.url, timeout=0.5)
+        await store.start()
+        try:
+            health = await store.health()
+            assert (health.backend, health.check, health.ok) == ("redis", "reachable", True)
+            server.proc.send_signal(signal.SIGSTOP)  # a Redis that does not answer
+            try:
+                broken = await store.health()
+            finally:
+                server.proc.send_signal(signal.SIGCONT)
+            assert (broken.check, broken.ok) == ("reachable", False)
+            assert f"127.0.0.1:{server.port}" in broken.error
+        finally:
+            await store.close()
+
+
+# --- bounds by bytes (issue 16 item 12) -----------------------------------------------
+
+
+async def test_ledger_is_bounded_by_bytes(make_store: Factory) -> None:
+    store = await make_store(StoreLimits(ledger_max_entries=512, ledger_max_bytes=64 * 1024))
+    store.save(SessionRecord("s1", "t1"))
+    big = "x" * 10_000
+    for seq in range(1, 41):  # 40 × ~10 KB: only the newest ~6 fit
+        message = update("s1", seq)
+        message["params"]["delta"] = big
+        store.append("s1", LedgerEntry(emitted_pos(seq), "turn-1", message))
+    kept = [m["params"]["seq"] for m in await messages(store, "s1", 0, 1000)]
+    assert 3 <= len(kept) <= 6 and kept == list(range(41 - len(kept), 41))
+    # a later small entry still fits, and the oldest big ones make room for it
+    store.append("s1", LedgerEntry(emitted_pos(41), "turn-1", update("s1", 41)))
+    again = [m["params"]["seq"] for m in await messages(store, "s1", 0, 1000)]
+    assert again[-1] == 41 and len(again) <= 7
+
+
+async def test_memory_store_has_a_global_cap() -> None:
+    store = MemoryStore(StoreLimits(memory_max_bytes=200_000, ledger_max_bytes=10**9))
+    big = {"d": "y" * 5_000}
+    for i in range(100):  # 100 sessions × 5 entries × 5 KB = 2.5 MB offered
+        store.save(SessionRecord(f"s{i}", "t", history=("p",)))
+        for seq in range(1, 6):
+            store.append(f"s{i}", LedgerEntry(emitted_pos(seq), "turn-1", big))
+    assert store.bytes_held <= 200_000
+    # the newest session is complete, the oldest ledgers went first
+    assert len(await store.replay("s99", 0, 100)) == 5
+    assert await store.replay("s0", 0, 100) == []
+    assert await store.load("s99") is not None
+    store.delete("s99")
+    assert store.bytes_held < 200_000
+
+
+async def test_the_owner_survives_in_the_store(make_store: Factory) -> None:
+    store = await make_store(StoreLimits())
+    store.save(SessionRecord("s1", "t1", owner="bearer:abc"))
+    loaded = await store.load("s1")
+    assert loaded is not None and loaded.owner == "bearer:abc"
+
+
+async def test_sqlite_files_from_before_owners_are_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "sessions.db"
+    old = sqlite3.connect(path)
+    old.executescript(  # layout 1 (issue 15): event ids, no owners
+        "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL,"
+        " provider TEXT NOT NULL, history BLOB NOT NULL, seq INTEGER NOT NULL,"
+        " last_turn_id TEXT NOT NULL, last_turn_status TEXT NOT NULL, upstream BLOB NOT NULL,"
+        " updated_at REAL NOT NULL, events INTEGER NOT NULL DEFAULT 0);"
+        "CREATE TABLE ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL,"
+        " pos INTEGER NOT NULL, turn_id TEXT NOT NULL, message BLOB NOT NULL, ts REAL NOT NULL,"
+        " event_id INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL DEFAULT 'notification');"
+        "INSERT INTO sessions VALUES ('old', 't', 'codex', '[]', 3, 'turn-1', 'completed', '[]',"
+        f" {time.time()}, 7);"
+        "PRAGMA user_version = 1;"
+    )
+    old.commit()
+    old.close()
+    store = SQLiteStore(path)
+    await store.start()
+    try:
+        loaded = await store.load("old")
+        assert loaded is not None and loaded.owner == "" and loaded.seq == 3
+        assert loaded.events == 7  # layout 1's data is kept as it was
+        version = await store._call(lambda db: db.execute("PRAGMA user_version").fetchone()[0])
+        assert version == 2
+        store.save(SessionRecord("new", "t", owner="bearer:x"))
+        new = await store.load("new")
+        assert new is not None and new.owner == "bearer:x"
+    finally:
+        await store.close()
+
+
 # --- operator views (issue 13): turns, pending permissions, the session list -------------
 
 
@@ -451,7 +621,7 @@ async def test_sqlite_opens_a_database_of_the_previous_layout(tmp_path: Path) ->
         store.append("old", LedgerEntry(emitted_pos(3), "turn-2", {"pos": 6}, event_id=6))
         assert [e.event_id for e in await store.replay("old", 0, 100, after_event=5)] == [6]
         version = await store._call(lambda db: db.execute("PRAGMA user_version").fetchone()[0])
-        assert version == 1
+        assert version == 2  # layout 0 → 1 (event ids) → 2 (owners, issue 16)
     finally:
         await store.close()
 
@@ -488,9 +658,9 @@ async def test_redis_numbers_ledgers_of_the_previous_layout(tmp_path: Path) -> N
 
 async def test_a_running_store_reports_its_health(make_store: Factory) -> None:
     store = await make_store(StoreLimits())
-    assert await store.health(2.0) == ""
+    assert (await store.health(2.0)).ok
     store.save(SessionRecord("s1", "t1"))
-    assert await store.health(2.0) == ""
+    assert (await store.health(2.0)).ok
 
 
 async def test_sqlite_health_after_close_and_second_opener_refused(tmp_path: Path) -> None:
@@ -509,10 +679,10 @@ async def test_sqlite_health_after_close_and_second_opener_refused(tmp_path: Pat
     assert str(path) in message and f"pid {os.getpid()}" in message
     assert "XWM_STATE_DIR" in message
     await first.close()
-    assert "not running" in await first.health(1.0)
+    assert "not running" in (await first.health(1.0)).error
     await second.start()  # the lock went with the first store
     try:
-        assert await second.health(1.0) == ""
+        assert (await second.health(1.0)).ok
     finally:
         await second.close()
 

@@ -222,3 +222,21 @@ def test_env_text() -> None:
     assert coerce.env_text(env, "B") == ""
     assert coerce.env_text(env, "C") == ""
     assert coerce.env_text(env, "MISSING") == ""
+
+
+def test_path_text_refuses_nul() -> None:
+    """issue 16 item 4: a NUL reached os calls and came back as -32603."""
+    import pytest
+
+    from xwm_bridge.jsonrpc import RpcError
+
+    assert coerce.path_text(" /tmp/x ", "workingDirectory") == "/tmp/x"
+    with pytest.raises(RpcError) as info:
+        coerce.path_text("/tmp/a\0b", "workingDirectory")
+    assert info.value.code == -32602 and "workingDirectory" in info.value.message
+
+
+def test_text_of_a_value_too_deep_to_encode_is_the_default() -> None:
+    from tests.nesting import nested
+
+    assert coerce.text(nested(300), "dflt") == "dflt"

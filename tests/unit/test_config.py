@@ -355,9 +355,32 @@ def test_secrets_contain_configured_tokens(tmp_path: Path) -> None:
     assert "" not in secrets
 
 
-def test_secrets_skip_empty_and_tiny_values() -> None:
+def test_secrets_skip_empty_values_but_keep_short_ones() -> None:
+    """issue 16 item 11: a configured secret is masked whatever its length."""
     assert load().config.secrets() == ()
-    assert load(env={"ACP_AUTH_TOKEN": "abc"}).config.secrets() == ()
+    assert load(env={"ACP_AUTH_TOKEN": "abc"}).config.secrets() == ("abc",)
+    assert load(env={"INTERNAL_SERVICE_TOKEN": "Bearer x"}).config.secrets() == ("Bearer x", "x")
+
+
+def test_secrets_come_from_every_secret_typed_field_and_url_passwords(tmp_path: Path) -> None:
+    yaml_text = (
+        "client_tokens: [c1, c2]\n"
+        "admin_tokens: [adm]\n"
+        "openclaw_token: oc\n"
+        "multi_agent: {api_key: ma}\n"
+        "router: {llm_api_key: rk}\n"
+        "toolbridge: {llm_api_key: tk, vault_token: vt}\n"
+        "store: {redis_url: 'redis://:rpass@h:6379/0'}\n"
+        "providers:\n"
+        "  - {id: a, endpoint: 'https://u:ppass@a.example/acp/rpc'}\n"
+        "  - {id: b, kind: stdio, command: [x],\n"
+        "     env: [OPENAI_API_KEY=k1, MODE=abc, LONG=abcdefghij]}\n"
+    )
+    secrets = set(load(tmp_path, yaml_text).config.secrets())
+    expected = {"c1", "c2", "adm", "oc", "ma", "rk", "tk", "vt", "rpass", "ppass", "k1"}
+    assert expected <= secrets
+    assert "abcdefghij" in secrets  # env values from 4 characters count as secrets
+    assert "abc" not in secrets  # a shorter value of a plain-named variable does not
 
 
 # --- interpolation --------------------------------------------------------------------
@@ -552,3 +575,36 @@ def test_empty_providers_list(tmp_path: Path) -> None:
 
 def test_zero_size_limit_rejected(tmp_path: Path) -> None:
     assert config_error(tmp_path, "limits:\n  max_body_bytes: 0\n").startswith("limits")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("client_tokens: ['']\n", "client_tokens[0]"),
+        ("client_tokens: [good, '  ']\n", "client_tokens[1]"),
+        ("client_tokens: ['${UNSET_XWM_TOKEN:-}']\n", "client_tokens[0]"),
+        ("admin_tokens: ['']\n", "admin_tokens[0]"),
+    ],
+)
+def test_blank_tokens_are_a_config_error(tmp_path: Path, yaml_text: str, key: str) -> None:
+    """issue 16 item 5: a blank token used to switch authentication off."""
+    assert config_error(tmp_path, yaml_text) == f"{key}: must not be blank"
+
+
+def test_admin_tokens_from_env() -> None:
+    cfg = load(env={"XWM_ADMIN_TOKENS": "a1, a2"}).config
+    assert cfg.admin_tokens == ("a1", "a2") and cfg.authenticates
+
+
+def test_credentials_are_the_narrow_set_masked_in_replies(tmp_path: Path) -> None:
+    """Replies mask credentials only: a plain env value such as "http" must not become
+    [REDACTED] in a client's answer; logs mask it all the same."""
+    yaml_text = (
+        "providers:\n"
+        "  - {id: a, kind: stdio, command: [x], auth_api_key: ak,\n"
+        "     env: [MY_TOKEN=t1, MODE=http, AGENT_AUTH=method-id]}\n"
+    )
+    cfg = load(tmp_path, yaml_text).config
+    assert {"ak", "t1"} <= set(cfg.credentials())
+    assert "http" not in cfg.credentials() and "method-id" not in cfg.credentials()
+    assert {"ak", "t1", "http", "method-id"} <= set(cfg.secrets())

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xwm_bridge.framing import FramingError, StdioDecoder
+from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 
 PROPS = settings(max_examples=200, deadline=None)
 
@@ -302,3 +302,16 @@ def test_random_bytes_never_raise(chunks: list[bytes]) -> None:
         assert isinstance(item, (bytes, FramingError))
         if isinstance(item, bytes):
             assert len(item) <= 32
+
+
+def test_frames_nested_past_the_cap_get_an_error_envelope() -> None:
+    """issue 16 item 3: acp-stdio and the toolbridge answer such a frame, by its id when
+    the id is readable, instead of failing in the writer."""
+    from tests.nesting import nested_json
+
+    deep_id = f'{{"id":{nested_json(300)},"method":"m"}}'.encode()
+    deep_params = f'{{"id":"r1","method":"m","params":{{"a":{nested_json(300)}}}}}'.encode()
+    assert decode_frame(deep_id)["error"]["code"] == -32600  # type: ignore[index]
+    reply = decode_frame(deep_params)
+    assert isinstance(reply, dict)
+    assert reply["id"] == "r1" and reply["error"]["code"] == -32602

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.nesting import nested, nested_json
 from xwm_bridge import jsonrpc
 from xwm_bridge.jsonrpc import DecodeError, Request, decode_request
 
@@ -326,3 +327,77 @@ def test_rpc_error_carries_code_and_message() -> None:
     assert err.code == -32602
     assert err.message == "sessionId is required"
     assert str(err) == "sessionId is required"
+
+
+# --- nesting cap (issue 16 items 1 and 3) ---------------------------------------------
+
+
+def test_nesting_measure() -> None:
+    assert not jsonrpc.nesting_exceeds(1, 0)
+    assert not jsonrpc.nesting_exceeds([], 1)
+    assert jsonrpc.nesting_exceeds([], 0)
+    assert not jsonrpc.nesting_exceeds(nested(64), 64)
+    assert jsonrpc.nesting_exceeds(nested(65), 64)
+    assert jsonrpc.nesting_exceeds({"a": 1, "b": [nested(64)]}, 64)
+    # far past Python's recursion limit: the walk is iterative
+    assert jsonrpc.nesting_exceeds([nested(900)], 64)
+
+
+def test_bracket_count_bounds_the_depth() -> None:
+    assert not jsonrpc.may_nest(b'{"a":[1,2,3]}', 64)
+    assert jsonrpc.may_nest(nested_json(65).encode(), 64)
+    assert jsonrpc.may_nest(nested_json(65), 64)
+
+
+def test_id_nested_past_the_cap_is_an_invalid_request() -> None:
+    raw = f'{{"jsonrpc":"2.0","id":{nested_json(255)},"method":"acp.capabilities"}}'
+    with pytest.raises(DecodeError) as info:
+        decode_request(raw)
+    err = info.value
+    assert (err.code, err.id) == (jsonrpc.INVALID_REQUEST, None)
+    assert err.envelope() == jsonrpc.error(None, -32600, jsonrpc.ID_TOO_DEEP)
+    assert "64" in err.message
+
+
+def test_params_nested_past_the_cap_are_invalid_params_with_the_id() -> None:
+    raw = f'{{"id":7,"method":"session.start","params":{{"sessionId":{nested_json(300)}}}}}'
+    with pytest.raises(DecodeError) as info:
+        decode_request(raw)
+    assert info.value.envelope() == jsonrpc.error(7, -32602, jsonrpc.PARAMS_TOO_DEEP)
+
+
+def test_nesting_up_to_the_cap_is_accepted_and_written_back() -> None:
+    # params is one level itself: 63 more inside it make 64
+    raw = f'{{"id":{nested_json(64)},"method":"m","params":{{"a":{nested_json(63)}}}}}'
+    req = decode_request(raw)
+    assert req.id == nested(64)
+    orjson.dumps(jsonrpc.result(req.id, req.params))  # the reply can be encoded
+
+
+def test_members_the_bridge_never_reads_are_not_measured() -> None:
+    req = decode_request(f'{{"id":1,"method":"m","extra":{nested_json(500)}}}')
+    assert req.id == 1
+
+
+@given(depth=st.integers(min_value=0, max_value=1024), where=st.sampled_from(["id", "params"]))
+@settings(max_examples=150, deadline=None)
+def test_any_nesting_decodes_or_is_refused_and_the_reply_encodes(depth: int, where: str) -> None:
+    if where == "id":
+        raw = f'{{"id":{nested_json(depth)},"method":"m"}}'
+    else:  # params itself is the first level
+        raw = f'{{"id":1,"method":"m","params":{{"x":{nested_json(max(depth - 1, 0))}}}}}'
+    try:
+        req = decode_request(raw)
+    except DecodeError as exc:
+        assert depth > jsonrpc.MAX_DEPTH
+        reply = exc.envelope()
+    else:
+        assert depth <= jsonrpc.MAX_DEPTH
+        reply = jsonrpc.result(req.id, req.params)
+    orjson.dumps(reply)  # whatever was accepted can be written back
+
+
+def test_loads_bounded() -> None:
+    assert jsonrpc.loads_bounded(nested_json(64)) == nested(64)
+    with pytest.raises(ValueError, match="64 levels"):
+        jsonrpc.loads_bounded(nested_json(65))

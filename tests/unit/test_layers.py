@@ -25,6 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
         "endpoint",
         "netaddr",
         "llm",
+        "wire",
+        "httpbody",
         "observability",
         "tasks",
         "console",

@@ -47,3 +47,22 @@ def test_parse_listen_rejects(addr: str) -> None:
 )
 def test_is_loopback_host(host: str, loopback: bool) -> None:
     assert is_loopback_host(host) is loopback
+
+
+def test_host_policy() -> None:
+    """issue 16 item 10: where a client may make the bridge dial."""
+    from xwm_bridge.netaddr import HostPolicy, endpoint_of
+
+    default = HostPolicy((), ("gw.example:443", "[2001:db8::1]:8443"))
+    assert default.allows("127.0.0.1", 1) and default.allows("LOCALHOST", 65535)
+    assert default.allows("[::1]", 2) and default.allows("127.1.2.3", 3)
+    assert default.allows("gw.example", 443) and not default.allows("gw.example", 444)
+    assert default.allows("2001:db8::1", 8443)
+    assert not default.allows("10.0.0.1", 80) and not default.allows("0.0.0.0", 80)
+    listed = HostPolicy(("gw.example", "10.0.0.1:22"))
+    assert listed.allows("GW.example", 1) and listed.allows("10.0.0.1", 22)
+    assert not listed.allows("10.0.0.1", 23) and not listed.allows("127.0.0.1", 1)
+    assert HostPolicy(("*",)).allows("anything", 1)
+    assert endpoint_of("wss://h.example/x") == "h.example:443"
+    assert endpoint_of("http://[::1]:9/v1") == "[::1]:9"
+    assert endpoint_of("not a url") == ""

@@ -20,6 +20,7 @@ PROTOCOL_VERSION: Final = 1
 #: JSON-RPC codes ACP uses besides the standard ones
 RESOURCE_NOT_FOUND: Final = -32002
 REQUEST_CANCELLED: Final = -32800
+TOO_DEEP: Final = f"invalid params: nested deeper than {jsonrpc.MAX_DEPTH} levels"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +46,21 @@ def _valid_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+#: the bridge-wide cap on params and results (jsonrpc.MAX_DEPTH), plus the envelope
+_FRAME_DEPTH: Final = jsonrpc.MAX_DEPTH + 1
+
+
 def decode(data: bytes | str) -> Incoming:
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         return Invalid(jsonrpc.error(None, jsonrpc.PARSE_ERROR, f"parse error: {exc}"))
+    if (
+        isinstance(obj, dict)
+        and jsonrpc.may_nest(data, _FRAME_DEPTH)
+        and jsonrpc.nesting_exceeds(obj, _FRAME_DEPTH)
+    ):
+        return _too_deep(obj)
     if isinstance(obj, list):
         return Invalid(
             jsonrpc.error(None, jsonrpc.INVALID_REQUEST, "batch requests are not supported")
@@ -81,6 +92,16 @@ def decode(data: bytes | str) -> Incoming:
     return _invalid(
         reply_id, has_id, jsonrpc.INVALID_REQUEST, "not a request, notification or response"
     )
+
+
+def _too_deep(obj: dict[str, Any]) -> Incoming:
+    """A frame nested past the cap (issue 16): a request gets ``-32602``, an answer to
+    one of the bridge's requests becomes an error answer; nothing of it is kept."""
+    rid = obj.get("id")
+    rid = rid if _valid_id(rid) else None
+    if "method" not in obj and rid is not None and ("result" in obj or "error" in obj):
+        return Response(rid, None, {"code": jsonrpc.INVALID_PARAMS, "message": TOO_DEEP})
+    return Invalid(jsonrpc.error(rid, jsonrpc.INVALID_PARAMS, TOO_DEEP))
 
 
 def _invalid(rid: Any, has_id: bool, code: int, message: str) -> Invalid:

@@ -20,6 +20,7 @@ from xwm_bridge.app.methods import BridgeMethods
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.tasks import Supervisor
+from xwm_bridge.wire import WireEncoder
 
 log = logging.getLogger("xwm_bridge.acp")
 
@@ -39,6 +40,8 @@ class AcpFrontDoor:
         # images reach only stdio agents that take them (others get a text marker)
         stdio = any(p.is_stdio for p in bridge.config.available_providers)
         self.prompt_support = PromptSupport(image=stdio)
+        #: every message to an ACP client is encoded here: secrets redacted, never raises
+        self.wire = WireEncoder(bridge.config.credentials())
 
     def connect(
         self,

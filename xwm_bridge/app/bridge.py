@@ -19,6 +19,7 @@ import aiohttp
 
 from xwm_bridge.app.health import HealthSampler
 from xwm_bridge.config import BridgeConfig
+from xwm_bridge.core import principals
 from xwm_bridge.core.journal import TurnJournal
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.core.queues import ThreadQueues
@@ -40,6 +41,7 @@ from xwm_bridge.providers.stdio.permissions import POLICY, PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.router.service import Router
 from xwm_bridge.store import open_store, state_dir
+from xwm_bridge.store.base import SessionStore
 from xwm_bridge.store.cluster import Cluster
 from xwm_bridge.store.records import PermissionRecord
 from xwm_bridge.store.redis import RedisStore
@@ -52,6 +54,11 @@ FORCED_CANCEL_WAIT = 2.0
 #: idle keep-alive connections to upstreams are reused for this long (the pool stays
 #: warm); below the usual server-side keep-alive timeouts, so a reused one is alive
 UPSTREAM_KEEPALIVE = 30.0
+
+
+def store_error_counts(store: SessionStore) -> dict[str, int]:
+    c = store.counters
+    return {"bad_record": c.bad_records, "write": c.write_errors, "restart": c.restarts}
 
 
 class Bridge:
@@ -69,8 +76,14 @@ class Bridge:
         cc = config.console
         #: the live feed of ``bridge.watch`` (issue 13)
         self.events = EventLog(cc.event_buffer, max_pending=cc.watch_max_pending)
-        self.sessions = SessionRegistry(store, shared=shared)
+        self.sessions = SessionRegistry(
+            store, shared=shared, history_max_bytes=config.store.history_max_bytes
+        )
         self.sessions.events = self.events
+        # sessions belong to the principal that made them once clients authenticate
+        self.sessions.enforce_owner = config.authenticates
+        self.sessions.admins = frozenset(principals.digest(t) for t in config.admin_tokens)
+        self.sessions.single_principal = not (config.client_tokens or config.admin_tokens)
         #: several replicas on one Redis: cross-replica thread queues and cancel
         self.cluster = (
             Cluster(store, self.sessions.cancel) if isinstance(store, RedisStore) else None
@@ -96,6 +109,7 @@ class Bridge:
         )
         self.gateway = GatewayManager(config)
         self.metrics.bind_gateway(self.gateway.status_counts)
+        self.metrics.bind_store(store.alive, lambda: store_error_counts(store))
         self.health = HealthSampler(self)
         self._http: aiohttp.ClientSession | None = None
         self._upstream_pool: Http1Pool | None = None

@@ -112,6 +112,9 @@ class BridgeMethods:
         if bridge.supervisor.closing:
             raise RpcError(jsonrpc.SHUTTING_DOWN, SHUTTING_DOWN_MESSAGE)
         queues, sessions = bridge.queues, bridge.sessions
+        # refuse another principal's live session at once; one only in the store is
+        # checked at the head of the queue (core/turns.py), before any effect
+        sessions.check_live_owner(sp.session_id, call.principal)
         try:
             # refuse an overflowing turn before it has any effect (no session.start reset)
             queues.check_capacity(sp.thread_id)
@@ -172,6 +175,7 @@ class BridgeMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
+        await self._bridge.sessions.check_owner(session_id, call.principal)
         cancelled = self._bridge.sessions.cancel(session_id)
         cluster = self._bridge.cluster
         if not cancelled and cluster is not None:
@@ -182,6 +186,7 @@ class BridgeMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
+        await self._bridge.sessions.check_owner(session_id, call.principal)
         return {"accepted": True, "closed": self._bridge.sessions.close(session_id)}
 
     async def session_permission(
@@ -189,14 +194,17 @@ class BridgeMethods:
     ) -> dict[str, Any]:
         """The client's answer to a ``permission`` update of a stdio agent, from any
         transport (the first valid answer wins; the record says who gave it)."""
+        answer = PermissionAnswer.parse(params)
+        await self._bridge.sessions.check_owner(answer.session_id, call.principal)
         by = Answerer(call.transport, call.peer, call.principal)
-        return self._bridge.permissions.answer(PermissionAnswer.parse(params), by)
+        return self._bridge.permissions.answer(answer, by)
 
     async def session_replay(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         """Catch-up after a disconnect: the ledger after ``afterSeq``."""
         rp = ReplayParams.parse(params, self._config.store.replay_max_items)
+        await self._bridge.sessions.check_owner(rp.session_id, call.principal)
         return await replay(self._bridge.sessions, rp)
 
     # --- routing, dispatch, mounts -----------------------------------------------------------

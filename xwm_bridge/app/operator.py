@@ -3,13 +3,17 @@
 
 They sit behind the same bearer check as every other method. Which sessions a
 caller may see is decided in one place, :meth:`OperatorMethods.sees_all_sessions`
-(today: every authenticated caller sees every session; session ownership by
-principal and an admin token come with issue 16).
+(issue 16): a token in ``admin_tokens`` sees every session; so does every caller
+when clients do not authenticate, or share one token (``auth_token`` alone). With
+several ``client_tokens``, any other caller sees only its own sessions in
+``session.list``/``session.get``/``permission.list`` and is refused the
+bridge-wide feeds (``bridge.watch``, ``bridge.health``, ``bridge.config``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
 
 #: the notification method of ``bridge.watch``
 EVENT_METHOD = "bridge.event"
+OPERATOR_ONLY = "this method needs an admin token (admin_tokens): it shows every session"
 OPERATOR_METHODS = (
     "session.list",
     "session.get",
@@ -154,15 +159,13 @@ class OperatorMethods:
     # --- who sees what ---------------------------------------------------------------------
 
     def sees_all_sessions(self, call: CallContext) -> bool:
-        """THE hook for session visibility. Today every authenticated caller is an
-        operator and sees every session, turn, permission request and event. Issue 16
-        (sessions owned by a principal, an admin token) decides it here: non-admin
-        callers then get a filter on their own principal."""
-        return True
+        """THE hook for session visibility (see the module docstring)."""
+        return self._bridge.sessions.sees_all(call.principal)
 
     def _check_visible(self, call: CallContext) -> None:
-        if not self.sees_all_sessions(call):  # pragma: no cover - issue 16
-            raise RpcError(jsonrpc.UNAUTHORIZED, "this caller may not see other sessions")
+        """The bridge-wide feeds: only for callers that see every session."""
+        if not self.sees_all_sessions(call):
+            raise RpcError(jsonrpc.FORBIDDEN, OPERATOR_ONLY)
 
     # --- sessions --------------------------------------------------------------------------
 
@@ -197,8 +200,9 @@ class OperatorMethods:
     async def session_list(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        self._check_visible(call)
         query = parse_session_query(params)
+        if not self.sees_all_sessions(call):  # its own sessions only
+            query = dataclasses.replace(query, owner=call.principal)
         cursor = self._bridge.events.cursor  # watch from here: nothing after the read is lost
         page = await self._bridge.store.list_sessions(query)
         return {
@@ -210,8 +214,8 @@ class OperatorMethods:
     async def session_get(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        self._check_visible(call)
         session_id = session_id_of(params)
+        await self._bridge.sessions.check_owner(session_id, call.principal)
         limit = int(_number_param(params, "turns", TURNS_PER_SESSION, 1))
         cursor = self._bridge.events.cursor
         store = self._bridge.store
@@ -253,7 +257,6 @@ class OperatorMethods:
     async def permission_list(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        self._check_visible(call)
         session_id = _text_param(params, "sessionId")
         include = _bool_param(params, "includeResolved")
         cursor = self._bridge.events.cursor
@@ -265,7 +268,16 @@ class OperatorMethods:
                 for r in resolved
                 if r.state == "resolved" and (not session_id or r.session_id == session_id)
             ]
+        if not self.sees_all_sessions(call):  # the requests of its own sessions only
+            requests = [r for r in requests if await self._owns(r.session_id, call)]
         return {"requests": [r.wire() for r in requests], "watchCursor": cursor}
+
+    async def _owns(self, session_id: str, call: CallContext) -> bool:
+        try:
+            await self._bridge.sessions.check_owner(session_id, call.principal)
+        except RpcError:
+            return False
+        return True
 
     # --- the live feed ---------------------------------------------------------------------
 

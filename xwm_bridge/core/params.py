@@ -36,7 +36,7 @@ class SessionParams:
             session_id=session_id,
             thread_id=coerce.text(params.get("threadId"), session_id),
             task_prompt=task_prompt,
-            working_directory=coerce.text(params.get("workingDirectory")),
+            working_directory=coerce.path_text(params.get("workingDirectory"), "workingDirectory"),
             routing=routing if isinstance(routing, dict) and routing else None,
             raw=params,
         )

@@ -21,7 +21,10 @@ from xwm_bridge.core.usage import Usage
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.store.base import RESULT
 
+#: the highest seq a client may name: ledger positions (2·seq + 1) stay within int64
+MAX_SEQ = 2**62 - 1
 AFTER_SEQ_INVALID = "afterSeq must be a non-negative integer"
+AFTER_SEQ_TOO_LARGE = f"afterSeq and afterEventId must be at most {MAX_SEQ}"
 AFTER_EVENT_INVALID = "afterEventId must be a non-negative integer"
 LIMIT_INVALID = "limit must be a positive integer"
 
@@ -50,7 +53,9 @@ class ReplayParams:
         after_event: int | None = None
         if params.get("afterEventId") is not None:
             after_event = _int_param(params, "afterEventId", 0, AFTER_EVENT_INVALID, 0)
-        limit = _int_param(params, "limit", max_items, LIMIT_INVALID, 1)
+        if after > MAX_SEQ or (after_event or 0) > MAX_SEQ:
+            raise RpcError(INVALID_PARAMS, AFTER_SEQ_TOO_LARGE)
+        limit = _int_param(params, "limit", max_items, LIMIT_INVALID, 1)  # then capped
         return cls(session_id, after, min(limit, max_items), after_event)
 
 

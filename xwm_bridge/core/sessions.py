@@ -19,17 +19,21 @@ from typing import Any, TypeVar
 
 from xwm_bridge.core.feed import SessionFeed
 from xwm_bridge.core.watch import EventLog
+from xwm_bridge.jsonrpc import FORBIDDEN, RpcError
 from xwm_bridge.store.base import (
     RESULT,
     LedgerEntry,
-    MemoryStore,
     SessionRecord,
     SessionStore,
     emitted_pos,
     relayed_pos,
 )
+from xwm_bridge.store.memory import MemoryStore
 
 MAX_HISTORY = 64
+SESSION_FORBIDDEN = "session belongs to another client"
+#: default of ``store.history_max_bytes``
+HISTORY_MAX_BYTES = 1024 * 1024
 T = TypeVar("T")
 
 
@@ -47,6 +51,10 @@ class Session:
     last_turn_status: str = ""
     #: upstream session ids (``acpSessionId``, ``acpCwd``, ``gatewaySessionKey``…)
     upstream: dict[str, str] = field(default_factory=dict)
+    #: prompt history cap in UTF-8 bytes (``store.history_max_bytes``)
+    history_max_bytes: int = HISTORY_MAX_BYTES
+    #: the principal that created it ("" = unowned: the first turn claims it)
+    owner: str = ""
 
     def snapshot(self) -> SessionRecord:
         return SessionRecord(
@@ -58,6 +66,7 @@ class Session:
             last_turn_id=self.last_turn_id,
             last_turn_status=self.last_turn_status,
             upstream=tuple(self.upstream.items()),
+            owner=self.owner,
             events=self.events,
         )
 
@@ -72,6 +81,7 @@ class Session:
             last_turn_id=record.last_turn_id,
             last_turn_status=record.last_turn_status,
             upstream=dict(record.upstream),
+            owner=record.owner,
             events=record.events,
         )
 
@@ -84,9 +94,22 @@ class Session:
         return self.events
 
     def add_prompt(self, prompt: str) -> None:
-        if prompt:
-            self.history.append(prompt)
-            del self.history[:-MAX_HISTORY]
+        """Keep the prompt: at most MAX_HISTORY, and the newest that fit in
+        ``history_max_bytes`` (the latest one always stays: gateway turns send it)."""
+        if not prompt:
+            return
+        history = self.history
+        history.append(prompt)
+        del history[:-MAX_HISTORY]
+        cap = self.history_max_bytes
+        if sum(map(len, history)) * 4 <= cap:  # a UTF-8 char is at most 4 bytes
+            return
+        sizes = [len(p.encode()) for p in history]
+        total, drop = sum(sizes), 0
+        while total > cap and drop < len(sizes) - 1:
+            total -= sizes[drop]
+            drop += 1
+        del history[:drop]
 
 
 @dataclass(slots=True, eq=False)
@@ -154,8 +177,22 @@ class TurnHandle:
 
 
 class SessionRegistry:
-    def __init__(self, store: SessionStore | None = None, *, shared: bool = False) -> None:
+    def __init__(
+        self,
+        store: SessionStore | None = None,
+        *,
+        shared: bool = False,
+        history_max_bytes: int = HISTORY_MAX_BYTES,
+    ) -> None:
         self.store: SessionStore = store if store is not None else MemoryStore()
+        self.history_max_bytes = history_max_bytes
+        #: refuse a session to principals other than its owner (on when clients
+        #: authenticate: without a token any bearer is accepted, so it names nobody)
+        self.enforce_owner = False
+        #: principals that may use every session (``admin_tokens``)
+        self.admins: frozenset[str] = frozenset()
+        #: one shared token and no admin token: its holder is the operator of everything
+        self.single_principal = False
         #: other replicas write the same store: reload the record at turn start unless
         #: ``must_reload(thread_id)`` says this replica ran the thread's previous turn
         self.shared = shared
@@ -174,10 +211,14 @@ class SessionRegistry:
         return self._sessions.get(session_id)
 
     def reset(self, session_id: str, thread_id: str) -> Session:
-        session = self._sessions[session_id] = Session(session_id, thread_id)
+        session = self._sessions[session_id] = self._new(Session(session_id, thread_id))
         self.store.delete(session_id)  # a new conversation: old record and ledger go
         if self.events is not None:
             self.events.publish("session", "started", {"threadId": thread_id}, session_id)
+        return session
+
+    def _new(self, session: Session) -> Session:
+        session.history_max_bytes = self.history_max_bytes
         return session
 
     async def load(self, session_id: str, thread_id: str) -> Session:
@@ -186,7 +227,7 @@ class SessionRegistry:
             record = await self.store.load(session_id)
             live = self._sessions.get(session_id)
             if record is not None and live is None:
-                self._sessions[session_id] = Session.restore(record)
+                self._sessions[session_id] = self._new(Session.restore(record))
             elif record is not None and live is not None and self.shared:
                 # another replica may have run the last turns: take its state, keep
                 # this object (running-turn and agent-session bookkeeping refer to it)
@@ -203,7 +244,45 @@ class SessionRegistry:
                     fresh.last_turn_status,
                 )
                 live.upstream = fresh.upstream
+                live.owner = fresh.owner or live.owner
         return self.get_or_create(session_id, thread_id)
+
+    # --- ownership (issue 16 item 8) ------------------------------------------------------
+
+    def sees_all(self, principal: str) -> bool:
+        """May ``principal`` see and act on every session (the operator methods)?"""
+        return not self.enforce_owner or self.single_principal or principal in self.admins
+
+    def may_use(self, owner: str, principal: str) -> bool:
+        return not owner or owner == principal or self.sees_all(principal)
+
+    def check_live_owner(self, session_id: str, principal: str) -> None:
+        """:meth:`check_owner` for a session held in memory only (no store read, so
+        no suspension: the caller keeps its place in the thread's FIFO)."""
+        live = self._sessions.get(session_id)
+        if live is not None and not self.may_use(live.owner, principal):
+            raise RpcError(FORBIDDEN, SESSION_FORBIDDEN)
+
+    async def check_owner(self, session_id: str, principal: str) -> None:
+        """Raise ``-32003`` unless ``principal`` may use the session (live or stored;
+        an unknown session is anyone's)."""
+        if self.sees_all(principal):  # no store read on the common path
+            return
+        live = self._sessions.get(session_id)
+        if live is not None:
+            owner = live.owner
+        else:
+            record = await self.store.load(session_id)
+            owner = record.owner if record is not None else ""
+        if not self.may_use(owner, principal):
+            raise RpcError(FORBIDDEN, SESSION_FORBIDDEN)
+
+    def claim(self, session: Session, principal: str) -> None:
+        """Refuse a turn on another principal's session; record the owner of a new one."""
+        if not self.may_use(session.owner, principal):
+            raise RpcError(FORBIDDEN, SESSION_FORBIDDEN)
+        if not session.owner:
+            session.owner = principal
 
     def persist(self, session: Session) -> None:
         if self._sessions.get(session.session_id) is session:  # not replaced by a reset
@@ -239,7 +318,7 @@ class SessionRegistry:
     def get_or_create(self, session_id: str, thread_id: str) -> Session:
         session = self._sessions.get(session_id)
         if session is None:
-            session = self._sessions[session_id] = Session(session_id, thread_id)
+            session = self._sessions[session_id] = self._new(Session(session_id, thread_id))
         if thread_id:
             session.thread_id = thread_id
         session.last_used = time.monotonic()

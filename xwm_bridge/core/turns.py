@@ -103,6 +103,8 @@ class TurnRunner:
         # the worker serves many requests in turn: label its log lines with this one
         obs.request_id.set(request_id)
         obs.turn_id.set("")
+        # another principal's session is refused before any effect (-32003)
+        await self._sessions.check_owner(sp.session_id, principal)
         if method == "session.start":  # a new conversation, from this turn on
             self._sessions.reset(sp.session_id, sp.thread_id)
         routing = RoutingRequest.parse(sp.raw)
@@ -117,6 +119,7 @@ class TurnRunner:
             }
         turn = TurnRequest.build(method, sp, routing, decision, principal)
         session = await self._sessions.load(sp.session_id, sp.thread_id)
+        self._sessions.claim(session, principal)  # -32003 on another principal's session
         provider = turn.provider
         if provider:
             session.provider = provider

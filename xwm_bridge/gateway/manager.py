@@ -22,6 +22,7 @@ from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.runtime import ConnectConfig, GatewayRuntime, Notify
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+from xwm_bridge.netaddr import HostPolicy
 from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.gateway")
@@ -133,9 +134,8 @@ def build_connect_config(
         )
     if not cp.host or not cp.port:
         raise GatewayError("endpoint.host and endpoint.port are required", "INVALID_ENDPOINT")
-    allowed = {h.strip().lower() for h in config.gateway.allowed_hosts}
-    host = cp.host.strip("[]").lower()
-    if allowed and host not in allowed and f"{host}:{cp.port}" not in allowed:
+    policy = HostPolicy(config.gateway.allowed_hosts, config.configured_endpoints())
+    if not policy.allows(cp.host, cp.port):
         raise GatewayError(f"gateway host not allowed: {cp.host}", "HOST_NOT_ALLOWED")
     creds = cp.creds
     if not creds.token and config.gateway.forward_client_bearer and client_bearer:

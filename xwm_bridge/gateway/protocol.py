@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from xwm_bridge import coerce
+from xwm_bridge import coerce, jsonrpc
 from xwm_bridge.gateway.errors import (
     EXTRA_FATAL,
     FATAL_CODES,
@@ -93,8 +93,19 @@ def sequence(value: Any) -> int:
     return 0
 
 
+#: a frame's payload gets the bridge-wide cap; the frame itself is one level more
+_FRAME_DEPTH = jsonrpc.MAX_DEPTH + 1
+TOO_DEEP = {
+    "code": "INVALID_RESPONSE",
+    "message": f"gateway response nested deeper than {jsonrpc.MAX_DEPTH} levels",
+}
+
+
 def decode_frame(data: str | bytes) -> Frame | None:
-    """One incoming message → a frame, or None for anything we ignore (§5.2)."""
+    """One incoming message → a frame, or None for anything we ignore (§5.2).
+
+    A frame nested past the cap is never passed on: a response becomes a failed
+    one (its caller gets an error at once), an event is ignored."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -103,6 +114,10 @@ def decode_frame(data: str | bytes) -> Frame | None:
         return None
     kind = obj.get("type")
     kind = kind.strip() if isinstance(kind, str) else ""
+    if jsonrpc.may_nest(data, _FRAME_DEPTH) and jsonrpc.nesting_exceeds(obj, _FRAME_DEPTH):
+        if kind != "res":
+            return None
+        return ResponseFrame(id=coerce.text(obj.get("id")), ok=False, payload=None, error=TOO_DEEP)
     if kind == "event":
         payload = obj.get("payload")
         return EventFrame(

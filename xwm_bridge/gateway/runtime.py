@@ -35,6 +35,8 @@ Tap = Callable[[p.EventFrame], None]
 
 OFFLINE = GatewayError("gateway not connected", "OFFLINE")
 SOCKET_RESET = GatewayError("socket reset", "SOCKET_RESET")
+#: the one text a client sees for any failed dial (never the OS reason)
+DIAL_FAILED = "gateway connection failed"
 
 
 def now_ms() -> int:
@@ -263,7 +265,13 @@ class GatewayRuntime:
                 proxy=None,
             )
         except (OSError, TimeoutError, websockets.WebSocketException) as exc:
-            raise GatewayError(str(exc) or type(exc).__name__, "SOCKET_FAILURE") from None
+            # the reason (refused, timed out, not a WebSocket, TLS) stays in our log: in
+            # the client's answer it would tell open ports from closed ones
+            log.info(
+                "gateway dial failed",
+                extra={"runtime_id": self.runtime_id, "error": f"{type(exc).__name__}: {exc}"},
+            )
+            raise GatewayError(DIAL_FAILED, "SOCKET_FAILURE") from None
         hs = p.Handshake(
             cfg.client, cfg.identity, cfg.creds, request_id=self._ids.next(), clock_ms=now_ms
         )

@@ -78,14 +78,18 @@ class MountsRequest:
             uses_aris=coerce.flag(config.get("usesAris"), False),
             servers=tuple(servers),
             ai_gateway_url=coerce.text(params.get("aiGatewayUrl")),
-            codex_cli_path=coerce.text(params.get("configuredCodexCliPath")),
-            codex_home=coerce.text(params.get("codexHome")),
-            opencode_home=coerce.text(params.get("opencodeHome")),
-            openclaw_home=coerce.text(params.get("openclawHome")),
+            codex_cli_path=coerce.path_text(
+                params.get("configuredCodexCliPath"), "configuredCodexCliPath"
+            ),
+            codex_home=coerce.path_text(params.get("codexHome"), "codexHome"),
+            opencode_home=coerce.path_text(params.get("opencodeHome"), "opencodeHome"),
+            openclaw_home=coerce.path_text(params.get("openclawHome"), "openclawHome"),
             aris=Aris(
                 available=coerce.flag(aris.get("available"), False),
                 bundle_version=coerce.text(aris.get("bundleVersion")),
-                llm_chat_server_path=coerce.text(aris.get("llmChatServerPath")),
+                llm_chat_server_path=coerce.path_text(
+                    aris.get("llmChatServerPath"), "aris.llmChatServerPath"
+                ),
                 skill_count=coerce.positive_int(aris.get("skillCount")),
                 bridge_available=coerce.flag(aris.get("bridgeAvailable"), False),
                 error=coerce.text(aris.get("error")),

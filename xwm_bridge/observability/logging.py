@@ -23,7 +23,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -31,12 +30,28 @@ from typing import Any
 import orjson
 
 from xwm_bridge.observability.context import request_id, turn_id
+from xwm_bridge.observability.redact import MIN_SECRET_LEN, REDACTED, Redactor, add_secrets
+
+__all__ = [
+    "MIN_SECRET_LEN",
+    "REDACTED",
+    "EventLog",
+    "JsonFormatter",
+    "LineSink",
+    "Redactor",
+    "add_secrets",
+    "setup_logging",
+]
 
 _STANDARD = frozenset(
     vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None)).keys()
 ) | {"message", "asctime", "taskName"}
-REDACTED = "[REDACTED]"
-_REDACTED_B = REDACTED.encode()
+#: longest string a log field keeps (a 3 MB ``sessionId`` must not make a 3 MB line)
+MAX_FIELD_CHARS = 2048
+#: longest traceback kept in ``exc``
+MAX_EXC_CHARS = 16384
+#: a line longer than this has its container fields shortened to a bounded repr
+MAX_LINE_BYTES = 65536
 LEVEL_NAMES = {
     logging.DEBUG: "debug",
     logging.INFO: "info",
@@ -61,48 +76,29 @@ class _Clock:
         return f"{self._stamp}.{int((now - second) * 1000):03d}Z"
 
 
-#: every live redactor, so secrets learnt at run time reach all of them
-_LIVE_REDACTORS: weakref.WeakSet[Redactor] = weakref.WeakSet()
-MIN_SECRET_LEN = 4
-
-
-def add_secrets(values: Iterable[str]) -> None:
-    """Redact these values from every log line written from now on."""
-    values = tuple(values)
-    for redactor in list(_LIVE_REDACTORS):
-        redactor.add(values)
-
-
-class Redactor:
-    """Replaces every configured secret value by ``[REDACTED]`` in a rendered line."""
-
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self._set(secrets)
-        _LIVE_REDACTORS.add(self)
-
-    def _set(self, secrets: Iterable[str]) -> None:
-        # longest first, so a "Bearer x" value is replaced before its bare "x"
-        values = sorted({s for s in secrets if s}, key=len, reverse=True)
-        self._text = values
-        self._bytes = [v.encode() for v in values]
-
-    def add(self, secrets: Iterable[str]) -> None:
-        """Also redact these values (secrets learnt at run time, e.g. a client's MCP env)."""
-        new = {s for s in secrets if len(s) >= MIN_SECRET_LEN} - set(self._text)
-        if new:
-            self._set([*self._text, *new])
-
-    def text(self, value: str) -> str:
-        for secret in self._text:
-            if secret in value:
-                value = value.replace(secret, REDACTED)
+def _cap(value: str, limit: int) -> str:
+    if len(value) <= limit:
         return value
+    return f"{value[:limit]}…(+{len(value) - limit} chars)"
 
-    def bytes(self, line: bytes) -> bytes:
-        for secret in self._bytes:
-            if secret in line:
-                line = line.replace(secret, _REDACTED_B)
-        return line
+
+def _capped(fields: dict[str, Any]) -> dict[str, Any]:
+    """Every string field cut to :data:`MAX_FIELD_CHARS` (values often come from clients
+    and peers); containers stay, and are bounded by the line cap."""
+    out = fields
+    for key, value in fields.items():
+        if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+            if out is fields:
+                out = dict(fields)
+            out[key] = _cap(value, MAX_FIELD_CHARS)
+    return out
+
+
+def _scalars(entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: (v if isinstance(v, (str, int, float, bool)) else _cap(repr(v), MAX_FIELD_CHARS))
+        for k, v in entry.items()
+    }
 
 
 #: ``log_format`` values: ``auto`` = text when stderr is a terminal, else JSON
@@ -152,7 +148,7 @@ def render_line(
         "ts": clock.stamp(created),
         "level": level,
         "logger": logger,
-        "msg": msg,
+        "msg": _cap(msg, MAX_FIELD_CHARS),
     }
     rid, tid = request_id.get(), turn_id.get()
     if rid:
@@ -160,20 +156,22 @@ def render_line(
     if tid:
         entry["turn_id"] = tid
     if fields:
-        entry.update(fields)
+        entry.update(_capped(fields))
     if exc:
-        entry["exc"] = exc
-    if text:
-        return redactor.bytes(render_text(entry)) + b"\n"
+        entry["exc"] = _cap(exc, MAX_EXC_CHARS)
+    if text:  # a terminal's line, not JSON: every form of every secret replaced
+        return redactor.redact_bytes(render_text(entry)) + b"\n"
     try:
         line = orjson.dumps(entry, default=repr)
     except TypeError:  # e.g. a peer's value nested deeper than orjson writes
-        entry = {
-            k: (v if isinstance(v, (str, int, float, bool)) else repr(v)[:2000])
-            for k, v in entry.items()
-        }
+        entry = _scalars(entry)
         line = orjson.dumps(entry)
-    return redactor.bytes(line) + b"\n"
+    if len(line) > MAX_LINE_BYTES:  # big containers (lists, dicts) in the fields
+        entry = _scalars(entry)
+        line = orjson.dumps(entry)
+    if redactor.hit(line):  # rebuilt from the line: repr()-ed objects are strings by now
+        line = orjson.dumps(redactor.value(orjson.loads(line)))
+    return line + b"\n"
 
 
 class LineSink:

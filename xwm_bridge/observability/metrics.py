@@ -15,7 +15,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -99,6 +99,12 @@ class Metrics:
         self.bytes_out = Counter(
             "xwm_bytes_sent", "Response and notification bytes sent", ["transport"], registry=r
         )
+        self._connections_closed = Counter(
+            "xwm_connections_closed",
+            "Client connections closed by a limit (per_address, header_timeout)",
+            ["reason"],
+            registry=r,
+        )
         self.ws_connections = Gauge(
             "xwm_websocket_connections", "Open client WebSocket connections", registry=r
         )
@@ -119,6 +125,7 @@ class Metrics:
         self.agent_costs = Children(self.agent_cost)
         self.received = Children(self.bytes_in)
         self.sent = Children(self.bytes_out)
+        self.connections_closed = Children(self._connections_closed)
 
     def bind_gateway(self, status_counts: Callable[[], dict[str, int]]) -> None:
         """``xwm_gateway_runtimes{state}``, read from the gateway manager on each scrape."""
@@ -135,6 +142,25 @@ class Metrics:
                 yield family
 
         registry.register(_GatewayStates())
+
+    def bind_store(self, up: Callable[[], bool], counts: Callable[[], dict[str, int]]) -> None:
+        """``xwm_store_up`` (the writer runs and its last batch was accepted) and
+        ``xwm_store_errors_total{kind}`` (``bad_record``: dropped, could not be
+        encoded; ``write``: refused by the backend; ``restart``: writer restarted)."""
+
+        class _Store(Collector):
+            def collect(self) -> Iterable[Metric]:
+                yield GaugeMetricFamily(
+                    "xwm_store_up", "Session store writer running and accepting writes", float(up())
+                )
+                family = CounterMetricFamily(
+                    "xwm_store_errors", "Session store failures by kind", labels=["kind"]
+                )
+                for kind, value in sorted(counts().items()):
+                    family.add_metric([kind], value)
+                yield family
+
+        self.registry.register(_Store())
 
     def bind_state(
         self,

@@ -15,7 +15,10 @@ Frame rules, for every transport:
   fails the call with its ``message``;
 * a JSON object with a ``method`` and no ``id`` is a notification, relayed;
 * anything else (bad JSON, an array, a request from the upstream, ``[DONE]``)
-  is ignored.
+  is ignored;
+* a frame nested deeper than :data:`~xwm_bridge.jsonrpc.MAX_DEPTH` levels is
+  never relayed nor kept: if it is the response, the call fails with a protocol
+  error; otherwise it is ignored.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from xwm_bridge import coerce, jsonrpc
 from xwm_bridge.sse import SSEDecodeError, SSEDecoder
 
 REMOTE_ERROR_DEFAULT: Final = "external ACP request failed"
+TOO_DEEP: Final = f"invalid upstream response: nested deeper than {jsonrpc.MAX_DEPTH} levels"
+#: a frame gets one level more than its params/result (the envelope itself)
+_FRAME_DEPTH: Final = jsonrpc.MAX_DEPTH + 1
 _counter = itertools.count(1)
 
 
@@ -88,11 +94,21 @@ def classify(obj: Any) -> Event | None:
     return None
 
 
+def _is_response(obj: Any) -> bool:
+    return isinstance(obj, dict) and "method" not in obj and ("result" in obj or "error" in obj)
+
+
 def _loads(data: bytes | str) -> Any:
+    """The decoded frame, None to ignore it; raise when the response is too deep."""
     try:
-        return orjson.loads(data)
+        obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
+    if jsonrpc.may_nest(data, _FRAME_DEPTH) and jsonrpc.nesting_exceeds(obj, _FRAME_DEPTH):
+        if _is_response(obj):
+            raise UpstreamProtocolError(TOO_DEEP)
+        return None  # a notification nobody could write back: not relayed
+    return obj
 
 
 class UpstreamCall:
@@ -126,6 +142,8 @@ class UpstreamCall:
             raise UpstreamProtocolError(f"invalid upstream response: {exc}") from None
         if not isinstance(obj, dict):
             raise UpstreamProtocolError("invalid upstream response: not a JSON object")
+        if jsonrpc.may_nest(data, _FRAME_DEPTH) and jsonrpc.nesting_exceeds(obj, _FRAME_DEPTH):
+            raise UpstreamProtocolError(TOO_DEEP)
         message = remote_error(obj)
         if message is not None:
             raise UpstreamProtocolError(message, "remote_error")

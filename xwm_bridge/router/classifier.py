@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
+from xwm_bridge.httpbody import BodyTooLarge, read_capped
+
 log = logging.getLogger("xwm_bridge.classifier")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -158,9 +160,12 @@ class Classifier:
                     if not 200 <= resp.status < 300:
                         log.info("classifier answered %s", resp.status)
                         return ""
-                    raw = await resp.content.read(_MAX_RESPONSE)
+                    raw = await read_capped(resp, _MAX_RESPONSE)
         except TimeoutError:
             log.info("classifier timed out")
+            return ""
+        except BodyTooLarge:
+            log.info("classifier answer too large")
             return ""
         except (aiohttp.ClientError, ValueError, OSError) as exc:
             log.info("classifier failed: %s", type(exc).__name__)

@@ -5,8 +5,12 @@ Same files and format as the original, with its weaknesses fixed:
 * files are read and appended only inside configured roots — the memory home
   (``<memory_home>/self-improving``) and, for ``<wd>/.xworkmate/memory.md``, a
   working directory inside ``router.memory_project_roots`` (resolved, so ``..``
-  and symlinks cannot escape). An empty or relative working directory reads no
-  project file, and a project name is only ever a plain file name;
+  and symlinks cannot escape). Below the resolved working directory every
+  component (``.xworkmate``, ``memory.md``) is opened relative to its parent's
+  directory fd with ``O_NOFOLLOW``: a cloned repository that ships
+  ``.xworkmate`` as a symlink cannot make the bridge read outside the roots. An
+  empty or relative working directory reads no project file, and a project name
+  is only ever a plain file name;
 * preference prefixes are recognized *and removed* case-insensitively (§9.7);
 * appends are single ``O_APPEND`` writes under an exclusive lock, never follow a
   symlink, and rotate the file to ``<file>.1`` above ``memory_max_bytes``;
@@ -24,7 +28,7 @@ import functools
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -84,6 +88,17 @@ class MemoryLocations:
         if self.project_local_dir is not None:
             out.append((PROJECT_LOCAL, self.project_local_dir / "memory.md"))
         return out
+
+    def anchor(self, path: Path) -> tuple[Path, tuple[str, ...]]:
+        """(trusted directory, components below it opened without following symlinks).
+
+        Project-local files hang below the resolved working directory, whose contents
+        a repository controls: nothing below it is followed. Home files: only the
+        file itself (the home is the user's own, and may be a symlink farm)."""
+        local = self.project_local_dir
+        if local is not None and path.parent == local:
+            return local.parent, (local.name, path.name)
+        return path.parent, (path.name,)
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -161,22 +176,50 @@ def parse(text: str) -> _Partial:
     return out
 
 
-def _read_text(path: Path, cap: int) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+@contextlib.contextmanager
+def _parent_fd(base: Path, parts: tuple[str, ...]) -> Iterator[int]:
+    """A directory fd of ``base/parts[:-1]``, each component opened ``O_NOFOLLOW``
+    relative to the one before (OSError with ELOOP/ENOTDIR on a symlink)."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _stat_beneath(base: Path, parts: tuple[str, ...]) -> os.stat_result:
+    with _parent_fd(base, parts) as fd:
+        return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+
+
+def _read_text(base: Path, parts: tuple[str, ...], cap: int) -> str:
+    with _parent_fd(base, parts) as parent:
+        fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=parent)
     with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return ""  # a FIFO or device: never read
         return fh.read(cap).decode("utf-8", errors="replace")
 
 
-def _read_sanitized(path: Path, max_bytes: int) -> str:
+def _read_sanitized(locations: MemoryLocations, path: Path, max_bytes: int) -> str:
     try:
-        return sanitize(_read_text(path, max_bytes * _READ_CAP_FACTOR))
+        base, parts = locations.anchor(path)
+        return sanitize(_read_text(base, parts, max_bytes * _READ_CAP_FACTOR))
     except (OSError, ValueError):
         return ""
 
 
 def load(locations: MemoryLocations, max_bytes: int) -> Preferences:
     """Read every location now (blocking)."""
-    return merge([(s, p, _read_sanitized(p, max_bytes)) for s, p in locations.reads()])
+    return merge([(s, p, _read_sanitized(locations, p, max_bytes)) for s, p in locations.reads()])
 
 
 def merge(entries: list[tuple[str, Path, str]]) -> Preferences:
@@ -243,14 +286,14 @@ class MemoryReader:
         for scope, path in locations.paths:
             hit = self._cache.get(path)
             if hit is None or now - hit.at >= self._ttl:
-                hit = self._check(path, hit, now)
+                hit = self._check(locations, path, hit, now)
             if hit.sig is not None and not hit.read:
                 stale.append((path, hit))
             if hit.sig is not None:
                 found.append((scope, path, hit))
         if stale:
             texts = await asyncio.to_thread(
-                lambda: [_read_sanitized(Path(p), self._max_bytes) for p, _ in stale]
+                lambda: [_read_sanitized(locations, Path(p), self._max_bytes) for p, _ in stale]
             )
             for (_, hit), text in zip(stale, texts, strict=True):
                 hit.text, hit.read = text, True
@@ -262,9 +305,11 @@ class MemoryReader:
         """Forget what is known of ``path`` (the bridge just wrote it)."""
         self._cache.pop(path, None)
 
-    def _check(self, path: str, old: _Checked | None, now: float) -> _Checked:
+    def _check(
+        self, locations: MemoryLocations, path: str, old: _Checked | None, now: float
+    ) -> _Checked:
         try:
-            st = os.lstat(path)
+            st = _stat_beneath(*locations.anchor(Path(path)))  # never through a symlink
         except (OSError, ValueError):
             sig = None
         else:

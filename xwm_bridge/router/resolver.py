@@ -84,7 +84,7 @@ class RoutingRequest:
         explicit_skills = get("explicitSkills")
         return cls(
             prompt=text(params.get("taskPrompt")),
-            working_directory=text(params.get("workingDirectory")),
+            working_directory=coerce.path_text(params.get("workingDirectory"), "workingDirectory"),
             gateway_base_url=text(params.get("aiGatewayBaseUrl")),
             gateway_api_key=text(params.get("aiGatewayApiKey")),
             routing_mode=text(get("routingMode")),

@@ -14,8 +14,9 @@ import aiohttp
 
 from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
+from xwm_bridge.netaddr import HostPolicy, endpoint_of
 from xwm_bridge.router import memory
-from xwm_bridge.router.classifier import Classifier, choose_endpoint
+from xwm_bridge.router.classifier import Classifier, Endpoint, choose_endpoint
 from xwm_bridge.router.resolver import (
     MULTI_AGENT,
     SINGLE_AGENT,
@@ -43,6 +44,10 @@ class Router:
             max_concurrency=rc.classifier_max_concurrency,
         )
         self.memory = memory.MemoryReader(rc.memory_max_bytes)
+        #: where a client's own classifier URL may point (issue 16 item 10)
+        self.classifier_hosts = HostPolicy(
+            rc.classifier_allowed_hosts, config.configured_endpoints()
+        )
         self._located: dict[str, tuple[float, memory.MemoryLocations]] = {}
         self.skills = SkillCommands(
             enabled=rc.skill_commands_enabled,
@@ -68,6 +73,22 @@ class Router:
         self._located[wd] = (now, located)
         return located
 
+    def _classifier_endpoint(self, req: RoutingRequest) -> Endpoint | None:
+        """The classifier to ask: a client's own URL only on an allowed host (issue 16)."""
+        rc = self._config.router
+        endpoint = choose_endpoint(
+            req.gateway_base_url, req.gateway_api_key, rc.llm_base_url, rc.llm_api_key
+        )
+        if endpoint is not None and req.gateway_api_key.strip():
+            host, _, port = endpoint_of(endpoint.base_url).rpartition(":")
+            if not host or not self.classifier_hosts.allows(host, int(port or 0)):
+                log.info(
+                    "classifier skipped: aiGatewayBaseUrl host not allowed",
+                    extra={"host": host[:256]},
+                )
+                return None  # no classifier call: routing falls back as without a key
+        return endpoint
+
     async def resolve(self, req: RoutingRequest) -> RoutingDecision:
         rc = self._config.router
         prefs = memory.NO_PREFERENCES
@@ -75,10 +96,7 @@ class Router:
             prefs = await self.memory.load(self._locations(req))
 
         async def classify(prompt: str) -> str:  # only auto routing gets here
-            endpoint = choose_endpoint(
-                req.gateway_base_url, req.gateway_api_key, rc.llm_base_url, rc.llm_api_key
-            )
-            return await self.classifier.classify(prompt, endpoint)
+            return await self.classifier.classify(prompt, self._classifier_endpoint(req))
 
         return await resolve(
             req,

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 from xwm_bridge.config import BridgeConfig
-from xwm_bridge.store.base import MemoryStore, SessionStore, StoreLimits
+from xwm_bridge.store.base import SessionStore, StoreLimits
+from xwm_bridge.store.memory import MemoryStore
 from xwm_bridge.store.sqlite import SQLiteStore
 
 DB_NAME = "sessions.db"
@@ -47,7 +48,13 @@ def with_own_state_dir(
 
 def open_store(config: BridgeConfig) -> SessionStore:
     sc = config.store
-    limits = StoreLimits(sc.ledger_max_entries, sc.ledger_max_age, sc.retention)
+    limits = StoreLimits(
+        sc.ledger_max_entries,
+        sc.ledger_max_age,
+        sc.retention,
+        ledger_max_bytes=sc.ledger_max_bytes,
+        memory_max_bytes=sc.memory_max_bytes,
+    )
     if sc.backend == "memory":
         return MemoryStore(limits)
     if sc.backend == "redis":

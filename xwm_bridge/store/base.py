@@ -9,6 +9,11 @@ read back.
 Writes (:meth:`SessionStore.save`, :meth:`append`, :meth:`delete`) never block
 the event loop: an implementation queues them and applies them in order.
 Reads are coroutines and observe every write queued before them.
+
+A bad record (one that cannot be encoded or bound) never stops the writer: it
+is dropped, logged and counted in :class:`StoreCounters`, and the writes queued
+around it are applied. :meth:`SessionStore.health` is what ``/readyz`` and
+``doctor`` ask.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -25,7 +29,6 @@ from typing import Any, Protocol
 from xwm_bridge import jsonrpc
 from xwm_bridge.store.records import (
     MAX_PROMPT_CHARS,
-    TURNS_PER_SESSION,
     PermissionRecord,
     SessionPage,
     SessionQuery,
@@ -48,6 +51,45 @@ class StoreError(Exception):
     """The store cannot be opened or reached; the message names it (never a password)."""
 
 
+#: deadline of one health probe (``/readyz`` answers within it)
+HEALTH_TIMEOUT = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """The answer of :meth:`SessionStore.health`: which check ran, and how it went."""
+
+    backend: str
+    #: ``writable`` (SQLite: a probe row written), ``reachable`` (Redis: PING),
+    #: ``running`` (the writer thread or task is alive)
+    check: str
+    ok: bool
+    #: why not, naming the store (never a password)
+    error: str = ""
+    #: what was found, when it is fine (doctor prints it)
+    detail: str = ""
+
+    def wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"backend": self.backend, "check": self.check, "ok": self.ok}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(slots=True)
+class StoreCounters:
+    """What went wrong in the writer, for metrics (``xwm_store_*``) and logs."""
+
+    #: records dropped because they could not be encoded or bound (one bad record)
+    bad_records: int = 0
+    #: writes the backend refused (disk full, read-only file, Redis down)
+    write_errors: int = 0
+    #: times the writer loop or thread was restarted after an unexpected error
+    restarts: int = 0
+    #: the last backend error, cleared by the next successful write batch
+    last_error: str = ""
+
+
 #: Not frozen: built twice per turn on the hot path, where a frozen dataclass's
 #: ``object.__setattr__`` per field costs 3x; treat instances as immutable (they are
 #: handed to the store's writer), and use ``dataclasses.replace`` to change one.
@@ -65,6 +107,8 @@ class SessionRecord:
     updated_at: float = field(default_factory=time.time)
     #: the event id of the session's last ledger entry (see :class:`LedgerEntry`)
     events: int = 0
+    #: the principal that created the session (a digest of its bearer); "" = unowned
+    owner: str = ""
 
 
 #: ledger entry kinds: a notification sent to the client, or a turn's final result
@@ -106,12 +150,20 @@ def relayed_pos(seq: int) -> int:
     return 2 * seq + 1
 
 
+MIB = 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class StoreLimits:
     ledger_max_entries: int = 512
     ledger_max_age: float = 3600.0
     #: sessions untouched this long are deleted from the store.
     retention: float = 7 * 86400.0
+    #: encoded bytes of one session's ledger: the newest entries that fit are kept
+    ledger_max_bytes: int = 8 * MIB
+    #: the in-memory store, every session together (ledgers and prompt histories):
+    #: the oldest ledger entries go first, then the least recently saved sessions
+    memory_max_bytes: int = 256 * MIB
 
 
 def interrupted_update(record: SessionRecord, seq: int) -> dict[str, Any]:
@@ -188,6 +240,7 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 
 class SessionStore(Protocol):
     name: str
+    counters: StoreCounters
 
     async def start(self) -> None: ...
 
@@ -195,6 +248,14 @@ class SessionStore(Protocol):
         """Return once the queued writes are below the store's high-water mark (at once,
         usually). A writer of many entries (a streaming turn) awaits it, so a store
         that falls behind slows the writers instead of growing its queue without bound."""
+
+    def alive(self) -> bool:
+        """The writer runs and its last batch was accepted (cheap: no I/O; for metrics)."""
+
+    async def health(self, deadline_s: float = HEALTH_TIMEOUT) -> StoreHealth:
+        """Probe the running store within ``deadline_s``; never raises. A writer found
+        dead is restarted first. ``/readyz`` asks it; ``doctor`` asks
+        ``store.health.probe_store`` (which starts nothing) for the same answer."""
 
     def save(self, record: SessionRecord) -> None:
         """Queue an upsert of the record."""
@@ -247,11 +308,6 @@ class SessionStore(Protocol):
         """Pending permission requests, oldest first. ``recover`` drops those left by a
         dead process."""
 
-    async def health(self, deadline_s: float = 5.0) -> str:
-        """ "" when the running store can read and write within ``deadline_s`` seconds
-        (and its last write succeeded), else the reason, naming the store (never a
-        password). For ``/readyz`` and ``doctor`` (``store.health.probe_store``)."""
-
 
 def interrupted_turn(record: SessionRecord, stored: TurnRecord | None) -> TurnRecord:
     """The turn record of the session's last turn, which died with the process: the
@@ -286,136 +342,6 @@ def selected(entry: LedgerEntry, after_seq: int, after_event: int | None) -> boo
     if after_event is not None:
         return entry.event_id > after_event
     return entry.pos > emitted_pos(after_seq)
-
-
-class MemoryStore:
-    """Process-local store: today's behaviour (nothing survives a restart)."""
-
-    name = "memory"
-
-    def __init__(self, limits: StoreLimits | None = None) -> None:
-        self._limits = limits or StoreLimits()
-        self._records: dict[str, SessionRecord] = {}
-        self._ledgers: dict[str, deque[LedgerEntry]] = {}
-        self._turns: dict[str, dict[str, TurnRecord]] = {}
-        self._permissions: dict[tuple[str, str], PermissionRecord] = {}
-
-    async def start(self) -> None:
-        return None
-
-    async def writable(self) -> None:
-        return None  # writes are applied at once
-
-    def save(self, record: SessionRecord) -> None:
-        self._records[record.session_id] = record
-
-    def append(self, session_id: str, entry: LedgerEntry) -> None:
-        ledger = self._ledgers.get(session_id)
-        if ledger is None:
-            ledger = self._ledgers[session_id] = deque(maxlen=self._limits.ledger_max_entries)
-        ledger.append(entry)
-
-    def delete(self, session_id: str) -> None:
-        self._records.pop(session_id, None)
-        self._ledgers.pop(session_id, None)
-        self._turns.pop(session_id, None)
-        for key in [k for k in self._permissions if k[0] == session_id]:
-            del self._permissions[key]
-
-    def _ledger_seq(self, session_id: str) -> int:
-        ledger = self._ledgers.get(session_id)
-        return max((e.pos // 2 for e in ledger), default=0) if ledger else 0
-
-    def _ledger_events(self, session_id: str) -> int:
-        ledger = self._ledgers.get(session_id)
-        return ledger[-1].event_id if ledger else 0
-
-    async def load(self, session_id: str) -> SessionRecord | None:
-        record = self._records.get(session_id)
-        if record is None:
-            return None
-        return replace(
-            record,
-            seq=max(record.seq, self._ledger_seq(session_id)),
-            events=max(record.events, self._ledger_events(session_id)),
-        )
-
-    async def replay(
-        self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
-    ) -> list[LedgerEntry]:
-        horizon = time.time() - self._limits.ledger_max_age
-        out = [
-            e
-            for e in self._ledgers.get(session_id, ())
-            if e.ts >= horizon and selected(e, after_seq, after_event)
-        ]
-        return out[:limit]
-
-    async def recover(self) -> list[str]:
-        self._permissions.clear()  # their turns died with the process
-        ids = []
-        for sid, record in list(self._records.items()):
-            if record.last_turn_status == RUNNING:
-                fixed, entry = _recovered(record, self._ledger_seq(sid), self._ledger_events(sid))
-                self.save(fixed)
-                self.append(sid, entry)
-                stored = self._turns.get(sid, {}).get(record.last_turn_id)
-                self.save_turn(interrupted_turn(record, stored))
-                ids.append(sid)
-        return ids
-
-    async def prune(self) -> int:
-        now = time.time()
-        stale = [
-            s for s, r in self._records.items() if now - r.updated_at >= self._limits.retention
-        ]
-        for sid in stale:
-            self.delete(sid)
-        horizon = now - self._limits.ledger_max_age
-        for ledger in self._ledgers.values():
-            while ledger and ledger[0].ts < horizon:
-                ledger.popleft()
-        return len(stale)
-
-    async def close(self) -> None:
-        return None
-
-    def save_turn(self, record: TurnRecord) -> None:
-        turns = self._turns.setdefault(record.session_id, {})
-        turns[record.turn_id] = record
-        while len(turns) > TURNS_PER_SESSION:
-            del turns[min(turns, key=lambda t: (turns[t].started_at, t))]
-
-    async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
-        turns = sorted(self._turns.get(session_id, {}).values(), key=_turn_order)
-        return turns[-limit:] if limit > 0 else []
-
-    async def list_sessions(self, query: SessionQuery) -> SessionPage:
-        rows = sorted(
-            (r for r in self._records.values() if query.matches(r)),
-            key=lambda r: (r.updated_at, r.session_id),
-            reverse=True,
-        )
-        page = rows[: query.limit]
-        items = [(r, self._turns.get(r.session_id, {}).get(r.last_turn_id)) for r in page]
-        more = len(rows) > query.limit
-        return SessionPage(items, (page[-1].updated_at, page[-1].session_id) if more else None)
-
-    def save_permission(self, record: PermissionRecord) -> None:
-        self._permissions[record.key] = record
-
-    def delete_permission(self, session_id: str, request_id: str) -> None:
-        self._permissions.pop((session_id, request_id), None)
-
-    async def permissions(self) -> list[PermissionRecord]:
-        return sorted(self._permissions.values(), key=lambda p: (p.created_at, p.request_id))
-
-    async def health(self, deadline_s: float = 5.0) -> str:
-        return ""
-
-
-def _turn_order(t: TurnRecord) -> tuple[float, str]:
-    return (t.started_at, t.turn_id)
 
 
 recovered = _recovered

@@ -14,20 +14,23 @@ import contextlib
 import fcntl
 import os
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.store import DB_NAME, state_dir
+from xwm_bridge.store.base import StoreHealth
 from xwm_bridge.store.sqlite import lock_holder, lock_path
 
+__all__ = ["StoreHealth", "probe_store"]
 
-@dataclass(frozen=True, slots=True)
-class StoreHealth:
-    ok: bool
-    detail: str = ""
-    error: str = ""
+
+def _ok(backend: str, check: str, detail: str) -> StoreHealth:
+    return StoreHealth(backend, check, True, detail=detail)
+
+
+def _failed(backend: str, check: str, error: str) -> StoreHealth:
+    return StoreHealth(backend, check, False, error=error)
 
 
 def _sqlite(path: Path, timeout: float) -> StoreHealth:
@@ -35,9 +38,9 @@ def _sqlite(path: Path, timeout: float) -> StoreHealth:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return StoreHealth(False, error=f"cannot create state directory {directory}: {exc}")
+        return _failed("sqlite", "writable", f"cannot create state directory {directory}: {exc}")
     if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
-        return StoreHealth(False, error=f"state directory {directory} is not writable")
+        return _failed("sqlite", "writable", f"state directory {directory} is not writable")
     in_use = ""
     lock = lock_path(path)
     if lock.exists():
@@ -60,9 +63,9 @@ def _sqlite(path: Path, timeout: float) -> StoreHealth:
             finally:
                 db.close()
         except sqlite3.Error as exc:
-            return StoreHealth(False, error=f"sqlite {path}: {exc}")
-        return StoreHealth(True, detail=f"sqlite {path} (layout {version}){in_use}")
-    return StoreHealth(True, detail=f"sqlite {path} (created on first start){in_use}")
+            return _failed("sqlite", "writable", f"sqlite {path}: {exc}")
+        return _ok("sqlite", "writable", f"sqlite {path} (layout {version}){in_use}")
+    return _ok("sqlite", "writable", f"sqlite {path} (created on first start){in_use}")
 
 
 async def _redis(url: str, deadline_s: float) -> StoreHealth:
@@ -76,16 +79,16 @@ async def _redis(url: str, deadline_s: float) -> StoreHealth:
     try:
         await asyncio.wait_for(client.ping(), deadline_s)
     except (OSError, TimeoutError, aioredis.RedisError) as exc:
-        return StoreHealth(False, error=f"cannot reach Redis at {where}: {exc or 'timeout'}")
+        return _failed("redis", "reachable", f"cannot reach Redis at {where}: {exc or 'timeout'}")
     finally:
         await client.aclose()
-    return StoreHealth(True, detail=f"redis {where} answers PING")
+    return _ok("redis", "reachable", f"redis {where} answers PING")
 
 
 async def probe_store(config: BridgeConfig, deadline_s: float = 5.0) -> StoreHealth:
     backend = config.store.backend
     if backend == "memory":
-        return StoreHealth(True, detail="memory: nothing survives a restart")
+        return _ok("memory", "running", "memory: nothing survives a restart")
     if backend == "redis":
         return await _redis(config.store.redis_url, deadline_s)
     return await asyncio.to_thread(_sqlite, state_dir(config) / DB_NAME, deadline_s)

@@ -200,10 +200,14 @@ class SessionQuery:
     #: only records whose upstream map has each of these keys, with that value
     #: (``None``: any value) — the ACP front door's own sessions, by cwd and owner
     upstream: tuple[tuple[str, str | None], ...] = ()
+    #: only sessions of this principal (a caller that may not see every session)
+    owner: str | None = None
 
     def matches(self, record: Any) -> bool:
         """The filters applied to a ``SessionRecord`` (and ``after``, for stores that page
         by filtering)."""
+        if self.owner is not None and record.owner not in ("", self.owner):
+            return False
         if self.upstream:
             have = dict(record.upstream)
             for key, value in self.upstream:

@@ -33,11 +33,14 @@ import orjson
 import redis.asyncio as aioredis
 
 from xwm_bridge.store.base import (
+    HEALTH_TIMEOUT,
     NOTIFICATION,
     RUNNING,
     LedgerEntry,
     SessionRecord,
+    StoreCounters,
     StoreError,
+    StoreHealth,
     StoreLimits,
     WriteBacklog,
     interrupted_turn,
@@ -70,12 +73,23 @@ if ARGV[4] == '1' then redis.call('SADD', KEYS[3], ARGV[3])
 else redis.call('SREM', KEYS[3], ARGV[3]) end
 return 1
 """
-# KEYS: ledger, record; ARGV: cap, ttl s, seq, event id, entries…
+# KEYS: ledger, record; ARGV: cap, ttl s, seq, event id, max bytes, entries… — the ledger
+# keeps the newest `cap` entries that fit in `max bytes` (the newest always); the record
+# hash keeps the ledger's byte size (reset when the list was empty: expired or deleted)
 APPEND = """
-redis.call('RPUSH', KEYS[1], unpack(ARGV, 5))
-redis.call('LTRIM', KEYS[1], -tonumber(ARGV[1]), -1)
+local added = 0
+for i = 6, #ARGV do added = added + #ARGV[i] end
+local before = redis.call('LLEN', KEYS[1])
+local n = redis.call('RPUSH', KEYS[1], unpack(ARGV, 6))
+local total = added
+if before > 0 then total = redis.call('HINCRBY', KEYS[2], 'ledger_bytes', added) end
+local cap, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[5])
+while n > 0 and (n > cap or (total > max_bytes and n > 1)) do
+  total = total - #redis.call('LPOP', KEYS[1])
+  n = n - 1
+end
+redis.call('HSET', KEYS[2], 'ledger_bytes', total, 'ledger_seq', ARGV[3], 'ledger_events', ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('HSET', KEYS[2], 'ledger_seq', ARGV[3], 'ledger_events', ARGV[4])
 return 1
 """
 # KEYS: turns hash; ARGV: turn id, record JSON, ttl s, cap — keep the newest `cap` turns
@@ -112,7 +126,8 @@ def _to_hash(r: SessionRecord, owner: str) -> dict[str, str | int | float | byte
         "upstream": orjson.dumps([list(kv) for kv in r.upstream]),
         "updated_at": r.updated_at,
         "events": r.events,
-        "owner": owner,
+        "owner": owner,  # the replica running the turn
+        "principal": r.owner,  # the client the session belongs to
     }
 
 
@@ -137,6 +152,7 @@ def _from_hash(sid: str, h: Mapping[Any, Any]) -> SessionRecord:
         upstream=tuple((str(k), str(v)) for k, v in orjson.loads(h.get(b"upstream", b"[]"))),
         updated_at=float(text("updated_at") or 0),
         events=int(text("events") or 0),
+        owner=text("principal"),
     )
 
 
@@ -182,8 +198,7 @@ class RedisStore:
         self._writer: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
-        #: the error of the last write batch, "" once one succeeds (``health``)
-        self.write_error = ""
+        self.counters = StoreCounters()
 
     def key(self, kind: str, name: str = "") -> str:
         return f"{self.prefix}{kind}:{name}" if name else f"{self.prefix}{kind}"
@@ -201,6 +216,39 @@ class RedisStore:
         loop = asyncio.get_running_loop()
         self._writer = loop.create_task(self._serve(), name="redis-store")
         self._heartbeat = loop.create_task(self._heartbeats(), name="redis-heartbeat")
+
+    def alive(self) -> bool:
+        writer = self._writer
+        running = writer is not None and not writer.done() and not self._closed
+        return running and not self.counters.last_error
+
+    def _ensure_running(self) -> None:
+        """Start the writer task again if it ended (it should not: it catches everything)."""
+        if self._closed or self._writer is None or not self._writer.done():
+            return
+        self.counters.restarts += 1
+        log.error("session store writer had stopped; starting it again")
+        self._writer = asyncio.get_running_loop().create_task(self._serve(), name="redis-store")
+
+    async def health(self, deadline_s: float = HEALTH_TIMEOUT) -> StoreHealth:
+        """A probe key written (it expires) within ``deadline_s``: Redis is reachable and
+        takes writes. A writer task found ended is started again first."""
+        if self._writer is None or self._closed:
+            error = f"session store: Redis at {self._where}: not running"
+            return StoreHealth(self.name, "running", False, error)
+        self._ensure_running()
+        wait = min(self.timeout, deadline_s)
+        try:
+            await asyncio.wait_for(
+                self.client.set(self.key("health", self.replica_id), b"1", px=60_000), wait
+            )
+        except (OSError, TimeoutError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+            error = f"Redis at {self._where}: {exc or f'no answer within {wait:g}s'}"
+            return StoreHealth(self.name, "reachable", False, error)
+        except Exception as exc:  # it answers, but refuses the write (OOM, read-only replica)
+            return StoreHealth(self.name, "writable", False, f"Redis at {self._where}: {exc}")
+        self.counters.last_error = ""  # a write went through
+        return StoreHealth(self.name, "reachable", True, detail=f"redis {self._where}")
 
     async def close(self) -> None:
         if self._closed:
@@ -274,20 +322,6 @@ class RedisStore:
                 except aioredis.WatchError:
                     continue
 
-    async def health(self, deadline_s: float = 5.0) -> str:
-        """PING within ``deadline_s``, and the last write batch succeeded."""
-        if self._writer is None or self._closed or self._writer.done():
-            return f"session store: Redis at {self._where}: writer not running"
-        try:
-            await asyncio.wait_for(self.client.ping(), deadline_s)
-        except (OSError, TimeoutError, aioredis.RedisError) as exc:
-            return (
-                f"session store: cannot reach Redis at {self._where}: {exc or type(exc).__name__}"
-            )
-        if self.write_error:
-            return f"session store: Redis at {self._where}: last write failed: {self.write_error}"
-        return ""
-
     async def replica_alive(self, replica_id: str) -> bool:
         return bool(await self.client.exists(self.key("replica", replica_id)))
 
@@ -319,6 +353,7 @@ class RedisStore:
     async def _call(self, fn: Call) -> Any:
         if self._writer is None or self._closed:
             raise RuntimeError("session store is not running")
+        self._ensure_running()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._ops.put_nowait(("call", fn, fut))
         return await asyncio.wait_for(fut, self.timeout * 3)
@@ -503,9 +538,14 @@ class RedisStore:
     def _queue_save(self, pipe: Any, r: SessionRecord, fence: int = 0) -> None:
         skey = self.key("s", r.session_id)
         owner = self.replica_id if r.last_turn_status == RUNNING else ""
-        expire_at = int((r.updated_at + self._limits.retention) * 1000)
+        try:
+            expire_at = int((r.updated_at + self._limits.retention) * 1000)
+            record = _to_hash(r, owner)
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._dropped("save", r.session_id, exc)
+            return
         fields: list[Any] = []
-        for name, value in _to_hash(r, owner).items():
+        for name, value in record.items():
             fields += [name, value]
         running = "1" if r.last_turn_status == RUNNING else "0"
         keys = [self.key("fence", r.thread_id), skey, self.key("running"), self.key("idx")]
@@ -514,26 +554,26 @@ class RedisStore:
         )
 
     def _queue_append(self, pipe: Any, sid: str, entries: list[LedgerEntry]) -> None:
-        """One command for consecutive entries of one session."""
-        items = [
-            orjson.dumps(
-                {
-                    "p": e.pos,
-                    "e": e.event_id,
-                    "k": e.kind,
-                    "t": e.turn_id,
-                    "ts": e.ts,
-                    "m": e.message,
-                }
-            )
-            for e in entries
-        ]
+        """One command for consecutive entries of one session (an entry that cannot be
+        encoded is dropped alone)."""
+        items, kept = [], []
+        for e in entries:
+            try:
+                item = {"p": e.pos, "e": e.event_id, "k": e.kind, "t": e.turn_id}
+                items.append(orjson.dumps({**item, "ts": e.ts, "m": e.message}))
+            except TypeError as exc:
+                self._dropped("append", sid, exc)
+                continue
+            kept.append(e)
+        if not items:
+            return
         cap, ttl = self._limits.ledger_max_entries, int(self._limits.retention)
         # ledger_seq / ledger_events: load() needs no ledger scan
-        top = max(e.pos for e in entries) // 2
-        events = max(e.event_id for e in entries)
+        top = max(e.pos for e in kept) // 2
+        events = max(e.event_id for e in kept)
+        max_bytes = self._limits.ledger_max_bytes
         keys = (self.key("l", sid), self.key("s", sid))
-        pipe.eval(APPEND, 2, *keys, cap, ttl, top, events, *items)
+        pipe.eval(APPEND, 2, *keys, cap, ttl, top, events, max_bytes, *items)
 
     def _queue_operator(self, pipe: Any, op: Op) -> None:
         ttl = int(self._limits.retention)
@@ -588,31 +628,49 @@ class RedisStore:
         try:
             await asyncio.wait_for(pipe.execute(), self.timeout)
         except Exception as exc:
-            self.write_error = str(exc) or type(exc).__name__
+            self.counters.write_errors += len(writes)
+            self.counters.last_error = f"{type(exc).__name__}: {exc}"[:300]
             log.exception("session store write failed", extra={"ops": len(writes)})
         else:
-            self.write_error = ""
+            self.counters.last_error = ""
         for op in writes:
             if op[0] == "eval" and not op[4].done():
                 op[4].set_result(None)
         writes.clear()
+
+    def _dropped(self, kind: str, session_id: str, exc: Exception) -> None:
+        self.counters.bad_records += 1
+        log.error(
+            "session store dropped a record",
+            extra={"op": kind, "session_id": session_id[:128], "error": f"{exc}"[:300]},
+        )
 
     async def _serve(self) -> None:
         """Per batch: every queued write in one pipeline, then every queued read at once.
 
         A read sees every write queued before it, and possibly some queued after it
         in the same batch (the catch-up stream de-duplicates that overlap); one
-        batch costs two round trips however many turns share it.
+        batch costs two round trips however many turns share it. Nothing ends the
+        loop but ``stop``: a batch that fails is logged and its readers get the error.
         """
         while True:
             batch = [await self._ops.get()]
             while len(batch) < MAX_BATCH and not self._ops.empty():
                 batch.append(self._ops.get_nowait())
-            writes = [op for op in batch if op[0] in _WRITES]
-            reads = [op for op in batch if op[0] == "call"]
-            await self._flush(writes)
+            try:
+                writes = [op for op in batch if op[0] in _WRITES]
+                reads = [op for op in batch if op[0] == "call"]
+                await self._flush(writes)
+                await self._run_reads(reads)
+            except Exception as exc:
+                self.counters.restarts += 1
+                log.exception("session store batch failed; the writer goes on")
+                for op in batch:
+                    if op[0] == "call" and not op[2].done():
+                        op[2].set_exception(exc)
+                    elif op[0] == "eval" and not op[4].done():
+                        op[4].set_result(None)
             self.backlog.drained()
-            await self._run_reads(reads)
             if any(op[0] == "stop" for op in batch):
                 return
 

@@ -7,6 +7,10 @@ in one transaction, and answers reads after the writes queued before them, so
 a read always observes every earlier write. ``synchronous=NORMAL`` in WAL mode:
 a committed batch survives a process crash (``kill -9``); an OS crash may lose
 the last batch, never corrupt the file.
+
+The thread survives any bad record: a batch that fails is applied again one
+write at a time, and only the writes that fail alone are dropped (logged and
+counted). A thread found dead is started again by the next read or health probe.
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ from typing import Any, TypeVar
 import orjson
 
 from xwm_bridge.store.base import (
+    HEALTH_TIMEOUT,
     RUNNING,
     LedgerEntry,
     SessionRecord,
+    StoreCounters,
     StoreError,
+    StoreHealth,
     StoreLimits,
     WriteBacklog,
     emitted_pos,
@@ -68,7 +75,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     last_turn_status TEXT NOT NULL,
     upstream BLOB NOT NULL,
     updated_at REAL NOT NULL,
-    events INTEGER NOT NULL DEFAULT 0
+    events INTEGER NOT NULL DEFAULT 0,
+    owner TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS ledger (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -82,6 +90,7 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 CREATE INDEX IF NOT EXISTS ledger_session ON ledger (session_id, id);
 CREATE INDEX IF NOT EXISTS ledger_ts ON ledger (ts);
+CREATE TABLE IF NOT EXISTS health (k TEXT PRIMARY KEY, v REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS sessions_updated ON sessions (updated_at);
 CREATE TABLE IF NOT EXISTS turns (
     session_id TEXT NOT NULL,
@@ -107,20 +116,29 @@ TRIM_TURNS = (
 #: turn rows over TURNS_PER_SESSION are deleted every this many inserts per session
 TURN_TRIM_EVERY = 8
 #: ``PRAGMA user_version`` of this layout. 0: the first layout (issue 6), whose
-#: ledger had no event ids; :func:`migrate` upgrades it in place on open.
-SCHEMA_VERSION = 1
+#: ledger had no event ids; 1: sessions had no owner (issue 16); :func:`migrate`
+#: upgrades it in place on open.
+SCHEMA_VERSION = 2
 SESSION_COLUMNS = (
     "session_id, thread_id, provider, history, seq, last_turn_id, last_turn_status,"
-    " upstream, updated_at, events"
+    " upstream, updated_at, events, owner"
 )
 
+#: drop a session's oldest entries past ``ledger_max_bytes`` (the newest that fit stay,
+#: and the newest one always)
+TRIM_BYTES = (
+    "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT MAX(id) FROM"
+    " (SELECT id, SUM(length(message)) OVER (ORDER BY id DESC) AS total,"
+    " ROW_NUMBER() OVER (ORDER BY id DESC) AS rn FROM ledger WHERE session_id = ?)"
+    " WHERE total > ? AND rn > 1)"
+)
 Op = tuple[Any, ...]
 _STOP: Op = ("stop",)
 _WRITES = frozenset({"save", "append", "delete", "turn", "perm", "unperm"})
 
 
 def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
-    sid, thread, provider, history, seq, turn_id, status, upstream, updated, events = row
+    sid, thread, provider, history, seq, turn_id, status, upstream, updated, events, owner = row
     return SessionRecord(
         session_id=sid,
         thread_id=thread,
@@ -132,34 +150,42 @@ def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
         upstream=tuple((str(k), str(v)) for k, v in orjson.loads(upstream)),
         updated_at=float(updated),
         events=int(events),
+        owner=owner,
     )
 
 
 def migrate(db: sqlite3.Connection) -> None:
     """Bring a database of an earlier layout to :data:`SCHEMA_VERSION`, in one
     transaction. Version 0 → 1: ledger rows get event ids 1, 2, 3, … per session
-    in insertion order, and each session its last event id; nothing else changes."""
+    in insertion order, and each session its last event id. 1 → 2: sessions get an
+    ``owner`` column (empty: unowned)."""
     version = int(db.execute("PRAGMA user_version").fetchone()[0])
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if version >= SCHEMA_VERSION or not {"sessions", "ledger"} <= tables:
         return  # current, or a new file (SCHEMA creates it)
     with db:
         db.execute("BEGIN IMMEDIATE")
-        columns = {r[1] for r in db.execute("PRAGMA table_info(ledger)")}
-        if "event_id" not in columns:
-            db.execute("ALTER TABLE ledger ADD COLUMN event_id INTEGER NOT NULL DEFAULT 0")
-            db.execute("ALTER TABLE ledger ADD COLUMN kind TEXT NOT NULL DEFAULT 'notification'")
-        if "events" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
-            db.execute("ALTER TABLE sessions ADD COLUMN events INTEGER NOT NULL DEFAULT 0")
-        db.execute(
-            "UPDATE ledger SET event_id = (SELECT COUNT(*) FROM ledger AS l"
-            " WHERE l.session_id = ledger.session_id AND l.id <= ledger.id)"
-            " WHERE event_id = 0"
-        )
-        db.execute(
-            "UPDATE sessions SET events = (SELECT COALESCE(MAX(event_id), 0) FROM ledger"
-            " WHERE ledger.session_id = sessions.session_id)"
-        )
+        if version < 1:
+            columns = {r[1] for r in db.execute("PRAGMA table_info(ledger)")}
+            if "event_id" not in columns:
+                db.execute("ALTER TABLE ledger ADD COLUMN event_id INTEGER NOT NULL DEFAULT 0")
+                db.execute(
+                    "ALTER TABLE ledger ADD COLUMN kind TEXT NOT NULL DEFAULT 'notification'"
+                )
+            if "events" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
+                db.execute("ALTER TABLE sessions ADD COLUMN events INTEGER NOT NULL DEFAULT 0")
+            db.execute(
+                "UPDATE ledger SET event_id = (SELECT COUNT(*) FROM ledger AS l"
+                " WHERE l.session_id = ledger.session_id AND l.id <= ledger.id)"
+                " WHERE event_id = 0"
+            )
+            db.execute(
+                "UPDATE sessions SET events = (SELECT COALESCE(MAX(event_id), 0) FROM ledger"
+                " WHERE ledger.session_id = sessions.session_id)"
+            )
+        # 1 → 2: sessions get an owner; the old ones are unowned (the next turn claims them)
+        if "owner" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
+            db.execute("ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
@@ -175,14 +201,14 @@ class SQLiteStore:
         self._ready: Future[None] = Future()
         self._closed = False
         self._wake = threading.Event()
-        #: ledger entries / turn records added per session since its last trim
-        #: (store thread only)
+        #: ledger entries (and their bytes) / turn records added per session since its
+        #: last trim (store thread only)
         self._untrimmed: dict[str, int] = {}
+        self._untrimmed_bytes: dict[str, int] = {}
         self._untrimmed_turns: dict[str, int] = {}
         #: the held ``<db>.lock`` (one process per database)
         self._lock_fd: int | None = None
-        #: the error of the last write batch, "" once one succeeds (``health``)
-        self.write_error = ""
+        self.counters = StoreCounters()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -220,12 +246,48 @@ class SQLiteStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._lock()
-            self._thread = threading.Thread(target=self._run, name="sqlite-store", daemon=True)
-            self._thread.start()
+            self._start_thread()
             await asyncio.wait_for(asyncio.wrap_future(self._ready), READ_TIMEOUT)
         except (OSError, sqlite3.Error, TimeoutError) as exc:
             self._unlock()
             raise StoreError(f"session store: cannot open {self.path}: {exc}") from None
+
+    def _start_thread(self) -> None:
+        self._ready = Future()
+        self._thread = threading.Thread(target=self._run, name="sqlite-store", daemon=True)
+        self._thread.start()
+
+    def _ensure_running(self) -> None:
+        """Start the store thread again if it died (it should not: it catches everything)."""
+        if self._closed or self._thread is None or self._thread.is_alive():
+            return
+        self.counters.restarts += 1
+        log.error("session store thread had stopped; starting it again")
+        self._start_thread()
+
+    def alive(self) -> bool:
+        thread = self._thread
+        running = thread is not None and thread.is_alive() and not self._closed
+        return running and not self.counters.last_error
+
+    async def health(self, deadline_s: float = HEALTH_TIMEOUT) -> StoreHealth:
+        if self._thread is None or self._closed:
+            error = f"session store {self.path}: not running"
+            return StoreHealth(self.name, "running", False, error)
+        self._ensure_running()
+
+        def probe(db: sqlite3.Connection) -> None:
+            db.execute("INSERT OR REPLACE INTO health (k, v) VALUES ('probe', ?)", (time.time(),))
+
+        try:
+            await asyncio.wait_for(self._call(probe), deadline_s)
+        except TimeoutError:
+            error = f"no answer from the store thread within {deadline_s:g}s"
+            return StoreHealth(self.name, "writable", False, f"{self.path}: {error}")
+        except Exception as exc:
+            return StoreHealth(self.name, "writable", False, f"{self.path}: {exc}")
+        self.counters.last_error = ""  # a write went through: the backend is back
+        return StoreHealth(self.name, "writable", True)
 
     async def close(self) -> None:
         if self._thread is None or self._closed:
@@ -239,24 +301,6 @@ class SQLiteStore:
             await asyncio.wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
         finally:
             self._unlock()
-
-    async def health(self, deadline_s: float = 5.0) -> str:
-        """ "" when the store thread answers a read and can take the write lock within
-        ``deadline_s`` seconds and the last write batch succeeded; else why not."""
-        if self._thread is None or self._closed or not self._thread.is_alive():
-            return f"session store {self.path}: not running"
-
-        def probe(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")  # the write lock: the file is writable
-            db.execute("ROLLBACK")
-
-        try:
-            await asyncio.wait_for(self._call(probe), deadline_s)
-        except (TimeoutError, sqlite3.Error, RuntimeError) as exc:
-            return f"session store {self.path}: {exc or type(exc).__name__}"
-        if self.write_error:
-            return f"session store {self.path}: last write failed: {self.write_error}"
-        return ""
 
     # --- writes (never block the loop) ---------------------------------------------------
 
@@ -286,6 +330,7 @@ class SQLiteStore:
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._thread is None or self._closed:
             raise RuntimeError("session store is not running")
+        self._ensure_running()
         fut: Future[T] = Future()
         self._ops.put(("call", fn, fut))
         self._wake.set()
@@ -312,18 +357,21 @@ class SQLiteStore:
         self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
     ) -> list[LedgerEntry]:
         horizon = time.time() - self._limits.ledger_max_age
-        cap = self._limits.ledger_max_entries
+        cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
         if after_event is None:
             where, floor = "pos > ?", emitted_pos(after_seq)
         else:
             where, floor = "event_id > ?", after_event
 
         def read(db: sqlite3.Connection) -> list[LedgerEntry]:
+            # the newest `cap` entries that fit in `max_bytes` (trimming may lag behind)
             rows = db.execute(
-                "SELECT pos, turn_id, message, ts, event_id, kind FROM (SELECT * FROM ledger"
+                "SELECT pos, turn_id, message, ts, event_id, kind FROM (SELECT *,"
+                " SUM(length(message)) OVER (ORDER BY id DESC) AS total,"
+                " ROW_NUMBER() OVER (ORDER BY id DESC) AS rn FROM ledger"
                 " WHERE session_id = ? ORDER BY id DESC LIMIT ?)"
-                f" WHERE {where} AND ts >= ? ORDER BY id LIMIT ?",
-                (session_id, cap, floor, horizon, limit),
+                f" WHERE (total <= ? OR rn = 1) AND {where} AND ts >= ? ORDER BY id LIMIT ?",
+                (session_id, cap, max_bytes, floor, horizon, limit),
             ).fetchall()
             return [
                 LedgerEntry(int(r[0]), r[1], orjson.loads(r[2]), float(r[3]), int(r[4]), r[5])
@@ -404,6 +452,9 @@ class SQLiteStore:
         if query.updated_since:
             where.append("s.updated_at >= ?")
             args.append(query.updated_since)
+        if query.owner is not None:  # unowned sessions (from before owners) are anyone's
+            where.append("s.owner IN ('', ?)")
+            args.append(query.owner)
         if query.after is not None:
             where.append("(s.updated_at < ? OR (s.updated_at = ? AND s.session_id < ?))")
             args += [query.after[0], query.after[0], query.after[1]]
@@ -462,7 +513,13 @@ class SQLiteStore:
             return
         self._ready.set_result(None)
         try:
-            self._serve(db)
+            while True:
+                try:
+                    self._serve(db)
+                    return
+                except Exception:  # a bug, not a bad record (those are handled per write)
+                    self.counters.restarts += 1
+                    log.exception("session store loop failed; it goes on")
         finally:
             db.close()
 
@@ -502,12 +559,39 @@ class SQLiteStore:
             return
         try:
             self._apply(db, writes)
-        except sqlite3.Error as exc:
-            self.write_error = str(exc) or type(exc).__name__
-            log.exception("session store write failed", extra={"ops": len(writes)})
+        except Exception as exc:
+            if isinstance(exc, sqlite3.OperationalError) or len(writes) == 1:
+                self._dropped(writes, exc)  # the backend refuses: retrying alone won't help
+            else:
+                self._isolate(db, writes)
         else:
-            self.write_error = ""
+            self.counters.last_error = ""
         writes.clear()
+
+    def _isolate(self, db: sqlite3.Connection, writes: list[Op]) -> None:
+        """A batch failed on a bad record: apply its writes one by one, drop the bad."""
+        for op in writes:
+            try:
+                self._apply(db, [op])
+            except Exception as exc:
+                self._dropped([op], exc)
+
+    def _dropped(self, ops: list[Op], exc: Exception) -> None:
+        backend = isinstance(exc, sqlite3.OperationalError)
+        if backend:
+            self.counters.write_errors += len(ops)
+            self.counters.last_error = str(exc)[:300]
+        else:
+            self.counters.bad_records += len(ops)
+        log.error(
+            "session store write failed; dropped" if backend else "session store dropped a record",
+            extra={
+                "ops": len(ops),
+                "op": ops[0][0],
+                "session_id": _session_of(ops[0])[:128],
+                "error": f"{type(exc).__name__}: {exc}"[:300],
+            },
+        )
 
     def _apply(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         """One transaction, one ``executemany`` per table. Reordering by table is safe:
@@ -520,6 +604,7 @@ class SQLiteStore:
         turns: list[tuple[Any, ...]] = []
         permissions: list[Op] = []
         touched: dict[str, int] = {}
+        sizes: dict[str, int] = {}
         turned: dict[str, int] = {}
         for i, op in enumerate(writes):
             if i not in live:
@@ -528,14 +613,17 @@ class SQLiteStore:
             if kind == "save":
                 saves.append(_session_row(op[1]))
             elif kind == "append":
-                entries.append(_entry_row(op[1], op[2]))
+                row = _entry_row(op[1], op[2])
+                entries.append(row)
                 touched[op[1]] = touched.get(op[1], 0) + 1
+                sizes[op[1]] = sizes.get(op[1], 0) + len(row[3])  # the encoded message
             elif kind == "turn":
                 turns.append(_turn_row(op[1]))
                 turned[op[1].session_id] = turned.get(op[1].session_id, 0) + 1
             elif kind == "delete":
                 deletes.append(op[1])
                 self._untrimmed.pop(op[1], None)
+                self._untrimmed_bytes.pop(op[1], None)
                 self._untrimmed_turns.pop(op[1], None)
             else:
                 permissions.append(op)  # in their order: a request's save, then its delete
@@ -548,20 +636,24 @@ class SQLiteStore:
             _insert_many(db, UPSERT_TURN, turns)
             for op in permissions:
                 _apply_permission(db, op)
-            # trim a session's ledger every cap/8 entries, not per batch (replay reads
-            # only the newest `cap` entries, so the slack is never visible)
-            cap = self._limits.ledger_max_entries
+            # trim a session's ledger every cap/8 entries (or max_bytes/8 bytes), not per
+            # batch (replay reads only the newest entries that fit: the slack is invisible)
+            cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
             for sid, added in touched.items():
                 pending = self._untrimmed.get(sid, 0) + added
-                if pending < max(1, cap // 8):
+                pending_bytes = self._untrimmed_bytes.get(sid, 0) + sizes[sid]
+                if pending < max(1, cap // 8) and pending_bytes < max_bytes // 8:
                     self._untrimmed[sid] = pending
+                    self._untrimmed_bytes[sid] = pending_bytes
                     continue
                 self._untrimmed.pop(sid, None)
+                self._untrimmed_bytes.pop(sid, None)
                 db.execute(
                     "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT id FROM ledger"
                     " WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
                     (sid, sid, cap),
                 )
+                db.execute(TRIM_BYTES, (sid, sid, max_bytes))
             # turn records too, every TURN_TRIM_EVERY per session (reads take the newest)
             for sid, added in turned.items():
                 pending = self._untrimmed_turns.get(sid, 0) + added
@@ -572,8 +664,14 @@ class SQLiteStore:
                 db.execute(TRIM_TURNS, (sid, sid, TURNS_PER_SESSION))
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # keep the original error
+                db.execute("ROLLBACK")
             raise
+
+
+def _session_of(op: Op) -> str:
+    target = op[1] if len(op) > 1 else ""
+    return str(getattr(target, "session_id", target))
 
 
 def _superseded(writes: list[Op]) -> set[int]:
@@ -634,7 +732,7 @@ def _ledger_top(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
 
 
 UPSERT_SESSION = (
-    f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 10)})"
+    f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 11)})"
 )
 INSERT_ENTRY = (
     "INSERT INTO ledger (session_id, pos, turn_id, message, ts, event_id, kind)"
@@ -676,6 +774,7 @@ def _session_row(r: SessionRecord) -> tuple[Any, ...]:
         orjson.dumps(r.upstream),
         r.updated_at,
         r.events,
+        r.owner,
     )
 
 

@@ -23,6 +23,7 @@ from xwm_bridge.tasks import Supervisor
 from xwm_bridge.toolbridge import protocol
 from xwm_bridge.toolbridge.tools import ToolError, chat, claude_review
 from xwm_bridge.toolbridge.vault import vault_kv
+from xwm_bridge.wire import PLAIN, WireEncoder
 
 log = logging.getLogger("xwm_bridge.toolbridge")
 Write = Callable[[bytes], Awaitable[None]]
@@ -37,8 +38,10 @@ class ToolbridgeServer:
         write: Write,
         *,
         max_message: int,
+        wire: WireEncoder = PLAIN,
     ) -> None:
         self._cfg = cfg
+        self._wire = wire
         self._http = http
         self._read = read
         self._write = write
@@ -49,8 +52,11 @@ class ToolbridgeServer:
         self._tasks = Supervisor()  # one task per call in flight, bounded by _slots
 
     async def _send(self, message: dict[str, Any]) -> None:
+        data = self._wire.encode(message)
+        if data is None:
+            return
         async with self._write_lock:
-            await self._write(jsonrpc.dumps(message) + b"\n")
+            await self._write(data + b"\n")
 
     async def handle(self, req: jsonrpc.Request) -> dict[str, Any] | None:
         """One request → its response (``None`` for a notification)."""

@@ -29,7 +29,7 @@ from xwm_bridge import jsonrpc
 from xwm_bridge.acp import codec
 from xwm_bridge.acp.connection import SESSION_SCOPED, AcpConnection
 from xwm_bridge.acp.front import AcpFrontDoor
-from xwm_bridge.acp.remote import END, KEEPALIVE, Outbox, RemoteConnection
+from xwm_bridge.acp.remote import END, Outbox, RemoteConnection
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.transport.notify import OrderedSender
 
@@ -129,8 +129,12 @@ class AcpRemote:
         principal, bearer = self._principal(request)
         sender = OrderedSender(lambda data: ws.send_str(data.decode()), timeout=self._send_timeout)
 
+        wire = self.front.wire
+
         async def send(message: dict[str, Any], scope: str | None) -> None:
-            await sender.send_bytes(jsonrpc.dumps(message))
+            data = wire.encode(message)  # secrets redacted; never raises
+            if data is not None:
+                await sender.send_bytes(data)
 
         conn = self.front.connect(
             send, transport="acp-ws", principal=principal, bearer=bearer, remote=True
@@ -216,15 +220,14 @@ class AcpRemote:
         )
         remote.id, remote.conn = conn.id, conn
         reply = await conn.dispatcher.handle(req, conn_call(conn))
+        encoded = (self.front.wire.encode(reply) if reply is not None else None) or b"null"
         if reply is None or "error" in reply:
             await conn.close()
-            return web.Response(
-                status=200, body=jsonrpc.dumps(reply) + b"\n", content_type="application/json"
-            )
+            return web.Response(status=200, body=encoded + b"\n", content_type="application/json")
         self.http[conn.id] = remote
         return web.Response(
             status=200,
-            body=jsonrpc.dumps(reply) + b"\n",
+            body=encoded + b"\n",
             content_type="application/json",
             headers={CONNECTION_HEADER: conn.id},
         )
@@ -265,11 +268,13 @@ class AcpRemote:
                 with contextlib.suppress(ConnectionError, RuntimeError):
                     await response.write_eof()
                 return
-            data = (
-                b": keep-alive\n\n"
-                if item == KEEPALIVE
-                else b"data: " + jsonrpc.dumps(item) + b"\n\n"
-            )
+            if isinstance(item, str):  # KEEPALIVE
+                data = b": keep-alive\n\n"
+            else:
+                encoded = self.front.wire.encode(item)  # secrets redacted; never raises
+                if encoded is None:
+                    continue
+                data = b"data: " + encoded + b"\n\n"
             await asyncio.wait_for(response.write(data), self._send_timeout)
 
     async def delete(self, request: web.Request) -> web.StreamResponse:

@@ -34,8 +34,12 @@ async def serve_acp_stdio(
 ) -> None:
     sender = OrderedSender(write, timeout=send_timeout)
 
+    wire = front.wire
+
     async def send(message: dict[str, Any], scope: str | None) -> None:
-        await sender.send_bytes(jsonrpc.dumps_line(message))
+        data = wire.encode(message)  # secrets redacted; never raises
+        if data is not None:
+            await sender.send_bytes(data + b"\n")
 
     conn = front.connect(send, transport="acp-stdio", principal="acp-stdio")
     decoder = StdioDecoder(max_message=max_message)

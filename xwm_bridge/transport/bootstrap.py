@@ -7,6 +7,7 @@ client address, and the client's ``bridge`` must name this bridge's public URL
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from xwm_bridge.httpbody import BodyTooLarge, read_capped
 from xwm_bridge.transport.rejections import (
     BAD_BODY,
     FOREIGN_BRIDGE,
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 ISSUED_BY = "xworkmate-bridge"
 CONSUME_PATH = "/api/internal/xworkmate/bridge/bootstrap/consume"
 MAX_TRACKED_CLIENTS = 10_000
+#: the accounts service's answer is read to its end, up to this
+MAX_ACCOUNTS_REPLY = 1024 * 1024
 
 
 def _text(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -96,9 +100,13 @@ class BootstrapHandlers:
             )
         cfg = self._bridge.config
         try:
-            raw = await request.read()
+            async with asyncio.timeout(cfg.limits.request_read_timeout):  # a slow body ends
+                raw = await request.read()
             body = orjson.loads(raw)
         except (web.HTTPRequestEntityTooLarge, orjson.JSONDecodeError):
+            self._reject(request, BAD_BODY, 400)
+            return _text(400, "invalid request body")
+        except (TimeoutError, aiohttp.ClientError, ConnectionError):
             self._reject(request, BAD_BODY, 400)
             return _text(400, "invalid request body")
         if not isinstance(body, dict) or any(
@@ -127,9 +135,11 @@ class BootstrapHandlers:
                 timeout=aiohttp.ClientTimeout(total=cfg.limits.bootstrap_timeout),
             ) as resp:
                 status = resp.status
-                payload = await resp.content.read(1024 * 1024)
+                payload = await read_capped(resp, MAX_ACCOUNTS_REPLY)
         except (aiohttp.ClientError, TimeoutError):
             return _text(502, "failed to contact accounts service")
+        except BodyTooLarge:
+            return _text(502, "accounts bootstrap response too large")
         if not 200 <= status < 300:
             return _text(status, "accounts bootstrap consume failed")
         try:

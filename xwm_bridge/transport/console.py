@@ -27,7 +27,6 @@ from xwm_bridge import __version__, jsonrpc
 from xwm_bridge.console import PAGE, Asset, load_assets
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.netaddr import is_loopback_host
-from xwm_bridge.observability.logging import Redactor
 from xwm_bridge.tasks import Supervisor
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.transport.security import peer_of, principal_of
@@ -75,7 +74,6 @@ class ConsoleHandlers:
         bridge = transport.bridge
         self.enabled = bridge.config.console.enabled
         self._assets: dict[str, Asset] = load_assets() if self.enabled else {}
-        self._redactor = Redactor(bridge.config.secrets())
 
     def _file(self, request: web.Request, name: str) -> web.StreamResponse:
         asset = self._assets.get(name)
@@ -192,14 +190,14 @@ class ConsoleHandlers:
     async def _serve(self, ws: web.WebSocketResponse, auth: CallContext) -> None:
         metrics = self._t.metrics
         sent, received = metrics.sent.get(TRANSPORT), metrics.received.get(TRANSPORT)
-        redact = self._redactor.bytes
 
-        async def write(data: bytes) -> None:
-            data = redact(data)  # no configured secret ever reaches the page
+        async def write(data: bytes) -> None:  # encoded by the wire encoder: redacted
             await ws.send_str(data.decode())
             sent.inc(len(data))
 
-        sender = OrderedSender(write, timeout=self._t.limits.notification_send_timeout)
+        sender = OrderedSender(
+            write, timeout=self._t.limits.notification_send_timeout, wire=self._t.wire
+        )
         live = LiveConnection(sender.send)
         call = CallContext(sender.send, TRANSPORT, auth.principal, auth.bearer, live, auth.peer)
         inflight = Supervisor()
@@ -218,7 +216,7 @@ class ConsoleHandlers:
                 try:
                     req = jsonrpc.decode_request(msg.data)
                 except jsonrpc.DecodeError as exc:
-                    await sender.send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message))
+                    await sender.send(exc.envelope())
                     continue
                 if len(inflight) >= MAX_INFLIGHT:
                     if not req.is_notification:

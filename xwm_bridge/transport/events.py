@@ -26,22 +26,37 @@ from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.core.feed import Subscription
 from xwm_bridge.store.base import RESULT, LedgerEntry
 from xwm_bridge.transport.notify import OrderedSender
+from xwm_bridge.wire import PLAIN, WireEncoder
 
 FOLLOW_MAX_SECONDS = 3600.0
+#: the largest afterSeq / event id a client may name: ledger positions (2·seq + 1)
+#: and event ids stay within SQLite's int64
+MAX_SEQ = 2**62 - 1
 BAD_AFTER = "afterSeq / afterEventId / Last-Event-ID must be a non-negative integer"
 
 
-def event_bytes(entry: LedgerEntry) -> bytes:
-    """One SSE event: ``id:`` is the entry's event id; a result is ``event: result``."""
+def event_bytes(entry: LedgerEntry, wire: WireEncoder = PLAIN) -> bytes | None:
+    """One SSE event: ``id:`` is the entry's event id; a result is ``event: result``
+    (None when the message cannot be encoded; secrets are redacted)."""
     if entry.kind == RESULT:
-        data = jsonrpc.dumps({"turnId": entry.turn_id, "result": entry.message})
+        data = wire.encode({"turnId": entry.turn_id, "result": entry.message})
+        if data is None:
+            return None
         return b"event: result\nid: %d\ndata: " % entry.event_id + data + b"\n\n"
-    return b"id: %d\ndata: " % entry.event_id + jsonrpc.dumps(entry.message) + b"\n\n"
+    data = wire.encode(entry.message)
+    if data is None:
+        return None
+    return b"id: %d\ndata: " % entry.event_id + data + b"\n\n"
 
 
 def _number(raw: str) -> int | None:
+    """ASCII digits up to MAX_SEQ (``str.isdigit`` alone also accepts "²" and "٣",
+    which ``int()`` refuses or reads; a longer number overflowed the store's integer)."""
     raw = raw.strip()
-    return int(raw) if raw.isdigit() else None
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
+        return None
+    value = int(raw)
+    return value if value <= MAX_SEQ else None
 
 
 def parse_after(
@@ -75,7 +90,12 @@ def drop_overlap(missed: list[LedgerEntry], sub: Subscription) -> None:
 
 
 async def stream_events(
-    request: web.Request, bridge: Bridge, send_timeout: float, headers: dict[str, str]
+    request: web.Request,
+    bridge: Bridge,
+    send_timeout: float,
+    headers: dict[str, str],
+    wire: WireEncoder = PLAIN,
+    principal: str = "",
 ) -> web.StreamResponse:
     session_id = request.match_info.get("sessionId", "")
     after = parse_after(
@@ -86,6 +106,11 @@ async def stream_events(
     if after is None or not session_id:
         body = jsonrpc.error(None, jsonrpc.INVALID_PARAMS, BAD_AFTER)
         return web.Response(status=400, body=jsonrpc.dumps(body), content_type="application/json")
+    try:
+        await bridge.sessions.check_owner(session_id, principal)
+    except jsonrpc.RpcError as exc:  # another principal's session
+        body = jsonrpc.error(None, exc.code, exc.message)
+        return web.Response(status=403, body=jsonrpc.dumps(body), content_type="application/json")
     follow = request.query.get("follow", "0").lower() in ("1", "true", "yes")
     sessions = bridge.sessions
     stream = web.StreamResponse(
@@ -109,7 +134,8 @@ async def stream_events(
         await stream.prepare(request)
         sender = OrderedSender(stream.write, timeout=send_timeout)
         for entry in missed:
-            if not await sender.send_bytes(event_bytes(entry)):
+            event = event_bytes(entry, wire)
+            if event is not None and not await sender.send_bytes(event):
                 return stream
         if sub is None:
             return stream
@@ -123,7 +149,9 @@ async def stream_events(
                 if not sub.overflowed:
                     await sender.send_bytes(b": keep-alive\n\n")
                 continue
-            await sender.send_bytes(event_bytes(live))
+            event = event_bytes(live, wire)
+            if event is not None:
+                await sender.send_bytes(event)
     finally:
         if sub is not None:
             sessions.feed.unsubscribe(sub)

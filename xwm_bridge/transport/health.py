@@ -1,4 +1,9 @@
-"""``/livez``, ``/readyz`` and ``/metrics``: unauthenticated, minimal, cheap."""
+"""``/livez``, ``/readyz`` and ``/metrics``: unauthenticated, minimal, cheap.
+
+``/readyz`` asks the session store (:meth:`SessionStore.health`: SQLite takes a
+probe write, Redis answers PING) and, when configured, the providers; a 503
+names the check that failed.
+"""
 
 from __future__ import annotations
 
@@ -51,6 +56,16 @@ class HealthHandlers:
     async def readyz(self, request: web.Request) -> web.Response:
         if self._bridge.supervisor.closing:
             return _json(503, {"status": "unready", "reason": "shutting down"})
+        store = await self._bridge.store.health()
+        if not store.ok:
+            return _json(
+                503,
+                {
+                    "status": "unready",
+                    "reason": f"session store not {store.check}",
+                    "store": store.wire(),
+                },
+            )
         if not self._bridge.config.ready_requires_providers:
             return _json(200, {"status": "ready"})
         failures = await self._probe()

@@ -32,6 +32,7 @@ from xwm_bridge.transport.acp_remote import PATH as ACP_REMOTE_PATH
 from xwm_bridge.transport.acp_remote import AcpRemote
 from xwm_bridge.transport.console import ConsoleHandlers
 from xwm_bridge.transport.events import stream_events
+from xwm_bridge.transport.guard import ConnectionGuard
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.transport.security import (
@@ -41,6 +42,7 @@ from xwm_bridge.transport.security import (
     PrincipalCache,
     peer_of,
 )
+from xwm_bridge.wire import WireEncoder
 
 log = logging.getLogger("xwm_bridge.http")
 
@@ -116,12 +118,20 @@ class HttpTransport:
         self.dispatcher = dispatcher
         cfg = bridge.config
         self.origins = OriginPolicy(cfg.allowed_origins)
-        self.auth = BearerAuth(cfg.auth_token, cfg.client_tokens)
+        self.auth = BearerAuth(cfg.auth_token, (*cfg.client_tokens, *cfg.admin_tokens))
         self.principals = PrincipalCache()
         self.limits = cfg.limits
         self.bootstrap = bootstrap.BootstrapHandlers(bridge)
         self.health = HealthHandlers(bridge)
         self.metrics = bridge.metrics
+        #: header deadline and per-address cap; install() it on the server before serving
+        self.guard = ConnectionGuard(
+            head_timeout=self.limits.header_read_timeout,
+            max_per_address=self.limits.max_connections_per_address,
+            metrics=bridge.metrics,
+        )
+        #: every message to a client is encoded here: secrets redacted, never raises
+        self.wire = WireEncoder(cfg.credentials())
         self._ws_connections: set[web.WebSocketResponse] = set()
         self.console = ConsoleHandlers(self)
         #: the ACP remote transport (``/acp/remote``): the bridge as an ACP agent
@@ -297,14 +307,17 @@ class HttpTransport:
         try:
             req = jsonrpc.decode_request(body)
         except jsonrpc.DecodeError as exc:
-            self._reject(request, "http", rj.PARSE_ERROR, 400, error=exc.message[:200])
-            return _rpc_error_response(400, jsonrpc.PARSE_ERROR, exc.message)
+            reason = rj.decode_reason(exc.code)
+            self._reject(request, "http", reason, 400, error=exc.message[:200])
+            return _json_response(400, exc.envelope())
 
         if "text/event-stream" not in request.headers.get("Accept", "").lower():
             reply = await self.dispatcher.handle(req, self._call(request, None, "http"))
             if reply is None:
                 return web.Response(status=200)
-            data = jsonrpc.dumps(reply) + b"\n"
+            encoded = self.wire.encode(reply)
+            assert encoded is not None  # a response always encodes (or becomes -32603)
+            data = encoded + b"\n"
             self.metrics.sent.get("http").inc(len(data))
             return web.Response(status=200, body=data, headers=JSON_HEADERS)
         return await self._rpc_sse(request, req, cors)
@@ -327,14 +340,20 @@ class HttpTransport:
             sent.inc(len(data))
 
         sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
+        wire = self.wire
 
         async def notify(message: dict[str, Any]) -> None:
-            await sender.send_bytes(encode_data(jsonrpc.dumps(message)))
+            data = wire.encode(message)
+            if data is not None:
+                await sender.send_bytes(encode_data(data))
 
         async def notify_many(messages: list[dict[str, Any]]) -> None:
-            # the frames of one upstream read leave in one chunk: one write, not one each
-            dumps = jsonrpc.dumps
-            await sender.send_bytes(b"".join([encode_data(dumps(m)) for m in messages]))
+            # the frames of one upstream read leave in one chunk: one write, not one each;
+            # each through the wire encoder (secrets redacted, never raises)
+            encoded = [wire.encode(m) for m in messages]
+            data = b"".join([encode_data(e) for e in encoded if e is not None])
+            if data:
+                await sender.send_bytes(data)
 
         async def keepalive(interval: float) -> None:
             # a comment line after `interval` seconds of silence, so that proxies with
@@ -357,7 +376,9 @@ class HttpTransport:
                     beat.cancel()
         else:
             reply = await self.dispatcher.handle(req, call)
-        final = DONE if reply is None else encode_data(jsonrpc.dumps(reply))
+        encoded = None if reply is None else wire.encode(reply)
+        final = DONE if encoded is None else encode_data(encoded)
+
         await sender.send_bytes(final)
         sender.close()
         if stream.prepared:
@@ -381,8 +402,14 @@ class HttpTransport:
                 extra = dict(cors)
                 if cors:
                     extra["Vary"] = ", ".join(VARY)
+                principal, _ = self.principals.of(request.headers.get("Authorization"))
                 return await stream_events(
-                    request, self.bridge, self.limits.notification_send_timeout, extra
+                    request,
+                    self.bridge,
+                    self.limits.notification_send_timeout,
+                    extra,
+                    self.wire,
+                    principal,
                 )
         self._apply_headers(response, cors)
         return response
@@ -417,7 +444,7 @@ class HttpTransport:
             await ws.send_str(data.decode())  # JSON goes out as text frames
             sent.inc(len(data))
 
-        sender = OrderedSender(write, timeout=self.limits.notification_send_timeout)
+        sender = OrderedSender(write, timeout=self.limits.notification_send_timeout, wire=self.wire)
         live = LiveConnection(sender.send)
         call = self._call(request, sender.send, "ws", live)
         # the connection owns its requests: they end with it
@@ -442,8 +469,9 @@ class HttpTransport:
                 try:
                     req = jsonrpc.decode_request(msg.data)
                 except jsonrpc.DecodeError as exc:
-                    self._reject(request, "ws", rj.PARSE_ERROR, 0, error=exc.message[:200])
-                    await sender.send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, exc.message))
+                    reason = rj.decode_reason(exc.code)
+                    self._reject(request, "ws", reason, 0, error=exc.message[:200])
+                    await sender.send(exc.envelope())
                     continue
                 if len(inflight) >= MAX_INFLIGHT_PER_CONNECTION:
                     self._reject(request, "ws", rj.TOO_MANY_INFLIGHT, 0)

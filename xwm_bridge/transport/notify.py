@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from xwm_bridge import jsonrpc
+from xwm_bridge.wire import PLAIN, WireEncoder
 
 log = logging.getLogger("xwm_bridge.transport")
 
@@ -25,9 +25,16 @@ class OrderedSender:
     sender weakly, so a finished response is not kept alive until it fires.
     """
 
-    def __init__(self, write: Callable[[bytes], Awaitable[None]], *, timeout: float) -> None:
+    def __init__(
+        self,
+        write: Callable[[bytes], Awaitable[None]],
+        *,
+        timeout: float,
+        wire: WireEncoder = PLAIN,
+    ) -> None:
         self._write = write
         self._timeout = timeout
+        self._wire = wire
         self._lock = asyncio.Lock()
         self.broken = False
         #: the task in the middle of a write, and when that write began
@@ -80,7 +87,10 @@ class OrderedSender:
             self._watchdog = loop.call_at(due, _watch, weakref.ref(self))
 
     async def send(self, message: dict[str, Any]) -> None:
-        await self.send_bytes(jsonrpc.dumps(message))
+        """Encode (secrets redacted; never raises) and send one message."""
+        data = self._wire.encode(message)
+        if data is not None:
+            await self.send_bytes(data)
 
     def close(self) -> None:
         """The connection is done: its watchdog timer goes now, not when it fires."""

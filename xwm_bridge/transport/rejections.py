@@ -26,6 +26,13 @@ MESSAGE_TOO_LARGE = "message_too_large"
 TOO_MANY_INFLIGHT = "too_many_inflight"
 RATE_LIMITED = "rate_limited"
 FOREIGN_BRIDGE = "foreign_bridge"
+#: an id or params nested past jsonrpc.MAX_DEPTH (issue 16)
+TOO_DEEP = "too_deep"
+
+
+def decode_reason(code: int) -> str:
+    """The reason label of a ``jsonrpc.DecodeError``: bad JSON, or nesting past the cap."""
+    return PARSE_ERROR if code == -32700 else TOO_DEEP
 
 
 def reject(metrics: Metrics, transport: str, reason: str, **fields: Any) -> None:

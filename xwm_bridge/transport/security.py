@@ -6,11 +6,12 @@ parsed (scheme + host exact, ``:*`` = any port) instead of string prefixes.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from xwm_bridge.core import principals
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 #: :meth:`BearerAuth.verify` reasons (also the ``reason`` label of rejected requests)
@@ -114,15 +115,10 @@ class BearerAuth:
 def principal_of(header: str | None) -> tuple[str, str]:
     """(principal, bare credential) of an accepted ``Authorization`` value.
 
-    The principal is a digest, so runtimes can be keyed and logged by it
-    without holding the credential itself.
+    The principal is a digest, so runtimes and sessions can be keyed and logged
+    by it without holding the credential itself (core/principals.py).
     """
-    value = (header or "").strip()
-    credential = value[7:].strip() if value[:7].lower() == "bearer " else value
-    if not credential:
-        return "anonymous", ""
-    digest = hashlib.sha256(credential.encode()).hexdigest()[:24]
-    return f"bearer:{digest}", credential
+    return principals.principal_of(header)
 
 
 class PrincipalCache:

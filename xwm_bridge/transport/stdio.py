@@ -18,7 +18,8 @@ from xwm_bridge.core.context import CallContext
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 from xwm_bridge.tasks import Supervisor
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
-from xwm_bridge.transport.rejections import PARSE_ERROR, reject
+from xwm_bridge.transport.rejections import decode_reason, reject
+from xwm_bridge.wire import PLAIN, WireEncoder
 
 log = logging.getLogger("xwm_bridge.stdio")
 MAX_INFLIGHT = 256
@@ -34,8 +35,10 @@ class StdioServer:
         *,
         max_message: int,
         send_timeout: float,
+        wire: WireEncoder = PLAIN,
     ) -> None:
         self._dispatcher = dispatcher
+        self._wire = wire
         self._read = read
         self._sender = OrderedSender(write, timeout=send_timeout)
         self._decoder = StdioDecoder(max_message=max_message)
@@ -45,7 +48,9 @@ class StdioServer:
         self._live = LiveConnection(self._send)
 
     async def _send(self, message: dict[str, object]) -> None:
-        await self._sender.send_bytes(jsonrpc.dumps(message) + b"\n")
+        data = self._wire.encode(message)
+        if data is not None:
+            await self._sender.send_bytes(data + b"\n")
 
     async def _serve_one(self, req: jsonrpc.Request) -> None:
         reply = await self._dispatcher.handle(
@@ -59,7 +64,9 @@ class StdioServer:
         if not isinstance(req, jsonrpc.Request):
             error = req.get("error")
             detail = str(error.get("message", "")) if isinstance(error, dict) else ""
-            reject(self._dispatcher.metrics, "stdio", PARSE_ERROR, error=detail[:200])
+            code = error.get("code", -32700) if isinstance(error, dict) else -32700
+            reason = decode_reason(code if isinstance(code, int) else -32700)
+            reject(self._dispatcher.metrics, "stdio", reason, error=detail[:200])
             await self._send(req)
             return
         while len(self._inflight) >= MAX_INFLIGHT:  # backpressure: stop reading

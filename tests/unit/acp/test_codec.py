@@ -45,3 +45,21 @@ def test_invalid_frames_get_an_error_to_send(frame: bytes, code: int, rid: objec
     assert isinstance(item, codec.Invalid) and item.reply is not None
     assert item.reply["error"]["code"] == code
     assert item.reply["id"] == rid
+
+
+def test_frames_nested_past_the_cap() -> None:
+    """issue 16: params nested past 64 levels are -32602 with the id; a deep answer to one
+    of the bridge's requests becomes an error answer (nothing of it is kept)."""
+    from tests.nesting import nested_json
+
+    deep = nested_json(300)
+    request = codec.decode(f'{{"jsonrpc":"2.0","id":4,"method":"session/prompt","params":{deep}}}')
+    assert isinstance(request, codec.Invalid) and request.reply is not None
+    assert request.reply["id"] == 4 and request.reply["error"]["code"] == -32602
+    answer = codec.decode(f'{{"jsonrpc":"2.0","id":9,"result":{deep}}}')
+    assert isinstance(answer, codec.Response) and answer.result is None
+    assert answer.error is not None and "nested deeper" in answer.error["message"]
+    fine = codec.decode(
+        f'{{"jsonrpc":"2.0","id":5,"method":"m","params":{{"a":{nested_json(63)}}}}}'
+    )
+    assert not isinstance(fine, codec.Invalid)

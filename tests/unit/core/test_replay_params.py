@@ -58,3 +58,17 @@ def test_session_snapshot_round_trip() -> None:
     assert (back.thread_id, back.provider, back.history, back.seq) == ("t", "codex", ["a"], 5)
     assert back.upstream == {"acpSessionId": "x"} and back.last_turn_status == "completed"
     assert back.events == 9
+
+
+def test_after_seq_past_the_ledger_range_is_invalid_params() -> None:
+    """issue 16 item 4: afterSeq >= 2^63 used to overflow the store's integer (-32603)."""
+    import pytest
+
+    from xwm_bridge.core.replay import MAX_SEQ, ReplayParams
+    from xwm_bridge.jsonrpc import RpcError
+
+    assert ReplayParams.parse({"sessionId": "s", "afterSeq": MAX_SEQ}, 10).after_seq == MAX_SEQ
+    for bad in (MAX_SEQ + 1, 2**63, 2**64 - 1):
+        with pytest.raises(RpcError) as info:
+            ReplayParams.parse({"sessionId": "s", "afterSeq": bad}, 10)
+        assert info.value.code == -32602

@@ -45,6 +45,23 @@ def test_history_under_cap_keeps_everything() -> None:
 # --- registry: reset / get_or_create / close ------------------------------------------
 
 
+def test_history_is_bounded_by_bytes_oldest_first() -> None:
+    """issue 16 item 12: 64 prompts of 3.9 MiB used to stay in memory and in every save."""
+    s = Session("s", "t", history_max_bytes=10_000)
+    for i in range(64):
+        s.add_prompt(f"{i:02d}" + "p" * 3_998)
+    assert len(s.history) == 2 and s.history[-1].startswith("63")
+    assert sum(len(p.encode()) for p in s.history) <= 10_000
+    s.add_prompt("é" * 20_000)  # alone over the cap: the latest prompt always stays
+    assert s.history == ["é" * 20_000]
+
+
+def test_registry_applies_the_history_cap() -> None:
+    reg = SessionRegistry(history_max_bytes=100)
+    assert reg.get_or_create("s", "t").history_max_bytes == 100
+    assert reg.reset("s2", "t").history_max_bytes == 100
+
+
 def test_get_or_create_creates_once() -> None:
     reg = SessionRegistry()
     assert reg.get("s") is None
@@ -367,3 +384,44 @@ def test_reap_with_real_clock() -> None:
     reg.get_or_create("s", "t")
     assert reg.reap(3600) == 0
     assert reg.reap(0) == 1
+
+
+# --- ownership (issue 16 item 8) -------------------------------------------------------
+
+
+async def test_sessions_belong_to_their_principal() -> None:
+    from xwm_bridge.jsonrpc import RpcError
+
+    reg = SessionRegistry()
+    reg.enforce_owner, reg.admins = True, frozenset({"admin"})
+    s = reg.get_or_create("s1", "t1")
+    reg.claim(s, "alice")
+    assert s.owner == "alice" and s.snapshot().owner == "alice"
+    reg.claim(s, "alice")
+    reg.claim(s, "admin")  # an admin may use it, and does not take it over
+    assert s.owner == "alice"
+    with pytest.raises(RpcError) as info:
+        reg.claim(s, "bob")
+    assert info.value.code == -32003
+    await reg.check_owner("s1", "alice")
+    await reg.check_owner("s1", "admin")
+    await reg.check_owner("unknown", "bob")  # nobody's yet
+    with pytest.raises(RpcError):
+        await reg.check_owner("s1", "bob")
+    # a session only in the store is checked there
+    reg.store.save(s.snapshot())
+    reg.reap(0, now=time.monotonic() + 10)
+    assert reg.get("s1") is None
+    with pytest.raises(RpcError):
+        await reg.check_owner("s1", "bob")
+    restored = await reg.load("s1", "t1")
+    assert restored.owner == "alice"
+
+
+async def test_ownership_is_not_enforced_without_authentication() -> None:
+    reg = SessionRegistry()  # enforce_owner is off: any bearer is accepted, it names nobody
+    s = reg.get_or_create("s1", "t1")
+    reg.claim(s, "alice")
+    reg.claim(s, "bob")
+    await reg.check_owner("s1", "bob")
+    assert s.owner == "alice"  # recorded all the same

@@ -41,14 +41,44 @@ def test_wrong_types_are_invalid_params(key: str) -> None:
     assert err.value.code == INVALID_PARAMS and key in err.value.message
 
 
+#: the client's example host is off loopback: it must be allowed by config (issue 16 item 10)
+GW_ALLOWED = BridgeConfig(gateway=GatewayConfig(allowed_hosts=("gw.example",)))
+
+
 def test_local_mode_uses_client_endpoint_and_auth() -> None:
-    cfg = build_connect_config(ConnectParams.parse(CLIENT), BridgeConfig(), "inbound")
+    cfg = build_connect_config(ConnectParams.parse(CLIENT), GW_ALLOWED, "inbound")
     assert cfg.url == "wss://gw.example:18789"
     assert cfg.creds.token == "client-token" and cfg.creds.password == "pw"
     ipv6 = {**CLIENT, "endpoint": {"host": "::1", "port": 1}}
     assert build_connect_config(ConnectParams.parse(ipv6), BridgeConfig(), "").url == "ws://[::1]:1"
     with pytest.raises(GatewayError):
         build_connect_config(ConnectParams.parse({"runtimeId": "r"}), BridgeConfig(), "")
+
+
+def test_by_default_only_loopback_and_configured_endpoints_are_dialed() -> None:
+    config = BridgeConfig(openclaw_url="wss://gw.corp.example:8443/gw")
+
+    def local(host: str, port: int) -> dict[str, object]:
+        return {**CLIENT, "endpoint": {"host": host, "port": port}}
+
+    for host, port in (
+        ("127.0.0.1", 22),
+        ("localhost", 18789),
+        ("::1", 5),
+        ("gw.corp.example", 8443),
+    ):
+        build_connect_config(ConnectParams.parse(local(host, port)), config, "")
+    for host, port in (
+        ("gw.corp.example", 22),
+        ("10.0.0.1", 80),
+        ("0.0.0.0", 80),
+        ("gw.example", 1),
+    ):
+        with pytest.raises(GatewayError) as err:
+            build_connect_config(ConnectParams.parse(local(host, port)), config, "")
+        assert err.value.code == "HOST_NOT_ALLOWED"
+    anything = BridgeConfig(gateway=GatewayConfig(allowed_hosts=("*",)))
+    build_connect_config(ConnectParams.parse(local("10.0.0.1", 80)), anything, "")
 
 
 def test_allowed_hosts_pin_local_endpoints() -> None:
@@ -72,8 +102,10 @@ def test_allowed_hosts_pin_local_endpoints() -> None:
 def test_client_bearer_is_forwarded_only_when_configured() -> None:
     no_token = {**CLIENT, "auth": {}}
     cp = ConnectParams.parse(no_token)
-    assert build_connect_config(cp, BridgeConfig(), "inbound").creds.token == ""
-    on = BridgeConfig(gateway=GatewayConfig(forward_client_bearer=True))
+    assert build_connect_config(cp, GW_ALLOWED, "inbound").creds.token == ""
+    on = BridgeConfig(
+        gateway=GatewayConfig(forward_client_bearer=True, allowed_hosts=("gw.example",))
+    )
     assert build_connect_config(cp, on, "inbound").creds.token == "inbound"
 
 

@@ -379,3 +379,17 @@ def test_backoff_grows_with_jitter_to_the_cap_and_resets() -> None:
     assert max(delays) <= 30.0 and delays[-1] >= 15.0
     b.reset()
     assert 0.5 <= b.next_delay() <= 1.0
+
+
+def test_frames_nested_past_the_cap() -> None:
+    """issue 16 item 3: a deep response fails its request at once; a deep event is dropped."""
+    from tests.nesting import nested_json
+
+    deep = nested_json(300)
+    res = p.decode_frame(f'{{"type":"res","id":"r1","ok":true,"payload":{deep}}}')
+    assert isinstance(res, p.ResponseFrame)
+    assert (res.id, res.ok, res.payload) == ("r1", False, None)
+    assert res.error["code"] == "INVALID_RESPONSE"
+    assert p.decode_frame(f'{{"type":"event","event":"chat","payload":{deep}}}') is None
+    ok = p.decode_frame(f'{{"type":"res","id":"r2","ok":true,"payload":{nested_json(64)}}}')
+    assert isinstance(ok, p.ResponseFrame) and ok.ok

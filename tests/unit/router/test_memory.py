@@ -313,6 +313,45 @@ async def test_reader_rereads_changed_files_only(tmp_path: Path) -> None:
     assert (await reader.load(locs)).route == ""
 
 
+def _symlinked_xworkmate(tmp_path: Path) -> tuple[Path, Path]:
+    """A project inside the roots whose ``.xworkmate`` points outside them (a cloned
+    repository can ship that)."""
+    root, outside = tmp_path / "projects", tmp_path / "outside"
+    write(outside / "memory.md", "preferred-route: gateway\nprovider: evil\n")
+    wd = root / "app"
+    wd.mkdir(parents=True)
+    (wd / ".xworkmate").symlink_to(outside)
+    return root, wd
+
+
+async def test_a_symlinked_xworkmate_is_not_followed(tmp_path: Path) -> None:
+    """issue 16 item 7: only the last component was opened with O_NOFOLLOW."""
+    root, wd = _symlinked_xworkmate(tmp_path)
+    locs = memory.locate(str(wd), str(tmp_path / "home"), (str(root),))
+    assert locs.project_local_dir == wd / ".xworkmate"  # the location itself is allowed
+    prefs = memory.load(locs, 4096)
+    assert (prefs.route, prefs.provider, prefs.sources) == ("", "", ())
+    cached = await memory.MemoryReader(4096).load(locs)
+    assert (cached.route, cached.provider, cached.sources) == ("", "", ())
+
+
+def test_a_fifo_in_place_of_the_memory_file_is_not_read(tmp_path: Path) -> None:
+    root = tmp_path / "projects"
+    wd = root / "app"
+    (wd / ".xworkmate").mkdir(parents=True)
+    os.mkfifo(wd / ".xworkmate" / "memory.md")  # opening it for reading would block
+    locs = memory.locate(str(wd), str(tmp_path / "home"), (str(root),))
+    assert memory.load(locs, 4096).sources == ()
+
+
+def test_a_real_xworkmate_directory_is_still_read(tmp_path: Path) -> None:
+    root = tmp_path / "projects"
+    wd = root / "app"
+    write(wd / ".xworkmate" / "memory.md", "preferred-route: multi-agent\n")
+    locs = memory.locate(str(wd), str(tmp_path / "home"), (str(root),))
+    assert memory.load(locs, 4096).route == "multi-agent"
+
+
 async def test_reader_trusts_a_stat_for_its_ttl(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -325,8 +364,13 @@ async def test_reader_trusts_a_stat_for_its_ttl(
     locs = memory.locate("", str(home), ())
     assert (await reader.load(locs)).route == "gateway"
     calls: list[str] = []
-    real_lstat = os.lstat
-    monkeypatch.setattr(memory.os, "lstat", lambda p: calls.append(str(p)) or real_lstat(p))
+    real_stat = memory._stat_beneath
+
+    def counted(base: Path, parts: tuple[str, ...]) -> os.stat_result:
+        calls.append(str(base.joinpath(*parts)))
+        return real_stat(base, parts)
+
+    monkeypatch.setattr(memory, "_stat_beneath", counted)
     path.write_text("preferred-route: multi-agent\n")
     clock.now += memory.STAT_TTL / 2
     assert (await reader.load(locs)).route == "gateway"  # cached: no stat, no read

@@ -74,13 +74,25 @@ class Incoming:
     detail: str = ""
 
 
+#: an agent message gets the bridge-wide cap on its params/result, plus the envelope
+_MESSAGE_DEPTH = jsonrpc.MAX_DEPTH + 1
+TOO_DEEP = f"agent message nested deeper than {jsonrpc.MAX_DEPTH} levels"
+
+
 def decode(line: bytes) -> Incoming:
+    """One agent line. A message nested past the cap is never passed on: a response
+    to one of our requests becomes an error response, anything else is invalid."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         return Incoming("invalid", detail=f"not JSON: {exc}")
     if not isinstance(obj, dict):
         return Incoming("invalid", detail="not a JSON object")
+    if jsonrpc.may_nest(line, _MESSAGE_DEPTH) and jsonrpc.nesting_exceeds(obj, _MESSAGE_DEPTH):
+        rid = obj.get("id")
+        if isinstance(rid, int) and not isinstance(rid, bool) and "method" not in obj:
+            return Incoming("response", id=rid, error={"code": INVALID_PARAMS, "message": TOO_DEEP})
+        return Incoming("invalid", detail=TOO_DEEP)
     method = obj.get("method")
     raw_params = obj.get("params")
     params = raw_params if isinstance(raw_params, dict) else {}

@@ -146,6 +146,21 @@ def test_permission_option_choice_never_allow_always() -> None:
     assert payload["toolCall"]["kind"] == "edit" and len(payload["options"]) == 3
 
 
+def test_agent_messages_nested_past_the_cap() -> None:
+    """issue 16 item 3: a deep answer to our request fails that request; anything else
+    deep is invalid (never relayed nor stored)."""
+    from tests.nesting import nested_json
+
+    deep = nested_json(300)
+    answer = codec.decode(f'{{"jsonrpc":"2.0","id":3,"result":{deep}}}'.encode())
+    assert (answer.kind, answer.id, answer.result) == ("response", 3, None)
+    assert answer.error is not None and "nested deeper" in answer.error["message"]
+    note = codec.decode(f'{{"jsonrpc":"2.0","method":"session/update","params":{deep}}}'.encode())
+    assert note.kind == "invalid"
+    fine = codec.decode(f'{{"jsonrpc":"2.0","id":4,"result":{nested_json(64)}}}'.encode())
+    assert fine.kind == "response" and fine.error is None
+
+
 def test_content_blocks_follow_the_agents_prompt_capabilities() -> None:
     image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
     res = {"type": "resource", "resource": {"uri": "file:///a", "text": "body"}}
