@@ -780,3 +780,35 @@ async def test_writable_gives_up_after_its_deadline(tmp_path: Path) -> None:
     finally:
         gate.set()
         await store.close()
+
+
+async def test_sqlite_table_keeps_the_byte_bound_when_entries_grow(tmp_path: Path) -> None:
+    # small entries are bounded by the count alone (no full byte trim per trim); once
+    # big ones arrive the byte trim runs again, so the table itself stays bounded
+    import sqlite3
+
+    path = tmp_path / "sessions.db"
+    limits = StoreLimits(ledger_max_entries=16, ledger_max_bytes=4096)
+    store = SQLiteStore(path, limits)
+    await store.start()
+    try:
+        store.save(SessionRecord("s1", "t1"))
+        for seq in range(1, 41):  # ~100 bytes each: 16 of them fit
+            store.append("s1", LedgerEntry(emitted_pos(seq), "turn-1", update("s1", seq)))
+        await messages(store, "s1", 0, 1)  # a read: every earlier write is applied
+        for seq in range(41, 61):  # ~1 KB each: only about 4 fit
+            message = update("s1", seq)
+            message["params"]["delta"] = "y" * 1000
+            store.append("s1", LedgerEntry(emitted_pos(seq), "turn-1", message))
+        kept = [m["params"]["seq"] for m in await messages(store, "s1", 0, 1000)]
+        assert kept and kept[-1] == 60
+    finally:
+        await store.close()
+    db = sqlite3.connect(path)
+    total, count = db.execute(
+        "SELECT SUM(length(message)), COUNT(*) FROM ledger WHERE session_id = 's1'"
+    ).fetchone()
+    db.close()
+    # trimming runs every cap/8 entries or max_bytes/8 bytes: a little slack, not 20 KB
+    assert total <= 4096 + 4096 // 8 + 1100, (total, count)
+    assert count <= 16 + 2

@@ -124,6 +124,10 @@ SESSION_COLUMNS = (
     " upstream, updated_at, events, owner"
 )
 
+#: the largest entry a session holds
+LARGEST_ENTRY = "SELECT MAX(length(message)) FROM ledger WHERE session_id = ?"
+#: sessions whose largest entry the store thread remembers
+MAX_TRACKED_SESSIONS = 50_000
 #: drop a session's oldest entries past ``ledger_max_bytes`` (the newest that fit stay,
 #: and the newest one always)
 TRIM_BYTES = (
@@ -205,6 +209,10 @@ class SQLiteStore:
         #: last trim (store thread only)
         self._untrimmed: dict[str, int] = {}
         self._untrimmed_bytes: dict[str, int] = {}
+        #: per session, the largest entry it holds (known once a byte trim has run in
+        #: this process): while ``ledger_max_entries`` of them fit in
+        #: ``ledger_max_bytes``, the count trim alone keeps the byte bound (store thread)
+        self._largest: dict[str, int] = {}
         self._untrimmed_turns: dict[str, int] = {}
         #: the held ``<db>.lock`` (one process per database)
         self._lock_fd: int | None = None
@@ -605,6 +613,7 @@ class SQLiteStore:
         permissions: list[Op] = []
         touched: dict[str, int] = {}
         sizes: dict[str, int] = {}
+        largest: dict[str, int] = {}
         turned: dict[str, int] = {}
         for i, op in enumerate(writes):
             if i not in live:
@@ -616,7 +625,10 @@ class SQLiteStore:
                 row = _entry_row(op[1], op[2])
                 entries.append(row)
                 touched[op[1]] = touched.get(op[1], 0) + 1
-                sizes[op[1]] = sizes.get(op[1], 0) + len(row[3])  # the encoded message
+                size = len(row[3])  # the encoded message
+                sizes[op[1]] = sizes.get(op[1], 0) + size
+                if size > largest.get(op[1], 0):
+                    largest[op[1]] = size
             elif kind == "turn":
                 turns.append(_turn_row(op[1]))
                 turned[op[1].session_id] = turned.get(op[1].session_id, 0) + 1
@@ -625,6 +637,7 @@ class SQLiteStore:
                 self._untrimmed.pop(op[1], None)
                 self._untrimmed_bytes.pop(op[1], None)
                 self._untrimmed_turns.pop(op[1], None)
+                self._largest.pop(op[1], None)
             else:
                 permissions.append(op)  # in their order: a request's save, then its delete
         db.execute("BEGIN")
@@ -640,6 +653,9 @@ class SQLiteStore:
             # batch (replay reads only the newest entries that fit: the slack is invisible)
             cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
             for sid, added in touched.items():
+                known = self._largest.get(sid)
+                if known is not None and largest.get(sid, 0) > known:
+                    self._largest[sid] = known = largest[sid]
                 pending = self._untrimmed.get(sid, 0) + added
                 pending_bytes = self._untrimmed_bytes.get(sid, 0) + sizes[sid]
                 if pending < max(1, cap // 8) and pending_bytes < max_bytes // 8:
@@ -653,7 +669,16 @@ class SQLiteStore:
                     " WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
                     (sid, sid, cap),
                 )
-                db.execute(TRIM_BYTES, (sid, sid, max_bytes))
+                biggest = max(known or 0, largest.get(sid, 0))
+                if known is None or cap * biggest > max_bytes:
+                    # the window query reads every entry of the session: only when the
+                    # count bound alone may not keep the byte bound
+                    db.execute(TRIM_BYTES, (sid, sid, max_bytes))
+                    row = db.execute(LARGEST_ENTRY, (sid,)).fetchone()
+                    biggest = int(row[0] or 0)  # of the entries left
+                if len(self._largest) >= MAX_TRACKED_SESSIONS:
+                    self._largest.clear()  # bounded: sessions forgotten get one full trim
+                self._largest[sid] = biggest
             # turn records too, every TURN_TRIM_EVERY per session (reads take the newest)
             for sid, added in turned.items():
                 pending = self._untrimmed_turns.get(sid, 0) + added
@@ -664,6 +689,7 @@ class SQLiteStore:
                 db.execute(TRIM_TURNS, (sid, sid, TURNS_PER_SESSION))
             db.execute("COMMIT")
         except BaseException:
+            self._largest.clear()  # what the table holds is no longer known exactly
             with contextlib.suppress(sqlite3.Error):  # keep the original error
                 db.execute("ROLLBACK")
             raise
