@@ -43,7 +43,7 @@ ENTRY_OVERHEAD = 128
 
 
 def record_size(record: SessionRecord) -> int:
-    return ENTRY_OVERHEAD + sum(len(p) for p in record.history)
+    return ENTRY_OVERHEAD + sum(map(len, record.history))
 
 
 class MemoryStore:
