@@ -23,7 +23,9 @@ def test_ci_script_parses() -> None:
 def test_ci_script_defines_its_helpers_before_use_and_ends_with_make_test() -> None:
     lines = [line for line in SCRIPT.read_text().splitlines() if line and not line.startswith("#")]
     defined = {
-        i: m.group(1) for i, line in enumerate(lines) if (m := re.match(r"^([a-z_]+)\(\)\s*\{", line))
+        i: m.group(1)
+        for i, line in enumerate(lines)
+        if (m := re.match(r"^([a-z_]+)\(\)\s*\{", line))
     }
     for name in set(defined.values()):
         first_def = min(i for i, n in defined.items() if n == name)
