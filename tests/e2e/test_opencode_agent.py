@@ -14,7 +14,7 @@ import aiohttp
 import orjson
 import pytest
 
-from internal.peers.fake_llm import STATE_KEY, create_app
+from internal.peers.fake_llm import STATE_KEY, create_app, user_text
 from tests.conftest import EXPLICIT, TOKEN, ServeApp, StartBridge, base_env, rpc, wait_until
 from tests.e2e.agent_peers import (
     agent_processes,
@@ -59,9 +59,15 @@ async def cancel_after_llm_call(
 ) -> dict[str, Any]:
     """Send session.cancel once the agent is waiting on the (slow) fake LLM."""
     before = len(llm.requests)
-    await wait_until(lambda: len(llm.requests) > before, within=60)
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: slow_call_since(llm, before), within=60)
     return await rpc(http, url, "session.cancel", {"sessionId": session_id})
+
+
+def slow_call_since(llm: Any, before: int) -> bool:
+    """The agent's model call for a ``slow:`` prompt reached the fake LLM (which holds it)."""
+    return any(
+        user_text(r["body"].get("messages")).startswith("slow:") for r in llm.requests[before:]
+    )
 
 
 def write_tool(path: Path) -> dict[str, Any]:
