@@ -422,12 +422,14 @@ async def test_zero_queue_depth_still_runs_turns_on_idle_threads(
         config=limits_config(fake_upstream.url, max_queue_depth=0), tmp=tmp_path
     )
     url = bridge.rpc_url
+    release = fake_upstream.state.holds["z1"] = asyncio.Event()
     running = asyncio.create_task(
-        rpc(http, url, "session.start", session_params("z1", "slow:600", threadId="t-z"))
+        rpc(http, url, "session.start", session_params("z1", "running", threadId="t-z"))
     )
     await wait_until(lambda: "z1" in fake_upstream.state.active)
     refused = await rpc(http, url, "session.start", session_params("z2", "x", threadId="t-z"))
     assert refused["error"]["code"] == -32004
+    release.set()
     assert (await running)["result"]["success"] is True
     again = await rpc(http, url, "session.start", session_params("z3", "y", threadId="t-z"))
     assert again["result"]["output"] == "echo: y"
@@ -440,13 +442,15 @@ async def test_queued_session_start_resets_when_its_turn_runs(
     session (seq after A's); the reset belongs to C's turn (seq restarts at 1)."""
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
     url = bridge.rpc_url
-    params = session_params("s-reset", "slow:600")
+    params = session_params("s-reset", "a")
+    release = fake_upstream.state.holds["s-reset"] = asyncio.Event()
     a = asyncio.create_task(sse(http, url, "session.message", params))
     await wait_until(lambda: "s-reset" in fake_upstream.state.active)
     b = asyncio.create_task(sse(http, url, "session.message", {**params, "taskPrompt": "b"}))
     await wait_queue_depth(http, bridge.url, 1)
     c = asyncio.create_task(sse(http, url, "session.start", {**params, "taskPrompt": "c"}))
     await wait_queue_depth(http, bridge.url, 2)
+    release.set()
     a_seqs = [u["seq"] for u in updates(await a)]
     b_seqs = [u["seq"] for u in updates(await b)]
     c_seqs = [u["seq"] for u in updates(await c)]

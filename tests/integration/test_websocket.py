@@ -21,6 +21,7 @@ from tests.conftest import (
     StartBridge,
     provider_env,
     session_params,
+    wait_queue_depth,
     wait_until,
 )
 
@@ -186,19 +187,22 @@ async def test_responses_carry_their_ids_when_they_overtake(
     start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
 ) -> None:
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    release = fake_upstream.state.holds["a"] = asyncio.Event()
     async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
-        await ws.send_str(req("session.start", session_params("a", "slow:600 one"), rid="ta"))
+        await ws.send_str(req("session.start", session_params("a", "one"), rid="ta"))
         await ws.send_str(req("session.start", session_params("b", "two"), rid="tb"))
         await ws.send_str(req("acp.capabilities", rid="c"))
         responses: dict[Any, dict[str, Any]] = {}
         order: list[Any] = []
         while len(responses) < 3:
+            if len(responses) == 2:  # the other two answered while "ta" is held
+                release.set()
             msg = await recv(ws)
             if "method" in msg:
                 continue
             responses[msg["id"]] = msg
             order.append(msg["id"])
-    assert order[-1] == "ta"  # the slow turn of another thread finishes last
+    assert order[-1] == "ta"  # the held turn of another thread finishes last
     assert set(order) == {"ta", "tb", "c"}
     assert responses["ta"]["result"]["output"] == "echo: one"
     assert responses["tb"]["result"]["output"] == "echo: two"
@@ -209,9 +213,13 @@ async def test_turns_of_one_thread_stay_in_order(
     start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
 ) -> None:
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    release = fake_upstream.state.holds["q"] = asyncio.Event()
     async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
-        await ws.send_str(req("session.start", session_params("q", "slow:300 first"), rid=1))
+        await ws.send_str(req("session.start", session_params("q", "first"), rid=1))
+        await wait_until(lambda: "q" in fake_upstream.state.active)
         await ws.send_str(req("session.message", session_params("q", "second"), rid=2))
+        await wait_queue_depth(http, bridge.url, 1)  # "second" waits behind "first"
+        release.set()
         results = []
         while len(results) < 2:
             msg = await recv(ws)
@@ -243,10 +251,15 @@ async def test_sigterm_lets_running_turn_finish_then_closes_with_1001(
     start_bridge_process: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
 ) -> None:
     bridge = await start_bridge_process(env=provider_env(fake_upstream.url))
+    release = fake_upstream.state.holds["g"] = asyncio.Event()
     async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
-        await ws.send_str(req("session.start", session_params("g", "slow:500 bye"), rid="t"))
+        await ws.send_str(req("session.start", session_params("g", "bye"), rid="t"))
         assert (await recv(ws))["params"]["event"] == "started"
+        await wait_until(lambda: "g" in fake_upstream.state.active)
         bridge.proc.send_signal(signal.SIGTERM)
+        # the daemon drains: the turn is still running when it starts shutting down
+        await wait_until(lambda: any('"msg":"shutting down"' in x for x in bridge.logs), 10)
+        release.set()
         messages = await recv_until_id(ws, "t")
         assert messages[-1]["result"]["output"] == "echo: bye"
         closing = await ws.receive(timeout=5)
