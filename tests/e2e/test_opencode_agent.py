@@ -14,6 +14,7 @@ import aiohttp
 import orjson
 import pytest
 
+from internal.peers.fake_gemini import gemini_user_text
 from internal.peers.fake_llm import STATE_KEY, create_app, user_text
 from tests.conftest import EXPLICIT, TOKEN, ServeApp, StartBridge, base_env, rpc, wait_until
 from tests.e2e.agent_peers import (
@@ -64,10 +65,21 @@ async def cancel_after_llm_call(
 
 
 def slow_call_since(llm: Any, before: int) -> bool:
-    """The agent's model call for a ``slow:`` prompt reached the fake LLM (which holds it)."""
-    return any(
-        user_text(r["body"].get("messages")).startswith("slow:") for r in llm.requests[before:]
-    )
+    """Since request ``before``, the agent's model call for a ``slow:`` prompt reached the
+    fake LLM, which holds it (OpenAI-style, or Gemini-style as internal/peers/fake_gemini.py
+    serves it: its JSON-mode side calls are answered at once, so they do not count)."""
+    return any(_held(r["body"]) for r in llm.requests[before:])
+
+
+def _held(body: Any) -> bool:
+    if not isinstance(body, dict):
+        return False
+    if "messages" in body:
+        return user_text(body["messages"]).startswith("slow:")
+    config = body.get("generationConfig") or {}
+    if config.get("responseMimeType") == "application/json":
+        return False
+    return gemini_user_text(body.get("contents")).startswith("slow:")
 
 
 def write_tool(path: Path) -> dict[str, Any]:
