@@ -20,7 +20,7 @@ import pytest
 
 from internal.peers.fake_gateway import TOKEN as GW_TOKEN
 from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
-from tests.conftest import AUTH, TOKEN, StartBridge, base_env, rpc, sse, wait_until
+from tests.conftest import AUTH, TOKEN, StartBridge, base_env, eventually, rpc, sse, wait_until
 
 GATEWAY_ROUTING = {
     "routingMode": "explicit",
@@ -154,6 +154,21 @@ async def prove_no_redial(http: aiohttp.ClientSession, rpc_url: str, redials: in
         )
         assert res["ok"] is True
         await wait_until(lambda: flaky.state.connects > redials, 10)
+        # let it stay connected, then disconnect it: a disconnect that lands just as the
+        # gateway drops the socket can hang (the runtime's read loses the cancellation when
+        # recv fails at the same moment, Python 3.11's asyncio.wait_for)
+        flaky.state.drop_after_connect = 0
+
+        async def settled() -> bool:  # a request answered over a socket that stays
+            out = await result_of(
+                http,
+                rpc_url,
+                "xworkmate.gateway.request",
+                {"runtimeId": "rt-sibling", "method": "health"},
+            )
+            return out["ok"] is True
+
+        await eventually(settled)
         await result_of(http, rpc_url, "xworkmate.gateway.disconnect", {"runtimeId": "rt-sibling"})
     finally:
         await flaky.stop()
