@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -70,14 +70,21 @@ class FakeUpstream:
     def state(self) -> FakeState:
         return self.server.app[STATE_KEY]  # type: ignore[index]
 
+    def release(self) -> None:
+        """Let every held turn go (a failed test must not leave one blocking teardown)."""
+        for hold in self.state.holds.values():
+            hold.set()
+
 
 @pytest.fixture
 async def fake_upstream() -> AsyncIterator[FakeUpstream]:
     server = TestServer(create_app(latency_ms=0, chunks=3), host="127.0.0.1", port=0)
     await server.start_server()
+    fake = FakeUpstream(server)
     try:
-        yield FakeUpstream(server)
+        yield fake
     finally:
+        fake.release()
         await server.close()
 
 
@@ -314,6 +321,7 @@ async def make_fake_upstream() -> AsyncIterator[MakeUpstream]:
 
     yield make
     for server in servers:
+        FakeUpstream(server).release()
         await server.close()
 
 
@@ -356,6 +364,38 @@ async def wait_until(
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {within}s")
         await asyncio.sleep(interval)
+
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], within: float = 10.0, interval: float = 0.02
+) -> T:
+    """Await ``probe()`` until it returns something truthy (a reply read over the wire,
+    say) and return that; fail the test after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        got = await probe()
+        if got:
+            return got
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s (last: {got!r})")
+        await asyncio.sleep(interval)
+
+
+async def read_metric(http: aiohttp.ClientSession, base_url: str, name: str) -> float:
+    """The value of an unlabelled sample ``name`` on the daemon's ``/metrics``."""
+    async with http.get(f"{base_url}/metrics") as resp:
+        text = await resp.text()
+    line = next(x for x in text.splitlines() if x.startswith(f"{name} "))
+    return float(line.split()[1])
+
+
+def log_entries(lines: list[str]) -> list[dict[str, Any]]:
+    """The daemon's JSON log lines, decoded (other lines skipped)."""
+    return [orjson.loads(x) for x in lines if x.startswith("{")]
 
 
 def providers_config(*providers: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -409,17 +449,11 @@ async def wait_queue_depth(
     """Wait until ``depth`` turns wait in thread queues (read from ``/metrics``), so the
     next submission's FIFO position is known regardless of scheduling. ``metric``: another
     gauge to wait for (``xwm_threads_alive``: a thread's first turn has arrived)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while True:
-        async with http.get(f"{base_url}/metrics") as resp:
-            text = await resp.text()
-        line = next(x for x in text.splitlines() if x.startswith(f"{metric} "))
-        if float(line.split()[1]) >= depth:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"{metric} never reached {depth}")
-        await asyncio.sleep(0.02)
+
+    async def deep_enough() -> bool:
+        return await read_metric(http, base_url, metric) >= depth
+
+    await eventually(deep_enough)
 
 
 def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Callable[[], Any]] | None:

@@ -16,7 +16,10 @@ Directives at the start of ``taskPrompt`` change one turn:
 * ``hang``          never answer (until cancelled or the client goes away)
 
 ``GET /_state`` returns what the fake saw (requests, cancels, headers, params);
-``POST /_reset`` clears it.
+``POST /_reset`` clears it. In-process tests can also hold a session's turns:
+``state.holds[session_id] = asyncio.Event()`` makes each of its turns wait (after it
+shows in ``state.active``, before its latency) until the event is set or the turn is
+cancelled.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class FakeState:
     requests: list[dict[str, Any]] = field(default_factory=list)
     cancels: list[dict[str, Any]] = field(default_factory=list)
     active: dict[str, asyncio.Event] = field(default_factory=dict)
+    #: session id → turns of that session wait until it is set (tests' event, not a sleep)
+    holds: dict[str, asyncio.Event] = field(default_factory=dict)
     completed: int = 0
     cancelled_turns: int = 0
     keep_requests: int = 1000
@@ -89,6 +94,9 @@ async def _turn(
     cancel = asyncio.Event()
     state.active[session_id] = cancel
     try:
+        hold = state.holds.get(session_id)
+        if hold is not None:
+            await _first(hold, cancel)
         delay = state.latency_ms / 1000
         if directive.startswith("slow:"):
             delay = int(directive[5:]) / 1000
@@ -162,6 +170,16 @@ async def _turn(
     finally:
         if state.active.get(session_id) is cancel:
             del state.active[session_id]
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set."""
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
 
 
 def _handle_cancel(state: FakeState, rid: Any, params: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import pytest
 from internal.peers.fake_llm import STATE_KEY, create_app
 from tests.conftest import ServeApp, wait_until
 from tests.e2e.agent_peers import opencode_provider
-from tests.e2e.test_opencode_agent import write_tool
+from tests.e2e.test_opencode_agent import slow_call_since, write_tool
 from tests.integration.acp_helpers import prompt, spawn_acp
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -54,8 +54,7 @@ async def test_acp_client_through_the_bridge_to_opencode(
         turn = asyncio.ensure_future(
             acp.conn.prompt(session_id=sid, prompt=prompt("slow:20000 take your time"))
         )
-        await wait_until(lambda: len(llm.requests) > before, within=60)
-        await asyncio.sleep(0.3)
+        await wait_until(lambda: slow_call_since(llm, before), within=60)
         await acp.conn.cancel(session_id=sid)
         assert (await asyncio.wait_for(turn, 30)).stop_reason == "cancelled"
         answer = await acp.conn.prompt(session_id=sid, prompt=prompt("and now"))

@@ -14,7 +14,8 @@ import aiohttp
 import orjson
 import pytest
 
-from internal.peers.fake_llm import STATE_KEY, create_app
+from internal.peers.fake_gemini import gemini_user_text
+from internal.peers.fake_llm import STATE_KEY, create_app, user_text
 from tests.conftest import EXPLICIT, TOKEN, ServeApp, StartBridge, base_env, rpc, wait_until
 from tests.e2e.agent_peers import (
     agent_processes,
@@ -59,9 +60,26 @@ async def cancel_after_llm_call(
 ) -> dict[str, Any]:
     """Send session.cancel once the agent is waiting on the (slow) fake LLM."""
     before = len(llm.requests)
-    await wait_until(lambda: len(llm.requests) > before, within=60)
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: slow_call_since(llm, before), within=60)
     return await rpc(http, url, "session.cancel", {"sessionId": session_id})
+
+
+def slow_call_since(llm: Any, before: int) -> bool:
+    """Since request ``before``, the agent's model call for a ``slow:`` prompt reached the
+    fake LLM, which holds it (OpenAI-style, or Gemini-style as internal/peers/fake_gemini.py
+    serves it: its JSON-mode side calls are answered at once, so they do not count)."""
+    return any(_held(r["body"]) for r in llm.requests[before:])
+
+
+def _held(body: Any) -> bool:
+    if not isinstance(body, dict):
+        return False
+    if "messages" in body:
+        return user_text(body["messages"]).startswith("slow:")
+    config = body.get("generationConfig") or {}
+    if config.get("responseMimeType") == "application/json":
+        return False
+    return gemini_user_text(body.get("contents")).startswith("slow:")
 
 
 def write_tool(path: Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+import redis.asyncio as aioredis
 from aiohttp import web
 
 from tests.conftest import (
@@ -26,10 +27,10 @@ from tests.conftest import (
     ServeApp,
     StartBridge,
     base_env,
+    eventually,
     rpc,
     session_params,
     updates,
-    wait_queue_depth,
     wait_until,
 )
 from tests.redis_server import RedisServer, redis_server
@@ -61,10 +62,31 @@ async def two_replicas(
     return a, b
 
 
+async def tickets(redis: RedisServer, thread: str) -> int:
+    """How many turns hold a place in ``thread``'s cross-replica queue (store/cluster.py:
+    the Redis list ``xwm:q:<thread>``, running head included)."""
+    client = aioredis.Redis.from_url(redis.url)
+    try:
+        return int(await client.llen(f"xwm:q:{thread}"))
+    finally:
+        await client.aclose()
+
+
+async def wait_tickets(redis: RedisServer, thread: str, n: int) -> None:
+    async def enough() -> bool:
+        return await tickets(redis, thread) >= n
+
+    await eventually(enough, within=20)
+
+
 def timing_upstream(
-    log: list[dict[str, Any]], inflight: dict[str, int], peak: dict[str, int]
+    log: list[dict[str, Any]],
+    inflight: dict[str, int],
+    peak: dict[str, int],
+    gate: asyncio.Event,
 ) -> web.Application:
-    """Holds each turn 150 ms and records when it ran and how many of its thread overlapped."""
+    """Holds each turn until ``gate`` is set, then 150 ms, and records when it ran and how
+    many of its thread overlapped."""
 
     async def handle(request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
@@ -73,9 +95,10 @@ def timing_upstream(
         inflight[thread] = inflight.get(thread, 0) + 1
         peak[thread] = max(peak.get(thread, 0), inflight[thread])
         peak["*"] = max(peak.get("*", 0), sum(inflight.values()))
-        start = time.monotonic()
         try:
-            await asyncio.sleep(0.15)
+            await gate.wait()
+            start = time.monotonic()
+            await asyncio.sleep(0.15)  # the upstream's work
         finally:
             inflight[thread] -= 1
         log.append({"thread": thread, "prompt": params.get("taskPrompt"), "start": start})
@@ -97,20 +120,30 @@ async def test_per_thread_fifo_across_two_replicas_under_concurrent_load(
     log: list[dict[str, Any]] = []
     inflight: dict[str, int] = {}
     peak: dict[str, int] = {}
-    base = await serve_app(timing_upstream(log, inflight, peak))
+    gate = asyncio.Event()
+    base = await serve_app(timing_upstream(log, inflight, peak, gate))
     a, b = await two_replicas(start_bridge, redis, base, tmp_path)
     threads, turns = ["t-a", "t-b", "t-c"], 8
 
     async def client(thread: str, i: int) -> dict[str, Any]:
-        await asyncio.sleep(i * 0.1)  # submission order: i (a margin for a loaded machine)
         replica = (a, b)[(i + threads.index(thread)) % 2]
         method = "session.start" if i == 0 else "session.message"
         reply = await rpc(http, replica.rpc_url, method, session_params(thread, f"{thread}#{i}"))
         return dict(reply["result"])
 
-    results = await asyncio.wait_for(
-        asyncio.gather(*(client(t, i) for t in threads for i in range(turns))), 60
-    )
+    async def submit(thread: str) -> list[asyncio.Task[dict[str, Any]]]:
+        """Turn i is sent once turn i - 1 holds its place in the thread's queue (the first
+        one runs on the held upstream, so the queue only grows): arrival order is i."""
+        sent = []
+        for i in range(turns):
+            sent.append(asyncio.get_running_loop().create_task(client(thread, i)))
+            await wait_tickets(redis, thread, i + 1)
+        return sent
+
+    # the three threads submit at once, each alternating between the replicas
+    sent = await asyncio.wait_for(asyncio.gather(*(submit(t) for t in threads)), 60)
+    gate.set()
+    results = await asyncio.wait_for(asyncio.gather(*(t for ts in sent for t in ts)), 60)
     assert all(r["success"] is True for r in results), results
     for thread in threads:
         ran = [e["prompt"] for e in log if e["thread"] == thread]
@@ -168,10 +201,8 @@ async def test_killing_a_replica_mid_queue_loses_no_queued_turn(
                 rpc(http, b.rpc_url, "session.message", session_params("k1", f"queued {i}"), rid=i)
             )
         )
-        if i == 0:
-            await wait_queue_depth(http, b.url, 1, "xwm_threads_alive")
-        else:
-            await wait_queue_depth(http, b.url, i)
+        await wait_tickets(redis, "k1", i + 2)  # its place in the cross-replica queue
+    assert await tickets(redis, "k1") == 4  # a's running turn, then the three
     assert not any(t.done() for t in queued)  # they wait for replica a's turn
     killed = time.monotonic()
     await a.stop(signal.SIGKILL)

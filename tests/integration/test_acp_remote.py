@@ -18,7 +18,7 @@ from acp.http import create_http_stream
 from acp.ws import create_websocket_stream
 
 from tests.acp_schema import FrameChecker
-from tests.conftest import AUTH, TOKEN, FakeUpstream, StartBridge, wait_until
+from tests.conftest import AUTH, TOKEN, FakeUpstream, StartBridge, log_entries, wait_until
 from tests.integration.acp_helpers import RecordingClient, caps, prompt
 from tests.integration.agent_helpers import agent_provider
 
@@ -311,6 +311,17 @@ async def test_idle_http_connections_are_closed(
     headers = {**JSON, "Acp-Connection-Id": cid}
     async with http.post(url, data=note, headers=headers) as resp:
         assert resp.status == 202
-    await asyncio.sleep(1.5)  # no stream and no request for longer than the TTL: closed
+    # no stream and no request for longer than the TTL: the reaper closes it (polling it
+    # with requests would keep it alive, so the daemon's log line is the event)
+
+    def closed() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in log_entries(bp.logs)
+            if e.get("msg") == "ACP connection closed" and e.get("connection") == cid[:8]
+        ]
+
+    await wait_until(lambda: bool(closed()), 10)
+    assert closed()[0]["reason"] == "idle"
     async with http.post(url, data=note, headers=headers) as resp:
         assert resp.status == 404

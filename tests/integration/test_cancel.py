@@ -142,16 +142,18 @@ async def test_cancel_only_hits_the_running_turn_not_a_queued_one(
 ) -> None:
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
     url = bridge.rpc_url
+    release = fake_upstream.state.holds["qa"] = asyncio.Event()
     running = asyncio.create_task(
-        rpc(http, url, "session.start", session_params("qa", "slow:1200", threadId="t-q"))
+        rpc(http, url, "session.start", session_params("qa", "running", threadId="t-q"))
     )
     await wait_until(lambda: "qa" in fake_upstream.state.active)
     queued = asyncio.create_task(
         rpc(http, url, "session.start", session_params("qb", "queued", threadId="t-q"))
     )
-    await asyncio.sleep(0.2)
+    await wait_queue_depth(http, bridge.url, 1)  # "qb" waits behind "qa"
     reply = await rpc(http, url, "session.cancel", {"sessionId": "qb"})
     assert reply["result"] == {"accepted": True, "cancelled": False}
+    release.set()
     assert (await running)["result"]["success"] is True  # the running one was not touched
     assert (await queued)["result"]["output"] == "echo: queued"
     assert fake_upstream.state.cancels == []

@@ -111,7 +111,8 @@ async def test_request_shape_and_answer(serve_app: ServeApp, client: aiohttp.Cli
 
 async def test_cache_per_prompt_and_ttl(serve_app: ServeApp, client: aiohttp.ClientSession) -> None:
     url, state = await llm(serve_app)
-    c = make(client, cache_ttl=0.3)
+    now = [1000.0]
+    c = make(client, cache_ttl=30, clock=lambda: now[0])
     ep = Endpoint(f"{url}/v1", "KEY")
     # the fake echoes the prompt, so a prompt naming a label gets that label back
     assert await c.classify("go gateway", ep) == "gateway"
@@ -119,7 +120,10 @@ async def test_cache_per_prompt_and_ttl(serve_app: ServeApp, client: aiohttp.Cli
     assert len(state.requests) == 1
     assert await c.classify("go single-agent", ep) == "single-agent"
     assert len(state.requests) == 2
-    await asyncio.sleep(0.4)
+    now[0] += 29.9  # just inside the TTL: still cached
+    assert await c.classify("go gateway", ep) == "gateway"
+    assert len(state.requests) == 2
+    now[0] += 0.1  # the TTL has passed: asked again
     assert await c.classify("go gateway", ep) == "gateway"
     assert len(state.requests) == 3
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import ROOT, TOKEN, FakeUpstream, StartBridge, base_env, rpc
+from tests.conftest import ROOT, TOKEN, FakeUpstream, StartBridge, base_env, eventually, rpc
 from tests.integration.agent_helpers import agent_params, agent_provider
 
 
@@ -86,7 +86,12 @@ async def test_watch_and_approve(
     watcher = asyncio.ensure_future(
         client(bp.url, "watch", "--kinds", "permission", "--count", "2")
     )
-    await asyncio.sleep(1.0)  # the watcher is subscribed
+
+    async def subscribed() -> bool:  # the watcher process is following the live feed
+        health = (await rpc(http, bp.rpc_url, "bridge.health", {}))["result"]
+        return bool(health["metrics"]["watchers"] >= 1)
+
+    await eventually(subscribed, within=30)
     target = tmp_path / "approved.txt"
     turn = asyncio.ensure_future(
         rpc(
@@ -96,13 +101,13 @@ async def test_watch_and_approve(
             agent_params("ap-1", f"permission {target}", workingDirectory=str(tmp_path)),
         )
     )
-    request_id = ""
-    for _ in range(200):
-        pending = (await rpc(http, bp.rpc_url, "permission.list", {}))["result"]["requests"]
-        if pending:
-            request_id = pending[0]["requestId"]
-            break
-        await asyncio.sleep(0.05)
+
+    async def pending() -> list[dict[str, Any]]:
+        reply = await rpc(http, bp.rpc_url, "permission.list", {})
+        requests: list[dict[str, Any]] = reply["result"]["requests"]
+        return requests
+
+    request_id = (await eventually(pending))[0]["requestId"]
     assert request_id
     code, out, err = await client(bp.url, "approve", request_id, "once")
     assert code == 0, err

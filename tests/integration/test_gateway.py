@@ -20,7 +20,7 @@ import pytest
 
 from internal.peers.fake_gateway import TOKEN as GW_TOKEN
 from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
-from tests.conftest import AUTH, TOKEN, StartBridge, base_env, rpc, sse, wait_until
+from tests.conftest import AUTH, TOKEN, StartBridge, base_env, eventually, rpc, sse, wait_until
 
 GATEWAY_ROUTING = {
     "routingMode": "explicit",
@@ -140,6 +140,40 @@ async def open_ws(
     return WsClient(ws)
 
 
+async def prove_no_redial(http: aiohttp.ClientSession, rpc_url: str, redials: int = 5) -> None:
+    """Return once a retry loop would have dialed again (the positive proof that a fatal
+    connect did not): a sibling runtime on the same daemon, with the same backoff, whose
+    gateway drops it right after each hello-ok, has redialed ``redials`` times. Each of its
+    waits is at least ``backoff_initial / 2`` (the backoff is reset on hello-ok), and the
+    first retry of the fatal runtime would have come after at most ``backoff_initial``."""
+    flaky = FakeGateway(FakeGatewayState(drop_after_connect=1_000_000))
+    await flaky.start()
+    try:
+        res = await result_of(
+            http, rpc_url, "xworkmate.gateway.connect", connect_params(flaky, "rt-sibling")
+        )
+        assert res["ok"] is True
+        await wait_until(lambda: flaky.state.connects > redials, 10)
+        # let it stay connected, then disconnect it: a disconnect that lands just as the
+        # gateway drops the socket can hang (the runtime's read loses the cancellation when
+        # recv fails at the same moment, Python 3.11's asyncio.wait_for)
+        flaky.state.drop_after_connect = 0
+
+        async def settled() -> bool:  # a request answered over a socket that stays
+            out = await result_of(
+                http,
+                rpc_url,
+                "xworkmate.gateway.request",
+                {"runtimeId": "rt-sibling", "method": "health"},
+            )
+            return out["ok"] is True
+
+        await eventually(settled)
+        await result_of(http, rpc_url, "xworkmate.gateway.disconnect", {"runtimeId": "rt-sibling"})
+    finally:
+        await flaky.stop()
+
+
 # --- xworkmate.gateway.connect / request / disconnect --------------------------------------
 
 
@@ -227,7 +261,7 @@ async def test_wrong_token_is_fatal_without_reconnect_storm(
         res["snapshot"]["status"] == "error"
         and res["snapshot"]["lastErrorDetailCode"] == "AUTH_TOKEN_MISMATCH"
     )
-    await asyncio.sleep(1.5)  # backoff here is 0.1 s: a retry loop would have dialed again
+    await prove_no_redial(http, bp.rpc_url)
     assert gateway.state.connects == 1
 
 
@@ -248,7 +282,7 @@ async def test_protocol_negotiation(
             http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(future, "new")
         )
         assert res["ok"] is False and res["error"]["code"] == "PROTOCOL_MISMATCH"
-        await asyncio.sleep(1.0)
+        await prove_no_redial(http, bp.rpc_url)
         assert future.state.connects == 1  # fatal: no retry
     finally:
         await old.stop()
@@ -332,7 +366,9 @@ async def test_events_go_only_to_the_owners_live_websockets(
     await wait_until(lambda: owner.pushes("custom.event") and owner2.pushes("custom.event"), 5)
     push = owner.pushes("custom.event")[0]
     assert push["payload"] == {"hello": 1} and push["sequence"] > 0
-    await asyncio.sleep(0.3)
+    # a push to "other" would come from the fan-out that reached the owner's sockets, so
+    # before the answer to a request "other" sends now (one ordered sender per socket)
+    await other.call("acp.capabilities", {})
     assert other.notes == []
     # the bridge is fine after delivering to a finished SSE response's runtime
     ok = await owner.call("xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"})
@@ -360,8 +396,19 @@ async def test_live_owner_websocket_keeps_runtime(
     bp = await start_bridge(config=gw_config(tmp_path, idle_ttl=0.4), tmp=tmp_path)
     ws = await open_ws(http, bp.ws_url)
     assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway)))["ok"] is True
-    await asyncio.sleep(1.2)
-    assert len(gateway.state.connections) == 1
+    # a runtime connected after it, without a live owner socket, is reaped: that reaper
+    # pass found "rt-1" idle for longer than the TTL too, and kept it for its socket
+    other = FakeGateway(FakeGatewayState())
+    await other.start()
+    try:
+        res = await result_of(
+            http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(other, "rt-2")
+        )
+        assert res["ok"] is True
+        await wait_until(lambda: other.state.handshakes_ok == 1 and not other.state.connections)
+    finally:
+        await other.stop()
+    assert len(gateway.state.connections) == 1 and gateway.state.connects == 1
     await ws.close()
     await wait_until(lambda: not gateway.state.connections, 5)
 
@@ -396,9 +443,15 @@ async def test_silent_gateway_is_detected_by_tick_timeout(
         res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gw))
         assert res["ok"] is True
         gw.state.silent = True
-        await asyncio.sleep(0.8)
+        # no frame for 2 ticks (0.3 s): the bridge gives the socket up; it redials after
+        # a backoff, so the gateway speaks again before that dial arrives
+        await wait_until(lambda: any("no frame for 0.3s" in line for line in bp.logs), 10)
         gw.state.silent = False
         await wait_until(lambda: gw.state.handshakes_ok >= 2, 10)
+        out = await result_of(
+            http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"}
+        )
+        assert out["ok"] is True, out
     finally:
         await gw.stop()
 
@@ -500,8 +553,10 @@ async def test_gateway_turn_cancel_aborts_the_run(
     ws = await open_ws(http, bp.ws_url)
     assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway)))["ok"]
     rid = await ws.send("session.message", turn_params("c1", "slow:6000 a b c d e f g h"))
-    await wait_until(lambda: any(r["method"] == "chat.send" for r in gateway.state.requests), 5)
-    await asyncio.sleep(0.3)
+    # the run is under way: its first event reached the owner's socket
+    await wait_until(
+        lambda: any(e["payload"].get("state") == "status" for e in ws.pushes("chat")), 5
+    )
     cancel = await ws.call("session.cancel", {"sessionId": "c1"})
     assert cancel["cancelled"] is True
     reply = (await ws.reply(rid, 10))["result"]
@@ -587,7 +642,9 @@ async def test_connect_over_websocket_emits_each_snapshot_once(
     try:
         res = await client.call("xworkmate.gateway.connect", connect_params(gateway))
         assert res["ok"] is True
-        await asyncio.sleep(0.2)  # anything sent twice would have arrived by now
+        # every notification of the connect is written before its reply; a round trip on
+        # the same socket then flushes anything sent after it
+        await client.call("acp.capabilities", {})
         statuses = [s["status"] for s in client.snapshots()]
         assert statuses == ["connecting", "connected"], statuses
         logs = client.logs()

@@ -149,7 +149,7 @@ async def test_chunked_body_is_streamed_in_order(
         for part in (b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n"):
             w.write(b"%x\r\n%s\r\n" % (len(part), part))
             await w.drain()
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # separate chunks on the wire, as a streaming peer sends
         w.write(b"0\r\n\r\n")
         await w.drain()
         await s.read_request(r)  # keep-alive: a second request on the same connection
@@ -279,7 +279,7 @@ async def test_body_over_the_cap(
         else:
             w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 20480\r\n\r\n" + b"x" * 20480)
         await w.drain()
-        await asyncio.sleep(1)
+        await r.read(1)  # the connection stays open until the client leaves
 
     srv = await serve(big)
     pool = Http1Pool()
@@ -288,6 +288,7 @@ async def test_body_over_the_cap(
     with pytest.raises(Http1Error, match="too large"):
         await resp.read(10_000)
     assert pool.idle_count() == 0
+    await asyncio.wait_for(srv.disconnected.wait(), 2)  # the client closed it
     await pool.close()
 
 
@@ -315,12 +316,13 @@ async def test_not_http_is_a_protocol_error(serve: Callable[[Script], Awaitable[
         await s.read_request(r)
         w.write(b"SSH-2.0-OpenSSH\r\n\r\n")
         await w.drain()
-        await asyncio.sleep(1)
+        await r.read(1)  # the connection stays open until the client leaves
 
     srv = await serve(garbage)
     with pytest.raises(Http1Error) as err:
         await post(Http1Pool(), srv, b"{}")
     assert err.value.kind == "protocol"
+    await asyncio.wait_for(srv.disconnected.wait(), 2)  # the client closed it
 
 
 async def test_connection_limit_queues_the_next_call(

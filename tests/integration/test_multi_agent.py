@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from internal.peers.fake_llm import create_app
-from tests.conftest import ServeApp, StartBridge, base_env, rpc, sse, updates
+from tests.conftest import ServeApp, StartBridge, base_env, eventually, rpc, sse, updates
 
 TOKEN_ENV = {"ACP_AUTH_TOKEN": "test-token-0123456789"}
 ROUTE = {"routingMode": "explicit", "explicitExecutionTarget": "multiAgent"}
@@ -192,11 +192,12 @@ async def test_cancel_mid_loop(
     # the worker's call hangs: the cancel must abort it
     await script(http, llm_url, "plan", {"content": "late draft", "delay_ms": 30000})
     task = asyncio.create_task(sse(http, bridge.rpc_url, "session.start", params("ma-6", llm_url)))
+
+    async def worker_called() -> bool:  # the planner answered; the worker's call hangs
+        return len(await seen(http, llm_url)) >= 2
+
+    await eventually(worker_called)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while len(await seen(http, llm_url)) < 2:
-        assert loop.time() < deadline
-        await asyncio.sleep(0.02)
     started = loop.time()
     reply = await rpc(http, bridge.rpc_url, "session.cancel", {"sessionId": "ma-6"}, rid=9)
     assert reply["result"] == {"accepted": True, "cancelled": True}

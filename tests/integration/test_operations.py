@@ -285,7 +285,7 @@ async def test_sigterm_with_a_stubborn_agent_leaves_no_child(
 ) -> None:
     """An agent that ignores EOF and SIGTERM is mid-turn when the daemon is told to stop:
     the caller gets a cancelled result and the agent's whole process group is gone."""
-    from tests.integration.agent_helpers import agent_params, agent_provider
+    from tests.integration.agent_helpers import agent_params, agent_provider, deltas, sse_stream
 
     marker = f"XWM_TEST_MARKER={tmp_path.name}"
     provider = agent_provider(env=[marker, "FAKE_AGENT_IGNORE_EOF=1"])
@@ -296,18 +296,19 @@ async def test_sigterm_with_a_stubborn_agent_leaves_no_child(
         "limits": {"shutdown_grace": 1},
     }
     bridge = await start_bridge_process(config=config, tmp=tmp_path)
-    turn = asyncio.create_task(
-        sse(
-            http,
-            bridge.rpc_url,
-            "session.start",
-            agent_params("stubborn", "slow", workingDirectory=str(tmp_path)),
-        )
-    )
-    await wait_until(lambda: bool(_processes_with(marker)), within=20)
-    await asyncio.sleep(0.5)  # the agent is inside its slow turn
+    events: list[dict[str, Any]] = []
+
+    async def read_turn() -> None:
+        params = agent_params("stubborn", "slow", workingDirectory=str(tmp_path))
+        async for event in sse_stream(http, bridge.rpc_url, "session.start", params):
+            events.append(event)
+
+    turn = asyncio.create_task(read_turn())
+    # the agent is inside its slow turn: it sent its one chunk and waits for a cancel
+    await wait_until(lambda: deltas(events) == "working", within=20)
+    assert _processes_with(marker)
     bridge.proc.send_signal(signal.SIGTERM)
-    events = await asyncio.wait_for(turn, 20)
+    await asyncio.wait_for(turn, 20)
     result = events[-1]["result"]
     assert result["success"] is False and result.get("cancelled") is True
     assert await asyncio.wait_for(bridge.proc.wait(), 20) == 0

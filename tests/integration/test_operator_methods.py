@@ -17,6 +17,7 @@ from tests.conftest import (
     FakeUpstream,
     StartBridge,
     base_env,
+    eventually,
     provider_env,
     rpc,
     session_params,
@@ -95,6 +96,12 @@ async def test_get_returns_turns_with_results(
     assert (await rpc(http, bp.rpc_url, "session.get", {}))["error"]["code"] == -32602
 
 
+async def watchers(http: aiohttp.ClientSession, rpc_url: str, n: int) -> bool:
+    """Whether ``n`` watches follow the live feed (``bridge.health``)."""
+    health = (await rpc(http, rpc_url, "bridge.health", {}))["result"]
+    return bool(health["metrics"]["watchers"] == n)
+
+
 async def test_watch_long_poll_since_cursor_misses_nothing(
     start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
 ) -> None:
@@ -129,7 +136,7 @@ async def test_watch_long_poll_since_cursor_misses_nothing(
     poll = asyncio.ensure_future(
         rpc(http, bp.rpc_url, "bridge.watch", {"since": got["cursor"], "kinds": ["turn"]})
     )
-    await asyncio.sleep(0.1)
+    await eventually(lambda: watchers(http, bp.rpc_url, 1))  # the long poll is waiting
     await turn(http, bp.rpc_url, "w2", "wake")
     woke = (await asyncio.wait_for(poll, 10))["result"]
     assert woke["events"][0]["sessionId"] == "w2"
@@ -226,8 +233,13 @@ async def test_health_reports_provider_outcomes_and_samples(
         tmp=tmp_path,
     )
     await turn(http, bp.rpc_url, "h1", "error")
-    await asyncio.sleep(0.35)
-    health = (await rpc(http, bp.rpc_url, "bridge.health", {}))["result"]
+
+    async def sampled() -> dict[str, Any] | None:  # two samples, the last one after the turn
+        got: dict[str, Any] = (await rpc(http, bp.rpc_url, "bridge.health", {}))["result"]
+        samples = got["samples"]
+        return got if len(samples) >= 2 and samples[-1]["metrics"]["requests"] >= 1 else None
+
+    health = await eventually(sampled)
     codex = next(p for p in health["providers"] if p["id"] == "codex")
     assert codex["state"] == "failing" and codex["failures"] == 1 and codex["lastError"]
     assert len(health["samples"]) >= 2

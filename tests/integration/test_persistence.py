@@ -45,6 +45,23 @@ def stored(state: Path, session_id: str) -> dict[str, Any]:
         db.close()
 
 
+def committed(state: Path, session_id: str, turn_id: str, seq: int) -> bool:
+    """Whether the running turn ``turn_id`` and its update ``seq`` are on disk."""
+    db = sqlite3.connect(state / "sessions.db")
+    try:
+        row = db.execute(
+            "SELECT last_turn_id FROM sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        messages = db.execute(
+            "SELECT message FROM ledger WHERE session_id = ? AND turn_id = ?",
+            (session_id, turn_id),
+        ).fetchall()
+    finally:
+        db.close()
+    seqs = {orjson.loads(m).get("params", {}).get("seq") for (m,) in messages}
+    return row is not None and row[0] == turn_id and seq in seqs
+
+
 async def test_clean_restart_continues_the_session(
     start_bridge: StartBridge,
     fake_upstream: FakeUpstream,
@@ -107,7 +124,9 @@ async def test_sigkill_mid_turn_reports_the_turn_interrupted(
     client = asyncio.get_running_loop().create_task(slow_turn())
     await wait_until(lambda: "k1" in fake_upstream.state.active and bool(seen), within=10)
     running_turn = seen[0]["params"]["turnId"]
-    await asyncio.sleep(0.3)  # the store thread commits its batch well within this
+    # kill -9 once the store thread has committed the running turn (the session row naming
+    # it, its first update), as read from the file by another connection
+    await wait_until(lambda: committed(state, "k1", running_turn, seen[0]["params"]["seq"]))
     await bp.stop(signal.SIGKILL)
     with pytest.raises(aiohttp.ClientError):
         await asyncio.wait_for(client, 10)

@@ -23,7 +23,10 @@ from tests.conftest import (
     FakeUpstream,
     StartBridge,
     base_env,
+    eventually,
+    log_entries,
     provider_env,
+    read_metric,
     rpc,
     session_params,
     sse,
@@ -43,29 +46,35 @@ def limits_config(upstream_url: str, **limits: Any) -> dict[str, Any]:
 
 
 class ActiveMonitor:
-    """Samples how many turns the fake upstream is executing at once."""
+    """Records how many turns the fake upstream executes at once, at the moment each one
+    starts (the fake adds a turn to ``state.active`` when it begins): exact, not sampled."""
 
     def __init__(self, fake: FakeUpstream) -> None:
         self.fake = fake
         self.max_active = 0
         self.overlaps: list[list[str]] = []
-        self._task: asyncio.Task[None] | None = None
 
-    async def _run(self) -> None:
-        while True:
-            active = sorted(self.fake.state.active)
-            self.max_active = max(self.max_active, len(active))
-            if len(active) > 1:
-                self.overlaps.append(active)
-            await asyncio.sleep(0.005)
+    def saw(self, active: list[str]) -> None:
+        self.max_active = max(self.max_active, len(active))
+        if len(active) > 1:
+            self.overlaps.append(active)
 
     def __enter__(self) -> ActiveMonitor:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self.fake.state.active = _Observed(self, self.fake.state.active)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
+        self.fake.state.active = dict(self.fake.state.active)
+
+
+class _Observed(dict[str, asyncio.Event]):
+    def __init__(self, monitor: ActiveMonitor, initial: dict[str, asyncio.Event]) -> None:
+        super().__init__(initial)
+        self.monitor = monitor
+
+    def __setitem__(self, key: str, value: asyncio.Event) -> None:
+        super().__setitem__(key, value)
+        self.monitor.saw(sorted(self))
 
 
 async def test_one_thread_runs_turns_one_at_a_time_in_order(
@@ -74,6 +83,7 @@ async def test_one_thread_runs_turns_one_at_a_time_in_order(
     fake_upstream.state.latency_ms = LATENCY_MS
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
     finished: list[int] = []
+    release = fake_upstream.state.holds["s-fifo-0"] = asyncio.Event()
 
     async def turn(i: int) -> dict[str, Any]:
         # distinct sessions on one thread, so the fake can tell overlapping turns apart
@@ -92,6 +102,7 @@ async def test_one_thread_runs_turns_one_at_a_time_in_order(
                 await wait_until(lambda: "s-fifo-0" in fake_upstream.state.active)
             else:
                 await wait_queue_depth(http, bridge.url, i)
+        release.set()
         replies = await asyncio.gather(*tasks)
         elapsed = time.monotonic() - started
 
@@ -130,6 +141,7 @@ async def test_same_session_turns_are_serialized_and_keep_seq_order(
     fake_upstream.state.latency_ms = 150
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
     params = session_params("s-same", "first")
+    release = fake_upstream.state.holds["s-same"] = asyncio.Event()
     first = asyncio.create_task(sse(http, bridge.rpc_url, "session.start", params))
     await wait_until(lambda: "s-same" in fake_upstream.state.active)
     rest = []
@@ -139,7 +151,8 @@ async def test_same_session_turns_are_serialized_and_keep_seq_order(
                 sse(http, bridge.rpc_url, "session.message", {**params, "taskPrompt": f"m{i}"})
             )
         )
-        await asyncio.sleep(0.05)
+        await wait_queue_depth(http, bridge.url, i + 1)  # arrival order: m0, m1, m2
+    release.set()
     streams = [await first, *[await t for t in rest]]
     seqs = [updates(events)[0]["seq"] for events in streams]
     assert seqs == [1, 2, 3, 4]
@@ -165,7 +178,8 @@ async def test_queue_overflow_is_refused_at_once(
     def on_thread(sid: str, prompt: str) -> dict[str, Any]:
         return session_params(sid, prompt, threadId="t-full")
 
-    running = asyncio.create_task(rpc(http, url, "session.start", on_thread("a", "slow:1500")))
+    release = fake_upstream.state.holds["a"] = asyncio.Event()
+    running = asyncio.create_task(rpc(http, url, "session.start", on_thread("a", "running")))
     await wait_until(lambda: "a" in fake_upstream.state.active)
 
     async def queue_depth() -> float:
@@ -196,6 +210,7 @@ async def test_queue_overflow_is_refused_at_once(
     assert other["result"]["output"] == "echo: other"
     assert not running.done()
 
+    release.set()
     first = await running
     assert first["result"]["success"] is True
     assert [(await t)["result"]["output"] for t in waiting] == ["echo: wait b", "echo: wait c"]
@@ -205,6 +220,11 @@ async def test_queue_overflow_is_refused_at_once(
     # once drained, the thread accepts turns again
     again = await rpc(http, url, "session.start", on_thread("d", "later"))
     assert again["result"]["output"] == "echo: later"
+
+
+async def alive(http: aiohttp.ClientSession, base_url: str, n: int) -> bool:
+    """Whether the daemon holds ``n`` session records in memory."""
+    return await read_metric(http, base_url, "xwm_sessions_alive") == n
 
 
 async def test_idle_session_is_reaped(
@@ -223,7 +243,8 @@ async def test_idle_session_is_reaped(
     closed = await rpc(http, url, "session.close", {"sessionId": "s-fresh"})
     assert closed["result"] == {"accepted": True, "closed": True}  # not yet idle
 
-    await asyncio.sleep(1.6)
+    # the reaper forgets "s-idle" once it has been idle for the TTL
+    await eventually(lambda: alive(http, bridge.url, 0), within=10)
     closed = await rpc(http, url, "session.close", {"sessionId": "s-idle"})
     assert closed["result"] == {"accepted": True, "closed": False}  # reaped
     # a reaped session's next message starts fresh
@@ -242,9 +263,10 @@ async def test_session_not_reaped_while_running_or_queued(
         config=limits_config(fake_upstream.url, session_idle_ttl=0.5), tmp=tmp_path
     )
     url = bridge.rpc_url
-    # "run" runs for 1.5 s (3× the TTL); "queued" waits behind it on the same thread
+    # "run" runs (held by the fake) and "queued" waits behind it on the same thread ...
+    release = fake_upstream.state.holds["run"] = asyncio.Event()
     run = asyncio.create_task(
-        sse(http, url, "session.start", session_params("run", "slow:1500", threadId="t-r"))
+        sse(http, url, "session.start", session_params("run", "long", threadId="t-r"))
     )
     await wait_until(lambda: "run" in fake_upstream.state.active)
     queued_start = await rpc(http, url, "session.start", session_params("queued", "x"))
@@ -252,6 +274,15 @@ async def test_session_not_reaped_while_running_or_queued(
     queued = asyncio.create_task(
         sse(http, url, "session.message", session_params("queued", "later", threadId="t-r"))
     )
+    await wait_queue_depth(http, bridge.url, 1)
+    # ... while a session last used after both of them is reaped: by then both have been
+    # idle for longer than the TTL, and only running or waiting keeps them
+    touched = await rpc(http, url, "session.start", session_params("idle", "x", threadId="t-i"))
+    assert touched["result"]["success"] is True
+    assert await read_metric(http, bridge.url, "xwm_sessions_alive") == 3
+    await eventually(lambda: alive(http, bridge.url, 2), within=10)
+    assert not run.done() and not queued.done()
+    release.set()
     run_events = await run
     assert run_events[-1]["result"]["success"] is True
     queued_events = await queued
@@ -259,6 +290,8 @@ async def test_session_not_reaped_while_running_or_queued(
     events = await sse(http, url, "session.message", session_params("run", "next"))
     assert updates(events)[0]["seq"] == 2  # and "run" survived its long turn
     assert events[-1]["result"]["output"] == "echo: next"
+    closed = await rpc(http, url, "session.close", {"sessionId": "idle"})
+    assert closed["result"] == {"accepted": True, "closed": False}  # the idle one was reaped
 
 
 async def test_fifty_concurrent_threads_all_succeed(
@@ -303,6 +336,15 @@ async def test_burst_within_default_depth_is_accepted(
     assert all(r["result"]["success"] is True for r in replies)
 
 
+def audited(lines: list[str], session_id: str, outcome: str) -> list[dict[str, Any]]:
+    """The audit lines of ``session_id``'s requests that ended with ``outcome``."""
+    return [
+        e
+        for e in log_entries(lines)
+        if e.get("audit") and e.get("session_id") == session_id and e.get("outcome") == outcome
+    ]
+
+
 @pytest.mark.parametrize("transport", ["ws", "http"])
 async def test_queued_turn_of_departed_client_is_skipped(
     start_bridge: StartBridge,
@@ -312,8 +354,9 @@ async def test_queued_turn_of_departed_client_is_skipped(
 ) -> None:
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
     url = bridge.rpc_url
+    release = fake_upstream.state.holds["keep"] = asyncio.Event()
     keep = asyncio.create_task(
-        rpc(http, url, "session.start", session_params("keep", "slow:800", threadId="t-gone"))
+        rpc(http, url, "session.start", session_params("keep", "keep", threadId="t-gone"))
     )
     await wait_until(lambda: "keep" in fake_upstream.state.active)
     gone_params = session_params("gone", "never sent", threadId="t-gone")
@@ -321,13 +364,16 @@ async def test_queued_turn_of_departed_client_is_skipped(
         async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
             frame = {"jsonrpc": "2.0", "id": 1, "method": "session.start", "params": gone_params}
             await ws.send_str(orjson.dumps(frame).decode())
-            await asyncio.sleep(0.2)
+            await wait_queue_depth(http, bridge.url, 1)  # queued behind "keep"
     else:
         gone = asyncio.create_task(rpc(http, url, "session.start", gone_params))
-        await asyncio.sleep(0.2)
+        await wait_queue_depth(http, bridge.url, 1)
         gone.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await gone
+    # "keep" goes on once the bridge has seen the client of "gone" leave
+    await wait_until(lambda: bool(audited(bridge.logs, "gone", "abandoned")))
+    release.set()
     assert (await keep)["result"]["success"] is True
     after = await rpc(http, url, "session.start", session_params("after", "x", threadId="t-gone"))
     assert after["result"]["success"] is True
@@ -347,16 +393,18 @@ async def test_refused_session_start_has_no_effect(
     url = bridge.rpc_url
     first = await sse(http, url, "session.start", session_params("x", "one", threadId="t-x"))
     assert updates(first)[0]["seq"] == 1
+    release = fake_upstream.state.holds["busy"] = asyncio.Event()
     running = asyncio.create_task(
-        rpc(http, url, "session.start", session_params("busy", "slow:800", threadId="t-x"))
+        rpc(http, url, "session.start", session_params("busy", "busy", threadId="t-x"))
     )
     await wait_until(lambda: "busy" in fake_upstream.state.active)
     waiting = asyncio.create_task(
         rpc(http, url, "session.start", session_params("w", "wait", threadId="t-x"))
     )
-    await asyncio.sleep(0.2)
+    await wait_queue_depth(http, bridge.url, 1)  # the one place is taken
     refused = await rpc(http, url, "session.start", session_params("x", "two", threadId="t-x"))
     assert refused["error"]["code"] == -32004
+    release.set()
     await running
     await waiting
     events = await sse(http, url, "session.message", session_params("x", "three", threadId="t-x"))
@@ -374,12 +422,14 @@ async def test_zero_queue_depth_still_runs_turns_on_idle_threads(
         config=limits_config(fake_upstream.url, max_queue_depth=0), tmp=tmp_path
     )
     url = bridge.rpc_url
+    release = fake_upstream.state.holds["z1"] = asyncio.Event()
     running = asyncio.create_task(
-        rpc(http, url, "session.start", session_params("z1", "slow:600", threadId="t-z"))
+        rpc(http, url, "session.start", session_params("z1", "running", threadId="t-z"))
     )
     await wait_until(lambda: "z1" in fake_upstream.state.active)
     refused = await rpc(http, url, "session.start", session_params("z2", "x", threadId="t-z"))
     assert refused["error"]["code"] == -32004
+    release.set()
     assert (await running)["result"]["success"] is True
     again = await rpc(http, url, "session.start", session_params("z3", "y", threadId="t-z"))
     assert again["result"]["output"] == "echo: y"
@@ -392,13 +442,15 @@ async def test_queued_session_start_resets_when_its_turn_runs(
     session (seq after A's); the reset belongs to C's turn (seq restarts at 1)."""
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
     url = bridge.rpc_url
-    params = session_params("s-reset", "slow:600")
+    params = session_params("s-reset", "a")
+    release = fake_upstream.state.holds["s-reset"] = asyncio.Event()
     a = asyncio.create_task(sse(http, url, "session.message", params))
     await wait_until(lambda: "s-reset" in fake_upstream.state.active)
     b = asyncio.create_task(sse(http, url, "session.message", {**params, "taskPrompt": "b"}))
     await wait_queue_depth(http, bridge.url, 1)
     c = asyncio.create_task(sse(http, url, "session.start", {**params, "taskPrompt": "c"}))
     await wait_queue_depth(http, bridge.url, 2)
+    release.set()
     a_seqs = [u["seq"] for u in updates(await a)]
     b_seqs = [u["seq"] for u in updates(await b)]
     c_seqs = [u["seq"] for u in updates(await c)]
@@ -418,8 +470,9 @@ async def test_queued_session_start_of_departed_client_is_refused_and_audited(
     url = bridge.rpc_url
     first = await sse(http, url, "session.start", session_params("s-left", "one"))
     last_seq = updates(first)[-1]["seq"]
+    release = fake_upstream.state.holds["s-left"] = asyncio.Event()
     keep = asyncio.create_task(
-        rpc(http, url, "session.message", session_params("s-left", "slow:600"))
+        rpc(http, url, "session.message", session_params("s-left", "running"))
     )
     await wait_until(lambda: "s-left" in fake_upstream.state.active)
     async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
@@ -431,20 +484,19 @@ async def test_queued_session_start_of_departed_client_is_refused_and_audited(
         }
         await ws.send_str(orjson.dumps(frame).decode())
         await wait_queue_depth(http, bridge.url, 1)
+
+    def skipped() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in log_entries(bridge.logs)
+            if e.get("audit") and e.get("method") == "session.start" and e.get("transport") == "ws"
+        ]
+
+    await wait_until(lambda: bool(skipped()))  # the bridge saw the client leave
+    release.set()
     assert (await keep)["result"]["success"] is True
     events = await sse(http, url, "session.message", session_params("s-left", "three"))
     assert updates(events)[0]["seq"] > last_seq + 1  # not reset by the departed start
     prompts = [r["params"]["taskPrompt"] for r in fake_upstream.state.requests]
     assert "never sent" not in prompts
-
-    def skipped() -> list[dict[str, Any]]:
-        lines = [orjson.loads(x) for x in bridge.logs if x.startswith("{")]
-        return [
-            e
-            for e in lines
-            if e.get("audit") and e.get("method") == "session.start" and e.get("transport") == "ws"
-        ]
-
-    await wait_until(lambda: bool(skipped()))
-    assert skipped()[0]["outcome"] == "abandoned"
-    assert skipped()[0]["session_id"] == "s-left"
+    assert [(e["session_id"], e["outcome"]) for e in skipped()] == [("s-left", "abandoned")]

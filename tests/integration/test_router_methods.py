@@ -23,6 +23,7 @@ from tests.conftest import (
     StartBridge,
     provider_env,
     rpc,
+    wait_until,
 )
 
 ROUTING_PARAMS = {
@@ -320,7 +321,7 @@ async def test_slow_classifier_does_not_block_other_threads(
         # upstream does not, so only the classifier is slow
         rpc(http, bridge.rpc_url, "session.start", turn("slow", f"{STAMP} slow:10000 hmm"))
     )
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: len(state.requests) == 1)  # the classifier's call is in flight
     started = time.monotonic()
     fast = await rpc(http, bridge.rpc_url, "session.start", turn("fast", "convert the docx"))
     assert fast["result"]["success"] is True

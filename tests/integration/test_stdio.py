@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import ROOT, FakeUpstream, provider_env, session_params
+from tests.conftest import ROOT, FakeUpstream, provider_env, session_params, wait_until
 
 EXAMPLE_18 = (
     b"Content-Length: 52\r\n"
@@ -118,13 +118,6 @@ async def start_stdio() -> AsyncIterator[StartStdio]:
         if bridge._drain is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(bridge._drain, 5)
-
-
-async def wait_for(predicate: Callable[[], bool], wait_s: float = 5) -> None:
-    deadline = time.monotonic() + wait_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 def req(method: str, params: dict[str, Any] | None = None, rid: Any = None) -> dict[str, Any]:
@@ -254,7 +247,7 @@ async def test_cancel_on_stdin_overtakes_running_turn(
     await bridge.send_json(req("session.start", session_params("s1", "slow:3000 hi"), rid="t1"))
     started = await bridge.message()
     assert started["params"]["event"] == "started"
-    await wait_for(lambda: "s1" in fake_upstream.state.active)
+    await wait_until(lambda: "s1" in fake_upstream.state.active)
     await bridge.send_json(req("session.cancel", {"sessionId": "s1"}, rid="x1"))
     messages = await bridge.until_id("t1")
     elapsed = time.monotonic() - began
@@ -356,9 +349,9 @@ async def test_second_signal_forces_the_exit_of_acp_stdio(
     bridge = await start_stdio(provider_env(fake_upstream.url))
     await bridge.send_json(req("session.start", session_params("sig", "slow:60000 hi"), rid="t"))
     await bridge.message()  # started
-    await wait_for(lambda: "sig" in fake_upstream.state.active)
+    await wait_until(lambda: "sig" in fake_upstream.state.active)
     bridge.proc.send_signal(signal.SIGTERM)
-    await wait_for(lambda: any('"msg":"shutting down"' in line for line in bridge.stderr), 10)
+    await wait_until(lambda: any('"msg":"shutting down"' in line for line in bridge.stderr), 10)
     began = time.monotonic()
     bridge.proc.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(bridge.proc.wait(), 15) == 1

@@ -15,7 +15,15 @@ from typing import Any
 import aiohttp
 import orjson
 
-from tests.conftest import AUTH, FakeUpstream, StartBridge, provider_env, session_params
+from tests.conftest import (
+    AUTH,
+    FakeUpstream,
+    StartBridge,
+    provider_env,
+    session_params,
+    wait_queue_depth,
+    wait_until,
+)
 
 
 async def recv(ws: aiohttp.ClientWebSocketResponse, wait_s: float = 10) -> dict[str, Any]:
@@ -37,13 +45,6 @@ async def recv_until_id(
         out.append(msg)
         if "method" not in msg and msg.get("id") == rid:
             return out
-
-
-async def wait_for(predicate: Any, wait_s: float = 5) -> None:
-    deadline = time.monotonic() + wait_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 def req(method: str, params: dict[str, Any] | None = None, rid: Any = None) -> str:
@@ -125,11 +126,11 @@ async def test_notifications_get_no_reply(
             "id": "last",
             "result": {"accepted": True, "closed": False},
         }
-        try:
-            extra = await ws.receive(timeout=0.3)
-        except TimeoutError:
-            extra = None
-        assert extra is None, extra
+        # a reply to either notification would come before the answer to a request sent
+        # after all three were handled
+        await ws.send_str(req("acp.capabilities", rid="after"))
+        after = await recv(ws)
+        assert after["id"] == "after" and "result" in after, after
 
 
 async def test_turn_streams_notifications_then_result(
@@ -162,7 +163,7 @@ async def test_cancel_on_same_socket_overtakes_running_turn(
         started = await recv(ws)
         assert started["method"] == "session.update"
         assert started["params"]["event"] == "started"
-        await wait_for(lambda: "s1" in fake_upstream.state.active)
+        await wait_until(lambda: "s1" in fake_upstream.state.active)
 
         await ws.send_str(req("session.cancel", {"sessionId": "s1"}, rid="x1"))
         messages = await recv_until_id(ws, "t1", wait_s=10)
@@ -186,19 +187,22 @@ async def test_responses_carry_their_ids_when_they_overtake(
     start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
 ) -> None:
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    release = fake_upstream.state.holds["a"] = asyncio.Event()
     async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
-        await ws.send_str(req("session.start", session_params("a", "slow:600 one"), rid="ta"))
+        await ws.send_str(req("session.start", session_params("a", "one"), rid="ta"))
         await ws.send_str(req("session.start", session_params("b", "two"), rid="tb"))
         await ws.send_str(req("acp.capabilities", rid="c"))
         responses: dict[Any, dict[str, Any]] = {}
         order: list[Any] = []
         while len(responses) < 3:
+            if len(responses) == 2:  # the other two answered while "ta" is held
+                release.set()
             msg = await recv(ws)
             if "method" in msg:
                 continue
             responses[msg["id"]] = msg
             order.append(msg["id"])
-    assert order[-1] == "ta"  # the slow turn of another thread finishes last
+    assert order[-1] == "ta"  # the held turn of another thread finishes last
     assert set(order) == {"ta", "tb", "c"}
     assert responses["ta"]["result"]["output"] == "echo: one"
     assert responses["tb"]["result"]["output"] == "echo: two"
@@ -209,9 +213,13 @@ async def test_turns_of_one_thread_stay_in_order(
     start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
 ) -> None:
     bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    release = fake_upstream.state.holds["q"] = asyncio.Event()
     async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
-        await ws.send_str(req("session.start", session_params("q", "slow:300 first"), rid=1))
+        await ws.send_str(req("session.start", session_params("q", "first"), rid=1))
+        await wait_until(lambda: "q" in fake_upstream.state.active)
         await ws.send_str(req("session.message", session_params("q", "second"), rid=2))
+        await wait_queue_depth(http, bridge.url, 1)  # "second" waits behind "first"
+        release.set()
         results = []
         while len(results) < 2:
             msg = await recv(ws)
@@ -243,10 +251,15 @@ async def test_sigterm_lets_running_turn_finish_then_closes_with_1001(
     start_bridge_process: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
 ) -> None:
     bridge = await start_bridge_process(env=provider_env(fake_upstream.url))
+    release = fake_upstream.state.holds["g"] = asyncio.Event()
     async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
-        await ws.send_str(req("session.start", session_params("g", "slow:500 bye"), rid="t"))
+        await ws.send_str(req("session.start", session_params("g", "bye"), rid="t"))
         assert (await recv(ws))["params"]["event"] == "started"
+        await wait_until(lambda: "g" in fake_upstream.state.active)
         bridge.proc.send_signal(signal.SIGTERM)
+        # the daemon drains: the turn is still running when it starts shutting down
+        await wait_until(lambda: any('"msg":"shutting down"' in x for x in bridge.logs), 10)
+        release.set()
         messages = await recv_until_id(ws, "t")
         assert messages[-1]["result"]["output"] == "echo: bye"
         closing = await ws.receive(timeout=5)

@@ -31,7 +31,7 @@ async def turn():
 async def test_fails_before_awaiting_its_turn(i):
     gc.set_threshold(5)
     task = asyncio.ensure_future(turn())
-    await asyncio.sleep(0.01)
+    await asyncio.wait([task])  # it failed; its exception is not retrieved
     holder = {{"task": task}}
     holder["self"] = holder
     del task

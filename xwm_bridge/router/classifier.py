@@ -16,6 +16,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -88,8 +89,10 @@ class Classifier:
         cache_ttl: float,
         cache_entries: int,
         max_concurrency: int,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._http = http
+        self._clock = clock  # the cache's expiry clock (tests pass their own)
         self._model = model
         self._timeout = timeout
         self._ttl = cache_ttl
@@ -113,7 +116,7 @@ class Classifier:
         prompt = prompt.strip()
         key = self._key(endpoint, prompt)
         cached = self._cache.get(key)
-        if cached is not None and cached[0] > time.monotonic():
+        if cached is not None and cached[0] > self._clock():
             self._cache.move_to_end(key)
             return cached[1]
         pending = self._inflight.get(key)
@@ -128,7 +131,7 @@ class Classifier:
             del self._inflight[key]
             future.set_result(label)
         if label and self._ttl > 0 and self._entries:
-            self._cache[key] = (time.monotonic() + self._ttl, label)
+            self._cache[key] = (self._clock() + self._ttl, label)
             while len(self._cache) > self._entries:
                 self._cache.popitem(last=False)
         return label

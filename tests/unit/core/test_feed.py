@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from tests.conftest import wait_until
 from xwm_bridge.core.feed import SessionFeed
 from xwm_bridge.store.base import LedgerEntry
 
@@ -45,7 +46,8 @@ async def test_next_wakes_on_publish() -> None:
     feed = SessionFeed()
     sub = feed.subscribe("s1")
     waiter = asyncio.get_running_loop().create_task(sub.next(5))
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: bool(sub._ready._waiters))  # next() is blocked on its event
+    assert not waiter.done()
     feed.publish("s1", entry(1, n=1))
     assert await asyncio.wait_for(waiter, 1) == entry(1, n=1)
 
