@@ -287,7 +287,11 @@ async def test_bwrap_confines_the_agents_own_writes(
     outside = tmp_path / "outside"
     outside.mkdir()
     state = tmp_path / "state-dir"
-    provider = agent_provider(env=[f"PYTHONPATH={ROOT}"], writable_paths=[str(state)])
+    # the agent's program lives under the host's /tmp, which the sandbox replaces
+    launcher = fake_agent_on_path(tmp_path / "bin", "fake-agent")
+    provider = agent_provider(
+        command=[str(launcher)], env=[f"PYTHONPATH={ROOT}"], writable_paths=[str(state)]
+    )
     state.mkdir()
     config = {
         "providers": [provider],

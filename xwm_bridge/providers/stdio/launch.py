@@ -12,6 +12,10 @@ whole filesystem read-only, a private ``/tmp``, its own ``/dev`` and ``/proc``,
 its own PID namespace (killed with its parent) and write access only to the
 session's working directory, the agent's state dirs (registry) and the
 provider's ``writable_paths``. Reads are not confined; the network is not.
+The agent's program stays visible when it lives under the host's ``/tmp``: the
+top ``/tmp`` entry of its executable (as named and resolved), of its absolute
+arguments and of its ``PATH``, ``PYTHONPATH`` and ``NODE_PATH`` entries is bound
+read-only over the private ``/tmp`` (a checkout or venv under ``/tmp``).
 """
 
 from __future__ import annotations
@@ -71,9 +75,40 @@ def agent_environment(
     return AgentEnv(env, tuple(sorted(withheld)))
 
 
-def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: str, writable: Iterable[str]) -> list[str]:
-    """``argv`` wrapped in bubblewrap (see the module docstring). Paths that do not
-    exist are skipped; later binds sit on top of the private ``/tmp``."""
+_PROGRAM_PATH_VARS = ("PATH", "PYTHONPATH", "NODE_PATH")
+
+
+def program_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """The host ``/tmp`` entries the agent's program needs (see the module
+    docstring), in a stable order; empty when nothing of it is under ``/tmp``."""
+    candidates: list[str] = []
+    exe = shutil.which(argv[0], path=env.get("PATH")) if argv else None
+    if exe:
+        candidates += [os.path.abspath(exe), os.path.realpath(exe)]
+    candidates += [arg for arg in argv if os.path.isabs(arg)]
+    for name in _PROGRAM_PATH_VARS:
+        candidates += env.get(name, "").split(os.pathsep)
+    prefix = SANDBOX_TMP + os.sep
+    tops: list[str] = []
+    for path in candidates:
+        if not path.startswith(prefix):
+            continue
+        top = prefix + path[len(prefix) :].split(os.sep, 1)[0]
+        if top != prefix and top not in tops and os.path.isdir(top):
+            tops.append(top)
+    return tops
+
+
+def bwrap_argv(
+    bwrap: str,
+    argv: Sequence[str],
+    cwd: str,
+    writable: Iterable[str],
+    visible: Iterable[str] = (),
+) -> list[str]:
+    """``argv`` wrapped in bubblewrap (see the module docstring). ``visible`` are
+    host paths bound read-only over the private ``/tmp``; ``writable`` ones (and
+    ``cwd``) are bound read-write on top. Paths that do not exist are skipped."""
     out = [
         bwrap,
         "--die-with-parent",
@@ -90,6 +125,9 @@ def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: str, writable: Iterable[str
         "--tmpfs",
         SANDBOX_TMP,
     ]
+    for path in visible:
+        if os.path.exists(path):
+            out += ["--ro-bind", path, path]
     seen: set[str] = set()
     for path in [cwd, *writable]:
         if not path or path in seen or not os.path.exists(path):
@@ -156,7 +194,8 @@ def agent_spec(
             *_prepare_state(registry.state_paths(entry, built.env)),
             *provider.writable_paths,
         ]
-        argv = tuple(bwrap_argv(agents.bwrap_path, argv, workdir, writable))
+        visible = program_paths(argv, built.env)
+        argv = tuple(bwrap_argv(agents.bwrap_path, argv, workdir, writable, visible))
         built.env["TMPDIR"] = SANDBOX_TMP
     return AgentSpec(
         name=provider.id,

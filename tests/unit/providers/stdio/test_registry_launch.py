@@ -145,6 +145,30 @@ def test_bwrap_argv_and_state_dirs(tmp_path: Path) -> None:
     ]
 
 
+def test_an_agent_program_under_tmp_stays_visible_in_the_sandbox(tmp_path: Path) -> None:
+    # a checkout or venv under /tmp would vanish under the private /tmp
+    tmp_root = Path("/tmp") / f"xwm-prog-{tmp_path.name}"
+    (tmp_root / "venv" / "bin").mkdir(parents=True)
+    (tmp_root / "lib").mkdir()
+    exe = tmp_root / "venv" / "bin" / "agent"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    try:
+        env = {"PATH": f"{tmp_root / 'venv' / 'bin'}:/usr/bin", "PYTHONPATH": str(tmp_root / "lib")}
+        assert launch.program_paths(["agent", "acp"], env) == [str(tmp_root)]
+        assert launch.program_paths(["/usr/bin/env", "x"], {"PATH": "/usr/bin"}) == []
+        work = tmp_path / "work"
+        work.mkdir()
+        argv = launch.bwrap_argv("bwrap", [str(exe)], str(work), [], [str(tmp_root)])
+        tmpfs, ro = argv.index("--tmpfs"), argv.index(str(tmp_root))
+        rw = argv.index("--bind")
+        assert tmpfs < ro < rw and argv[ro - 1] == "--ro-bind" and argv[ro + 1] == str(tmp_root)
+    finally:
+        exe.unlink()
+        for d in (tmp_root / "venv" / "bin", tmp_root / "venv", tmp_root / "lib", tmp_root):
+            d.rmdir()
+
+
 def test_sandboxed_spec_wraps_and_creates_state(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
