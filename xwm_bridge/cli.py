@@ -22,6 +22,7 @@ from xwm_bridge.config import (
     ConfigError,
     load_config,
 )
+from xwm_bridge.heap import freeze_startup
 from xwm_bridge.observability.logging import flush_logs, setup_logging
 from xwm_bridge.store.base import StoreError
 from xwm_bridge.wire import WireEncoder
@@ -313,6 +314,7 @@ async def _serve(
             "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
         },
     )
+    freeze_startup()  # start-up objects leave the GC's generations (heap.py)
     notifier.ready(f"listening on {host}:{actual_port}")
     stop = asyncio.Event()
 

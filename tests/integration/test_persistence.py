@@ -58,7 +58,10 @@ def committed(state: Path, session_id: str, turn_id: str, seq: int) -> bool:
         ).fetchall()
     finally:
         db.close()
-    seqs = {orjson.loads(m).get("params", {}).get("seq") for (m,) in messages}
+    # a row holds one entry, or a JSON array of the frames of one relay batch
+    decoded = [orjson.loads(m) for (m,) in messages]
+    entries = [e for d in decoded for e in (d if isinstance(d, list) else [d])]
+    seqs = {e.get("params", {}).get("seq") for e in entries}
     return row is not None and row[0] == turn_id and seq in seqs
 
 

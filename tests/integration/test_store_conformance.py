@@ -30,7 +30,7 @@ from xwm_bridge.store.base import (
 from xwm_bridge.store.memory import MemoryStore
 from xwm_bridge.store.records import SessionQuery
 from xwm_bridge.store.redis import RedisStore
-from xwm_bridge.store.sqlite import SQLiteStore
+from xwm_bridge.store.sqlite import SCHEMA_VERSION, SQLiteStore
 
 pytestmark = pytest.mark.asyncio
 
@@ -452,7 +452,7 @@ async def test_sqlite_files_from_before_owners_are_migrated(tmp_path: Path) -> N
         assert loaded is not None and loaded.owner == "" and loaded.seq == 3
         assert loaded.events == 7  # layout 1's data is kept as it was
         version = await store._call(lambda db: db.execute("PRAGMA user_version").fetchone()[0])
-        assert version == 2
+        assert version == SCHEMA_VERSION
         store.save(SessionRecord("new", "t", owner="bearer:x"))
         new = await store.load("new")
         assert new is not None and new.owner == "bearer:x"
@@ -621,7 +621,7 @@ async def test_sqlite_opens_a_database_of_the_previous_layout(tmp_path: Path) ->
         store.append("old", LedgerEntry(emitted_pos(3), "turn-2", {"pos": 6}, event_id=6))
         assert [e.event_id for e in await store.replay("old", 0, 100, after_event=5)] == [6]
         version = await store._call(lambda db: db.execute("PRAGMA user_version").fetchone()[0])
-        assert version == 2  # layout 0 → 1 (event ids) → 2 (owners, issue 16)
+        assert version == SCHEMA_VERSION  # 0 → 1 (event ids) → 2 (owners) → 3 (counts)
     finally:
         await store.close()
 
@@ -812,3 +812,97 @@ async def test_sqlite_table_keeps_the_byte_bound_when_entries_grow(tmp_path: Pat
     # trimming runs every cap/8 entries or max_bytes/8 bytes: a little slack, not 20 KB
     assert total <= 4096 + 4096 // 8 + 1100, (total, count)
     assert count <= 16 + 2
+
+
+def _batch(first_event: int, seq: int, n: int, turn: str = "turn-1") -> list[LedgerEntry]:
+    return [
+        LedgerEntry(
+            relayed_pos(seq),
+            turn,
+            {"method": "upstream", "n": first_event + i},
+            event_id=first_event + i,
+        )
+        for i in range(n)
+    ]
+
+
+async def test_entries_appended_together_read_back_one_by_one(make_store: Factory) -> None:
+    store = await make_store(StoreLimits(ledger_max_entries=7))
+    store.save(SessionRecord("s1", "t1", seq=1))
+    store.append("s1", LedgerEntry(emitted_pos(1), "turn-1", update("s1", 1), event_id=1))
+    store.append_many("s1", _batch(2, 1, 4))  # event ids 2..5, after seq 1
+    store.append("s1", LedgerEntry(emitted_pos(2), "turn-1", update("s1", 2), event_id=6))
+    store.append_many("s1", _batch(7, 2, 3))  # 7..9
+    everything = await store.replay("s1", 0, 100)
+    # the newest 7 entries, cut inside the first batch
+    assert [e.event_id for e in everything] == [3, 4, 5, 6, 7, 8, 9]
+    assert [e.message.get("n") for e in everything if e.pos % 2] == [3, 4, 5, 7, 8, 9]
+    assert {e.pos for e in everything[:3]} == {relayed_pos(1)}
+    assert [e.event_id for e in await store.replay("s1", 0, 100, after_event=7)] == [8, 9]
+    assert [e.event_id for e in await store.replay("s1", 0, 2, after_event=3)] == [4, 5]
+    assert [e.event_id for e in await store.replay("s1", 1, 100)] == [3, 4, 5, 6, 7, 8, 9]
+    assert [e.event_id for e in await store.replay("s1", 2, 100)] == [7, 8, 9]
+    loaded = await store.load("s1")
+    assert loaded is not None and loaded.seq == 2 and loaded.events == 9
+
+
+async def test_a_batch_is_cut_by_the_byte_bound_entry_by_entry(make_store: Factory) -> None:
+    store = await make_store(StoreLimits(ledger_max_bytes=2500))
+    store.save(SessionRecord("s1", "t1"))
+    batch = _batch(1, 1, 10)
+    for entry in batch:
+        entry.message["pad"] = "x" * 1000  # ~1 KB each: the newest 2 fit
+    store.append_many("s1", batch)
+    kept = await store.replay("s1", 0, 100)
+    assert [e.event_id for e in kept] == [9, 10]
+
+
+async def test_sqlite_keeps_a_batch_in_one_row_and_bounds_the_table(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path, StoreLimits(ledger_max_entries=64))
+    await store.start()
+    try:
+        store.save(SessionRecord("s1", "t1"))
+        event = 1
+        for seq in range(1, 41):
+            store.append(
+                "s1", LedgerEntry(emitted_pos(seq), "t", update("s1", seq), event_id=event)
+            )
+            store.append_many("s1", _batch(event + 1, seq, 20))
+            event += 21
+        kept = await store.replay("s1", 0, 1000)
+        assert [e.event_id for e in kept] == list(range(event - 64, event))
+    finally:
+        await store.close()
+    db = sqlite3.connect(path)
+    rows, entries = db.execute(
+        "SELECT COUNT(*), SUM(count) FROM ledger WHERE session_id = 's1'"
+    ).fetchone()
+    db.close()
+    # 40 turns of 21 entries: 80 rows; trimmed to the newest 64 entries (+ cap/8 slack)
+    assert rows <= 2 * (64 + 8) // 21 + 2 and entries <= 64 + 8 + 20, (rows, entries)
+    store = SQLiteStore(path, StoreLimits(ledger_max_entries=64))
+    await store.start()
+    try:  # a restart reads the same entries
+        assert [e.event_id for e in await store.replay("s1", 0, 1000)] == [e.event_id for e in kept]
+        loaded = await store.load("s1")
+        assert loaded is not None and loaded.events == event - 1
+    finally:
+        await store.close()
+
+
+async def test_sqlite_drops_only_the_unencodable_entry_of_a_batch(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.start()
+    try:
+        store.save(SessionRecord("s1", "t1"))
+        batch = _batch(1, 1, 5)
+        batch[2].message["deep"] = nested(300)
+        store.append_many("s1", batch)
+        kept = await store.replay("s1", 0, 100)
+        assert [e.event_id for e in kept] == [1, 2, 4, 5]
+        assert store.counters.bad_records == 1
+    finally:
+        await store.close()

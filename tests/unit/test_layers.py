@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
         "httpbody",
         "observability",
         "tasks",
+        "heap",
         "console",
     ),
     ("config",),  # 1: the typed config

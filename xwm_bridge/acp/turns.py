@@ -92,7 +92,7 @@ class TurnRelay:
             message = jsonrpc.notification(
                 method, {"sessionId": self.session.session_id, "turnId": self.turn_id, **params}
             )
-            registry.record(live, self.turn_id, message, True)
+            registry.record(live, self.turn_id, [message], True)
 
     # --- permission requests --------------------------------------------------------------
 

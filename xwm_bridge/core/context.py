@@ -20,8 +20,9 @@ from xwm_bridge.tasks import Supervisor
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
 #: Deliver several notifications, in order, in one write where the transport can (SSE).
 NotifyMany = Callable[[list[dict[str, Any]]], Awaitable[None]]
-#: Keep one sent notification in the session's ledger (``relayed``: an upstream frame).
-Ledger = Callable[[dict[str, Any], bool], None]
+#: Keep notifications sent together in the session's ledger, in order (``relayed``:
+#: upstream frames, one entry each; a store may keep them in one row).
+Ledger = Callable[[list[dict[str, Any]], bool], None]
 
 
 class ClientRequests(Protocol):
@@ -106,7 +107,7 @@ class TurnContext:
     async def relay(self, message: dict[str, Any]) -> None:
         """Pass an upstream notification through unchanged (contract.md §13.2)."""
         if self.ledger is not None:
-            self.ledger(message, True)
+            self.ledger([message], True)
             if self.writable is not None:
                 await self.writable()
         if self.notify is not None:
@@ -116,8 +117,7 @@ class TurnContext:
         """:meth:`relay` for the frames that arrived together (one upstream read):
         one client write where the transport batches."""
         if self.ledger is not None:
-            for message in messages:
-                self.ledger(message, True)
+            self.ledger(messages, True)
             if self.writable is not None:
                 await self.writable()
         if self.notify_many is not None:
@@ -137,7 +137,7 @@ class TurnContext:
         }
         message = {"jsonrpc": "2.0", "method": "session.update", "params": params}
         if self.ledger is not None:
-            self.ledger(message, False)
+            self.ledger([message], False)
             if self.writable is not None:
                 await self.writable()
         if self.notify is not None:

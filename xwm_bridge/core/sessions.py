@@ -289,21 +289,29 @@ class SessionRegistry:
             self.store.save(session.snapshot())
 
     def record(
-        self, session: Session, turn_id: str, message: dict[str, Any], relayed: bool
+        self, session: Session, turn_id: str, messages: list[dict[str, Any]], relayed: bool
     ) -> None:
-        """Add one notification sent during a turn to the session's ledger."""
-        if self._sessions.get(session.session_id) is not session:
+        """Add notifications sent together during a turn to the session's ledger: one
+        entry each (same position, consecutive event ids), one store write."""
+        if self._sessions.get(session.session_id) is not session or not messages:
             return
         pos = relayed_pos(session.seq) if relayed else emitted_pos(session.seq)
-        entry = LedgerEntry(pos, turn_id, message, event_id=session.next_event())
-        self.store.append(session.session_id, entry)
-        self.feed.publish(session.session_id, entry)
+        sid = session.session_id
+        entries = [LedgerEntry(pos, turn_id, m, event_id=session.next_event()) for m in messages]
+        if len(entries) == 1:
+            self.store.append(sid, entries[0])
+        else:
+            self.store.append_many(sid, entries)
+        publish = self.feed.publish
+        for entry in entries:
+            publish(sid, entry)
         if self.events is not None and self.events.recording:
-            params = message.get("params")
-            # eventId: the ledger entry's id (session.replay's eventIds), so a watcher
-            # that also read the ledger drops what it already has
-            data = {"turnId": turn_id, "relayed": relayed, "eventId": entry.event_id}
-            self.events.publish("turn", "update", {**data, "update": params}, session.session_id)
+            for entry in entries:
+                # eventId: the ledger entry's id (session.replay's eventIds), so a watcher
+                # that also read the ledger drops what it already has
+                data = {"turnId": turn_id, "relayed": relayed, "eventId": entry.event_id}
+                update = entry.message.get("params")
+                self.events.publish("turn", "update", {**data, "update": update}, sid)
 
     def record_result(self, session: Session, turn_id: str, result: dict[str, Any]) -> None:
         """Add a turn's final result to the ledger (``session.replay``, catch-up)."""

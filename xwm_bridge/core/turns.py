@@ -132,8 +132,8 @@ class TurnRunner:
         entry = journal.started(turn, session, turn_id) if journal is not None else None
         registry = self._sessions
 
-        def ledger(message: dict[str, Any], relayed: bool) -> None:
-            registry.record(session, turn_id, message, relayed)
+        def ledger(messages: list[dict[str, Any]], relayed: bool) -> None:
+            registry.record(session, turn_id, messages, relayed)
 
         watched = journal is not None and registry.events is not None and registry.watched()
         ctx = TurnContext(

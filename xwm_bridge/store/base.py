@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -262,6 +262,11 @@ class SessionStore(Protocol):
 
     def append(self, session_id: str, entry: LedgerEntry) -> None:
         """Queue one ledger entry (pruned to the configured size and age)."""
+
+    def append_many(self, session_id: str, entries: Sequence[LedgerEntry]) -> None:
+        """Queue entries sent together, in order (typically one upstream read's frames:
+        same position and turn, consecutive event ids). Reads see them as if appended
+        one by one; a store may keep them in one row."""
 
     def delete(self, session_id: str) -> None:
         """Queue removal of the record and its ledger."""

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -335,6 +335,10 @@ class RedisStore:
 
     def append(self, session_id: str, entry: LedgerEntry) -> None:
         self._ops.put_nowait(("append", session_id, entry))
+
+    def append_many(self, session_id: str, entries: Sequence[LedgerEntry]) -> None:
+        for entry in entries:
+            self._ops.put_nowait(("append", session_id, entry))
 
     def delete(self, session_id: str) -> None:
         self._ops.put_nowait(("delete", session_id))

@@ -25,7 +25,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
@@ -86,7 +86,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     message BLOB NOT NULL,
     ts REAL NOT NULL,
     event_id INTEGER NOT NULL DEFAULT 0,
-    kind TEXT NOT NULL DEFAULT 'notification'
+    kind TEXT NOT NULL DEFAULT 'notification',
+    count INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS ledger_session ON ledger (session_id, id);
 CREATE INDEX IF NOT EXISTS ledger_ts ON ledger (ts);
@@ -116,9 +117,14 @@ TRIM_TURNS = (
 #: turn rows over TURNS_PER_SESSION are deleted every this many inserts per session
 TURN_TRIM_EVERY = 8
 #: ``PRAGMA user_version`` of this layout. 0: the first layout (issue 6), whose
-#: ledger had no event ids; 1: sessions had no owner (issue 16); :func:`migrate`
-#: upgrades it in place on open.
-SCHEMA_VERSION = 2
+#: ledger had no event ids; 1: sessions had no owner (issue 16); 2: one row per
+#: entry (no ``count``); :func:`migrate` upgrades it in place on open.
+#:
+#: A ledger row holds ``count`` entries: one (``message`` is the entry's JSON), or
+#: the frames of one relay batch (``message`` is a JSON array of them; they share
+#: ``pos``, ``turn_id``, ``ts`` and ``kind``, and have the event ids ``event_id``,
+#: ``event_id + 1``, …). A 50-chunk streamed turn is then a handful of rows, not 52.
+SCHEMA_VERSION = 3
 SESSION_COLUMNS = (
     "session_id, thread_id, provider, history, seq, last_turn_id, last_turn_status,"
     " upstream, updated_at, events, owner"
@@ -162,7 +168,8 @@ def migrate(db: sqlite3.Connection) -> None:
     """Bring a database of an earlier layout to :data:`SCHEMA_VERSION`, in one
     transaction. Version 0 → 1: ledger rows get event ids 1, 2, 3, … per session
     in insertion order, and each session its last event id. 1 → 2: sessions get an
-    ``owner`` column (empty: unowned)."""
+    ``owner`` column (empty: unowned). 2 → 3: ledger rows get a ``count`` (1: every
+    earlier row holds one entry)."""
     version = int(db.execute("PRAGMA user_version").fetchone()[0])
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if version >= SCHEMA_VERSION or not {"sessions", "ledger"} <= tables:
@@ -190,6 +197,8 @@ def migrate(db: sqlite3.Connection) -> None:
         # 1 → 2: sessions get an owner; the old ones are unowned (the next turn claims them)
         if "owner" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
             db.execute("ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+        if "count" not in {r[1] for r in db.execute("PRAGMA table_info(ledger)")}:
+            db.execute("ALTER TABLE ledger ADD COLUMN count INTEGER NOT NULL DEFAULT 1")
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
@@ -321,6 +330,9 @@ class SQLiteStore:
     def append(self, session_id: str, entry: LedgerEntry) -> None:
         self._ops.put(("append", session_id, entry))
 
+    def append_many(self, session_id: str, entries: Sequence[LedgerEntry]) -> None:
+        self._ops.put(("append", session_id, tuple(entries)))  # one row where they run on
+
     def delete(self, session_id: str) -> None:
         self._ops.put(("delete", session_id))
 
@@ -369,22 +381,24 @@ class SQLiteStore:
         if after_event is None:
             where, floor = "pos > ?", emitted_pos(after_seq)
         else:
-            where, floor = "event_id > ?", after_event
+            where, floor = "event_id + count - 1 > ?", after_event
 
         def read(db: sqlite3.Connection) -> list[LedgerEntry]:
-            # the newest `cap` entries that fit in `max_bytes` (trimming may lag behind)
+            # the rows that may hold one of the newest `cap` entries that fit in
+            # `max_bytes` (trimming may lag behind); _window cuts them exactly. The
+            # filter drops only older entries, so it may go before the window.
             rows = db.execute(
-                "SELECT pos, turn_id, message, ts, event_id, kind FROM (SELECT *,"
-                " SUM(length(message)) OVER (ORDER BY id DESC) AS total,"
-                " ROW_NUMBER() OVER (ORDER BY id DESC) AS rn FROM ledger"
-                " WHERE session_id = ? ORDER BY id DESC LIMIT ?)"
-                f" WHERE (total <= ? OR rn = 1) AND {where} AND ts >= ? ORDER BY id LIMIT ?",
-                (session_id, cap, max_bytes, floor, horizon, limit),
+                "SELECT pos, turn_id, message, ts, event_id, kind, count FROM (SELECT *,"
+                " SUM(count) OVER (ORDER BY id DESC) - count AS newer,"
+                " SUM(length(message)) OVER (ORDER BY id DESC) - length(message) AS newer_bytes"
+                f" FROM ledger WHERE session_id = ? AND {where} AND ts >= ?)"
+                " WHERE newer < ? AND (newer_bytes <= ? OR newer = 0) ORDER BY id",
+                (session_id, floor, horizon, cap, max_bytes),
             ).fetchall()
-            return [
-                LedgerEntry(int(r[0]), r[1], orjson.loads(r[2]), float(r[3]), int(r[4]), r[5])
-                for r in rows
-            ]
+            entries = _window(rows, cap, max_bytes)
+            if after_event is not None:
+                entries = [e for e in entries if e.event_id > after_event]
+            return entries[:limit]
 
         return await self._call(read)
 
@@ -576,6 +590,19 @@ class SQLiteStore:
             self.counters.last_error = ""
         writes.clear()
 
+    def _rows(
+        self, session_id: str, payload: LedgerEntry | tuple[LedgerEntry, ...]
+    ) -> list[tuple[tuple[Any, ...], list[int]]]:
+        """The ledger rows of one ``append`` op; an entry that cannot be encoded is
+        dropped and counted (the others are kept)."""
+        encoded: list[tuple[LedgerEntry, bytes]] = []
+        for entry in payload if isinstance(payload, tuple) else (payload,):
+            try:
+                encoded.append((entry, orjson.dumps(entry.message)))
+            except TypeError as exc:  # e.g. nested deeper than orjson writes
+                self._dropped([("append", session_id, entry)], exc)
+        return _batch_rows(session_id, encoded) if encoded else []
+
     def _isolate(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         """A batch failed on a bad record: apply its writes one by one, drop the bad."""
         for op in writes:
@@ -614,6 +641,7 @@ class SQLiteStore:
         touched: dict[str, int] = {}
         sizes: dict[str, int] = {}
         largest: dict[str, int] = {}
+        tops: dict[str, int] = {}  # the newest event id appended per session
         turned: dict[str, int] = {}
         for i, op in enumerate(writes):
             if i not in live:
@@ -622,13 +650,17 @@ class SQLiteStore:
             if kind == "save":
                 saves.append(_session_row(op[1]))
             elif kind == "append":
-                row = _entry_row(op[1], op[2])
-                entries.append(row)
-                touched[op[1]] = touched.get(op[1], 0) + 1
-                size = len(row[3])  # the encoded message
-                sizes[op[1]] = sizes.get(op[1], 0) + size
-                if size > largest.get(op[1], 0):
-                    largest[op[1]] = size
+                sid = op[1]
+                for row, entry_sizes in self._rows(sid, op[2]):
+                    entries.append(row)
+                    touched[sid] = touched.get(sid, 0) + len(entry_sizes)
+                    sizes[sid] = sizes.get(sid, 0) + sum(entry_sizes)
+                    size = max(entry_sizes)  # of one entry, as the byte bound counts it
+                    if size > largest.get(sid, 0):
+                        largest[sid] = size
+                    top = row[5] + row[7] - 1
+                    if top > tops.get(sid, 0):
+                        tops[sid] = top
             elif kind == "turn":
                 turns.append(_turn_row(op[1]))
                 turned[op[1].session_id] = turned.get(op[1].session_id, 0) + 1
@@ -664,11 +696,18 @@ class SQLiteStore:
                     continue
                 self._untrimmed.pop(sid, None)
                 self._untrimmed_bytes.pop(sid, None)
-                db.execute(
+                db.execute(  # the newest `cap` rows hold at least `cap` entries
                     "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT id FROM ledger"
                     " WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
                     (sid, sid, cap),
                 )
+                top = tops.get(sid, 0)
+                if top > cap:  # rows whose entries are all older than the newest `cap`
+                    db.execute(
+                        "DELETE FROM ledger WHERE session_id = ? AND event_id > 0"
+                        " AND event_id + count <= ?",
+                        (sid, top - cap + 1),
+                    )
                 biggest = max(known or 0, largest.get(sid, 0))
                 if known is None or cap * biggest > max_bytes:
                     # the window query reads every entry of the session: only when the
@@ -747,10 +786,32 @@ def lock_holder(fd: int) -> str:
     return ""
 
 
+def _window(rows: list[tuple[Any, ...]], cap: int, max_bytes: int) -> list[LedgerEntry]:
+    """The entries of ``rows`` (oldest first), cut to the newest ``cap`` that fit in
+    ``max_bytes`` (an entry's size: its JSON, as a one-entry row holds it), and
+    always the newest one."""
+    newest_first: list[LedgerEntry] = []
+    total = 0
+    for pos, turn_id, raw, ts, event_id, kind, count in reversed(rows):
+        if count == 1:
+            items: list[tuple[Any, int]] = [(orjson.loads(raw), len(raw))]
+        else:
+            items = [(m, len(orjson.dumps(m))) for m in orjson.loads(raw)]
+        for i in range(len(items) - 1, -1, -1):
+            message, size = items[i]
+            if len(newest_first) >= cap or (newest_first and total + size > max_bytes):
+                return newest_first[::-1]
+            total += size
+            entry = LedgerEntry(int(pos), turn_id, message, float(ts), int(event_id) + i, kind)
+            newest_first.append(entry)
+    return newest_first[::-1]
+
+
 def _ledger_top(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
     """The highest bridge seq and event id in a session's ledger."""
     row = db.execute(
-        "SELECT MAX(pos), MAX(event_id) FROM ledger WHERE session_id = ?", (session_id,)
+        "SELECT MAX(pos), MAX(event_id + count - 1) FROM ledger WHERE session_id = ?",
+        (session_id,),
     ).fetchone()
     if not row or row[0] is None:
         return 0, 0
@@ -761,8 +822,8 @@ UPSERT_SESSION = (
     f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 11)})"
 )
 INSERT_ENTRY = (
-    "INSERT INTO ledger (session_id, pos, turn_id, message, ts, event_id, kind)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO ledger (session_id, pos, turn_id, message, ts, event_id, kind, count)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 UPSERT_TURN = (
     "INSERT OR REPLACE INTO turns (session_id, turn_id, started_at, body) VALUES (?, ?, ?, ?)"
@@ -805,7 +866,37 @@ def _session_row(r: SessionRecord) -> tuple[Any, ...]:
 
 
 def _entry_row(session_id: str, e: LedgerEntry) -> tuple[Any, ...]:
-    return (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts, e.event_id, e.kind)
+    return (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts, e.event_id, e.kind, 1)
+
+
+def _runs_on(prev: LedgerEntry, e: LedgerEntry) -> bool:
+    """Whether ``e`` can share ``prev``'s row (see :data:`SCHEMA_VERSION`)."""
+    return (
+        e.event_id == prev.event_id + 1
+        and prev.event_id > 0
+        and e.pos == prev.pos
+        and e.turn_id == prev.turn_id
+        and e.kind == prev.kind
+    )
+
+
+def _batch_rows(
+    session_id: str, encoded: list[tuple[LedgerEntry, bytes]]
+) -> list[tuple[tuple[Any, ...], list[int]]]:
+    """Rows for entries appended together, with each row's entry sizes: a run of
+    entries that :func:`_runs_on` shares one row."""
+    out: list[tuple[tuple[Any, ...], list[int]]] = []
+    start = 0
+    for end in range(1, len(encoded) + 1):
+        if end < len(encoded) and _runs_on(encoded[end - 1][0], encoded[end][0]):
+            continue
+        run = encoded[start:end]
+        first = run[0][0]
+        raw = run[0][1] if len(run) == 1 else b"[" + b",".join(r for _, r in run) + b"]"
+        row = (session_id, first.pos, first.turn_id, raw, first.ts, first.event_id)
+        out.append(((*row, first.kind, len(run)), [len(r) for _, r in run]))
+        start = end
+    return out
 
 
 def _turn_row(t: TurnRecord) -> tuple[Any, ...]:

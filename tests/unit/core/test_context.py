@@ -15,8 +15,8 @@ FRAMES = [
 def context(**kw: Any) -> tuple[TurnContext, list[Any]]:
     seen: list[Any] = []
 
-    def ledger(message: dict[str, Any], relayed: bool) -> None:
-        seen.append(("ledger", message["params"]["delta"], relayed))
+    def ledger(messages: list[dict[str, Any]], relayed: bool) -> None:
+        seen.extend(("ledger", m["params"]["delta"], relayed) for m in messages)
 
     ctx = TurnContext(None, None, "turn-1", supervisor=Supervisor(), ledger=ledger, **kw)  # type: ignore[arg-type]
     return ctx, seen
