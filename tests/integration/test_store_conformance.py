@@ -906,3 +906,34 @@ async def test_sqlite_drops_only_the_unencodable_entry_of_a_batch(tmp_path: Path
         assert store.counters.bad_records == 1
     finally:
         await store.close()
+
+
+async def test_sqlite_counters_stay_bounded_and_forgotten_sessions_are_trimmed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    from xwm_bridge.store import sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "MAX_TRACKED_SESSIONS", 8)
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path, StoreLimits(ledger_max_entries=64))
+    await store.start()
+    try:
+        for seq in range(1, 70):  # trims at 8, 16, … 64: 5 entries past the cap stay
+            store.append("a", LedgerEntry(emitted_pos(seq), "t", update("a", seq), event_id=seq))
+        await messages(store, "a", 0, 1)
+        for i in range(40):  # other sessions push "a" out of the counters
+            store.append(f"s{i}", LedgerEntry(emitted_pos(1), "t", update(f"s{i}", 1), event_id=1))
+            await messages(store, f"s{i}", 0, 1)  # one batch each
+        tracked = (store._untrimmed, store._untrimmed_bytes, store._untrimmed_turns, store._largest)
+        assert all(len(d) <= 8 + 1 for d in tracked), [len(d) for d in tracked]
+        assert [m["params"]["seq"] for m in await messages(store, "a", 0, 1000)] == list(
+            range(6, 70)
+        )
+    finally:
+        await store.close()
+    db = sqlite3.connect(path)
+    (rows,) = db.execute("SELECT COUNT(*) FROM ledger WHERE session_id = 'a'").fetchone()
+    db.close()
+    assert rows == 64  # trimmed when it was forgotten

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import itertools
 import logging
 import os
 import queue
@@ -132,8 +133,10 @@ SESSION_COLUMNS = (
 
 #: the largest entry a session holds
 LARGEST_ENTRY = "SELECT MAX(length(message)) FROM ledger WHERE session_id = ?"
-#: sessions whose largest entry the store thread remembers
-MAX_TRACKED_SESSIONS = 50_000
+#: sessions whose trim counters (and largest entry) the store thread remembers; past
+#: it, the oldest half is trimmed at once and forgotten (a daemon that sees a million
+#: sessions keeps a few hundred KiB of counters, not a dict entry per session)
+MAX_TRACKED_SESSIONS = 4096
 #: drop a session's oldest entries past ``ledger_max_bytes`` (the newest that fit stay,
 #: and the newest one always)
 TRIM_BYTES = (
@@ -590,6 +593,49 @@ class SQLiteStore:
             self.counters.last_error = ""
         writes.clear()
 
+    def _trim_ledger(self, db: sqlite3.Connection, sid: str, top: int, added_largest: int) -> None:
+        """Bring a session's ledger rows to its bounds (in the caller's transaction).
+        ``top``: its newest event id if known (else 0); ``added_largest``: the largest
+        entry just appended."""
+        cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
+        db.execute(  # the newest `cap` rows hold at least `cap` entries
+            "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT id FROM ledger"
+            " WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+            (sid, sid, cap),
+        )
+        if top > cap:  # rows whose entries are all older than the newest `cap`
+            db.execute(
+                "DELETE FROM ledger WHERE session_id = ? AND event_id > 0"
+                " AND event_id + count <= ?",
+                (sid, top - cap + 1),
+            )
+        known = self._largest.get(sid)
+        biggest = max(known or 0, added_largest)
+        if known is None or cap * biggest > max_bytes:
+            # the window query reads every entry of the session: only when the count
+            # bound alone may not keep the byte bound
+            db.execute(TRIM_BYTES, (sid, sid, max_bytes))
+            row = db.execute(LARGEST_ENTRY, (sid,)).fetchone()
+            biggest = int(row[0] or 0)  # of the entries left
+        self._largest[sid] = biggest
+
+    def _forget(self, db: sqlite3.Connection) -> None:
+        """Keep the per-session counters bounded (:data:`MAX_TRACKED_SESSIONS`): the
+        oldest half of the tracked sessions is trimmed now and forgotten."""
+        if len(self._untrimmed) > MAX_TRACKED_SESSIONS:
+            for sid in list(itertools.islice(self._untrimmed, len(self._untrimmed) // 2)):
+                del self._untrimmed[sid]
+                self._untrimmed_bytes.pop(sid, None)
+                self._trim_ledger(db, sid, 0, 0)
+        if len(self._untrimmed_turns) > MAX_TRACKED_SESSIONS:
+            half = len(self._untrimmed_turns) // 2
+            for sid in list(itertools.islice(self._untrimmed_turns, half)):
+                del self._untrimmed_turns[sid]
+                db.execute(TRIM_TURNS, (sid, sid, TURNS_PER_SESSION))
+        if len(self._largest) > MAX_TRACKED_SESSIONS:  # forgotten: one full trim next time
+            for sid in list(itertools.islice(self._largest, len(self._largest) // 2)):
+                del self._largest[sid]
+
     def _rows(
         self, session_id: str, payload: LedgerEntry | tuple[LedgerEntry, ...]
     ) -> list[tuple[tuple[Any, ...], list[int]]]:
@@ -696,28 +742,7 @@ class SQLiteStore:
                     continue
                 self._untrimmed.pop(sid, None)
                 self._untrimmed_bytes.pop(sid, None)
-                db.execute(  # the newest `cap` rows hold at least `cap` entries
-                    "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT id FROM ledger"
-                    " WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                    (sid, sid, cap),
-                )
-                top = tops.get(sid, 0)
-                if top > cap:  # rows whose entries are all older than the newest `cap`
-                    db.execute(
-                        "DELETE FROM ledger WHERE session_id = ? AND event_id > 0"
-                        " AND event_id + count <= ?",
-                        (sid, top - cap + 1),
-                    )
-                biggest = max(known or 0, largest.get(sid, 0))
-                if known is None or cap * biggest > max_bytes:
-                    # the window query reads every entry of the session: only when the
-                    # count bound alone may not keep the byte bound
-                    db.execute(TRIM_BYTES, (sid, sid, max_bytes))
-                    row = db.execute(LARGEST_ENTRY, (sid,)).fetchone()
-                    biggest = int(row[0] or 0)  # of the entries left
-                if len(self._largest) >= MAX_TRACKED_SESSIONS:
-                    self._largest.clear()  # bounded: sessions forgotten get one full trim
-                self._largest[sid] = biggest
+                self._trim_ledger(db, sid, tops.get(sid, 0), largest.get(sid, 0))
             # turn records too, every TURN_TRIM_EVERY per session (reads take the newest)
             for sid, added in turned.items():
                 pending = self._untrimmed_turns.get(sid, 0) + added
@@ -726,6 +751,7 @@ class SQLiteStore:
                     continue
                 self._untrimmed_turns.pop(sid, None)
                 db.execute(TRIM_TURNS, (sid, sid, TURNS_PER_SESSION))
+            self._forget(db)
             db.execute("COMMIT")
         except BaseException:
             self._largest.clear()  # what the table holds is no longer known exactly
@@ -843,10 +869,28 @@ def _many(statement: str, rows: int) -> str:
     return f"{head} VALUES {', '.join([group] * rows)}"
 
 
+def chunk_sizes(rows: int) -> list[int]:
+    """Rows per statement for ``rows`` rows: ROWS_PER_STATEMENT while they last, then
+    powers of two. Few statement shapes, so SQLite's statement cache (128 by default)
+    stays small: a prepared 256-row INSERT is tens of KiB, and one shape per batch
+    size kept the daemon's RSS growing by megabytes under many small batches."""
+    sizes = [ROWS_PER_STATEMENT] * (rows // ROWS_PER_STATEMENT)
+    rest = rows % ROWS_PER_STATEMENT
+    bit = ROWS_PER_STATEMENT // 2
+    while rest:
+        if rest >= bit:
+            sizes.append(bit)
+            rest -= bit
+        bit //= 2
+    return sizes
+
+
 def _insert_many(db: sqlite3.Connection, statement: str, rows: list[tuple[Any, ...]]) -> None:
-    for start in range(0, len(rows), ROWS_PER_STATEMENT):
-        chunk = rows[start : start + ROWS_PER_STATEMENT]
-        db.execute(_many(statement, len(chunk)), [v for row in chunk for v in row])
+    start = 0
+    for size in chunk_sizes(len(rows)):
+        chunk = rows[start : start + size]
+        start += size
+        db.execute(_many(statement, size), [v for row in chunk for v in row])
 
 
 def _session_row(r: SessionRecord) -> tuple[Any, ...]:
