@@ -131,6 +131,8 @@ SESSION_COLUMNS = (
     " upstream, updated_at, events, owner"
 )
 
+#: a row's entries' own JSON bytes: a batch row is ``[`` + entries joined by ``,`` + ``]``
+ENTRY_BYTES = "(length(message) - CASE WHEN count > 1 THEN count + 1 ELSE 0 END)"
 #: the largest entry a session holds
 LARGEST_ENTRY = "SELECT MAX(length(message)) FROM ledger WHERE session_id = ?"
 #: sessions whose trim counters (and largest entry) the store thread remembers; past
@@ -381,26 +383,9 @@ class SQLiteStore:
     ) -> list[LedgerEntry]:
         horizon = time.time() - self._limits.ledger_max_age
         cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
-        if after_event is None:
-            where, floor = "pos > ?", emitted_pos(after_seq)
-        else:
-            where, floor = "event_id + count - 1 > ?", after_event
 
         def read(db: sqlite3.Connection) -> list[LedgerEntry]:
-            # the rows that may hold one of the newest `cap` entries that fit in
-            # `max_bytes` (trimming may lag behind); _window cuts them exactly. The
-            # filter drops only older entries, so it may go before the window.
-            rows = db.execute(
-                "SELECT pos, turn_id, message, ts, event_id, kind, count FROM (SELECT *,"
-                " SUM(count) OVER (ORDER BY id DESC) - count AS newer,"
-                " SUM(length(message)) OVER (ORDER BY id DESC) - length(message) AS newer_bytes"
-                f" FROM ledger WHERE session_id = ? AND {where} AND ts >= ?)"
-                " WHERE newer < ? AND (newer_bytes <= ? OR newer = 0) ORDER BY id",
-                (session_id, floor, horizon, cap, max_bytes),
-            ).fetchall()
-            entries = _window(rows, cap, max_bytes)
-            if after_event is not None:
-                entries = [e for e in entries if e.event_id > after_event]
+            entries = read_ledger(db, session_id, after_seq, after_event, horizon, cap, max_bytes)
             return entries[:limit]
 
         return await self._call(read)
@@ -810,6 +795,38 @@ def lock_holder(fd: int) -> str:
     with contextlib.suppress(OSError, ValueError):
         return os.pread(fd, 32, 0).decode().strip()
     return ""
+
+
+def read_ledger(
+    db: sqlite3.Connection,
+    session_id: str,
+    after_seq: int,
+    after_event: int | None,
+    horizon: float,
+    cap: int,
+    max_bytes: int,
+) -> list[LedgerEntry]:
+    """A session's entries after bridge update ``after_seq`` (or after event
+    ``after_event``) no older than ``horizon``, within the ledger's bounds: the
+    newest ``cap`` entries that fit in ``max_bytes`` (trimming may lag behind)."""
+    if after_event is None:
+        where, floor = "pos > ?", emitted_pos(after_seq)
+    else:
+        where, floor = "event_id + count - 1 > ?", after_event
+    # the rows that may hold one of those entries; _window cuts them exactly. The
+    # filter drops only older entries, so it may go before the window.
+    rows = db.execute(
+        "SELECT pos, turn_id, message, ts, event_id, kind, count FROM (SELECT *,"
+        " SUM(count) OVER (ORDER BY id DESC) - count AS newer,"
+        f" SUM({ENTRY_BYTES}) OVER (ORDER BY id DESC) - {ENTRY_BYTES} AS newer_bytes"
+        f" FROM ledger WHERE session_id = ? AND {where} AND ts >= ?)"
+        " WHERE newer < ? AND (newer_bytes <= ? OR newer = 0) ORDER BY id",
+        (session_id, floor, horizon, cap, max_bytes),
+    ).fetchall()
+    entries = _window(rows, cap, max_bytes)
+    if after_event is not None:
+        entries = [e for e in entries if e.event_id > after_event]
+    return entries
 
 
 def _window(rows: list[tuple[Any, ...]], cap: int, max_bytes: int) -> list[LedgerEntry]:
