@@ -4,8 +4,6 @@ the fake LLM's Gemini API (internal/peers/fake_gemini.py)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from tests.integration.agent_helpers import (
     start_adapter,
     typed,
 )
+from tests.markers import needs_bwrap
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -290,12 +289,6 @@ async def test_authenticate_with_an_api_key(
     sent = {r["headers"].get("x-goog-api-key") for r in llm.requests[before:]}
     assert key in sent, sent
     assert key not in "\n".join(bp.logs)
-
-
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None and os.environ.get("CI") != "true",
-    reason="bubblewrap not installed (apt install bubblewrap; .ci/run installs it)",
-)
 
 
 @needs_bwrap

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
-import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from tests.integration.agent_helpers import (
     start_adapter,
     typed,
 )
+from tests.markers import needs_bwrap
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -364,12 +363,6 @@ async def test_image_attachment_reaches_the_model(
     bodies = [orjson.dumps(r["body"]).decode() for r in llm.requests[before:]]
     encoded = base64.b64encode(png).decode()
     assert any(encoded in b for b in bodies), "the image never reached the model"
-
-
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None and os.environ.get("CI") != "true",
-    reason="bubblewrap not installed (apt install bubblewrap; .ci/run installs it)",
-)
 
 
 def bash_tool(command: str) -> list[Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import stat
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from tests.conftest import ROOT, TOKEN, StartBridge, base_env, rpc
 from tests.integration.agent_helpers import agent_params, agent_provider
+from tests.markers import needs_bwrap
 
 pytestmark = pytest.mark.asyncio
 
@@ -270,12 +270,6 @@ async def test_fs_write_keeps_the_file_mode(
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~umask
-
-
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None and os.environ.get("CI") != "true",
-    reason="bubblewrap not installed (apt install bubblewrap; .ci/run installs it)",
-)
 
 
 @needs_bwrap
