@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import functools
 import itertools
 import logging
 import os
@@ -44,7 +43,6 @@ from xwm_bridge.store.base import (
     StoreHealth,
     StoreLimits,
     WriteBacklog,
-    emitted_pos,
     interrupted_turn,
     recovered,
 )
@@ -55,6 +53,7 @@ from xwm_bridge.store.records import (
     SessionQuery,
     TurnRecord,
 )
+from xwm_bridge.store.sqlite_rows import batch_rows, insert_many, read_ledger
 
 log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
@@ -131,8 +130,6 @@ SESSION_COLUMNS = (
     " upstream, updated_at, events, owner"
 )
 
-#: a row's entries' own JSON bytes: a batch row is ``[`` + entries joined by ``,`` + ``]``
-ENTRY_BYTES = "(length(message) - CASE WHEN count > 1 THEN count + 1 ELSE 0 END)"
 #: the largest entry a session holds
 LARGEST_ENTRY = "SELECT MAX(length(message)) FROM ledger WHERE session_id = ?"
 #: sessions whose trim counters (and largest entry) the store thread remembers; past
@@ -632,7 +629,7 @@ class SQLiteStore:
                 encoded.append((entry, orjson.dumps(entry.message)))
             except TypeError as exc:  # e.g. nested deeper than orjson writes
                 self._dropped([("append", session_id, entry)], exc)
-        return _batch_rows(session_id, encoded) if encoded else []
+        return batch_rows(session_id, encoded) if encoded else []
 
     def _isolate(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         """A batch failed on a bad record: apply its writes one by one, drop the bad."""
@@ -707,9 +704,9 @@ class SQLiteStore:
         try:
             for sid in deletes:
                 _delete(db, sid)
-            _insert_many(db, UPSERT_SESSION, saves)
-            _insert_many(db, INSERT_ENTRY, entries)
-            _insert_many(db, UPSERT_TURN, turns)
+            insert_many(db, UPSERT_SESSION, saves)
+            insert_many(db, INSERT_ENTRY, entries)
+            insert_many(db, UPSERT_TURN, turns)
             for op in permissions:
                 _apply_permission(db, op)
             # trim a session's ledger every cap/8 entries (or max_bytes/8 bytes), not per
@@ -797,59 +794,6 @@ def lock_holder(fd: int) -> str:
     return ""
 
 
-def read_ledger(
-    db: sqlite3.Connection,
-    session_id: str,
-    after_seq: int,
-    after_event: int | None,
-    horizon: float,
-    cap: int,
-    max_bytes: int,
-) -> list[LedgerEntry]:
-    """A session's entries after bridge update ``after_seq`` (or after event
-    ``after_event``) no older than ``horizon``, within the ledger's bounds: the
-    newest ``cap`` entries that fit in ``max_bytes`` (trimming may lag behind)."""
-    if after_event is None:
-        where, floor = "pos > ?", emitted_pos(after_seq)
-    else:
-        where, floor = "event_id + count - 1 > ?", after_event
-    # the rows that may hold one of those entries; _window cuts them exactly. The
-    # filter drops only older entries, so it may go before the window.
-    rows = db.execute(
-        "SELECT pos, turn_id, message, ts, event_id, kind, count FROM (SELECT *,"
-        " SUM(count) OVER (ORDER BY id DESC) - count AS newer,"
-        f" SUM({ENTRY_BYTES}) OVER (ORDER BY id DESC) - {ENTRY_BYTES} AS newer_bytes"
-        f" FROM ledger WHERE session_id = ? AND {where} AND ts >= ?)"
-        " WHERE newer < ? AND (newer_bytes <= ? OR newer = 0) ORDER BY id",
-        (session_id, floor, horizon, cap, max_bytes),
-    ).fetchall()
-    entries = _window(rows, cap, max_bytes)
-    if after_event is not None:
-        entries = [e for e in entries if e.event_id > after_event]
-    return entries
-
-
-def _window(rows: list[tuple[Any, ...]], cap: int, max_bytes: int) -> list[LedgerEntry]:
-    """The entries of ``rows`` (oldest first), cut to the newest ``cap`` that fit in
-    ``max_bytes`` (an entry's size: its JSON, as a one-entry row holds it), and
-    always the newest one."""
-    newest_first: list[LedgerEntry] = []
-    total = 0
-    for pos, turn_id, raw, ts, event_id, kind, count in reversed(rows):
-        if count == 1:
-            items: list[tuple[Any, int]] = [(orjson.loads(raw), len(raw))]
-        else:
-            items = [(m, len(orjson.dumps(m))) for m in orjson.loads(raw)]
-        for i in range(len(items) - 1, -1, -1):
-            message, size = items[i]
-            if len(newest_first) >= cap or (newest_first and total + size > max_bytes):
-                return newest_first[::-1]
-            total += size
-            entry = LedgerEntry(int(pos), turn_id, message, float(ts), int(event_id) + i, kind)
-            newest_first.append(entry)
-    return newest_first[::-1]
-
-
 def _ledger_top(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
     """The highest bridge seq and event id in a session's ledger."""
     row = db.execute(
@@ -873,43 +817,6 @@ UPSERT_TURN = (
 )
 
 
-#: rows per multi-row INSERT: each statement is one sqlite3_step, i.e. one release of
-#: the GIL, where executemany releases and re-takes it for every row (and the event
-#: loop's thread contends for it each time)
-ROWS_PER_STATEMENT = 256
-
-
-@functools.lru_cache(maxsize=64)
-def _many(statement: str, rows: int) -> str:
-    """``statement`` (one ``VALUES (?, …)`` group) with ``rows`` groups."""
-    head, _, group = statement.partition(" VALUES ")
-    return f"{head} VALUES {', '.join([group] * rows)}"
-
-
-def chunk_sizes(rows: int) -> list[int]:
-    """Rows per statement for ``rows`` rows: ROWS_PER_STATEMENT while they last, then
-    powers of two. Few statement shapes, so SQLite's statement cache (128 by default)
-    stays small: a prepared 256-row INSERT is tens of KiB, and one shape per batch
-    size kept the daemon's RSS growing by megabytes under many small batches."""
-    sizes = [ROWS_PER_STATEMENT] * (rows // ROWS_PER_STATEMENT)
-    rest = rows % ROWS_PER_STATEMENT
-    bit = ROWS_PER_STATEMENT // 2
-    while rest:
-        if rest >= bit:
-            sizes.append(bit)
-            rest -= bit
-        bit //= 2
-    return sizes
-
-
-def _insert_many(db: sqlite3.Connection, statement: str, rows: list[tuple[Any, ...]]) -> None:
-    start = 0
-    for size in chunk_sizes(len(rows)):
-        chunk = rows[start : start + size]
-        start += size
-        db.execute(_many(statement, size), [v for row in chunk for v in row])
-
-
 def _session_row(r: SessionRecord) -> tuple[Any, ...]:
     return (
         r.session_id,
@@ -928,36 +835,6 @@ def _session_row(r: SessionRecord) -> tuple[Any, ...]:
 
 def _entry_row(session_id: str, e: LedgerEntry) -> tuple[Any, ...]:
     return (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts, e.event_id, e.kind, 1)
-
-
-def _runs_on(prev: LedgerEntry, e: LedgerEntry) -> bool:
-    """Whether ``e`` can share ``prev``'s row (see :data:`SCHEMA_VERSION`)."""
-    return (
-        e.event_id == prev.event_id + 1
-        and prev.event_id > 0
-        and e.pos == prev.pos
-        and e.turn_id == prev.turn_id
-        and e.kind == prev.kind
-    )
-
-
-def _batch_rows(
-    session_id: str, encoded: list[tuple[LedgerEntry, bytes]]
-) -> list[tuple[tuple[Any, ...], list[int]]]:
-    """Rows for entries appended together, with each row's entry sizes: a run of
-    entries that :func:`_runs_on` shares one row."""
-    out: list[tuple[tuple[Any, ...], list[int]]] = []
-    start = 0
-    for end in range(1, len(encoded) + 1):
-        if end < len(encoded) and _runs_on(encoded[end - 1][0], encoded[end][0]):
-            continue
-        run = encoded[start:end]
-        first = run[0][0]
-        raw = run[0][1] if len(run) == 1 else b"[" + b",".join(r for _, r in run) + b"]"
-        row = (session_id, first.pos, first.turn_id, raw, first.ts, first.event_id)
-        out.append(((*row, first.kind, len(run)), [len(r) for _, r in run]))
-        start = end
-    return out
 
 
 def _turn_row(t: TurnRecord) -> tuple[Any, ...]:

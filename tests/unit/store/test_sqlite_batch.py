@@ -85,15 +85,3 @@ def test_records_serialize_as_their_fields() -> None:
     assert TurnRecord.loads(turn.dumps()) == turn
     perm = PermissionRecord("s", "p", options=({"optionId": "x"},), by=Answerer("ws", "1.2.3.4"))
     assert PermissionRecord.loads(perm.dumps()) == perm
-
-
-def test_multi_row_statements_come_in_few_shapes() -> None:
-    from xwm_bridge.store.sqlite import ROWS_PER_STATEMENT, chunk_sizes
-
-    shapes: set[int] = set()
-    for rows in range(0, 3 * ROWS_PER_STATEMENT + 1):
-        sizes = chunk_sizes(rows)
-        assert sum(sizes) == rows and sizes == sorted(sizes, reverse=True)
-        shapes.update(sizes)
-    # one prepared statement per shape and table stays in SQLite's statement cache
-    assert shapes == {2**i for i in range(ROWS_PER_STATEMENT.bit_length())}

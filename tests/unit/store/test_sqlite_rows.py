@@ -1,6 +1,6 @@
-"""xwm_bridge.store.sqlite: batch rows read back exactly as one row per entry would.
+"""xwm_bridge.store.sqlite_rows: batch rows read back exactly as one row per entry would.
 
-The store's own read (``read_ledger``: the window query and ``_window``) against a
+The store's own read (``read_ledger``: the window query and ``window``) against a
 reference that applies the bounds to the flat list of entries (newest ``cap``
 whose own JSON fits in ``max_bytes``, the newest always), for random batches,
 sizes and cursors.
@@ -16,6 +16,12 @@ from hypothesis import strategies as st
 
 from xwm_bridge.store import sqlite as store_sqlite
 from xwm_bridge.store.base import LedgerEntry, relayed_pos
+from xwm_bridge.store.sqlite_rows import (
+    ROWS_PER_STATEMENT,
+    batch_rows,
+    chunk_sizes,
+    read_ledger,
+)
 
 INSERT = store_sqlite.INSERT_ENTRY
 
@@ -56,10 +62,10 @@ def test_batch_rows_read_back_as_single_entries(
             event += 1
             batch.append(LedgerEntry(relayed_pos(seq), "t", {"p": "x" * size}, event_id=event))
         encoded = [(e, orjson.dumps(e.message)) for e in batch]
-        for row, _ in store_sqlite._batch_rows("s", encoded):
+        for row, _ in batch_rows("s", encoded):
             db.execute(INSERT, row)
         entries += batch
-    got = [e.event_id for e in store_sqlite.read_ledger(db, "s", 0, after, 0.0, cap, max_bytes)]
+    got = [e.event_id for e in read_ledger(db, "s", 0, after, 0.0, cap, max_bytes)]
     want = [i for i in reference(entries, cap, max_bytes) if i > after]
     assert got == want
     assert db.execute("SELECT COUNT(*) FROM ledger").fetchone()[0] == len(batches)
@@ -75,8 +81,18 @@ def test_the_byte_window_counts_entries_not_the_batch_rows_brackets() -> None:
     for seq in range(1, 9):
         batch = [LedgerEntry(relayed_pos(seq), "t", 1, event_id=event + i + 1) for i in range(6)]
         event += 6
-        for row, _ in store_sqlite._batch_rows("s", [(e, b"1") for e in batch]):
+        for row, _ in batch_rows("s", [(e, b"1") for e in batch]):
             db.execute(INSERT, row)
-    kept = store_sqlite.read_ledger(db, "s", 0, None, 0.0, 100, 49)
+    kept = read_ledger(db, "s", 0, None, 0.0, 100, 49)
     assert [e.event_id for e in kept] == list(range(1, 50))
-    assert store_sqlite.read_ledger(db, "s", 0, None, 0.0, 100, 48)[0].event_id == 2
+    assert read_ledger(db, "s", 0, None, 0.0, 100, 48)[0].event_id == 2
+
+
+def test_multi_row_statements_come_in_few_shapes() -> None:
+    shapes: set[int] = set()
+    for rows in range(0, 3 * ROWS_PER_STATEMENT + 1):
+        sizes = chunk_sizes(rows)
+        assert sum(sizes) == rows and sizes == sorted(sizes, reverse=True)
+        shapes.update(sizes)
+    # one prepared statement per shape and table stays in SQLite's statement cache
+    assert shapes == {2**i for i in range(ROWS_PER_STATEMENT.bit_length())}
