@@ -2,8 +2,9 @@
 
 :func:`start_in_process` builds exactly what ``xwm-bridge serve`` builds (config
 from env + YAML + flags, the bridge, its method table, the aiohttp app whose
-``cleanup_ctx`` starts and closes the bridge) and serves it with aiohttp's
-``TestServer``. No interpreter start-up, no stderr pipe: a daemon in about 50 ms
+``cleanup_ctx`` starts and closes the bridge) and serves it with the daemon's own
+``transport.serving.Server`` (the ``/acp/rpc`` front, aiohttp behind it). No
+interpreter start-up, no stderr pipe: a daemon in about 50 ms
 instead of about a second. Tests that need a separate process (signals,
 ``kill -9``, exit codes, two daemons on one state directory) use
 ``start_bridge_process``.
@@ -21,14 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp.test_utils import TestServer
-
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.app.methods import BridgeMethods
 from xwm_bridge.config import load_config
 from xwm_bridge.observability import logging as obslog
 from xwm_bridge.transport.http import HttpTransport
+from xwm_bridge.transport.serving import Server
 
 
 class NeedsProcess(Exception):
@@ -145,17 +145,12 @@ ENVIRON = Environ()
 
 @dataclass
 class InProcessBridge:
-    server: TestServer
+    server: Server
+    port: int
     bridge: Bridge
     _logs: list[str] = field(default_factory=list)
     _stopped: bool = False
     on_stop: Callable[[], None] | None = None
-
-    @property
-    def port(self) -> int:
-        port = self.server.port
-        assert port is not None
-        return port
 
     @property
     def url(self) -> str:
@@ -195,15 +190,16 @@ async def start_in_process(args: tuple[str, ...], env: dict[str, str]) -> InProc
     CAPTURE.attach(cfg.log_level, cfg.secrets(), logs)
     bridge = Bridge(cfg)
     transport = HttpTransport(bridge, Dispatcher(BridgeMethods(bridge).table(), bridge.metrics))
-    server = TestServer(transport.app(), host="127.0.0.1", port=0)
+    server = Server(transport)
     try:
-        await server.start_server(
-            keepalive_timeout=cfg.limits.keepalive_timeout, shutdown_timeout=5.0, access_log=None
-        )
+        await server.setup()
+        try:
+            port = await server.listen("127.0.0.1", 0)
+        except BaseException:
+            await server.close()
+            raise
     except BaseException:
         CAPTURE.detach(logs)
         ENVIRON.leave()
         raise
-    assert server.runner is not None and server.runner.server is not None
-    transport.guard.install(server.runner.server)  # as serve does, before any connection
-    return InProcessBridge(server, bridge, logs, on_stop=ENVIRON.leave)
+    return InProcessBridge(server, port, bridge, logs, on_stop=ENVIRON.leave)

@@ -252,13 +252,12 @@ async def _serve(
     adapter: Any = None,
     sources: Mapping[str, str] | None = None,
 ) -> int:
-    from aiohttp import web
-
     from xwm_bridge.app.bridge import Bridge
     from xwm_bridge.app.dispatcher import Dispatcher
     from xwm_bridge.app.methods import BridgeMethods
     from xwm_bridge.observability.sdnotify import Notifier
     from xwm_bridge.transport.http import SERVE_PATHS, HttpTransport
+    from xwm_bridge.transport.serving import Server
 
     notifier = Notifier.from_env()  # systemd Type=notify; agents never see the socket
     bridge = Bridge(cfg, sources)
@@ -270,30 +269,18 @@ async def _serve(
 
         table, paths = AdapterMethods(bridge, adapter).table(), ADAPTER_PATHS
     transport = HttpTransport(bridge, Dispatcher(table, bridge.metrics))
-    runner = web.AppRunner(
-        transport.app(paths),
-        access_log=None,
-        handle_signals=False,
-        keepalive_timeout=cfg.limits.keepalive_timeout,
-        shutdown_timeout=5.0,
-        # A client that goes away abandons its request: a turn still waiting in its
-        # thread queue is then skipped (a running turn keeps going), as on WebSocket.
-        handler_cancellation=True,
-    )
+    server = Server(transport, paths)
     try:
-        await runner.setup()  # starts the bridge (the app's cleanup_ctx)
+        await server.setup()  # starts the bridge (the app's cleanup_ctx)
     except StoreError as exc:
         click.echo(f"xwm-bridge: {exc}", err=True)
         await bridge.close(0)
         return EXIT_CONFIG
-    assert runner.server is not None
-    transport.guard.install(runner.server)  # header deadline, per-address cap
-    site = web.TCPSite(runner, host or None, port, reuse_address=True)
     try:
-        await site.start()
+        actual_port = await server.listen(host or None, port)
     except OSError as exc:
         click.echo(f"ACP server failed: {exc}", err=True)
-        await runner.cleanup()
+        await server.close()
         return EXIT_LISTEN
     if not cfg.available_providers:
         log.warning(
@@ -303,8 +290,6 @@ async def _serve(
                 "providers: (endpoint, or kind: stdio with a command), see doctor"
             },
         )
-    bound = runner.addresses  # the real port when --listen asked for port 0
-    actual_port = bound[0][1] if bound else port
     log.info(
         "listening",
         extra={
@@ -326,7 +311,7 @@ async def _serve(
     signals.on_force = bridge.force_shutdown
     try:
         await stop.wait()
-        await runner.cleanup()  # stop listening, drain turns, close sockets, close the bridge
+        await server.close()  # stop listening, drain turns, close sockets, close the bridge
     finally:
         signals.remove()
     log.info("stopped", extra={"forced": bridge.forced})

@@ -90,9 +90,20 @@ class ConnectionGuard:
         server.connection_lost = connection_lost  # type: ignore[method-assign]
         server.request_factory = request_factory
 
-    # --- the hooks ------------------------------------------------------------------------
+    # --- the hooks (``front.py`` calls them for its connections) ----------------------------
 
-    def _opened(self, handler: Any, transport: asyncio.Transport) -> None:
+    def opened(self, handler: Any, transport: asyncio.Transport) -> bool:
+        """A connection is open: False when it was refused (answered 503 and closed)."""
+        return self._opened(handler, transport)
+
+    def head(self, handler: Any) -> None:
+        """Its first request head is in: the header deadline no longer applies."""
+        self._head(handler)
+
+    def lost(self, handler: Any) -> None:
+        self._lost(handler)
+
+    def _opened(self, handler: Any, transport: asyncio.Transport) -> bool:
         peer = transport.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         count = self._per_address.get(address, 0)
@@ -100,13 +111,14 @@ class ConnectionGuard:
             self._count("per_address", address, count)
             transport.write(REFUSED)
             transport.close()
-            return
+            return False
         self._per_address[address] = count + 1
         timer = None
         if self.head_timeout > 0:
             loop = asyncio.get_running_loop()
             timer = loop.call_later(self.head_timeout, self._expire, handler)
         self._conns[handler] = _Conn(address, transport, timer)
+        return True
 
     def _head(self, handler: Any) -> None:
         conn = self._conns.get(handler)

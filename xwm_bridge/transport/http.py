@@ -32,6 +32,15 @@ from xwm_bridge.transport.acp_remote import PATH as ACP_REMOTE_PATH
 from xwm_bridge.transport.acp_remote import AcpRemote
 from xwm_bridge.transport.console import ConsoleHandlers
 from xwm_bridge.transport.events import stream_events
+from xwm_bridge.transport.exchange import (
+    CORS_HEADERS,
+    JSON_HEADERS,
+    SSE_HEADERS,
+    VARY,
+    Reply,
+    RequestView,
+    StreamOut,
+)
 from xwm_bridge.transport.guard import ConnectionGuard
 from xwm_bridge.transport.health import HealthHandlers
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
@@ -48,19 +57,6 @@ log = logging.getLogger("xwm_bridge.http")
 
 ROOT_TEXT = "xworkmate-bridge is running"
 NOT_FOUND_TEXT = "404 page not found\n"
-CORS_HEADERS = {
-    "Access-Control-Allow-Methods": "POST, OPTIONS",
-    "Access-Control-Allow-Headers": "Authorization, Content-Type, Accept",
-    "Access-Control-Max-Age": "600",
-}
-VARY = ("Origin", "Access-Control-Request-Method", "Access-Control-Request-Headers")
-JSON_HEADERS = {"Content-Type": "application/json"}
-SSE_HEADERS = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
-    "Connection": "keep-alive",
-    "X-Accel-Buffering": "no",
-}
 KEEPALIVE = b": keep-alive\n\n"
 #: requests one WebSocket connection may have in flight at once
 MAX_INFLIGHT_PER_CONNECTION = 256
@@ -110,6 +106,39 @@ def _get_only(handler: RouteHandler) -> RouteHandler:
 
 def _rpc_error_response(status: int, code: int, message: str) -> web.Response:
     return _json_response(status, jsonrpc.error(None, code, message))
+
+
+def _rpc_error(status: int, code: int, message: str) -> Reply:
+    return Reply(status, jsonrpc.dumps(jsonrpc.error(None, code, message)) + b"\n", JSON_HEADERS)
+
+
+#: the answer to a JSON-RPC notification: 200 with no body
+NO_CONTENT = Reply(200, b"", {})
+
+
+def _web(reply: Reply) -> web.Response:
+    if not reply.body and not reply.headers:
+        return web.Response(status=reply.status)
+    return web.Response(status=reply.status, body=reply.body, headers=reply.headers)
+
+
+class _AiohttpStream:
+    """:class:`StreamOut` on an aiohttp ``StreamResponse``."""
+
+    def __init__(self, request: web.Request, cors: dict[str, str]) -> None:
+        self.request = request
+        self.response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        HttpTransport._apply_headers(self.response, cors)
+
+    async def write(self, data: bytes) -> None:
+        if not self.response.prepared:
+            await self.response.prepare(self.request)
+        await self.response.write(data)
+
+    async def end(self) -> None:
+        if self.response.prepared:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.response.write_eof()
 
 
 class HttpTransport:
@@ -205,11 +234,15 @@ class HttpTransport:
 
     # --- /acp/rpc -------------------------------------------------------------------------
 
-    def _cors(self, request: web.Request) -> dict[str, str]:
+    def _cors(self, request: RequestView) -> dict[str, str]:
         origin = request.headers.get("Origin", "").strip()
         if origin and self.origins.allows(origin):
             return {"Access-Control-Allow-Origin": origin, **CORS_HEADERS}
         return {}
+
+    def cors(self, request: RequestView) -> dict[str, str]:
+        """The CORS headers of an answer to ``request`` (none without an ``Origin``)."""
+        return self._cors(request) if "Origin" in request.headers else {}
 
     @staticmethod
     def _apply_headers(response: web.StreamResponse, cors: dict[str, str]) -> None:
@@ -220,7 +253,7 @@ class HttpTransport:
             response.headers.add("Vary", value)
 
     def _reject(
-        self, request: web.Request, transport: str, reason: str, status: int, **fields: Any
+        self, request: RequestView, transport: str, reason: str, status: int, **fields: Any
     ) -> None:
         """``status``: the HTTP status (a WebSocket close code, or 0 for a JSON-RPC
         error on an open socket, is logged as ``ws_close`` / not at all)."""
@@ -237,23 +270,37 @@ class HttpTransport:
             **fields,
         )
 
-    def _guard(self, request: web.Request, transport: str = "http") -> web.Response | None:
-        """Origin then bearer checks (contract.md §4 steps 4-5)."""
+    def denied(self, request: RequestView, transport: str = "http") -> Reply | None:
+        """Origin then bearer checks (contract.md §4 steps 4-5): the refusal, or None."""
         origin = request.headers.get("Origin", "").strip()
         if origin and not self.origins.allows(origin):
             self._reject(request, transport, rj.ORIGIN, 403, origin=origin[:200])
-            return _rpc_error_response(
-                403, jsonrpc.ORIGIN_NOT_ALLOWED, f"origin not allowed: {origin}"
-            )
+            return _rpc_error(403, jsonrpc.ORIGIN_NOT_ALLOWED, f"origin not allowed: {origin}")
         why = self.auth.verify(request.headers.get("Authorization"))
         if why:
             self._reject(request, transport, why, 401)
-            return _rpc_error_response(401, jsonrpc.UNAUTHORIZED, AUTH_MESSAGES[why])
+            return _rpc_error(401, jsonrpc.UNAUTHORIZED, AUTH_MESSAGES[why])
         return None
+
+    def _guard(self, request: web.Request, transport: str = "http") -> web.Response | None:
+        denied = self.denied(request, transport)
+        return None if denied is None else _web(denied)
+
+    def body_too_large(self, request: RequestView) -> Reply:
+        self._reject(request, "http", rj.BODY_TOO_LARGE, 413)
+        return _rpc_error(
+            413,
+            jsonrpc.INVALID_REQUEST,
+            f"request body too large: limit is {self.limits.max_body_bytes} bytes",
+        )
+
+    def bad_body(self, request: RequestView) -> Reply:
+        self._reject(request, "http", rj.BAD_BODY, 400)
+        return _rpc_error(400, jsonrpc.INVALID_REQUEST, "invalid body")
 
     def _call(
         self,
-        request: web.Request,
+        request: RequestView,
         notify: Any,
         transport: str,
         connection: Any = None,
@@ -272,7 +319,7 @@ class HttpTransport:
         )
 
     async def rpc(self, request: web.Request) -> web.StreamResponse:
-        cors = self._cors(request) if "Origin" in request.headers else {}
+        cors = self.cors(request)
         response = await self._rpc(request, cors)
         if cors and not response.prepared:
             self._apply_headers(response, cors)
@@ -294,47 +341,43 @@ class HttpTransport:
                 async with asyncio.timeout(self.limits.request_read_timeout):
                     body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            self._reject(request, "http", rj.BODY_TOO_LARGE, 413)
-            return _rpc_error_response(
-                413,
-                jsonrpc.INVALID_REQUEST,
-                f"request body too large: limit is {self.limits.max_body_bytes} bytes",
-            )
+            return _web(self.body_too_large(request))
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
-            self._reject(request, "http", rj.BAD_BODY, 400)
-            return _rpc_error_response(400, jsonrpc.INVALID_REQUEST, "invalid body")
+            return _web(self.bad_body(request))
+        stream = _AiohttpStream(request, cors)
+        reply = await self.answer(request, body, stream)
+        return stream.response if reply is None else _web(reply)
+
+    async def answer(self, request: RequestView, body: bytes, stream: StreamOut) -> Reply | None:
+        """Answer an admitted ``POST /acp/rpc`` whose whole body is ``body``: the
+        reply, or None when it was written to ``stream`` (SSE)."""
         self.metrics.received.get("http").inc(len(body))
         try:
             req = jsonrpc.decode_request(body)
         except jsonrpc.DecodeError as exc:
             reason = rj.decode_reason(exc.code)
             self._reject(request, "http", reason, 400, error=exc.message[:200])
-            return _json_response(400, exc.envelope())
+            return Reply(400, jsonrpc.dumps(exc.envelope()) + b"\n", JSON_HEADERS)
 
         if "text/event-stream" not in request.headers.get("Accept", "").lower():
             reply = await self.dispatcher.handle(req, self._call(request, None, "http"))
             if reply is None:
-                return web.Response(status=200)
+                return NO_CONTENT
             encoded = self.wire.encode(reply)
             assert encoded is not None  # a response always encodes (or becomes -32603)
             data = encoded + b"\n"
             self.metrics.sent.get("http").inc(len(data))
-            return web.Response(status=200, body=data, headers=JSON_HEADERS)
-        return await self._rpc_sse(request, req, cors)
+            return Reply(200, data, JSON_HEADERS)
+        await self._rpc_sse(request, req, stream)
+        return None
 
-    async def _rpc_sse(
-        self, request: web.Request, req: jsonrpc.Request, cors: dict[str, str]
-    ) -> web.StreamResponse:
-        stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
-        self._apply_headers(stream, cors)
+    async def _rpc_sse(self, request: RequestView, req: jsonrpc.Request, stream: StreamOut) -> None:
         sent = self.metrics.sent.get("sse")
         loop = asyncio.get_running_loop()
         last_write = loop.time()
 
         async def write(data: bytes) -> None:
             nonlocal last_write
-            if not stream.prepared:
-                await stream.prepare(request)
             await stream.write(data)
             last_write = loop.time()
             sent.inc(len(data))
@@ -381,10 +424,7 @@ class HttpTransport:
 
         await sender.send_bytes(final)
         sender.close()
-        if stream.prepared:
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await stream.write_eof()
-        return stream
+        await stream.end()
 
     async def session_events(self, request: web.Request) -> web.StreamResponse:
         """SSE catch-up after a disconnect (transport/events.py)."""

@@ -1,0 +1,293 @@
+"""FrontProtocol without sockets: a fake transport, a fake endpoint, bytes in, bytes out."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httptools
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xwm_bridge.transport.exchange import JSON_HEADERS, Reply, RequestView, StreamOut
+from xwm_bridge.transport.front import MAX_PIPELINED, Front, Headers
+from xwm_bridge.transport.guard import ConnectionGuard
+
+
+class FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = bytearray()
+        self.closed = False
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 5555) if name == "peername" else default
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        assert not self.closed
+        self.out += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+class Endpoint:
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.gate: asyncio.Event | None = None
+
+    def cors(self, request: RequestView) -> dict[str, str]:
+        return {}
+
+    def denied(self, request: RequestView, transport: str = "http") -> Reply | None:
+        if request.headers.get("Authorization") != "ok":
+            return Reply(401, b"no\n", JSON_HEADERS)
+        return None
+
+    def body_too_large(self, request: RequestView) -> Reply:
+        return Reply(413, b"big\n", JSON_HEADERS)
+
+    def bad_body(self, request: RequestView) -> Reply:
+        return Reply(400, b"late\n", JSON_HEADERS)
+
+    async def answer(self, request: RequestView, body: bytes, stream: StreamOut) -> Reply | None:
+        self.bodies.append(body)
+        if self.gate is not None:
+            await self.gate.wait()
+        if request.headers.get("Accept") == "text/event-stream":
+            await stream.write(b"data: 1\n\n")
+            await stream.write(b"data: 2\n\n")
+            await stream.end()
+            return None
+        return Reply(200, b"echo:" + body, JSON_HEADERS)
+
+
+class Delegate(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.data = b""
+        self.made = False
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.made = True
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+
+
+def rpc(body: bytes, *, auth: str = "ok", extra: bytes = b"") -> bytes:
+    return (
+        b"POST /acp/rpc HTTP/1.1\r\nHost: x\r\nAuthorization: "
+        + auth.encode()
+        + b"\r\n"
+        + extra
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+def answers(raw: bytes) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+
+    class Sink:
+        body = b""
+
+        def on_body(self, b: bytes) -> None:
+            self.body += b
+
+        def on_message_complete(self) -> None:
+            out.append((parser.get_status_code(), self.body))
+            self.body = b""
+
+    parser = httptools.HttpResponseParser(Sink())
+    parser.feed_data(raw)
+    return out
+
+
+class Conn:
+    def __init__(self, **limits: Any) -> None:
+        self.endpoint = Endpoint()
+        self.delegates: list[Delegate] = []
+
+        def fallback() -> Delegate:
+            self.delegates.append(Delegate())
+            return self.delegates[-1]
+
+        self.front = Front(
+            fallback=fallback,
+            endpoint=self.endpoint,
+            guard=ConnectionGuard(head_timeout=0, max_per_address=0),
+            max_body=limits.get("max_body", 1000),
+            body_timeout=limits.get("body_timeout", 30.0),
+            keepalive_timeout=limits.get("keepalive_timeout", 75.0),
+        )
+        self.transport = FakeTransport()
+        self.proto = self.front()
+        self.proto.connection_made(self.transport)
+
+    async def settle(self) -> None:
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    async def feed(self, *reads: bytes) -> list[tuple[int, bytes]]:
+        for data in reads:
+            self.proto.data_received(data)
+        await self.settle()
+        return answers(bytes(self.transport.out))
+
+
+def test_headers_are_case_insensitive_and_first_wins() -> None:
+    h = Headers()
+    dict.__setitem__(h, "origin", "a")
+    assert h.get("Origin") == "a" and "ORIGIN" in h and h.get("Accept", "") == ""
+    assert 1 not in h
+
+
+async def test_answers_and_keeps_the_connection() -> None:
+    c = Conn()
+    got = await c.feed(rpc(b"one"), rpc(b"two"))
+    assert got == [(200, b"echo:one"), (200, b"echo:two")]
+    assert not c.transport.closed and c.proto in c.front.kept
+
+
+async def test_pipelined_requests_in_one_read_are_answered_in_order() -> None:
+    c = Conn()
+    got = await c.feed(b"".join(rpc(b"%d" % i) for i in range(5)))
+    assert got == [(200, b"echo:%d" % i) for i in range(5)]
+
+
+async def test_too_many_pipelined_requests_pause_reading_until_answered() -> None:
+    c = Conn()
+    c.endpoint.gate = asyncio.Event()
+    await c.feed(b"".join(rpc(b"%d" % i) for i in range(MAX_PIPELINED + 2)))
+    assert not c.transport.reading
+    c.endpoint.gate.set()
+    await c.settle()
+    assert c.transport.reading
+    assert len(answers(bytes(c.transport.out))) == MAX_PIPELINED + 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=40), max_size=8), st.booleans())
+def test_a_handover_gives_aiohttp_every_byte_of_the_first_request(
+    cuts: list[int], first: bool
+) -> None:
+    """However the reads split it, the handler gets the whole request, byte for byte."""
+
+    async def run() -> None:
+        c = Conn()
+        prefix = b"" if first else rpc(b"kept")
+        if not first:
+            assert await c.feed(prefix) == [(200, b"echo:kept")]
+        request = b"GET /livez HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 30 + b"\r\n\r\n"
+        reads, rest = [], request
+        for n in cuts:
+            reads.append(rest[:n])
+            rest = rest[n:]
+        reads.append(rest)
+        await c.feed(*[r for r in reads if r], b"more after")
+        (delegate,) = c.delegates
+        assert delegate.made and delegate.data == request + b"more after"
+        assert c.proto not in c.front.kept
+        c.proto.connection_lost(None)
+        assert delegate.lost
+
+    asyncio.run(run())
+
+
+async def test_another_route_pipelined_behind_is_not_answered_and_closes() -> None:
+    c = Conn()
+    got = await c.feed(rpc(b"a") + b"GET /livez HTTP/1.1\r\n\r\n")
+    assert got == [(200, b"echo:a")] and c.transport.closed and not c.delegates
+    assert b"Connection: close" in c.transport.out
+
+
+async def test_refused_requests() -> None:
+    c = Conn()
+    got = await c.feed(rpc(b"x", auth="bad"), rpc(b"y"))
+    assert got == [(401, b"no\n"), (200, b"echo:y")] and c.endpoint.bodies == [b"y"]
+    big = Conn()
+    assert await big.feed(rpc(b"x" * 1001)) == [(413, b"big\n")]
+    assert big.transport.closed and big.endpoint.bodies == []
+
+
+async def test_a_late_body_is_refused_and_closed() -> None:
+    c = Conn(body_timeout=0.01)
+    c.proto.data_received(rpc(b"0123456789")[:-5])
+    await asyncio.sleep(0.05)
+    await c.settle()
+    assert answers(bytes(c.transport.out)) == [(400, b"late\n")] and c.transport.closed
+
+
+async def test_idle_timeout_closes_only_an_idle_connection() -> None:
+    c = Conn(keepalive_timeout=0.02)
+    c.endpoint.gate = asyncio.Event()
+    await c.feed(rpc(b"a"))
+    await asyncio.sleep(0.05)
+    assert not c.transport.closed  # busy answering
+    c.endpoint.gate.set()
+    await c.settle()
+    await asyncio.sleep(0.05)
+    assert c.transport.closed
+
+
+async def test_sse_answer_is_chunked_and_drains_when_paused() -> None:
+    c = Conn()
+    c.proto.pause_writing()
+    c.proto.data_received(rpc(b"s", extra=b"Accept: text/event-stream\r\n"))
+    await c.settle()
+    out = bytes(c.transport.out)
+    assert b"Transfer-Encoding: chunked" in out and b"data: 1" in out and b"data: 2" not in out
+    c.proto.resume_writing()
+    await c.settle()
+    assert answers(bytes(c.transport.out)) == [(200, b"data: 1\n\ndata: 2\n\n")]
+
+
+async def test_a_client_gone_mid_answer_cancels_it() -> None:
+    c = Conn()
+    c.endpoint.gate = asyncio.Event()
+    await c.feed(rpc(b"a"))
+    task = c.proto.task
+    assert task is not None
+    c.proto.connection_lost(None)
+    await c.settle()
+    assert task.cancelled() and c.proto not in c.front.kept
+
+
+async def test_shutdown_closes_idle_and_waits_for_busy() -> None:
+    idle, busy = Conn(), Conn()
+    busy.front = idle.front  # one front, two connections
+    busy.proto = idle.front()
+    busy.proto.connection_made(busy.transport)
+    await idle.feed(rpc(b"i"))
+    busy.endpoint = idle.endpoint
+    idle.endpoint.gate = asyncio.Event()
+    await busy.feed(rpc(b"b"))
+    idle.front.pre_shutdown()
+    assert idle.transport.closed and not busy.transport.closed
+    idle.endpoint.gate.set()
+    await asyncio.wait_for(idle.front.shutdown(1.0), 1.0)
+    assert answers(bytes(busy.transport.out)) == [(200, b"echo:b")]
+    assert b"Connection: close" in busy.transport.out and busy.transport.closed
+
+
+@pytest.mark.parametrize("raw", [b"\x16\x03\x01garbage", b"GET / HTTP/9.9\r\n\r\n"])
+async def test_bad_first_bytes_go_to_aiohttp(raw: bytes) -> None:
+    c = Conn()
+    await c.feed(raw)
+    (delegate,) = c.delegates
+    assert delegate.data == raw

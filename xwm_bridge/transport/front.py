@@ -1,0 +1,548 @@
+"""The listening socket's protocol: ``POST /acp/rpc`` answered here, the rest by aiohttp.
+
+aiohttp's ``web`` layer costs about 0.03 ms of CPU per request on the target
+machine, as much as everything the bridge does for a cheap method
+(performance.md). The hot route gets a protocol-level HTTP/1.1 server instead,
+on the same ``httptools`` parser as the upstream client (``providers/http1.py``):
+
+* a connection whose **first** request is an HTTP/1.1 ``POST /acp/rpc`` with no
+  ``Upgrade`` or ``Expect`` header stays here: its requests are parsed by
+  :class:`FrontProtocol` and answered through :meth:`Endpoint.answer` (the same
+  method logic as aiohttp's route, ``HttpTransport.answer``);
+* any other connection is **handed over** once its first request head is
+  complete: an aiohttp request handler gets the bytes received so far and,
+  from then on, every event of the connection. A request this server cannot
+  take that arrives later on a connection it kept (another route on a
+  kept-alive connection) is handed over the same way when it starts a read;
+  one pipelined behind another request in the same read cannot be, and is
+  answered ``Connection: close`` after the requests before it (RFC 9112 §9.3.2
+  lets the client retry it on a new connection).
+
+Every connection, kept or handed over, goes through the
+:class:`~xwm_bridge.transport.guard.ConnectionGuard` (per-address cap, first
+header deadline). Kept connections have the same limits as aiohttp's: body
+size (413 and close) and body deadline (400 and close), the keep-alive idle
+timeout, a client that goes away cancels its request. :meth:`Front.install`
+ties them to aiohttp's server shutdown, so ``AppRunner.cleanup`` closes idle
+ones first and waits for the others, as it does for its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import logging
+from collections.abc import Callable
+from typing import Protocol, cast
+
+import httptools
+from aiohttp import web
+from aiohttp.tcp_helpers import tcp_nodelay
+
+from xwm_bridge.transport.exchange import Reply, RequestView, StreamOut
+from xwm_bridge.transport.front_wire import (
+    ChunkedStream,
+    Clock,
+    Headers,
+    Request,
+    header_lines,
+    status_line,
+)
+from xwm_bridge.transport.guard import ConnectionGuard
+
+log = logging.getLogger("xwm_bridge.http")
+
+RPC_PATH = b"/acp/rpc"
+#: a request head larger than this is handed to aiohttp (which refuses it with its
+#: own 400) or, on a connection already answered here, refused with 431 and closed
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 128
+#: parsed requests waiting behind the one being answered; more pause reading
+MAX_PIPELINED = 8
+
+
+class Endpoint(Protocol):
+    """What the front needs of ``/acp/rpc`` (``HttpTransport`` has it)."""
+
+    def cors(self, request: RequestView) -> dict[str, str]: ...
+
+    def denied(self, request: RequestView, transport: str = "http") -> Reply | None: ...
+
+    def body_too_large(self, request: RequestView) -> Reply: ...
+
+    def bad_body(self, request: RequestView) -> Reply: ...
+
+    async def answer(
+        self, request: RequestView, body: bytes, stream: StreamOut
+    ) -> Reply | None: ...
+
+
+class Reading(enum.Enum):
+    """Where the parser is in the current request."""
+
+    IDLE = "idle"  # between requests
+    HEAD = "head"  # a request head has begun
+    BODY = "body"  # its head is in; its body is arriving
+    STOPPED = "stopped"  # nothing more is read here (handed over, refused or closing)
+
+
+class _Stop(Exception):
+    """Raised in a parser callback: stop parsing this read."""
+
+
+class Front:
+    """The protocol factory of the listening socket and the owner of its connections.
+
+    ``fallback`` makes the aiohttp handler a connection is handed to (aiohttp's
+    ``web.Server``); ``endpoint`` answers ``/acp/rpc``; limits as in
+    ``config.Limits``: ``max_body`` bytes, ``body_timeout`` seconds for a body
+    to arrive once its head has, ``keepalive_timeout`` seconds idle between
+    requests.
+    """
+
+    def __init__(
+        self,
+        *,
+        fallback: Callable[[], asyncio.Protocol],
+        endpoint: Endpoint,
+        guard: ConnectionGuard,
+        max_body: int,
+        body_timeout: float,
+        keepalive_timeout: float,
+    ) -> None:
+        self.fallback = fallback
+        self.endpoint = endpoint
+        self.guard = guard
+        self.max_body = max_body
+        self.body_timeout = body_timeout
+        self.keepalive_timeout = keepalive_timeout
+        self.clock = Clock()
+        #: connections answered here (not those handed over: aiohttp owns them)
+        self.kept: set[FrontProtocol] = set()
+        self.closing = False
+
+    def __call__(self) -> FrontProtocol:
+        return FrontProtocol(self)
+
+    def install(self, server: web.Server) -> None:
+        """Shut kept connections down with aiohttp's own (``AppRunner.cleanup``)."""
+        pre, shut = server.pre_shutdown, server.shutdown
+
+        def pre_shutdown() -> None:
+            self.pre_shutdown()
+            pre()
+
+        async def shutdown(timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp's)
+            await asyncio.gather(self.shutdown(timeout), shut(timeout))
+
+        server.pre_shutdown = pre_shutdown  # type: ignore[method-assign]
+        server.shutdown = shutdown  # type: ignore[method-assign]
+
+    def pre_shutdown(self) -> None:
+        """Close idle kept connections; the others close after their current answer."""
+        self.closing = True
+        for conn in list(self.kept):
+            conn.close_when_idle()
+
+    async def shutdown(self, grace: float | None) -> None:
+        """Wait up to ``grace`` seconds for answers in progress, then cancel and close."""
+        conns = list(self.kept)
+        busy = [c.task for c in conns if c.task is not None]
+        if busy:
+            await asyncio.wait(busy, timeout=grace)
+        for conn in conns:
+            conn.abort()
+
+
+class FrontProtocol(asyncio.Protocol):
+    """One client connection (see the module docstring)."""
+
+    def __init__(self, front: Front) -> None:
+        self.front = front
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.reading = Reading.IDLE
+        #: the aiohttp handler this connection was handed to
+        self.delegate: asyncio.Protocol | None = None
+        self.remote = ""
+        self.lost = False
+        self.close_after = False  # finish the queued answers, then close
+        #: what this read holds: the bytes of a head that may still be handed over
+        self._data = b""
+        self._fresh = True  # no request head completed yet
+        self._raw: list[bytes] | None = None
+        self._head_bytes = 0
+        self._completed_in_read = False
+        self._url: list[bytes] = []
+        self._headers = Headers()
+        self._request: Request | None = None
+        self._body_size = 0
+        self.queue: collections.deque[Request] = collections.deque()
+        self.task: asyncio.Task[None] | None = None
+        self.paused = False
+        self._drained: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        self._idle_since = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+
+    # --- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        self.transport = transport
+        if not self.front.guard.opened(self, transport):
+            self.lost = True
+            self.reading = Reading.STOPPED
+            return
+        peer = transport.get_extra_info("peername")
+        self.remote = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        tcp_nodelay(transport, True)  # SSE chunks leave at once, as aiohttp's do
+        self.front.kept.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.delegate is not None:
+            self.delegate.connection_lost(exc)
+        self._gone()
+
+    def data_received(self, data: bytes) -> None:
+        if self.delegate is not None:
+            self.delegate.data_received(data)
+            return
+        if self.reading is Reading.STOPPED:
+            return
+        self._data = data
+        self._completed_in_read = False
+        if self._raw is not None:
+            self._raw.append(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if not isinstance(exc.__context__, _Stop):
+                raise
+        except httptools.HttpParserError:
+            self._bad_request()
+        self._data = b""
+        if self.reading is Reading.BODY and self._body_timer is None:
+            loop = asyncio.get_running_loop()
+            self._body_timer = loop.call_later(self.front.body_timeout, self._body_late)
+
+    def eof_received(self) -> bool | None:
+        if self.delegate is not None:
+            return self.delegate.eof_received()
+        return None
+
+    def pause_writing(self) -> None:
+        if self.delegate is not None:
+            self.delegate.pause_writing()
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        if self.delegate is not None:
+            self.delegate.resume_writing()
+        self.paused = False
+        self._wake()
+
+    # --- httptools callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.reading = Reading.HEAD
+        self._url = []
+        self._headers = Headers()
+        self._head_bytes = 0
+        # a head that begins a read can still be handed over: keep its bytes
+        self._raw = None if self._completed_in_read else [self._data]
+
+    def on_url(self, url: bytes) -> None:
+        self._url.append(url)
+        self._count_head(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value))
+        if len(self._headers) >= MAX_HEADERS:
+            self._too_big()
+        key = name.decode("latin-1").lower()
+        if key not in self._headers:
+            dict.__setitem__(self._headers, key, value.decode("utf-8", "surrogateescape"))
+
+    def on_headers_complete(self) -> None:
+        self.front.guard.head(self)
+        url = b"".join(self._url)
+        path = url.partition(b"?")[0]
+        headers = self._headers
+        if (
+            path != RPC_PATH
+            or self.parser.get_method() != b"POST"
+            or self.parser.get_http_version() != "1.1"
+            or self.parser.should_upgrade()
+            or "expect" in headers
+        ):
+            self._not_mine()
+        assert self.transport is not None
+        request = Request(headers, self.remote, self.transport)
+        request.keep_alive = self.parser.should_keep_alive()
+        request.cors = self.front.endpoint.cors(request)
+        self._raw = None  # answered here from now on
+        self._fresh = False
+        self._request = request
+        self._body_size = 0
+        self.reading = Reading.BODY
+        request.reply = self.front.endpoint.denied(request)
+        length = headers.get("content-length")
+        too_long = length is not None and length.isdigit() and int(length) > self.front.max_body
+        if request.reply is None and too_long:
+            self._refuse(request, self.front.endpoint.body_too_large(request))
+
+    def on_body(self, body: bytes) -> None:
+        request = self._request
+        assert request is not None
+        self._body_size += len(body)
+        if self._body_size > self.front.max_body:
+            reply = request.reply or self.front.endpoint.body_too_large(request)
+            self._refuse(request, reply)
+        if request.reply is None:
+            request.body.append(body)
+
+    def on_message_complete(self) -> None:
+        request = self._request
+        assert request is not None
+        self._request = None
+        self._completed_in_read = True
+        self.reading = Reading.IDLE
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        self._enqueue(request)
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def _count_head(self, n: int) -> None:
+        self._head_bytes += n
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._too_big()
+
+    def _can_hand_over(self) -> bool:
+        """The current head began a read and nothing is owed before it."""
+        return self._raw is not None and self.task is None and not self.queue
+
+    def _too_big(self) -> None:
+        if self._can_hand_over():
+            self._not_mine()  # aiohttp refuses it with its own 400
+        self._refuse_head()
+
+    def _not_mine(self) -> None:
+        """A request for aiohttp: hand the connection over, or (pipelined) close."""
+        if self._can_hand_over():
+            assert self._raw is not None
+            self._handover(b"".join(self._raw))
+        else:
+            self.close_after = True  # after the answers before it (RFC 9112 §9.3.2)
+            self.reading = Reading.STOPPED
+            self._maybe_close()
+        raise _Stop
+
+    def _handover(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.reading = Reading.STOPPED
+        self._raw = None
+        self._cancel_timers()
+        self.front.kept.discard(self)
+        delegate = self.front.fallback()
+        self.delegate = delegate
+        delegate.connection_made(self.transport)
+        if self.paused:
+            delegate.pause_writing()
+        if self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        delegate.data_received(data)
+
+    def _refuse(self, request: Request, reply: Reply) -> None:
+        """Answer ``reply`` once the requests before it are answered, then close."""
+        request.reply = reply
+        request.keep_alive = False
+        self._request = None
+        self.reading = Reading.STOPPED
+        self._cancel_timers()
+        self._enqueue(request)
+        raise _Stop
+
+    def _bare_request(self) -> Request:
+        assert self.transport is not None
+        return Request(Headers(), self.remote, self.transport)
+
+    def _refuse_head(self) -> None:
+        body = b"431 request header fields too large\n"
+        self._refuse(self._bare_request(), Reply(431, body, {"Content-Type": "text/plain"}))
+
+    def _bad_request(self) -> None:
+        """The parser refused the bytes. In a head that began this read (or the first
+        bytes of the connection) aiohttp answers them with its own 400; otherwise 400
+        here, after the answers before it, and close."""
+        if self._request is None and self.task is None and not self.queue:
+            raw = self._raw if self._raw is not None else [self._data] if self._fresh else None
+            if raw is not None:
+                self._handover(b"".join(raw))
+                return
+        request = self._bare_request()
+        with contextlib.suppress(_Stop):
+            self._refuse(request, Reply(400, b"400 bad request\n", {"Content-Type": "text/plain"}))
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        request = self._request
+        if request is None or self.reading is not Reading.BODY:
+            return
+        reply = request.reply or self.front.endpoint.bad_body(request)
+        with contextlib.suppress(_Stop):
+            self._refuse(request, reply)
+
+    def _enqueue(self, request: Request) -> None:
+        self.queue.append(request)
+        if self.task is None:
+            loop = asyncio.get_running_loop()
+            self.task = loop.create_task(self._answer_queued(), name="rpc-connection")
+        elif len(self.queue) >= MAX_PIPELINED and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    async def _answer_queued(self) -> None:
+        """The connection's task: answers its requests in order (owned by the
+        connection; cancelled when it goes, bounded by Front.shutdown)."""
+        try:
+            while self.queue and not self.lost:
+                request = self.queue.popleft()
+                if self._reading_paused and len(self.queue) < MAX_PIPELINED // 2:
+                    self._reading_paused = False
+                    if self.transport is not None:
+                        self.transport.resume_reading()
+                await self._answer(request)
+        finally:
+            self.task = None
+            if not self.lost:
+                self._after_answers()
+
+    async def _answer(self, request: Request) -> None:
+        reply = request.reply
+        stream: ChunkedStream | None = None
+        if reply is None:
+            stream = ChunkedStream(self, request)
+            body = b"".join(request.body)
+            request.body = []
+            try:
+                reply = await self.front.endpoint.answer(request, body, stream)
+            except Exception:
+                log.exception("rpc request failed")
+                if stream.started:
+                    self.abort()
+                    return
+                request.keep_alive = False
+                reply = Reply(500, b"500 internal server error\n", {"Content-Type": "text/plain"})
+        if reply is not None:
+            self._write_reply(request, reply)
+        elif stream is not None and not stream.ended:
+            await stream.end()
+
+    @property
+    def clock(self) -> Clock:
+        return self.front.clock
+
+    def keep(self, request: Request) -> bool:
+        return request.keep_alive and not self.close_after and not self.front.closing
+
+    def _write_reply(self, request: Request, reply: Reply) -> None:
+        if self.lost or self.transport is None:
+            return
+        keep = self.keep(request)
+        if not keep:
+            self.close_after = True
+        head = [
+            status_line(reply.status),
+            header_lines(reply.headers, request.cors),
+            b"Content-Length: %d\r\n" % len(reply.body),
+            self.clock.line(),
+            b"\r\n" if keep else b"Connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + reply.body)
+
+    def _after_answers(self) -> None:
+        if self.close_after:
+            self._maybe_close()
+        else:
+            self._arm_idle()
+
+    def _maybe_close(self) -> None:
+        if self.task is None and not self.queue and self.transport is not None:
+            self.transport.close()
+
+    # --- timers and shutdown ----------------------------------------------------------------
+
+    def _arm_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._idle_since = loop.time()
+        if self._idle_timer is None and self.front.keepalive_timeout > 0:
+            self._idle_timer = loop.call_at(
+                self._idle_since + self.front.keepalive_timeout, self._idle_check
+            )
+
+    def _idle_check(self) -> None:
+        """Close a connection idle (no request, or only part of a head) for longer than
+        the keep-alive timeout since its last answer."""
+        self._idle_timer = None
+        if self.lost or self.task is not None or self.queue or self.reading is Reading.BODY:
+            return  # busy: armed again after its next answer
+        due = self._idle_since + self.front.keepalive_timeout
+        loop = asyncio.get_running_loop()
+        if loop.time() < due:
+            self._idle_timer = loop.call_at(due, self._idle_check)
+            return
+        if self.transport is not None:
+            self.transport.close()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._idle_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._idle_timer = self._body_timer = None
+
+    def close_when_idle(self) -> None:
+        self.close_after = True
+        if self.reading is not Reading.BODY:
+            self.reading = Reading.STOPPED
+            self._maybe_close()
+
+    def abort(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def _gone(self) -> None:
+        self.lost = True
+        self.reading = Reading.STOPPED
+        self._cancel_timers()
+        self.queue.clear()
+        self.front.kept.discard(self)
+        self.front.guard.lost(self)
+        if self.task is not None:
+            self.task.cancel()  # the client went away: its request is abandoned
+        self._wake()
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter, self._drained = self._drained, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def drain(self) -> None:
+        if self.lost:
+            raise ConnectionResetError("client connection closed")
+        if self.paused:
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+            if self.lost:
+                raise ConnectionResetError("client connection closed")
