@@ -61,8 +61,10 @@ class Reply:
 class StreamOut(Protocol):
     """The SSE answer to one request: the head leaves with the first write."""
 
-    async def write(self, data: bytes) -> None:
-        """Send ``data``; raises ``ConnectionError`` once the client is gone."""
+    async def write(self, data: bytes, *, last: bool = False) -> None:
+        """Send ``data`` (``last``: and finish the answer with it); raises
+        ``ConnectionError`` once the client is gone."""
 
     async def end(self) -> None:
-        """Finish the answer (an answer never written is sent empty); never raises."""
+        """Finish the answer unless a ``last`` write did (an answer never written is
+        sent empty); never raises."""

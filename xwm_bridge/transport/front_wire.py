@@ -124,14 +124,19 @@ class ChunkedStream:
             ]
         )
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes, *, last: bool = False) -> None:
         conn = self.conn
-        if conn.lost or conn.transport is None or conn.transport.is_closing():
+        if self.ended or conn.lost or conn.transport is None or conn.transport.is_closing():
             raise ConnectionResetError("client connection closed")
         chunk = b"%x\r\n%b\r\n" % (len(data), data)
         if not self.started:
             self.started = True
             chunk = self._head() + chunk
+        if last:  # the terminator in the same write: one syscall, not two
+            self.ended = True
+            chunk += b"0\r\n\r\n"
+            if not conn.keep(self.request):
+                conn.close_after = True
         conn.transport.write(chunk)
         if conn.paused:
             await conn.drain()

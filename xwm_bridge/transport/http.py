@@ -130,10 +130,13 @@ class _AiohttpStream:
         self.response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         HttpTransport._apply_headers(self.response, cors)
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes, *, last: bool = False) -> None:
         if not self.response.prepared:
             await self.response.prepare(self.request)
-        await self.response.write(data)
+        if last:
+            await self.response.write_eof(data)
+        else:
+            await self.response.write(data)
 
     async def end(self) -> None:
         if self.response.prepared:
@@ -375,10 +378,11 @@ class HttpTransport:
         sent = self.metrics.sent.get("sse")
         loop = asyncio.get_running_loop()
         last_write = loop.time()
+        final: bytes | None = None  # the final message carries the end of the answer
 
         async def write(data: bytes) -> None:
             nonlocal last_write
-            await stream.write(data)
+            await stream.write(data, last=data is final)
             last_write = loop.time()
             sent.inc(len(data))
 

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xwm_bridge.transport.exchange import JSON_HEADERS, Reply, RequestView, StreamOut
-from xwm_bridge.transport.front import MAX_PIPELINED, Front, Headers
+from xwm_bridge.transport.front import MAX_PIPELINED, Front
+from xwm_bridge.transport.front_wire import ChunkedStream, Headers, Request
 from xwm_bridge.transport.guard import ConnectionGuard
 
 
@@ -291,3 +292,23 @@ async def test_bad_first_bytes_go_to_aiohttp(raw: bytes) -> None:
     await c.feed(raw)
     (delegate,) = c.delegates
     assert delegate.data == raw
+
+
+async def test_a_last_write_carries_the_terminator() -> None:
+    c = Conn()
+    writes: list[bytes] = []
+    write = c.transport.write
+
+    def spy(data: bytes | bytearray | memoryview) -> None:
+        writes.append(bytes(data))
+        write(data)
+
+    c.transport.write = spy  # type: ignore[method-assign]
+    request = Request(Headers(), "127.0.0.1", c.transport)
+    stream = ChunkedStream(c.proto, request)
+    await stream.write(b"data: 1\n\n")
+    await stream.write(b"data: 2\n\n", last=True)
+    await stream.end()  # already ended: nothing more
+    assert len(writes) == 2 and writes[1] == b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"
+    with pytest.raises(ConnectionResetError):
+        await stream.write(b"late")
