@@ -450,14 +450,23 @@ class FrontProtocol(asyncio.Protocol):
         return self.front.clock
 
     def keep(self, request: Request) -> bool:
-        return request.keep_alive and not self.close_after and not self.front.closing
+        """Whether the answer to ``request`` keeps the connection open: the client
+        asked to, and no close is due after it (one due when the last queued answer
+        is written: the ones queued before it still go out)."""
+        closing = self.close_after or self.front.closing
+        return request.keep_alive and not (closing and not self.queue)
+
+    def closed_by(self, request: Request) -> None:
+        """The answer to ``request`` said ``Connection: close``: nothing after it."""
+        self.close_after = True
+        self.queue.clear()
 
     def _write_reply(self, request: Request, reply: Reply) -> None:
         if self.lost or self.transport is None:
             return
         keep = self.keep(request)
         if not keep:
-            self.close_after = True
+            self.closed_by(request)
         head = [
             status_line(reply.status),
             header_lines(reply.headers, request.cors),

@@ -99,6 +99,8 @@ class Conn(Protocol):
 
     def keep(self, request: Request) -> bool: ...
 
+    def closed_by(self, request: Request) -> None: ...
+
     async def drain(self) -> None: ...
 
 
@@ -136,7 +138,7 @@ class ChunkedStream:
             self.ended = True
             chunk += b"0\r\n\r\n"
             if not conn.keep(self.request):
-                conn.close_after = True
+                conn.closed_by(self.request)
         conn.transport.write(chunk)
         if conn.paused:
             await conn.drain()
@@ -153,5 +155,5 @@ class ChunkedStream:
             self.started = True
             tail = self._head() + tail
         if not conn.keep(self.request):
-            conn.close_after = True
+            conn.closed_by(self.request)
         conn.transport.write(tail)

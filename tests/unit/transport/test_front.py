@@ -312,3 +312,42 @@ async def test_a_last_write_carries_the_terminator() -> None:
     assert len(writes) == 2 and writes[1] == b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"
     with pytest.raises(ConnectionResetError):
         await stream.write(b"late")
+
+
+PIECES = [
+    rpc(b"ok"),
+    rpc(b"no", auth="bad"),
+    rpc(b"x" * 1200),
+    b"GET /livez HTTP/1.1\r\n\r\n",
+    b"POST /acp/rpc HTTP/1.1\r\nTransfer-Encoding: chunked\r\nAuthorization: ok\r\n\r\n",
+    b"5\r\nhello\r\n0\r\n\r\n",
+    b"zz\r\n",
+    b"POST /acp/rpc HTTP/1.1\r\n",
+    b"Content-Length: 3\r\n\r\nabc",
+    b"\r\n",
+    b"\x00\xff garbage",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=8), st.integers(1, 64))
+def test_any_bytes_are_answered_handed_over_or_closed(pieces: list[bytes], size: int) -> None:
+    """Whatever arrives, in reads of any size: data_received never raises, what is
+    written parses as HTTP answers, and a connection left open is idle or handed over."""
+
+    async def run() -> None:
+        c = Conn()
+        data = b"".join(pieces)
+        for i in range(0, len(data), size):
+            c.proto.data_received(data[i : i + size])
+        await c.settle()
+        out = bytes(c.transport.out)
+        got = answers(out)  # raises if the bytes are not well-formed answers
+        assert all(status in (200, 400, 401, 413, 431) for status, _ in got)
+        if c.delegates:
+            assert c.proto not in c.front.kept
+        assert c.proto.task is None and not c.proto.queue
+        c.proto.connection_lost(None)
+        assert c.proto not in c.front.kept
+
+    asyncio.run(run())
