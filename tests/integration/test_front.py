@@ -16,6 +16,7 @@ from tests.conftest import (
     TOKEN,
     FakeUpstream,
     StartBridge,
+    log_entries,
     providers_config,
     session_params,
     wait_until,
@@ -230,6 +231,9 @@ async def test_bad_bytes(start_bridge: StartBridge) -> None:
     assert (await huge.answer()).status == 200
     assert (await huge.answer()).status == 431
     assert await huge.closed()
+    rejected = [e for e in log_entries(bridge.logs) if e.get("msg") == "request rejected"]
+    reasons = {(e["reason"], e.get("status")) for e in rejected}
+    assert {("bad_request", 400), ("head_too_large", 431)} <= reasons
 
 
 async def test_expect_and_http_1_0_go_to_aiohttp(start_bridge: StartBridge) -> None:

@@ -41,6 +41,7 @@ import httptools
 from aiohttp import web
 from aiohttp.tcp_helpers import tcp_nodelay
 
+from xwm_bridge.transport import rejections as rj
 from xwm_bridge.transport.exchange import Reply, RequestView, StreamOut
 from xwm_bridge.transport.front_wire import (
     ChunkedStream,
@@ -73,6 +74,8 @@ class Endpoint(Protocol):
     def body_too_large(self, request: RequestView) -> Reply: ...
 
     def bad_body(self, request: RequestView) -> Reply: ...
+
+    def bad_request(self, request: RequestView, reason: str, status: int) -> Reply: ...
 
     async def answer(
         self, request: RequestView, body: bytes, stream: StreamOut
@@ -374,8 +377,8 @@ class FrontProtocol(asyncio.Protocol):
         return Request(Headers(), self.remote, self.transport)
 
     def _refuse_head(self) -> None:
-        body = b"431 request header fields too large\n"
-        self._refuse(self._bare_request(), Reply(431, body, {"Content-Type": "text/plain"}))
+        request = self._bare_request()
+        self._refuse(request, self.front.endpoint.bad_request(request, rj.HEAD_TOO_LARGE, 431))
 
     def _bad_request(self) -> None:
         """The parser refused the bytes. In a head that began this read (or the first
@@ -387,8 +390,9 @@ class FrontProtocol(asyncio.Protocol):
                 self._handover(b"".join(raw))
                 return
         request = self._bare_request()
+        reply = self.front.endpoint.bad_request(request, rj.BAD_REQUEST, 400)
         with contextlib.suppress(_Stop):
-            self._refuse(request, Reply(400, b"400 bad request\n", {"Content-Type": "text/plain"}))
+            self._refuse(request, reply)
 
     def _body_late(self) -> None:
         self._body_timer = None

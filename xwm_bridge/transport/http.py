@@ -297,6 +297,13 @@ class HttpTransport:
             f"request body too large: limit is {self.limits.max_body_bytes} bytes",
         )
 
+    def bad_request(self, request: RequestView, reason: str, status: int) -> Reply:
+        """A request the front's HTTP parser refused (``rj.BAD_REQUEST``, 400) or whose
+        head is too large (``rj.HEAD_TOO_LARGE``, 431)."""
+        self._reject(request, "http", reason, status)
+        text = "400 bad request" if status == 400 else "431 request header fields too large"
+        return Reply(status, text.encode() + b"\n", {"Content-Type": "text/plain"})
+
     def bad_body(self, request: RequestView) -> Reply:
         self._reject(request, "http", rj.BAD_BODY, 400)
         return _rpc_error(400, jsonrpc.INVALID_REQUEST, "invalid body")

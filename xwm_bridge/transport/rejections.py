@@ -28,6 +28,10 @@ RATE_LIMITED = "rate_limited"
 FOREIGN_BRIDGE = "foreign_bridge"
 #: an id or params nested past jsonrpc.MAX_DEPTH (issue 16)
 TOO_DEEP = "too_deep"
+#: bytes the HTTP parser refused, and a request head over the front's limit
+#: (transport/front.py; aiohttp answers and logs its own)
+BAD_REQUEST = "bad_request"
+HEAD_TOO_LARGE = "head_too_large"
 
 
 def decode_reason(code: int) -> str:

@@ -46,6 +46,7 @@ class FakeTransport(asyncio.Transport):
 class Endpoint:
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
+        self.refused: list[str] = []
         self.gate: asyncio.Event | None = None
 
     def cors(self, request: RequestView) -> dict[str, str]:
@@ -61,6 +62,10 @@ class Endpoint:
 
     def bad_body(self, request: RequestView) -> Reply:
         return Reply(400, b"late\n", JSON_HEADERS)
+
+    def bad_request(self, request: RequestView, reason: str, status: int) -> Reply:
+        self.refused.append(reason)
+        return Reply(status, reason.encode(), JSON_HEADERS)
 
     async def answer(self, request: RequestView, body: bytes, stream: StreamOut) -> Reply | None:
         self.bodies.append(body)
