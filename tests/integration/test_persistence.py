@@ -38,7 +38,12 @@ def stored(state: Path, session_id: str) -> dict[str, Any]:
         row = db.execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
         assert row is not None, f"session {session_id} not persisted"
         out = dict(row)
-        out["history"] = orjson.loads(out["history"])
+        prompts = db.execute(  # layout 4: one row per prompt, the session row says which
+            "SELECT prompt FROM history WHERE session_id = ? AND n >= ? AND n < ? ORDER BY n",
+            (session_id, out["history_from"], out["prompts"]),
+        ).fetchall()
+        assert out["history"] == b"[]" or out["history"] == "[]"
+        out["history"] = [p for (p,) in prompts]
         out["upstream"] = dict(orjson.loads(out["upstream"]))
         return out
     finally:

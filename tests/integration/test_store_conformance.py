@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import wait_until
 from tests.nesting import nested
 from tests.redis_server import redis_server
+from xwm_bridge.core.sessions import Session
 from xwm_bridge.store.base import (
     INTERRUPTED,
     NOTIFICATION,
@@ -622,6 +623,82 @@ async def test_sqlite_opens_a_database_of_the_previous_layout(tmp_path: Path) ->
         assert [e.event_id for e in await store.replay("old", 0, 100, after_event=5)] == [6]
         version = await store._call(lambda db: db.execute("PRAGMA user_version").fetchone()[0])
         assert version == SCHEMA_VERSION  # 0 → 1 (event ids) → 2 (owners) → 3 (counts)
+    finally:
+        await store.close()
+
+
+async def test_sqlite_moves_layout_3_histories_into_rows(tmp_path: Path) -> None:
+    """Layout 3 kept each history as a JSON array in the session row; on open it becomes
+    rows of ``history``, and later saves add to them."""
+    import sqlite3
+
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path)
+    await store.start()  # a current database, then made to look like layout 3
+    await store.close()
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        DROP TABLE history;
+        ALTER TABLE sessions DROP COLUMN history_from;
+        ALTER TABLE sessions DROP COLUMN prompts;
+        PRAGMA user_version = 3;
+        """
+    )
+    db.execute(
+        "INSERT INTO sessions (session_id, thread_id, provider, history, seq, last_turn_id,"
+        " last_turn_status, upstream, updated_at, events, owner)"
+        " VALUES ('old', 't', 'codex', ?, 2, 'turn-1', 'completed', '[]', ?, 0, '')",
+        ('["one", "two", "thr\u00e9e"]', time.time()),
+    )
+    db.commit()
+    db.close()
+    store = SQLiteStore(path)
+    await store.start()
+    try:
+        loaded = await store.load("old")
+        assert loaded is not None and loaded.history == ("one", "two", "thr\u00e9e")
+        assert loaded.prompts == 3
+        session = Session.restore(loaded)
+        session.add_prompt("four")
+        store.save(session.snapshot())
+        again = await store.load("old")
+        assert again is not None and again.history == ("one", "two", "thr\u00e9e", "four")
+        rows = await store._call(
+            lambda db: db.execute("SELECT history, history_from, prompts FROM sessions").fetchall()
+        )
+        assert rows == [(b"[]", 0, 4)] or rows == [("[]", 0, 4)]
+        version = await store._call(lambda db: db.execute("PRAGMA user_version").fetchone()[0])
+        assert version == SCHEMA_VERSION == 4
+    finally:
+        await store.close()
+
+
+async def test_sqlite_history_survives_a_restart_and_a_reset(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path)
+    await store.start()
+    session = Session("s", "t")
+    for prompt in ("a", "b", "c"):
+        session.add_prompt(prompt)
+        store.save(session.snapshot())
+    await store.close()
+    store = SQLiteStore(path)  # a new process: the writer knows nothing yet
+    await store.start()
+    try:
+        loaded = await store.load("s")
+        assert loaded is not None and loaded.history == ("a", "b", "c")
+        restored = Session.restore(loaded)
+        restored.add_prompt("d")
+        store.save(restored.snapshot())
+        loaded = await store.load("s")
+        assert loaded is not None and loaded.history == ("a", "b", "c", "d")
+        store.delete("s")  # session.start: a new conversation under the same id
+        fresh = Session("s", "t")
+        fresh.add_prompt("new")
+        store.save(fresh.snapshot())
+        loaded = await store.load("s")
+        assert loaded is not None and loaded.history == ("new",) and loaded.prompts == 1
     finally:
         await store.close()
 

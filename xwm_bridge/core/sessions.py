@@ -12,6 +12,7 @@ not lose that turn's cancel handle (weakness 3 of the original).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from xwm_bridge.store.base import (
 from xwm_bridge.store.memory import MemoryStore
 
 MAX_HISTORY = 64
+#: Session.history_id: one per Session object made in this process
+_HISTORY_IDS = itertools.count(1)
 SESSION_FORBIDDEN = "session belongs to another client"
 #: default of ``store.history_max_bytes``
 HISTORY_MAX_BYTES = 1024 * 1024
@@ -55,6 +58,10 @@ class Session:
     history_max_bytes: int = HISTORY_MAX_BYTES
     #: the principal that created it ("" = unowned: the first turn claims it)
     owner: str = ""
+    #: prompts added in all (the history holds the newest); see SessionRecord.prompts
+    prompts: int = 0
+    #: this object's identity for the store (SessionRecord.history_id)
+    history_id: int = field(default_factory=lambda: next(_HISTORY_IDS))
 
     def snapshot(self) -> SessionRecord:
         return SessionRecord(
@@ -68,6 +75,8 @@ class Session:
             upstream=tuple(self.upstream.items()),
             owner=self.owner,
             events=self.events,
+            prompts=self.prompts,
+            history_id=self.history_id,
         )
 
     @classmethod
@@ -83,6 +92,7 @@ class Session:
             upstream=dict(record.upstream),
             owner=record.owner,
             events=record.events,
+            prompts=max(record.prompts, len(record.history)),
         )
 
     def next_seq(self) -> int:
@@ -100,6 +110,7 @@ class Session:
             return
         history = self.history
         history.append(prompt)
+        self.prompts += 1
         del history[:-MAX_HISTORY]
         cap = self.history_max_bytes
         if sum(map(len, history)) * 4 <= cap:  # a UTF-8 char is at most 4 bytes
@@ -237,6 +248,7 @@ class SessionRegistry:
                     fresh.provider,
                     fresh.history,
                 )
+                live.prompts, live.history_id = fresh.prompts, fresh.history_id
                 live.seq = max(live.seq, fresh.seq)
                 live.events = max(live.events, fresh.events)
                 live.last_turn_id, live.last_turn_status = (

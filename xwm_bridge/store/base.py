@@ -109,6 +109,12 @@ class SessionRecord:
     events: int = 0
     #: the principal that created the session (a digest of its bearer); "" = unowned
     owner: str = ""
+    #: prompts the session has had in all (``history`` holds the newest of them);
+    #: below ``len(history)`` (a record from before it was counted), that length
+    prompts: int = 0
+    #: which in-memory session this is a snapshot of (0: none); a store may tell by
+    #: it that two saves hold the same history but for the prompts added in between
+    history_id: int = field(default=0, compare=False)
 
 
 #: ledger entry kinds: a notification sent to the client, or a turn's final result

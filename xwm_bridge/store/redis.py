@@ -126,6 +126,7 @@ def _to_hash(r: SessionRecord, owner: str) -> dict[str, str | int | float | byte
         "upstream": orjson.dumps([list(kv) for kv in r.upstream]),
         "updated_at": r.updated_at,
         "events": r.events,
+        "prompts": r.prompts,
         "owner": owner,  # the replica running the turn
         "principal": r.owner,  # the client the session belongs to
     }
@@ -153,6 +154,7 @@ def _from_hash(sid: str, h: Mapping[Any, Any]) -> SessionRecord:
         updated_at=float(text("updated_at") or 0),
         events=int(text("events") or 0),
         owner=text("principal"),
+        prompts=int(text("prompts") or 0),
     )
 
 

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from xwm_bridge.store import sqlite_history
 from xwm_bridge.store.base import (
     HEALTH_TIMEOUT,
     RUNNING,
@@ -76,7 +77,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     upstream BLOB NOT NULL,
     updated_at REAL NOT NULL,
     events INTEGER NOT NULL DEFAULT 0,
-    owner TEXT NOT NULL DEFAULT ''
+    owner TEXT NOT NULL DEFAULT '',
+    history_from INTEGER NOT NULL DEFAULT 0,
+    prompts INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS ledger (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -118,16 +121,18 @@ TRIM_TURNS = (
 TURN_TRIM_EVERY = 8
 #: ``PRAGMA user_version`` of this layout. 0: the first layout (issue 6), whose
 #: ledger had no event ids; 1: sessions had no owner (issue 16); 2: one row per
-#: entry (no ``count``); :func:`migrate` upgrades it in place on open.
+#: entry (no ``count``); 3: the prompt history was a JSON array in the session row
+#: (now rows of ``history``: ``sqlite_history.py``); :func:`migrate` upgrades it in
+#: place on open.
 #:
 #: A ledger row holds ``count`` entries: one (``message`` is the entry's JSON), or
 #: the frames of one relay batch (``message`` is a JSON array of them; they share
 #: ``pos``, ``turn_id``, ``ts`` and ``kind``, and have the event ids ``event_id``,
 #: ``event_id + 1``, …). A 50-chunk streamed turn is then a handful of rows, not 52.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SESSION_COLUMNS = (
     "session_id, thread_id, provider, history, seq, last_turn_id, last_turn_status,"
-    " upstream, updated_at, events, owner"
+    " upstream, updated_at, events, owner, history_from, prompts"
 )
 
 #: the largest entry a session holds
@@ -149,13 +154,16 @@ _STOP: Op = ("stop",)
 _WRITES = frozenset({"save", "append", "delete", "turn", "perm", "unperm"})
 
 
-def _row_to_record(row: tuple[Any, ...]) -> SessionRecord:
-    sid, thread, provider, history, seq, turn_id, status, upstream, updated, events, owner = row
+def _row_to_record(db: sqlite3.Connection, row: tuple[Any, ...]) -> SessionRecord:
+    """The record of a ``sessions`` row, its history read from ``history``."""
+    sid, thread, provider, _, seq, turn_id, status, upstream, updated, events, owner = row[:11]
+    start, end = int(row[11]), int(row[12])
     return SessionRecord(
         session_id=sid,
         thread_id=thread,
         provider=provider,
-        history=tuple(orjson.loads(history)),
+        history=sqlite_history.read(db, sid, start, end),
+        prompts=end,
         seq=int(seq),
         last_turn_id=turn_id,
         last_turn_status=status,
@@ -171,7 +179,8 @@ def migrate(db: sqlite3.Connection) -> None:
     transaction. Version 0 → 1: ledger rows get event ids 1, 2, 3, … per session
     in insertion order, and each session its last event id. 1 → 2: sessions get an
     ``owner`` column (empty: unowned). 2 → 3: ledger rows get a ``count`` (1: every
-    earlier row holds one entry)."""
+    earlier row holds one entry). 3 → 4: each session's history array becomes rows
+    0, 1, … of ``history``."""
     version = int(db.execute("PRAGMA user_version").fetchone()[0])
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if version >= SCHEMA_VERSION or not {"sessions", "ledger"} <= tables:
@@ -201,7 +210,24 @@ def migrate(db: sqlite3.Connection) -> None:
             db.execute("ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
         if "count" not in {r[1] for r in db.execute("PRAGMA table_info(ledger)")}:
             db.execute("ALTER TABLE ledger ADD COLUMN count INTEGER NOT NULL DEFAULT 1")
+        if "prompts" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
+            _history_rows(db)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _history_rows(db: sqlite3.Connection) -> None:
+    """3 → 4 (in the caller's transaction)."""
+    db.execute("ALTER TABLE sessions ADD COLUMN history_from INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE sessions ADD COLUMN prompts INTEGER NOT NULL DEFAULT 0")
+    db.execute(sqlite_history.SCHEMA)
+    for sid, blob in db.execute("SELECT session_id, history FROM sessions").fetchall():
+        history = [str(p) for p in orjson.loads(blob or b"[]")]
+        db.executemany(sqlite_history.INSERT, [(sid, n, p) for n, p in enumerate(history)])
+        db.execute(
+            "UPDATE sessions SET history = '[]', history_from = 0, prompts = ?"
+            " WHERE session_id = ?",
+            (len(history), sid),
+        )
 
 
 class SQLiteStore:
@@ -225,6 +251,8 @@ class SQLiteStore:
         #: ``ledger_max_bytes``, the count trim alone keeps the byte bound (store thread)
         self._largest: dict[str, int] = {}
         self._untrimmed_turns: dict[str, int] = {}
+        #: which prompt rows the history table holds per session (store thread)
+        self._histories = sqlite_history.HistoryWriter(MAX_TRACKED_SESSIONS)
         #: the held ``<db>.lock`` (one process per database)
         self._lock_fd: int | None = None
         self.counters = StoreCounters()
@@ -365,7 +393,7 @@ class SQLiteStore:
             ).fetchone()
             if row is None:
                 return None
-            record = _row_to_record(row)
+            record = _row_to_record(db, row)
             top, events = _ledger_top(db, session_id)
             if top > record.seq or events > record.events:
                 record = replace(
@@ -396,7 +424,7 @@ class SQLiteStore:
             with db:
                 db.execute("DELETE FROM permissions")  # their turns died with the process
                 for row in rows:
-                    record = _row_to_record(row)
+                    record = _row_to_record(db, row)
                     fixed, entry = recovered(record, *_ledger_top(db, record.session_id))
                     _upsert(db, fixed)
                     _insert_entry(db, record.session_id, entry)
@@ -425,6 +453,7 @@ class SQLiteStore:
                 ]
                 for sid in stale:
                     _delete(db, sid)
+                    self._histories.forget(sid)
                 db.execute("DELETE FROM ledger WHERE ts < ?", (now - self._limits.ledger_max_age,))
                 db.execute(
                     "DELETE FROM turns WHERE session_id NOT IN (SELECT session_id FROM sessions)"
@@ -486,7 +515,7 @@ class SQLiteStore:
         def read(db: sqlite3.Connection) -> SessionPage:
             rows = db.execute(sql, args).fetchall()
             items = [
-                (_row_to_record(r[:-1]), TurnRecord.loads(r[-1]) if r[-1] else None)
+                (_row_to_record(db, r[:-1]), TurnRecord.loads(r[-1]) if r[-1] else None)
                 for r in rows[: query.limit]
             ]
             more = len(rows) > query.limit and items
@@ -513,7 +542,7 @@ class SQLiteStore:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
             migrate(db)
-            db.executescript(SCHEMA)
+            db.executescript(SCHEMA + sqlite_history.SCHEMA)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except Exception as exc:  # reported to start()
             self._ready.set_exception(exc)
@@ -663,6 +692,7 @@ class SQLiteStore:
         live = _superseded(writes)
         deletes: list[str] = []
         saves: list[tuple[Any, ...]] = []
+        saved: list[SessionRecord] = []
         entries: list[tuple[Any, ...]] = []
         turns: list[tuple[Any, ...]] = []
         permissions: list[Op] = []
@@ -677,6 +707,7 @@ class SQLiteStore:
             kind = op[0]
             if kind == "save":
                 saves.append(_session_row(op[1]))
+                saved.append(op[1])
             elif kind == "append":
                 sid = op[1]
                 for row, entry_sizes in self._rows(sid, op[2]):
@@ -698,6 +729,7 @@ class SQLiteStore:
                 self._untrimmed_bytes.pop(op[1], None)
                 self._untrimmed_turns.pop(op[1], None)
                 self._largest.pop(op[1], None)
+                self._histories.forget(op[1])
             else:
                 permissions.append(op)  # in their order: a request's save, then its delete
         db.execute("BEGIN")
@@ -705,6 +737,7 @@ class SQLiteStore:
             for sid in deletes:
                 _delete(db, sid)
             insert_many(db, UPSERT_SESSION, saves)
+            self._histories.write(db, saved)
             insert_many(db, INSERT_ENTRY, entries)
             insert_many(db, UPSERT_TURN, turns)
             for op in permissions:
@@ -737,6 +770,7 @@ class SQLiteStore:
             db.execute("COMMIT")
         except BaseException:
             self._largest.clear()  # what the table holds is no longer known exactly
+            self._histories.clear()
             with contextlib.suppress(sqlite3.Error):  # keep the original error
                 db.execute("ROLLBACK")
             raise
@@ -806,7 +840,7 @@ def _ledger_top(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
 
 
 UPSERT_SESSION = (
-    f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 11)})"
+    f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 13)})"
 )
 INSERT_ENTRY = (
     "INSERT INTO ledger (session_id, pos, turn_id, message, ts, event_id, kind, count)"
@@ -818,11 +852,13 @@ UPSERT_TURN = (
 
 
 def _session_row(r: SessionRecord) -> tuple[Any, ...]:
+    """The ``sessions`` row (its history goes to ``history``: HistoryWriter)."""
+    start, end = sqlite_history.span(r)
     return (
         r.session_id,
         r.thread_id,
         r.provider,
-        orjson.dumps(r.history),
+        b"[]",
         r.seq,
         r.last_turn_id,
         r.last_turn_status,
@@ -830,6 +866,8 @@ def _session_row(r: SessionRecord) -> tuple[Any, ...]:
         r.updated_at,
         r.events,
         r.owner,
+        start,
+        end,
     )
 
 
@@ -854,6 +892,7 @@ def _delete(db: sqlite3.Connection, session_id: str) -> None:
     db.execute("DELETE FROM ledger WHERE session_id = ?", (session_id,))
     db.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
     db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
+    db.execute(sqlite_history.DELETE_ALL, (session_id,))
 
 
 def _apply_permission(db: sqlite3.Connection, op: Op) -> None:
