@@ -30,28 +30,34 @@ class SSEDecoder:
         self._max_line = max_line
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        self._buf += chunk
-        events: list[bytes] = []
-        while True:
-            nl = self._buf.find(b"\n")
-            if nl < 0:
-                if len(self._buf) > self._max_line:
-                    raise SSEDecodeError(f"SSE line longer than {self._max_line} bytes")
-                return events
-            if nl > self._max_line:  # same verdict whether or not the "\n" came in this chunk
+        if b"\n" not in chunk:  # no line ends here: just keep it
+            self._buf += chunk
+            if len(self._buf) > self._max_line:
                 raise SSEDecodeError(f"SSE line longer than {self._max_line} bytes")
-            line = bytes(self._buf[:nl]).rstrip(b"\r")
-            del self._buf[: nl + 1]
+            return []
+        lines = (bytes(self._buf) + chunk if self._buf else chunk).split(b"\n")
+        rest = lines.pop()  # after the last "\n": the start of the next line
+        events: list[bytes] = []
+        data = self._data
+        max_line = self._max_line
+        for raw in lines:
+            if len(raw) > max_line:  # same verdict whether or not the "\n" came in this chunk
+                raise SSEDecodeError(f"SSE line longer than {max_line} bytes")
+            line = raw.rstrip(b"\r")
             if not line:
-                if self._data:
-                    events.append(b"\n".join(self._data))
-                    self._data = []
+                if data:
+                    events.append(b"\n".join(data))
+                    data = self._data = []
                 continue
-            if line.startswith(b":"):
+            if line[0] == 0x3A:  # ":" a comment
                 continue
             name, _, value = line.partition(b":")
             if name == b"data":
-                self._data.append(value[1:] if value.startswith(b" ") else value)
+                data.append(value[1:] if value[:1] == b" " else value)
+        self._buf = bytearray(rest)
+        if len(rest) > max_line:
+            raise SSEDecodeError(f"SSE line longer than {max_line} bytes")
+        return events
 
     def flush(self) -> list[bytes]:
         """End of stream: a pending event without its blank line still counts."""

@@ -68,3 +68,36 @@ def test_no_configured_secret_ever_reaches_the_wire(secret: str, before: str, af
     sentinel = next(c for c in "\x00\x01\x02" if c not in secret)
     masked = orjson.loads(data)["result"]["text"].replace("[REDACTED]", sentinel)
     assert secret not in masked
+
+
+@given(
+    secret=st.text(min_size=1, max_size=12),
+    texts=st.lists(st.text(max_size=20), min_size=1, max_size=4),
+    where=st.integers(0, 3),
+)
+@settings(max_examples=200, deadline=None)
+def test_events_equal_encoding_each_message(secret: str, texts: list[str], where: int) -> None:
+    """One secret check per chunk gives the bytes of encoding message by message."""
+    wire = WireEncoder((secret,))
+    messages = [jsonrpc.notification("session.update", {"delta": t}) for t in texts]
+    if where < len(texts):
+        messages[where]["params"]["delta"] += secret
+    expected = b"".join(b"data: " + wire.encode(m) + b"\n\n" for m in messages)  # type: ignore[operator]
+    assert wire.events(messages) == expected
+
+
+def test_events_drop_only_a_message_that_cannot_be_encoded() -> None:
+    wire = WireEncoder(("tok-123456",))
+    nested: dict[str, object] = {}
+    inner = nested
+    for _ in range(300):  # past orjson's depth limit
+        inner["x"] = {}
+        inner = inner["x"]  # type: ignore[assignment]
+    messages = [
+        jsonrpc.notification("session.update", {"delta": "a tok-123456"}),
+        jsonrpc.notification("session.update", nested),
+        jsonrpc.notification("session.update", {"delta": "b"}),
+    ]
+    out = wire.events(messages)
+    assert out.count(b"data: ") == 2 and b"tok-123456" not in out and b"[REDACTED]" in out
+    assert wire.dropped == 1

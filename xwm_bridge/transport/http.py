@@ -403,9 +403,8 @@ class HttpTransport:
 
         async def notify_many(messages: list[dict[str, Any]]) -> None:
             # the frames of one upstream read leave in one chunk: one write, not one each;
-            # each through the wire encoder (secrets redacted, never raises)
-            encoded = [wire.encode(m) for m in messages]
-            data = b"".join([encode_data(e) for e in encoded if e is not None])
+            # through the wire encoder (secrets redacted, never raises)
+            data = wire.events(messages)
             if data:
                 await sender.send_bytes(data)
 
