@@ -30,3 +30,28 @@ def test_provider_book_counts_consecutive_failures() -> None:
     assert s.consecutive_failures == 0 and s.last_ok_at > 0 and s.turns == 3
     book.observe("", "failed", "x")  # no provider: not counted
     assert list(book.stats) == ["codex"]
+
+
+def test_figures_sum_every_label_set_and_count_failed_requests() -> None:
+    from xwm_bridge.app.bridge import Bridge
+    from xwm_bridge.app.health import figures
+    from xwm_bridge.config import load_config
+
+    cfg = load_config(env={"ACP_AUTH_TOKEN": "t" * 32, "XWM_SESSION_STORE": "memory"}).config
+    bridge = Bridge(cfg)
+    m = bridge.metrics
+    m.requests.labels("session.message", "http", "ok").inc(5)
+    m.requests.labels("session.message", "sse", "error").inc(2)
+    m.requests.labels("acp.capabilities", "ws", "rejected").inc(1)
+    m.bytes_in.labels("http").inc(100)
+    m.bytes_in.labels("ws").inc(20)
+    m.bytes_out.labels("sse").inc(7)
+    m.turn_seconds.labels("singleAgent", "single-agent", "codex", "ok").observe(0.5)
+    m.turn_seconds.labels("singleAgent", "single-agent", "codex", "error").observe(1.5)
+    m.upstream_errors.labels("codex", "timeout").inc(3)
+    m.ws_connections.inc(2)
+    f = figures(bridge)
+    assert (f["requests"], f["requestErrors"]) == (8, 3)
+    assert (f["bytesIn"], f["bytesOut"]) == (120, 7)
+    assert (f["turns"], f["turnSeconds"]) == (2, 2.0)
+    assert (f["upstreamErrors"], f["wsConnections"]) == (3, 2)
