@@ -57,7 +57,6 @@ class WireEncoder:
             except TypeError:
                 return orjson.dumps(jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, UNENCODABLE))
 
-
     def events(self, messages: list[dict[str, Any]]) -> bytes:
         """The SSE events (``data: <json>``) of ``messages``, in one chunk: as
         :meth:`encode` each, but the secret check runs once over the chunk (a chunk
