@@ -60,8 +60,10 @@ RPC_PATH = b"/acp/rpc"
 #: own 400) or, on a connection already answered here, refused with 431 and closed
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 128
-#: parsed requests waiting behind the one being answered; more pause reading
+#: parsed requests waiting behind the one being answered, and their bodies' bytes;
+#: more pause reading until half are answered
 MAX_PIPELINED = 8
+MAX_PIPELINED_BYTES = 1024 * 1024
 
 
 class Endpoint(Protocol):
@@ -183,6 +185,7 @@ class FrontProtocol(asyncio.Protocol):
         self._request: Request | None = None
         self._body_size = 0
         self.queue: collections.deque[Request] = collections.deque()
+        self._queued_bytes = 0
         self.task: asyncio.Task[None] | None = None
         self.paused = False
         self._drained: asyncio.Future[None] | None = None
@@ -307,6 +310,7 @@ class FrontProtocol(asyncio.Protocol):
             self._refuse(request, reply)
         if request.reply is None:
             request.body.append(body)
+            request.size += len(body)
 
     def on_message_complete(self) -> None:
         request = self._request
@@ -405,10 +409,13 @@ class FrontProtocol(asyncio.Protocol):
 
     def _enqueue(self, request: Request) -> None:
         self.queue.append(request)
+        self._queued_bytes += request.size
         if self.task is None:
             loop = asyncio.get_running_loop()
             self.task = loop.create_task(self._answer_queued(), name="rpc-connection")
-        elif len(self.queue) >= MAX_PIPELINED and self.transport is not None:
+        elif (
+            len(self.queue) >= MAX_PIPELINED or self._queued_bytes >= MAX_PIPELINED_BYTES
+        ) and self.transport is not None:
             self._reading_paused = True
             self.transport.pause_reading()
 
@@ -418,7 +425,12 @@ class FrontProtocol(asyncio.Protocol):
         try:
             while self.queue and not self.lost:
                 request = self.queue.popleft()
-                if self._reading_paused and len(self.queue) < MAX_PIPELINED // 2:
+                self._queued_bytes -= request.size
+                if (
+                    self._reading_paused
+                    and len(self.queue) < MAX_PIPELINED // 2
+                    and self._queued_bytes < MAX_PIPELINED_BYTES // 2
+                ):
                     self._reading_paused = False
                     if self.transport is not None:
                         self.transport.resume_reading()
@@ -434,7 +446,7 @@ class FrontProtocol(asyncio.Protocol):
         if reply is None:
             stream = ChunkedStream(self, request)
             body = b"".join(request.body)
-            request.body = []
+            request.body, request.size = [], 0
             try:
                 reply = await self.front.endpoint.answer(request, body, stream)
             except Exception:
@@ -464,6 +476,7 @@ class FrontProtocol(asyncio.Protocol):
         """The answer to ``request`` said ``Connection: close``: nothing after it."""
         self.close_after = True
         self.queue.clear()
+        self._queued_bytes = 0
 
     def _write_reply(self, request: Request, reply: Reply) -> None:
         if self.lost or self.transport is None:
@@ -537,6 +550,7 @@ class FrontProtocol(asyncio.Protocol):
         self.reading = Reading.STOPPED
         self._cancel_timers()
         self.queue.clear()
+        self._queued_bytes = 0
         self.front.kept.discard(self)
         self.front.guard.lost(self)
         if self.task is not None:

@@ -31,7 +31,7 @@ class Headers(dict[str, str]):
 class Request:
     """One ``POST /acp/rpc`` parsed here (a :class:`RequestView`)."""
 
-    __slots__ = ("body", "cors", "headers", "keep_alive", "remote", "reply", "transport")
+    __slots__ = ("body", "cors", "headers", "keep_alive", "remote", "reply", "size", "transport")
     method = "POST"
     path = "/acp/rpc"
 
@@ -41,6 +41,7 @@ class Request:
         self.transport = transport
         self.keep_alive = True
         self.body: list[bytes] = []
+        self.size = 0  # of the body kept
         #: the answer already decided (a refusal), or None: ask the endpoint
         self.reply: Reply | None = None
         self.cors: dict[str, str] = {}

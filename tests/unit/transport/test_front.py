@@ -356,3 +356,17 @@ def test_any_bytes_are_answered_handed_over_or_closed(pieces: list[bytes], size:
         assert c.proto not in c.front.kept
 
     asyncio.run(run())
+
+
+async def test_pipelined_bodies_are_bounded_in_bytes_too() -> None:
+    """Two requests of 600 KiB queued behind a busy one pause reading (1 MiB bound)."""
+    c = Conn(max_body=1 << 20)
+    c.endpoint.gate = asyncio.Event()
+    big = b"x" * (600 * 1024)
+    await c.feed(rpc(b"first"))
+    assert c.transport.reading
+    await c.feed(rpc(big) + rpc(big))
+    assert not c.transport.reading  # 2 of MAX_PIPELINED requests, but 1.2 MiB
+    c.endpoint.gate.set()
+    await c.settle()
+    assert c.transport.reading and len(answers(bytes(c.transport.out))) == 3
