@@ -297,6 +297,20 @@ async def test_idle_kept_connections_close_after_the_keepalive_timeout(
     assert await kept(bridge) == 0
 
 
+async def answering(bridge: Any, session_id: str, prompt: str) -> tuple[Client, asyncio.Task[None]]:
+    """A kept connection whose ``session.start`` turn is being answered now, and the
+    connection's task."""
+    client = await Client.open(bridge.port)
+    params = session_params(session_id, prompt)
+    body = {"jsonrpc": "2.0", "id": 9, "method": "session.start", "params": params}
+    await client.send(post(orjson.dumps(body)))
+    front = bridge.server.front
+    await wait_until(lambda: any(c.task is not None for c in front.kept))
+    task = next(c.task for c in front.kept if c.task is not None)
+    assert task is not None
+    return client, task
+
+
 async def test_shutdown_closes_idle_kept_connections_and_finishes_busy_ones(
     start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
@@ -305,18 +319,7 @@ async def test_shutdown_closes_idle_kept_connections_and_finishes_busy_ones(
     idle = await Client.open(bridge.port)
     await idle.send(post())
     assert (await idle.answer()).status == 200
-    busy = await Client.open(bridge.port)
-    body = orjson.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 9,
-            "method": "session.start",
-            "params": session_params("sd", "slow:400 bye"),
-        }
-    )
-    await busy.send(post(body))
-    front = bridge.server.front
-    await wait_until(lambda: any(c.task is not None for c in front.kept))
+    busy, _ = await answering(bridge, "sd", "slow:400 bye")
     stopping = asyncio.create_task(bridge.stop())
     assert await idle.closed()
     answer = await busy.answer()  # the running turn is drained and answered
@@ -331,20 +334,7 @@ async def test_a_client_that_goes_away_abandons_its_request(
 ) -> None:
     config = providers_config({"id": "codex", "endpoint": fake_upstream.url})
     bridge = await start_bridge(config=config, tmp=tmp_path)
-    client = await Client.open(bridge.port)
-    body = orjson.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 3,
-            "method": "session.start",
-            "params": session_params("gone", "slow:5000 x"),
-        }
-    )
-    await client.send(post(body))
-    front = bridge.server.front
-    await wait_until(lambda: any(c.task is not None for c in front.kept))
-    task = next(c.task for c in front.kept if c.task is not None)
-    assert task is not None
+    client, task = await answering(bridge, "gone", "slow:5000 x")
     client.close()
     await asyncio.wait_for(asyncio.wait([task]), WAIT)  # cancelled, not left to run 5 s
     assert task.cancelled()
