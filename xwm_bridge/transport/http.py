@@ -105,7 +105,7 @@ def _get_only(handler: RouteHandler) -> RouteHandler:
 
 
 def _rpc_error_response(status: int, code: int, message: str) -> web.Response:
-    return _json_response(status, jsonrpc.error(None, code, message))
+    return _web(_rpc_error(status, code, message))
 
 
 def _rpc_error(status: int, code: int, message: str) -> Reply:
