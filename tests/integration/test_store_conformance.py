@@ -1014,3 +1014,22 @@ async def test_sqlite_counters_stay_bounded_and_forgotten_sessions_are_trimmed(
     (rows,) = db.execute("SELECT COUNT(*) FROM ledger WHERE session_id = 'a'").fetchone()
     db.close()
     assert rows == 64  # trimmed when it was forgotten
+
+
+async def test_sqlite_keeps_temp_data_in_memory_and_checkpoints_every_4000_pages(
+    tmp_path: Path,
+) -> None:
+    # statement journals of the batch's multi-row statements spilled to temp files
+    # (open, writes, unlink) and the WAL was copied back every 1,000 pages
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.start()
+    try:
+        settings = await store._call(
+            lambda db: tuple(
+                db.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("temp_store", "wal_autocheckpoint", "journal_mode", "synchronous")
+            )
+        )
+        assert settings == (2, 4000, "wal", 1)  # 2: MEMORY; 1: NORMAL
+    finally:
+        await store.close()
