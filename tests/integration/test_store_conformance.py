@@ -1033,3 +1033,27 @@ async def test_sqlite_keeps_temp_data_in_memory_and_checkpoints_every_4000_pages
         assert settings == (2, 4000, "wal", 1)  # 2: MEMORY; 1: NORMAL
     finally:
         await store.close()
+
+
+async def test_sqlite_turn_rows_stay_within_the_trim_slack(tmp_path: Path) -> None:
+    import sqlite3
+
+    from xwm_bridge.store import sqlite as sqlite_store
+    from xwm_bridge.store.records import TURNS_PER_SESSION, TurnRecord
+
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path)
+    await store.start()
+    try:
+        store.save(SessionRecord("s1", "t1"))
+        for i in range(3 * TURNS_PER_SESSION):
+            store.save_turn(TurnRecord("s1", f"turn-{i:010d}", started_at=float(i)))
+            if i % 16 == 0:
+                await store.turns("s1", 1)  # separate batches, as turns arrive
+        assert len(await store.turns("s1", 1000)) == TURNS_PER_SESSION
+    finally:
+        await store.close()
+    db = sqlite3.connect(path)
+    rows = db.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
+    db.close()
+    assert TURNS_PER_SESSION <= rows <= TURNS_PER_SESSION + sqlite_store.TURN_TRIM_EVERY

@@ -22,6 +22,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from xwm_bridge.store.base import SessionRecord
+from xwm_bridge.store.sqlite_rows import insert_many
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS history (
@@ -84,8 +85,8 @@ class HistoryWriter:
                 known.end = end
             history = r.history
             rows += [(sid, n, history[n - start]) for n in range(first, end)]
-        if rows:
-            db.executemany(INSERT, rows)
+        if rows:  # few multi-row statements: executemany takes the GIL back per row
+            insert_many(db, INSERT, rows)
         if len(self._known) > self._max:
             for sid in list(itertools.islice(self._known, len(self._known) // 2)):
                 del self._known[sid]

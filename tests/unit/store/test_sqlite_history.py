@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from xwm_bridge.store import sqlite_history as sh
 from xwm_bridge.store.base import SessionRecord
+from xwm_bridge.store.sqlite_rows import chunk_sizes
 
 
 def database() -> sqlite3.Connection:
@@ -134,3 +135,18 @@ def test_the_table_always_holds_the_last_saved_history(ops: list[tuple[str, int,
             writer.clear()
         for s, r in saved.items():
             assert stored(db, r) == r.history, (s, r)
+
+
+def test_the_new_prompts_of_many_sessions_are_few_statements() -> None:
+    # executemany ran (and released and re-took the GIL) once per row: under load the
+    # store thread waited for the interpreter's switch interval each time
+    db, writer = database(), sh.HistoryWriter(1000)
+    first = [record(f"s{i}", ["p0"], 1, i + 1) for i in range(100)]
+    writer.write(db, first)
+    statements: list[str] = []
+    db.set_trace_callback(statements.append)
+    writer.write(db, [record(f"s{i}", ["p0", "p1"], 2, i + 1) for i in range(100)])
+    db.set_trace_callback(None)
+    inserts = [s for s in statements if s.startswith("INSERT")]
+    assert len(inserts) == len(chunk_sizes(100)) == 3  # 64 + 32 + 4 rows, not 100 statements
+    assert db.execute("SELECT COUNT(*) FROM history").fetchone()[0] == 200
