@@ -10,6 +10,7 @@ array of them (same ``pos``, ``turn_id``, ``ts`` and ``kind``; event ids
 from __future__ import annotations
 
 import functools
+import itertools
 import sqlite3
 from typing import Any
 
@@ -55,7 +56,7 @@ def insert_many(db: sqlite3.Connection, statement: str, rows: list[tuple[Any, ..
     for size in chunk_sizes(len(rows)):
         chunk = rows[start : start + size]
         start += size
-        db.execute(_many(statement, size), [v for row in chunk for v in row])
+        db.execute(_many(statement, size), list(itertools.chain.from_iterable(chunk)))
 
 
 def runs_on(prev: LedgerEntry, e: LedgerEntry) -> bool:
@@ -74,6 +75,9 @@ def batch_rows(
 ) -> list[tuple[tuple[Any, ...], list[int]]]:
     """Rows for entries appended together, with each row's entry sizes: a run of
     entries that :func:`runs_on` shares one row."""
+    if len(encoded) == 1:  # the common case: one entry, one row
+        e, raw = encoded[0]
+        return [((session_id, e.pos, e.turn_id, raw, e.ts, e.event_id, e.kind, 1), [len(raw)])]
     out: list[tuple[tuple[Any, ...], list[int]]] = []
     start = 0
     for end in range(1, len(encoded) + 1):
