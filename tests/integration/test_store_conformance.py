@@ -1057,3 +1057,22 @@ async def test_sqlite_turn_rows_stay_within_the_trim_slack(tmp_path: Path) -> No
     rows = db.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
     db.close()
     assert TURNS_PER_SESSION <= rows <= TURNS_PER_SESSION + sqlite_store.TURN_TRIM_EVERY
+
+
+async def test_a_bad_entry_in_a_batch_retried_write_by_write_is_counted_once(
+    tmp_path: Path,
+) -> None:
+    # the unencodable entry was counted when the batch was first built and again
+    # when the failed batch (the save past 2^63) was applied write by write
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.start()
+    try:
+        store.save(SessionRecord("s1", "t1"))
+        store.append("s1", LedgerEntry(emitted_pos(1), "turn-1", {"deep": nested(300)}))
+        store.append("s1", LedgerEntry(emitted_pos(2), "turn-1", update("s1", 2)))
+        store.save(SessionRecord("s2", "t", seq=2**70))  # the same batch: no await between
+        assert [m["params"]["seq"] for m in await messages(store, "s1", 0, 10)] == [2]
+        assert await store.load("s2") is None
+        assert store.counters.bad_records == 2  # the entry and the save, once each
+    finally:
+        await store.close()

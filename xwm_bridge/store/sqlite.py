@@ -664,17 +664,20 @@ class SQLiteStore:
             for sid in list(itertools.islice(self._largest, len(self._largest) // 2)):
                 del self._largest[sid]
 
+    @staticmethod
     def _rows(
-        self, session_id: str, payload: LedgerEntry | tuple[LedgerEntry, ...]
+        session_id: str,
+        payload: LedgerEntry | tuple[LedgerEntry, ...],
+        bad: list[tuple[Op, Exception]],
     ) -> list[tuple[tuple[Any, ...], list[int]]]:
         """The ledger rows of one ``append`` op; an entry that cannot be encoded is
-        dropped and counted (the others are kept)."""
+        left out and added to ``bad`` (the others are kept)."""
         encoded: list[tuple[LedgerEntry, bytes]] = []
         for entry in payload if isinstance(payload, tuple) else (payload,):
             try:
                 encoded.append((entry, orjson.dumps(entry.message)))
             except TypeError as exc:  # e.g. nested deeper than orjson writes
-                self._dropped([("append", session_id, entry)], exc)
+                bad.append((("append", session_id, entry), exc))
         return batch_rows(session_id, encoded) if encoded else []
 
     def _isolate(self, db: sqlite3.Connection, writes: list[Op]) -> None:
@@ -718,6 +721,9 @@ class SQLiteStore:
         largest: dict[str, int] = {}
         tops: dict[str, int] = {}  # the newest event id appended per session
         turned: dict[str, int] = {}
+        # entries left out as unencodable: counted once this transaction commits (a
+        # failed batch is applied again write by write, and would count them again)
+        bad: list[tuple[Op, Exception]] = []
         for i, op in enumerate(writes):
             if i not in live:
                 continue
@@ -727,7 +733,7 @@ class SQLiteStore:
                 saved.append(op[1])
             elif kind == "append":
                 sid = op[1]
-                for row, entry_sizes in self._rows(sid, op[2]):
+                for row, entry_sizes in self._rows(sid, op[2], bad):
                     entries.append(row)
                     touched[sid] = touched.get(sid, 0) + len(entry_sizes)
                     sizes[sid] = sizes.get(sid, 0) + sum(entry_sizes)
@@ -791,6 +797,8 @@ class SQLiteStore:
             with contextlib.suppress(sqlite3.Error):  # keep the original error
                 db.execute("ROLLBACK")
             raise
+        for op, exc in bad:
+            self._dropped([op], exc)
 
 
 def _session_of(op: Op) -> str:
