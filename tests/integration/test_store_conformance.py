@@ -1076,3 +1076,28 @@ async def test_a_bad_entry_in_a_batch_retried_write_by_write_is_counted_once(
         assert store.counters.bad_records == 2  # the entry and the save, once each
     finally:
         await store.close()
+
+
+async def test_an_unencodable_turn_or_permission_record_is_dropped_alone(
+    make_store: Factory,
+) -> None:
+    # Redis: the record's encoding raised out of the pipeline's building and the
+    # whole batch (every write queued with it) was lost
+    from xwm_bridge.store.records import PermissionRecord, TurnRecord
+
+    store = await make_store(StoreLimits())
+    store.save(SessionRecord("s1", "t1"))
+    store.save_turn(TurnRecord("s1", "turn-bad", started_at=1.0, result={"deep": nested(300)}))
+    store.save_permission(
+        PermissionRecord("s1", "req-bad", "turn-bad", created_at=1.0, options=(nested(300),))
+    )
+    store.save_turn(TurnRecord("s1", "turn-good", started_at=2.0))
+    store.save(SessionRecord("s2", "t2"))
+    assert await store.load("s2") is not None
+    turns = [t.turn_id for t in await store.turns("s1", 10)]
+    if isinstance(store, MemoryStore):  # it keeps the objects: nothing is encoded
+        assert turns == ["turn-bad", "turn-good"]
+        return
+    assert turns == ["turn-good"]
+    assert [p.request_id for p in await store.permissions()] == []
+    assert store.counters.bad_records == 2

@@ -582,18 +582,25 @@ class RedisStore:
         pipe.eval(APPEND, 2, *keys, cap, ttl, top, events, max_bytes, *items)
 
     def _queue_operator(self, pipe: Any, op: Op) -> None:
-        ttl = int(self._limits.retention)
-        if op[0] == "turn":
-            t: TurnRecord = op[1]
-            key = self.key("t", t.session_id)
-            pipe.eval(SAVE_TURN, 1, key, t.turn_id, t.dumps(), ttl, TURNS_PER_SESSION)
-        elif op[0] == "perm":
-            p: PermissionRecord = op[1]
-            pipe.hset(self.key("p", p.session_id), p.request_id, p.dumps())
-            pipe.expire(self.key("p", p.session_id), ttl)
-            pipe.sadd(self.key("perms"), p.session_id)
-        else:
+        """A turn or permission write; a record that cannot be encoded is dropped alone
+        (it had failed the pipeline's building, and with it every write of the batch)."""
+        if op[0] == "unperm":
             pipe.hdel(self.key("p", op[1]), op[2])
+            return
+        record: TurnRecord | PermissionRecord = op[1]
+        try:
+            body = record.dumps()
+        except (TypeError, ValueError) as exc:  # e.g. nested deeper than orjson writes
+            self._dropped(op[0], record.session_id, exc)
+            return
+        ttl = int(self._limits.retention)
+        if isinstance(record, TurnRecord):
+            key = self.key("t", record.session_id)
+            pipe.eval(SAVE_TURN, 1, key, record.turn_id, body, ttl, TURNS_PER_SESSION)
+        else:
+            pipe.hset(self.key("p", record.session_id), record.request_id, body)
+            pipe.expire(self.key("p", record.session_id), ttl)
+            pipe.sadd(self.key("perms"), record.session_id)
 
     def queue_eval(
         self, script: str, keys: list[str], args: list[str | int]
