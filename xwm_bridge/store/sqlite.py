@@ -11,6 +11,11 @@ the last batch, never corrupt the file.
 The thread survives any bad record: a batch that fails is applied again one
 write at a time, and only the writes that fail alone are dropped (logged and
 counted). A thread found dead is started again by the next read or health probe.
+
+The thread's work without the thread: ``sqlite_schema.py`` (tables, layout,
+migrations), ``sqlite_writes.py`` (a batch's live writes, their rows and
+statements), ``sqlite_rows.py`` (ledger rows, multi-row inserts, the replay
+window) and ``sqlite_history.py`` (prompt rows).
 """
 
 from __future__ import annotations
@@ -55,6 +60,27 @@ from xwm_bridge.store.records import (
     TurnRecord,
 )
 from xwm_bridge.store.sqlite_rows import batch_rows, insert_many, read_ledger
+from xwm_bridge.store.sqlite_schema import SCHEMA, SCHEMA_VERSION, SESSION_COLUMNS, migrate
+from xwm_bridge.store.sqlite_writes import (
+    INSERT_ENTRY,
+    LARGEST_ENTRY,
+    TRIM_BYTES,
+    TRIM_OLDER,
+    TRIM_TURNS,
+    UPSERT_SESSION,
+    UPSERT_TURN,
+    WRITES,
+    Op,
+    apply_permission,
+    delete,
+    insert_entry,
+    ledger_top,
+    live_writes,
+    session_of,
+    session_row,
+    turn_row,
+    upsert,
+)
 
 log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
@@ -72,105 +98,16 @@ CLOSE_TIMEOUT = 30.0
 TUNING = ("temp_store=MEMORY", "wal_autocheckpoint=4000")
 READ_TIMEOUT = 30.0
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    thread_id TEXT NOT NULL,
-    provider TEXT NOT NULL,
-    history BLOB NOT NULL,
-    seq INTEGER NOT NULL,
-    last_turn_id TEXT NOT NULL,
-    last_turn_status TEXT NOT NULL,
-    upstream BLOB NOT NULL,
-    updated_at REAL NOT NULL,
-    events INTEGER NOT NULL DEFAULT 0,
-    owner TEXT NOT NULL DEFAULT '',
-    history_from INTEGER NOT NULL DEFAULT 0,
-    prompts INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS ledger (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id TEXT NOT NULL,
-    pos INTEGER NOT NULL,
-    turn_id TEXT NOT NULL,
-    message BLOB NOT NULL,
-    ts REAL NOT NULL,
-    event_id INTEGER NOT NULL DEFAULT 0,
-    kind TEXT NOT NULL DEFAULT 'notification',
-    count INTEGER NOT NULL DEFAULT 1
-);
-CREATE INDEX IF NOT EXISTS ledger_session ON ledger (session_id, id);
-CREATE INDEX IF NOT EXISTS ledger_ts ON ledger (ts);
-CREATE TABLE IF NOT EXISTS health (k TEXT PRIMARY KEY, v REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS sessions_updated ON sessions (updated_at);
-CREATE TABLE IF NOT EXISTS turns (
-    session_id TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    body BLOB NOT NULL,
-    PRIMARY KEY (session_id, turn_id)
-);
-CREATE TABLE IF NOT EXISTS permissions (
-    session_id TEXT NOT NULL,
-    request_id TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    body BLOB NOT NULL,
-    PRIMARY KEY (session_id, request_id)
-);
-"""
-#: per session the newest turns are kept (store.records.TURNS_PER_SESSION)
-TRIM_TURNS = (
-    "DELETE FROM turns WHERE session_id = ? AND turn_id NOT IN (SELECT turn_id FROM turns"
-    " WHERE session_id = ? ORDER BY started_at DESC, turn_id DESC LIMIT ?)"
-)
-
 #: turn rows over TURNS_PER_SESSION are deleted every this many inserts per session
 #: (reads take the newest). A trim sorts the session's rows, about 40 µs here: every
 #: 32 inserts it is about 1 µs per turn, every 8 it was 5
 TURN_TRIM_EVERY = 32
-#: ``PRAGMA user_version`` of this layout. 0: the first layout (issue 6), whose
-#: ledger had no event ids; 1: sessions had no owner (issue 16); 2: one row per
-#: entry (no ``count``); 3: the prompt history was a JSON array in the session row
-#: (now rows of ``history``: ``sqlite_history.py``); :func:`migrate` upgrades it in
-#: place on open.
-#:
-#: A ledger row holds ``count`` entries: one (``message`` is the entry's JSON), or
-#: the frames of one relay batch (``message`` is a JSON array of them; they share
-#: ``pos``, ``turn_id``, ``ts`` and ``kind``, and have the event ids ``event_id``,
-#: ``event_id + 1``, …). A 50-chunk streamed turn is then a handful of rows, not 52.
-SCHEMA_VERSION = 4
-SESSION_COLUMNS = (
-    "session_id, thread_id, provider, history, seq, last_turn_id, last_turn_status,"
-    " upstream, updated_at, events, owner, history_from, prompts"
-)
+_STOP: Op = ("stop",)
 
-#: delete a session's rows older than its oldest row holding an entry in the newest
-#: ``cap`` (event id ``top - cap + 1`` or later): event ids rise with ``id`` within a
-#: session, so those rows hold only older entries. The subquery walks the session's
-#: rows oldest first and stops at the first one kept, so a trim reads the rows it
-#: deletes and one more, not every row of the session (which, with many sessions
-#: interleaved in the table, meant a page read per row past the page cache)
-TRIM_OLDER = (
-    "DELETE FROM ledger WHERE session_id = ? AND id < (SELECT id FROM ledger"
-    " WHERE session_id = ? AND event_id > 0 AND event_id + count > ? ORDER BY id LIMIT 1)"
-)
-#: the largest entry a session holds
-LARGEST_ENTRY = "SELECT MAX(length(message)) FROM ledger WHERE session_id = ?"
 #: sessions whose trim counters (and largest entry) the store thread remembers; past
 #: it, the oldest half is trimmed at once and forgotten (a daemon that sees a million
 #: sessions keeps a few hundred KiB of counters, not a dict entry per session)
 MAX_TRACKED_SESSIONS = 4096
-#: drop a session's oldest entries past ``ledger_max_bytes`` (the newest that fit stay,
-#: and the newest one always)
-TRIM_BYTES = (
-    "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT MAX(id) FROM"
-    " (SELECT id, SUM(length(message)) OVER (ORDER BY id DESC) AS total,"
-    " ROW_NUMBER() OVER (ORDER BY id DESC) AS rn FROM ledger WHERE session_id = ?)"
-    " WHERE total > ? AND rn > 1)"
-)
-Op = tuple[Any, ...]
-_STOP: Op = ("stop",)
-_WRITES = frozenset({"save", "append", "delete", "turn", "perm", "unperm"})
 
 
 def _row_to_record(db: sqlite3.Connection, row: tuple[Any, ...]) -> SessionRecord:
@@ -191,62 +128,6 @@ def _row_to_record(db: sqlite3.Connection, row: tuple[Any, ...]) -> SessionRecor
         events=int(events),
         owner=owner,
     )
-
-
-def migrate(db: sqlite3.Connection) -> None:
-    """Bring a database of an earlier layout to :data:`SCHEMA_VERSION`, in one
-    transaction. Version 0 → 1: ledger rows get event ids 1, 2, 3, … per session
-    in insertion order, and each session its last event id. 1 → 2: sessions get an
-    ``owner`` column (empty: unowned). 2 → 3: ledger rows get a ``count`` (1: every
-    earlier row holds one entry). 3 → 4: each session's history array becomes rows
-    0, 1, … of ``history``."""
-    version = int(db.execute("PRAGMA user_version").fetchone()[0])
-    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if version >= SCHEMA_VERSION or not {"sessions", "ledger"} <= tables:
-        return  # current, or a new file (SCHEMA creates it)
-    with db:
-        db.execute("BEGIN IMMEDIATE")
-        if version < 1:
-            columns = {r[1] for r in db.execute("PRAGMA table_info(ledger)")}
-            if "event_id" not in columns:
-                db.execute("ALTER TABLE ledger ADD COLUMN event_id INTEGER NOT NULL DEFAULT 0")
-                db.execute(
-                    "ALTER TABLE ledger ADD COLUMN kind TEXT NOT NULL DEFAULT 'notification'"
-                )
-            if "events" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
-                db.execute("ALTER TABLE sessions ADD COLUMN events INTEGER NOT NULL DEFAULT 0")
-            db.execute(
-                "UPDATE ledger SET event_id = (SELECT COUNT(*) FROM ledger AS l"
-                " WHERE l.session_id = ledger.session_id AND l.id <= ledger.id)"
-                " WHERE event_id = 0"
-            )
-            db.execute(
-                "UPDATE sessions SET events = (SELECT COALESCE(MAX(event_id), 0) FROM ledger"
-                " WHERE ledger.session_id = sessions.session_id)"
-            )
-        # 1 → 2: sessions get an owner; the old ones are unowned (the next turn claims them)
-        if "owner" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
-            db.execute("ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
-        if "count" not in {r[1] for r in db.execute("PRAGMA table_info(ledger)")}:
-            db.execute("ALTER TABLE ledger ADD COLUMN count INTEGER NOT NULL DEFAULT 1")
-        if "prompts" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
-            _history_rows(db)
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-
-def _history_rows(db: sqlite3.Connection) -> None:
-    """3 → 4 (in the caller's transaction)."""
-    db.execute("ALTER TABLE sessions ADD COLUMN history_from INTEGER NOT NULL DEFAULT 0")
-    db.execute("ALTER TABLE sessions ADD COLUMN prompts INTEGER NOT NULL DEFAULT 0")
-    db.execute(sqlite_history.SCHEMA)
-    for sid, blob in db.execute("SELECT session_id, history FROM sessions").fetchall():
-        history = [str(p) for p in orjson.loads(blob or b"[]")]
-        db.executemany(sqlite_history.INSERT, [(sid, n, p) for n, p in enumerate(history)])
-        db.execute(
-            "UPDATE sessions SET history = '[]', history_from = 0, prompts = ?"
-            " WHERE session_id = ?",
-            (len(history), sid),
-        )
 
 
 class SQLiteStore:
@@ -413,7 +294,7 @@ class SQLiteStore:
             if row is None:
                 return None
             record = _row_to_record(db, row)
-            top, events = _ledger_top(db, session_id)
+            top, events = ledger_top(db, session_id)
             if top > record.seq or events > record.events:
                 record = replace(
                     record, seq=max(top, record.seq), events=max(events, record.events)
@@ -444,15 +325,15 @@ class SQLiteStore:
                 db.execute("DELETE FROM permissions")  # their turns died with the process
                 for row in rows:
                     record = _row_to_record(db, row)
-                    fixed, entry = recovered(record, *_ledger_top(db, record.session_id))
-                    _upsert(db, fixed)
-                    _insert_entry(db, record.session_id, entry)
+                    fixed, entry = recovered(record, *ledger_top(db, record.session_id))
+                    upsert(db, fixed)
+                    insert_entry(db, record.session_id, entry)
                     body = db.execute(
                         "SELECT body FROM turns WHERE session_id = ? AND turn_id = ?",
                         (record.session_id, record.last_turn_id),
                     ).fetchone()
                     stored = TurnRecord.loads(body[0]) if body else None
-                    db.execute(UPSERT_TURN, _turn_row(interrupted_turn(record, stored)))
+                    db.execute(UPSERT_TURN, turn_row(interrupted_turn(record, stored)))
                     ids.append(record.session_id)
             return ids
 
@@ -471,7 +352,7 @@ class SQLiteStore:
                     )
                 ]
                 for sid in stale:
-                    _delete(db, sid)
+                    delete(db, sid)
                     self._histories.forget(sid)
                 db.execute("DELETE FROM ledger WHERE ts < ?", (now - self._limits.ledger_max_age,))
                 db.execute(
@@ -595,7 +476,7 @@ class SQLiteStore:
                     break
             writes: list[Op] = []
             for op in batch:  # strictly in queue order: a read sees every earlier write
-                if op[0] in _WRITES:
+                if op[0] in WRITES:
                     writes.append(op)
                     continue
                 self._flush(db, writes)
@@ -700,16 +581,16 @@ class SQLiteStore:
             extra={
                 "ops": len(ops),
                 "op": ops[0][0],
-                "session_id": _session_of(ops[0])[:128],
+                "session_id": session_of(ops[0])[:128],
                 "error": f"{type(exc).__name__}: {exc}"[:300],
             },
         )
 
     def _apply(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         """One transaction, one ``executemany`` per table. Reordering by table is safe:
-        after :func:`_superseded`, nothing live for a session precedes its delete, and
+        after :func:`sqlite_writes.live_writes`, nothing live for a session precedes its delete, and
         the other tables do not depend on each other's order."""
-        live = _superseded(writes)
+        live = live_writes(writes)
         deletes: list[str] = []
         saves: list[tuple[Any, ...]] = []
         saved: list[SessionRecord] = []
@@ -729,7 +610,7 @@ class SQLiteStore:
                 continue
             kind = op[0]
             if kind == "save":
-                saves.append(_session_row(op[1]))
+                saves.append(session_row(op[1]))
                 saved.append(op[1])
             elif kind == "append":
                 sid = op[1]
@@ -744,7 +625,7 @@ class SQLiteStore:
                     if top > tops.get(sid, 0):
                         tops[sid] = top
             elif kind == "turn":
-                turns.append(_turn_row(op[1]))
+                turns.append(turn_row(op[1]))
                 turned[op[1].session_id] = turned.get(op[1].session_id, 0) + 1
             elif kind == "delete":
                 deletes.append(op[1])
@@ -758,13 +639,13 @@ class SQLiteStore:
         db.execute("BEGIN")
         try:
             for sid in deletes:
-                _delete(db, sid)
+                delete(db, sid)
             insert_many(db, UPSERT_SESSION, saves)
             self._histories.write(db, saved)
             insert_many(db, INSERT_ENTRY, entries)
             insert_many(db, UPSERT_TURN, turns)
             for op in permissions:
-                _apply_permission(db, op)
+                apply_permission(db, op)
             # trim a session's ledger every cap/8 entries (or max_bytes/8 bytes), not per
             # batch (replay reads only the newest entries that fit: the slack is invisible)
             cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
@@ -801,47 +682,6 @@ class SQLiteStore:
             self._dropped([op], exc)
 
 
-def _session_of(op: Op) -> str:
-    target = op[1] if len(op) > 1 else ""
-    return str(getattr(target, "session_id", target))
-
-
-def _superseded(writes: list[Op]) -> set[int]:
-    """Indexes of the writes that still matter: a save is dead when a later save or
-    delete of the same session follows in the batch (a save replaces the whole row),
-    a ledger append, turn record or permission write when a later delete does, a turn
-    record when a later record of the same turn does. Saves are typically two per turn
-    (turn start and end) and a thread's next turn starts right after, so about half go."""
-    live: set[int] = set()
-    saved: set[str] = set()
-    deleted: set[str] = set()
-    turns: set[tuple[str, str]] = set()
-    for i in range(len(writes) - 1, -1, -1):
-        op = writes[i]
-        kind = op[0]
-        if kind == "save":
-            sid = op[1].session_id
-            if sid not in saved and sid not in deleted:
-                live.add(i)
-            saved.add(sid)
-        elif kind == "append":
-            if op[1] not in deleted:
-                live.add(i)
-        elif kind == "delete":
-            live.add(i)
-            deleted.add(op[1])
-        elif kind == "turn":
-            key = (op[1].session_id, op[1].turn_id)
-            if key not in turns and key[0] not in deleted:
-                live.add(i)
-            turns.add(key)
-        else:  # permission records ("perm" carries the record, "unperm" the session id)
-            sid = op[1] if kind == "unperm" else op[1].session_id
-            if sid not in deleted:
-                live.add(i)
-    return live
-
-
 def lock_path(db_path: Path) -> Path:
     return db_path.with_name(db_path.name + ".lock")
 
@@ -851,84 +691,3 @@ def lock_holder(fd: int) -> str:
     with contextlib.suppress(OSError, ValueError):
         return os.pread(fd, 32, 0).decode().strip()
     return ""
-
-
-def _ledger_top(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
-    """The highest bridge seq and event id in a session's ledger."""
-    row = db.execute(
-        "SELECT MAX(pos), MAX(event_id + count - 1) FROM ledger WHERE session_id = ?",
-        (session_id,),
-    ).fetchone()
-    if not row or row[0] is None:
-        return 0, 0
-    return int(row[0]) // 2, int(row[1])
-
-
-UPSERT_SESSION = (
-    f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES ({', '.join('?' * 13)})"
-)
-INSERT_ENTRY = (
-    "INSERT INTO ledger (session_id, pos, turn_id, message, ts, event_id, kind, count)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-UPSERT_TURN = (
-    "INSERT OR REPLACE INTO turns (session_id, turn_id, started_at, body) VALUES (?, ?, ?, ?)"
-)
-
-
-def _session_row(r: SessionRecord) -> tuple[Any, ...]:
-    """The ``sessions`` row (its history goes to ``history``: HistoryWriter)."""
-    start, end = sqlite_history.span(r)
-    return (
-        r.session_id,
-        r.thread_id,
-        r.provider,
-        b"[]",
-        r.seq,
-        r.last_turn_id,
-        r.last_turn_status,
-        orjson.dumps(r.upstream),
-        r.updated_at,
-        r.events,
-        r.owner,
-        start,
-        end,
-    )
-
-
-def _entry_row(session_id: str, e: LedgerEntry) -> tuple[Any, ...]:
-    return (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts, e.event_id, e.kind, 1)
-
-
-def _turn_row(t: TurnRecord) -> tuple[Any, ...]:
-    return (t.session_id, t.turn_id, t.started_at, t.dumps())
-
-
-def _upsert(db: sqlite3.Connection, r: SessionRecord) -> None:
-    db.execute(UPSERT_SESSION, _session_row(r))
-
-
-def _insert_entry(db: sqlite3.Connection, session_id: str, e: LedgerEntry) -> None:
-    db.execute(INSERT_ENTRY, _entry_row(session_id, e))
-
-
-def _delete(db: sqlite3.Connection, session_id: str) -> None:
-    db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
-    db.execute("DELETE FROM ledger WHERE session_id = ?", (session_id,))
-    db.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
-    db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
-    db.execute(sqlite_history.DELETE_ALL, (session_id,))
-
-
-def _apply_permission(db: sqlite3.Connection, op: Op) -> None:
-    """Pending permission requests (issue 13)."""
-    if op[0] == "perm":
-        p: PermissionRecord = op[1]
-        db.execute(
-            "INSERT OR REPLACE INTO permissions VALUES (?, ?, ?, ?)",
-            (p.session_id, p.request_id, p.created_at, p.dumps()),
-        )
-    else:
-        db.execute(
-            "DELETE FROM permissions WHERE session_id = ? AND request_id = ?", (op[1], op[2])
-        )

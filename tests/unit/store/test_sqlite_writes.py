@@ -1,9 +1,9 @@
-"""xwm_bridge.store.sqlite: which queued writes of one batch still matter (no database)."""
+"""xwm_bridge.store.sqlite_writes: which queued writes of one batch still matter (no database)."""
 
 from __future__ import annotations
 
 from xwm_bridge.store.base import LedgerEntry, SessionRecord
-from xwm_bridge.store.sqlite import Op, _superseded
+from xwm_bridge.store.sqlite_writes import Op, live_writes
 
 
 def save(sid: str, seq: int) -> Op:
@@ -20,17 +20,17 @@ def delete(sid: str) -> Op:
 
 def test_only_the_last_save_of_a_session_is_written() -> None:
     ops = [save("a", 1), append("a", 2), save("b", 1), save("a", 2)]
-    assert _superseded(ops) == {1, 2, 3}
+    assert live_writes(ops) == {1, 2, 3}
 
 
 def test_a_delete_kills_earlier_saves_and_appends_not_later_ones() -> None:
     ops = [save("a", 1), append("a", 2), delete("a"), append("a", 2), save("a", 1)]
-    assert _superseded(ops) == {2, 3, 4}
+    assert live_writes(ops) == {2, 3, 4}
 
 
 def test_other_sessions_are_untouched() -> None:
     ops = [save("a", 1), delete("b"), append("a", 4), save("b", 9)]
-    assert _superseded(ops) == {0, 1, 2, 3}
+    assert live_writes(ops) == {0, 1, 2, 3}
 
 
 def turn(sid: str, turn_id: str) -> Op:
@@ -41,7 +41,7 @@ def turn(sid: str, turn_id: str) -> Op:
 
 def test_a_turn_record_is_superseded_by_a_later_one_of_the_same_turn() -> None:
     ops = [turn("a", "t1"), turn("b", "t1"), turn("a", "t1"), turn("a", "t2")]
-    assert _superseded(ops) == {1, 2, 3}
+    assert live_writes(ops) == {1, 2, 3}
 
 
 def test_permission_writes_never_kill_session_writes() -> None:
@@ -53,7 +53,7 @@ def test_permission_writes_never_kill_session_writes() -> None:
         ("unperm", "a", "p1"),
         ("perm", PermissionRecord("a", "p2")),
     ]
-    assert _superseded(ops) == {0, 1, 2, 3}
+    assert live_writes(ops) == {0, 1, 2, 3}
 
 
 def test_a_delete_kills_the_sessions_turns_and_permissions_before_it() -> None:
@@ -68,7 +68,7 @@ def test_a_delete_kills_the_sessions_turns_and_permissions_before_it() -> None:
         turn("a", "t2"),
         ("perm", PermissionRecord("b", "p3")),
     ]
-    assert _superseded(ops) == {3, 4, 5}
+    assert live_writes(ops) == {3, 4, 5}
 
 
 def test_records_serialize_as_their_fields() -> None:
