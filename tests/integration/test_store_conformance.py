@@ -1094,10 +1094,8 @@ async def test_an_unencodable_turn_or_permission_record_is_dropped_alone(
     store.save_turn(TurnRecord("s1", "turn-good", started_at=2.0))
     store.save(SessionRecord("s2", "t2"))
     assert await store.load("s2") is not None
-    turns = [t.turn_id for t in await store.turns("s1", 10)]
-    if isinstance(store, MemoryStore):  # it keeps the objects: nothing is encoded
-        assert turns == ["turn-bad", "turn-good"]
-        return
-    assert turns == ["turn-good"]
+    # memory: the records had been kept as objects, and a view that returned
+    # "turn-bad" was answered with -32603 (the wire encoder could not write it)
+    assert [t.turn_id for t in await store.turns("s1", 10)] == ["turn-good"]
     assert [p.request_id for p in await store.permissions()] == []
     assert store.counters.bad_records == 2

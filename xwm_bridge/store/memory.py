@@ -4,14 +4,16 @@ Bounded by count, age and bytes: each session's ledger keeps the newest entries
 that fit in ``ledger_max_bytes`` (and always the newest one), and all sessions
 together (ledgers plus prompt histories) fit in ``memory_max_bytes`` — past it,
 the oldest ledger entries of any session go first, then the least recently saved
-sessions. An entry that
-cannot be encoded (and so could never be sent back) is dropped and counted.
+sessions. An entry or a turn or permission record that cannot be encoded (and so
+could never be sent back) is dropped and counted, as the other stores do.
 
 Ledger entries are kept encoded, as plain tuples of atomic values (see
 :data:`Kept`), and decoded only when replayed: the message's encoding is what the
 byte bound counts anyway, and a ledger of tens of thousands of entries then adds
 no object the garbage collector has to walk (holding the decoded dicts made the
-collector a third of the daemon's CPU in a streamed bench).
+collector a third of the daemon's CPU in a streamed bench). Turn and permission
+records are kept encoded too, with the key their view sorts by: a view returns
+copies, as the SQLite and Redis stores do.
 """
 
 from __future__ import annotations
@@ -80,8 +82,10 @@ class MemoryStore:
         self._order: deque[tuple[str, Kept]] = deque()
         self._live_entries = 0
         self._bytes = 0
-        self._turns: dict[str, dict[str, TurnRecord]] = {}
-        self._permissions: dict[tuple[str, str], PermissionRecord] = {}
+        #: session → turn id → (started_at, the encoded record)
+        self._turns: dict[str, dict[str, tuple[float, bytes]]] = {}
+        #: (session, request id) → (created_at, the encoded record)
+        self._permissions: dict[tuple[str, str], tuple[float, bytes]] = {}
         self.counters = StoreCounters()
 
     @property
@@ -110,15 +114,18 @@ class MemoryStore:
         self._bytes += record_size(record)
         self._enforce_global()
 
+    def _dropped(self, op: str, session_id: str, exc: Exception) -> None:
+        self.counters.bad_records += 1
+        log.error(
+            "session store dropped a record",
+            extra={"op": op, "session_id": session_id[:128], "error": f"{exc}"[:300]},
+        )
+
     def append(self, session_id: str, entry: LedgerEntry) -> None:
         try:
             raw = orjson.dumps(entry.message)
         except TypeError as exc:  # e.g. nested deeper than orjson writes
-            self.counters.bad_records += 1
-            log.error(
-                "session store dropped a record",
-                extra={"op": "append", "session_id": session_id[:128], "error": str(exc)},
-            )
+            self._dropped("append", session_id, exc)
             return
         size = len(raw) + ENTRY_OVERHEAD
         kept = (entry.pos, entry.turn_id, entry.ts, entry.event_id, entry.kind, raw, size)
@@ -221,8 +228,7 @@ class MemoryStore:
                 fixed, entry = recovered(record, self._ledger_seq(sid), self._ledger_events(sid))
                 self.save(fixed)
                 self.append(sid, entry)
-                stored = self._turns.get(sid, {}).get(record.last_turn_id)
-                self.save_turn(interrupted_turn(record, stored))
+                self.save_turn(interrupted_turn(record, self._turn(sid, record.last_turn_id)))
                 ids.append(sid)
         return ids
 
@@ -245,14 +251,25 @@ class MemoryStore:
     # --- operator views (issue 13) ---------------------------------------------------------
 
     def save_turn(self, record: TurnRecord) -> None:
+        try:
+            raw = record.dumps()
+        except TypeError as exc:  # e.g. a result nested deeper than orjson writes
+            self._dropped("save_turn", record.session_id, exc)
+            return
         turns = self._turns.setdefault(record.session_id, {})
-        turns[record.turn_id] = record
+        turns[record.turn_id] = (record.started_at, raw)
         while len(turns) > TURNS_PER_SESSION:
-            del turns[min(turns, key=lambda t: (turns[t].started_at, t))]
+            del turns[min(turns, key=lambda t: (turns[t][0], t))]
+
+    def _turn(self, session_id: str, turn_id: str) -> TurnRecord | None:
+        kept = self._turns.get(session_id, {}).get(turn_id)
+        return TurnRecord.loads(kept[1]) if kept is not None else None
 
     async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
-        turns = sorted(self._turns.get(session_id, {}).values(), key=_turn_order)
-        return turns[-limit:] if limit > 0 else []
+        if limit <= 0:
+            return []
+        kept = sorted(self._turns.get(session_id, {}).items(), key=lambda t: (t[1][0], t[0]))
+        return [TurnRecord.loads(raw) for _, (_, raw) in kept[-limit:]]
 
     async def list_sessions(self, query: SessionQuery) -> SessionPage:
         rows = sorted(
@@ -261,24 +278,26 @@ class MemoryStore:
             reverse=True,
         )
         page = rows[: query.limit]
-        items = [(r, self._turns.get(r.session_id, {}).get(r.last_turn_id)) for r in page]
+        items = [(r, self._turn(r.session_id, r.last_turn_id)) for r in page]
         more = len(rows) > query.limit
         return SessionPage(items, (page[-1].updated_at, page[-1].session_id) if more else None)
 
     def save_permission(self, record: PermissionRecord) -> None:
-        self._permissions[record.key] = record
+        try:
+            raw = record.dumps()
+        except TypeError as exc:  # e.g. options nested deeper than orjson writes
+            self._dropped("save_permission", record.session_id, exc)
+            return
+        self._permissions[record.key] = (record.created_at, raw)
 
     def delete_permission(self, session_id: str, request_id: str) -> None:
         self._permissions.pop((session_id, request_id), None)
 
     async def permissions(self) -> list[PermissionRecord]:
-        return sorted(self._permissions.values(), key=lambda p: (p.created_at, p.request_id))
+        kept = sorted(self._permissions.items(), key=lambda p: (p[1][0], p[0][1]))
+        return [PermissionRecord.loads(raw) for _, (_, raw) in kept]
 
 
 def _selected(kept: Kept, after_seq: int, after_event: int | None) -> bool:
     pos, _, _, event_id = kept[:4]
     return selected(LedgerEntry(pos, "", {}, event_id=event_id), after_seq, after_event)
-
-
-def _turn_order(t: TurnRecord) -> tuple[float, str]:
-    return (t.started_at, t.turn_id)
