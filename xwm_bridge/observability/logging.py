@@ -94,6 +94,13 @@ def _capped(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _put_capped(entry: dict[str, Any], fields: dict[str, Any] | None, exc: str) -> None:
+    if fields:
+        entry.update(_capped(fields))
+    if exc:
+        entry["exc"] = exc
+
+
 def _scalars(entry: dict[str, Any]) -> dict[str, Any]:
     return {
         k: (v if isinstance(v, (str, int, float, bool)) else _cap(repr(v), MAX_FIELD_CHARS))
@@ -155,15 +162,25 @@ def render_line(
         entry["request_id"] = rid
     if tid:
         entry["turn_id"] = tid
-    if fields:
-        entry.update(_capped(fields))
     if exc:
-        entry["exc"] = _cap(exc, MAX_EXC_CHARS)
+        exc = _cap(exc, MAX_EXC_CHARS)
     if text:  # a terminal's line, not JSON: every form of every secret replaced
+        _put_capped(entry, fields, exc)
         return redactor.redact_bytes(render_text(entry)) + b"\n"
+    if fields:
+        entry.update(fields)
+    if exc:
+        entry["exc"] = exc
     try:
         line = orjson.dumps(entry, default=repr)
+        if len(line) > MAX_FIELD_CHARS and fields:
+            # a string field may be over the cap (a line at most MAX_FIELD_CHARS bytes
+            # long holds none: a character is at least a byte): cut them and encode
+            # again. Most lines are far shorter, and skip the pass over their fields.
+            _put_capped(entry, fields, exc)
+            line = orjson.dumps(entry, default=repr)
     except TypeError:  # e.g. a peer's value nested deeper than orjson writes
+        _put_capped(entry, fields, exc)
         entry = _scalars(entry)
         line = orjson.dumps(entry)
     if len(line) > MAX_LINE_BYTES:  # big containers (lists, dicts) in the fields

@@ -109,9 +109,10 @@ class Matcher:
         if self._search is None:
             return False
         lowered = text.lower()
-        for needle in self._needles:
-            if needle in lowered:
-                return self._search(lowered) is not None
+        # the needle loop in C (``map``/``any``): a catalog's ~80 needles were ~340
+        # bytecodes per prompt as a Python loop
+        if any(map(lowered.__contains__, self._needles)):
+            return self._search(lowered) is not None
         return False
 
 

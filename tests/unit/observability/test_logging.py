@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.nesting import nested
 from xwm_bridge.observability import logging as obslog
@@ -122,3 +124,44 @@ def test_big_containers_are_shortened() -> None:
 def test_deep_values_do_not_break_the_line() -> None:
     doc = line(Redactor(("k",)), {"v": nested(400)})
     assert isinstance(doc["v"], str)
+
+
+def _reference_line(redactor: Redactor, msg: str, fields: dict[str, object], exc: str) -> bytes:
+    """The line as rendered before the short-line fast path: every string field
+    capped first, then encoded (the fast path must give the same bytes)."""
+    entry: dict[str, object] = {"ts": _Clock().stamp(0.0), "level": "info", "logger": "t"}
+    entry["msg"] = obslog._cap(msg, MAX_FIELD_CHARS)
+    entry.update(obslog._capped(fields))
+    if exc:
+        entry["exc"] = obslog._cap(exc, obslog.MAX_EXC_CHARS)
+    line = orjson.dumps(entry, default=repr)
+    if len(line) > obslog.MAX_LINE_BYTES:
+        line = orjson.dumps(obslog._scalars(entry))
+    if redactor.hit(line):
+        line = orjson.dumps(redactor.value(orjson.loads(line)))
+    return line + b"\n"
+
+
+_near_cap = st.builds(
+    lambda ch, n: ch * n,
+    st.sampled_from(["s", "é", "\u6587", '"', "\n"]),
+    st.integers(0, MAX_FIELD_CHARS + 40) | st.integers(MAX_FIELD_CHARS - 3, MAX_FIELD_CHARS + 3),
+)
+_field_values = _near_cap | st.integers() | st.booleans() | st.lists(_near_cap, max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fields=st.dictionaries(
+        st.sampled_from(["session_id", "error", "exc", "msg", "ts", "k1", "k2", "k3"]),
+        _field_values,
+        max_size=6,
+    ),
+    exc=st.sampled_from(["", "Traceback: boom", "x" * (obslog.MAX_EXC_CHARS + 5)]),
+)
+def test_short_lines_skip_the_cap_pass_and_render_the_same(
+    fields: dict[str, object], exc: str
+) -> None:
+    redactor = Redactor(["s3cr3t-token"])
+    got = render_line(redactor, _Clock(), 0.0, "info", "t", "m", dict(fields), exc)
+    assert got == _reference_line(redactor, "m", fields, exc)
