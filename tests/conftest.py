@@ -457,7 +457,7 @@ async def wait_queue_depth(
 
 
 def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Callable[[], Any]] | None:
-    """Tests run on uvloop when it is installed, as the daemon does (cli._run)."""
+    """Tests run on uvloop when it is installed, as the daemon does (cli/common.py _run)."""
     try:
         import uvloop
     except ImportError:

@@ -1,6 +1,6 @@
 """The HTTP server of ``serve`` and ``agent-adapter``: aiohttp's runner behind the front.
 
-One function builds what both the daemon (``cli.py``) and the in-process test
+One function builds what both the daemon (``cli/serve.py``) and the in-process test
 daemon run, so that tests exercise the server the daemon serves with.
 """
 

@@ -1,0 +1,132 @@
+"""What every command shares: exit codes, the common click options, config loading,
+the event loop runner and the SIGTERM/SIGINT handling of the long-running modes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, NoReturn
+
+import click
+
+from xwm_bridge.config import (
+    CONFIG_FILE_ENV,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    BridgeConfig,
+    ConfigError,
+    load_config,
+)
+from xwm_bridge.observability.logging import flush_logs
+
+log = logging.getLogger("xwm_bridge")
+
+EXIT_CONFIG = 2
+EXIT_LISTEN = 1
+#: a second SIGTERM/SIGINT cut the drain short
+EXIT_FORCED = 1
+FORCE_HINT = "send SIGTERM or SIGINT again to cancel running turns and exit now"
+
+CONFIG_OPTION = click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    envvar=CONFIG_FILE_ENV,
+    help=f"YAML config file (env {CONFIG_FILE_ENV}). Precedence: defaults < file < env < flags.",
+)
+LOG_LEVEL_OPTION = click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level of the log lines on stderr (env XWM_LOG_LEVEL; default info).",
+)
+LOG_FORMAT_OPTION = click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default=None,
+    help="json (one object per line), text (human-readable) or auto: text when stderr "
+    "is a terminal, else JSON (env XWM_LOG_FORMAT; default auto).",
+)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"xwm-bridge: {message}", err=True)
+    sys.exit(code)
+
+
+def _run(main: Coroutine[Any, Any, int]) -> int:
+    """Run on uvloop when the ``[fast]`` extra is installed (≈12% less CPU per turn)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+class Signals:
+    """SIGTERM/SIGINT: the first starts the shutdown (``on_first``) and says in the log
+    that another one forces the exit; the second calls ``on_force`` (cancel running
+    turns now); a third exits at once. Installed until :meth:`remove`."""
+
+    def __init__(self, on_first: Callable[[], None], grace_s: float) -> None:
+        self.on_first = on_first
+        self.on_force: Callable[[], None] | None = None
+        self.grace_s = grace_s
+        self.count = 0
+        self._loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._received, sig)
+
+    def _received(self, sig: signal.Signals) -> None:
+        self.count += 1
+        name = signal.Signals(sig).name
+        if self.count == 1:
+            log.info(
+                "shutting down", extra={"signal": name, "grace_s": self.grace_s, "hint": FORCE_HINT}
+            )
+            self.on_first()
+        elif self.count == 2 and self.on_force is not None:
+            log.warning("second signal: forcing the exit", extra={"signal": name})
+            self.on_force()
+        else:
+            log.warning("signal again: exiting now", extra={"signal": name})
+            flush_logs()
+            os._exit(EXIT_FORCED)
+
+    def remove(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.remove_signal_handler(sig)
+
+
+async def _until_signal(
+    main: Coroutine[Any, Any, None],
+    grace_s: float = 0.0,
+    finish: Callable[[Signals], Awaitable[None]] | None = None,
+) -> bool:
+    """Run a stdio server until it ends (end of input) or SIGTERM/SIGINT cancels it,
+    then ``finish`` (the drain) with the signal handlers still installed, so a second
+    signal forces the exit. True when a signal stopped it."""
+    async with asyncio.TaskGroup() as group:
+        task = group.create_task(main, name="stdio-server")
+
+        def stop() -> None:
+            task.cancel()
+
+        signals = Signals(stop, grace_s)
+    try:
+        if finish is not None:
+            await finish(signals)
+    finally:
+        signals.remove()
+    return signals.count > 0
+
+
+def _load(config_file: str | None, **flags: Any) -> BridgeConfig:
+    try:
+        return load_config(config_file=config_file, flags=flags).config
+    except ConfigError as exc:
+        _fail(f"config error: {exc}", EXIT_CONFIG)

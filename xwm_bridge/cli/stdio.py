@@ -1,0 +1,129 @@
+"""The stdio modes: ``xwm-bridge acp-stdio`` (the bridge contract) and ``xwm-bridge acp``
+(the bridge as an ACP agent)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from xwm_bridge.cli.common import (
+    CONFIG_OPTION,
+    EXIT_CONFIG,
+    EXIT_FORCED,
+    LOG_FORMAT_OPTION,
+    LOG_LEVEL_OPTION,
+    Signals,
+    _load,
+    _run,
+    _until_signal,
+)
+from xwm_bridge.cli.group import cli
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.observability.logging import setup_logging
+from xwm_bridge.store.base import StoreError
+from xwm_bridge.wire import WireEncoder
+
+
+@cli.command("acp-stdio")
+@CONFIG_OPTION
+@LOG_LEVEL_OPTION
+@LOG_FORMAT_OPTION
+def acp_stdio(config_file: str | None, log_level: str | None, log_format: str | None) -> None:
+    """Serve the bridge contract on stdin/stdout (for use as a child process).
+
+    Input: newline-delimited JSON or Content-Length framed messages. Output: one
+    compact JSON object per line (responses and session.update notifications).
+    Requests run concurrently, so session.cancel interrupts a running turn.
+    Logs go to stderr. Exits 0 at end of input once running requests finish.
+    """
+    cfg = _load(config_file, log_level=log_level, log_format=log_format)
+    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
+    sys.exit(_run(_acp_stdio(cfg)))
+
+
+async def _acp_stdio(cfg: BridgeConfig) -> int:
+    from xwm_bridge.app.bridge import Bridge
+    from xwm_bridge.app.dispatcher import Dispatcher
+    from xwm_bridge.app.methods import BridgeMethods
+    from xwm_bridge.transport.stdio import StdioServer, stdin_reader, stdout_writer
+
+    bridge = Bridge(cfg)
+    try:
+        await bridge.start()
+    except StoreError as exc:
+        click.echo(f"xwm-bridge: {exc}", err=True)
+        await bridge.close(0)
+        return EXIT_CONFIG
+    try:
+        server = StdioServer(
+            Dispatcher(BridgeMethods(bridge).table(), bridge.metrics),
+            stdin_reader(),
+            stdout_writer(),
+            max_message=cfg.limits.max_body_bytes,
+            send_timeout=cfg.limits.notification_send_timeout,
+            wire=WireEncoder(cfg.credentials()),
+        )
+
+        async def finish(signals: Signals) -> None:
+            signals.on_force = bridge.force_shutdown
+            await bridge.close()
+
+        await _until_signal(server.serve(), cfg.limits.shutdown_grace, finish)
+    finally:
+        await bridge.close()  # a no-op after finish; closes the store if serve() failed
+    return EXIT_FORCED if bridge.forced else 0
+
+
+@cli.command("acp")
+@CONFIG_OPTION
+@LOG_LEVEL_OPTION
+def acp(config_file: str | None, log_level: str | None) -> None:
+    """Be an ACP agent on stdin/stdout, for editors (Zed) and ACP clients.
+
+    \b
+    Agent Client Protocol v1, newline-delimited JSON-RPC. Each session/prompt is
+    one bridge turn: routed (session config option "route": auto, a provider,
+    multi-agent or a gateway; default acp.default_route), queued, cancellable
+    (session/cancel), persisted (session/list, session/load, session/resume after
+    a restart). A stdio agent's permission requests, and its fs/* and terminal/*
+    when the client declares them, are relayed to the client.
+    Sessions are kept in <state dir>/acp unless store.state_dir (XWM_STATE_DIR)
+    is set, apart from a serve daemon's. Logs go to stderr. Exits 0 at end of input.
+    """
+    from xwm_bridge.store import with_own_state_dir
+
+    cfg = with_own_state_dir(_load(config_file, log_level=log_level), "acp")
+    setup_logging(cfg.log_level, cfg.secrets())
+    sys.exit(_run(_acp(cfg)))
+
+
+async def _acp(cfg: BridgeConfig) -> int:
+    from xwm_bridge.acp.front import AcpFrontDoor
+    from xwm_bridge.app.bridge import Bridge
+    from xwm_bridge.transport.acp_stdio import serve_acp_stdio
+    from xwm_bridge.transport.stdio import stdin_reader, stdout_writer
+
+    bridge = Bridge(cfg)
+    try:
+        await bridge.start()
+    except StoreError as exc:
+        click.echo(f"xwm-bridge: {exc}", err=True)
+        await bridge.close(0)
+        return EXIT_CONFIG
+    front = AcpFrontDoor(bridge)
+    try:
+        await _until_signal(
+            serve_acp_stdio(
+                front,
+                stdin_reader(),
+                stdout_writer(),
+                max_message=cfg.limits.max_body_bytes,
+                send_timeout=cfg.limits.notification_send_timeout,
+                grace=cfg.limits.shutdown_grace,
+            )
+        )
+    finally:
+        await front.close()
+        await bridge.close()
+    return 0

@@ -1,0 +1,57 @@
+"""``xwm-bridge toolbridge``: the MCP tool bridge on stdin/stdout (the mode when no
+command is given)."""
+
+from __future__ import annotations
+
+import sys
+
+from xwm_bridge.cli.common import (
+    CONFIG_OPTION,
+    LOG_FORMAT_OPTION,
+    LOG_LEVEL_OPTION,
+    _load,
+    _run,
+    _until_signal,
+)
+from xwm_bridge.cli.group import cli
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.observability.logging import setup_logging
+from xwm_bridge.wire import WireEncoder
+
+
+@cli.command("toolbridge")
+@CONFIG_OPTION
+@LOG_LEVEL_OPTION
+@LOG_FORMAT_OPTION
+def toolbridge(config_file: str | None, log_level: str | None, log_format: str | None) -> None:
+    """Serve the MCP tool bridge on stdin/stdout (also the mode when no command is given).
+
+    \b
+    Tools: chat (OpenAI-compatible; LLM_API_KEY, LLM_BASE_URL, LLM_MODEL),
+    claude_review (the Claude CLI; CLAUDE_BIN, CLAUDE_REVIEW_*),
+    vault_kv (KV v2; VAULT_SERVER_URL, VAULT_SERVER_ROOT_ACCESS_TOKEN, VAULT_NAMESPACE).
+    Input: newline JSON or Content-Length frames; output: one JSON object per line.
+    Logs go to stderr. Exits 0 at end of input once running calls finish.
+    """
+    cfg = _load(config_file, log_level=log_level, log_format=log_format)
+    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
+    sys.exit(_run(_toolbridge(cfg)))
+
+
+async def _toolbridge(cfg: BridgeConfig) -> int:
+    import aiohttp
+
+    from xwm_bridge.toolbridge.server import ToolbridgeServer
+    from xwm_bridge.transport.stdio import stdin_reader, stdout_writer
+
+    async with aiohttp.ClientSession(trust_env=False) as http:
+        server = ToolbridgeServer(
+            cfg.toolbridge,
+            http,
+            stdin_reader(),
+            stdout_writer(),
+            max_message=cfg.limits.max_body_bytes,
+            wire=WireEncoder(cfg.credentials()),
+        )
+        await _until_signal(server.serve())
+    return 0
