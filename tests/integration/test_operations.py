@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 from pathlib import Path
@@ -378,6 +379,56 @@ async def test_serve_notifies_systemd_ready_and_stopping(
         stopping = await asyncio.wait_for(loop.sock_recv(server, 4096), 10)
         assert stopping.startswith(b"STOPPING=1")
         assert await asyncio.wait_for(bridge.proc.wait(), 30) == 0
+    finally:
+        server.close()
+
+
+#: the daemon, with a SIGTERM sent to itself the moment its port is open (before
+#: READY=1): what a supervisor or a test that waits for the port may do
+_TERM_ON_LISTEN = """
+import os, signal
+from xwm_bridge.transport import serving
+listen = serving.Server.listen
+async def listen_then_term(self, *args, **kwargs):
+    port = await listen(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return port
+serving.Server.listen = listen_then_term
+from xwm_bridge.cli import main
+main(["serve", "--listen", "127.0.0.1:0"])
+"""
+
+
+async def test_a_sigterm_as_soon_as_the_port_is_open_drains_and_exits_0(
+    tmp_path: Path,
+) -> None:
+    """The handlers were installed after READY=1: a SIGTERM right after the port
+    opened met the default action (exit -15, no drain, no STOPPING=1)."""
+    import socket
+
+    path = str(tmp_path / "notify.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind(path)
+    server.setblocking(False)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _TERM_ON_LISTEN,
+            env=base_env(ACP_AUTH_TOKEN=TOKEN, NOTIFY_SOCKET=path),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        assert b'"msg":"stopped"' in err
+        sent = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                sent.append(server.recv(4096))
+        # READY=1 may come first (the signal is handled once listen() returns); the
+        # last word is STOPPING=1
+        assert sent and sent[-1].startswith(b"STOPPING=1"), sent
     finally:
         server.close()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,6 +27,11 @@ from xwm_bridge.config import BridgeConfig, ConfigError, load_config
 from xwm_bridge.heap import freeze_startup
 from xwm_bridge.observability.logging import setup_logging
 from xwm_bridge.store.base import StoreError
+
+if TYPE_CHECKING:  # imported lazily at run time (``--help`` stays fast)
+    from xwm_bridge.app.bridge import Bridge
+    from xwm_bridge.observability.sdnotify import Notifier
+    from xwm_bridge.transport.serving import Server
 
 
 @cli.command()
@@ -136,6 +141,31 @@ async def _serve(
         table, paths = AdapterMethods(bridge, adapter).table(), ADAPTER_PATHS
     transport = HttpTransport(bridge, Dispatcher(table, bridge.metrics))
     server = Server(transport, paths)
+    stop = asyncio.Event()
+
+    def on_first() -> None:
+        notifier.stopping()
+        stop.set()
+
+    # handlers first: a SIGTERM as soon as the port is open or READY=1 is sent (what a
+    # supervisor or a test does) must start the drain, not hit the default action
+    signals = Signals(on_first, cfg.limits.shutdown_grace)
+    signals.on_force = bridge.force_shutdown
+    try:
+        return await _serve_until_stopped(cfg, bridge, server, notifier, stop, host, port)
+    finally:
+        signals.remove()
+
+
+async def _serve_until_stopped(
+    cfg: BridgeConfig,
+    bridge: Bridge,
+    server: Server,
+    notifier: Notifier,
+    stop: asyncio.Event,
+    host: str,
+    port: int,
+) -> int:
     try:
         await server.setup()  # starts the bridge (the app's cleanup_ctx)
     except StoreError as exc:
@@ -166,19 +196,9 @@ async def _serve(
         },
     )
     freeze_startup()  # start-up objects leave the GC's generations (heap.py)
-    notifier.ready(f"listening on {host}:{actual_port}")
-    stop = asyncio.Event()
-
-    def on_first() -> None:
-        notifier.stopping()
-        stop.set()
-
-    signals = Signals(on_first, cfg.limits.shutdown_grace)
-    signals.on_force = bridge.force_shutdown
-    try:
-        await stop.wait()
-        await server.close()  # stop listening, drain turns, close sockets, close the bridge
-    finally:
-        signals.remove()
+    if not stop.is_set():  # a signal during start-up: STOPPING=1 was sent already
+        notifier.ready(f"listening on {host}:{actual_port}")
+    await stop.wait()
+    await server.close()  # stop listening, drain turns, close sockets, close the bridge
     log.info("stopped", extra={"forced": bridge.forced})
     return EXIT_FORCED if bridge.forced else 0
