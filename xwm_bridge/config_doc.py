@@ -230,7 +230,7 @@ def render() -> str:
     out = [
         "# Configuration reference",
         "",
-        "Generated from `xwm_bridge/config.py` by `python -m xwm_bridge.config_doc`; a test fails",
+        "Generated from `xwm_bridge/config/` by `python -m xwm_bridge.config_doc`; a test fails",
         "when this file drifts. Precedence: **defaults < YAML file < environment < flags**.",
         f"The YAML file is `--config FILE` or `{CONFIG_FILE_ENV}`; strings may use `${{VAR}}` or",
         "`${VAR:-default}`. Environment values are trimmed and a blank value counts as unset.",

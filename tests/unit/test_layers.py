@@ -119,3 +119,25 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     fake.write_text("from xwm_bridge.app.bridge import Bridge\n")
     assert imports_of(fake, "xwm_bridge.core") == [(1, "xwm_bridge.app.bridge")]
     assert RANK[unit_of("xwm_bridge.app.bridge")] > RANK["core"]
+
+
+#: the modules of ``config/``, lowest first: each may import only those before it
+CONFIG_ORDER = ["secret_fields", "sections", "model", "env_vars", "validate", "loading", "__init__"]
+
+
+def test_config_modules_import_one_way() -> None:
+    """Inside ``config/`` imports point one way too: no cycle between its modules, and
+    none of them imports the package itself."""
+    rank = {name: i for i, name in enumerate(CONFIG_ORDER)}
+    files = sorted((PACKAGE / "config").glob("*.py"))
+    assert {p.stem for p in files} == set(CONFIG_ORDER), "add the new module to CONFIG_ORDER"
+    bad = []
+    for path in files:
+        for line, target in imports_of(path):
+            parts = target.split(".")
+            if parts[:2] != ["xwm_bridge", "config"]:
+                continue
+            there = parts[2] if len(parts) > 2 else "__init__"
+            if rank[there] >= rank[path.stem]:
+                bad.append(f"config/{path.name} line {line}: {target}")
+    assert not bad, "config modules import upward:\n" + "\n".join(bad)

@@ -1,0 +1,90 @@
+"""The environment variables the config reads (config.md §2.1), the one naming the
+YAML file, and the bridge's own secret ones (never copied into an agent's)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from xwm_bridge.config.model import BridgeConfig
+
+ENV_VARS: dict[str, str] = {
+    "listen": "ACP_LISTEN_ADDR",
+    "auth_token": "ACP_AUTH_TOKEN",
+    "client_tokens": "XWM_CLIENT_TOKENS",
+    "admin_tokens": "XWM_ADMIN_TOKENS",
+    "allowed_origins": "ACP_ALLOWED_ORIGINS",
+    "internal_service_token": "INTERNAL_SERVICE_TOKEN",
+    "bridge_auth_token": "BRIDGE_AUTH_TOKEN",
+    "multi_agent_enabled": "ACP_MULTI_AGENT_ENABLED",
+    "multi_agent_model": "ACP_MULTI_AGENT_MODEL",
+    "routing_model": "ACP_ROUTING_MODEL",
+    "image": "IMAGE",
+    "public_base_url": "BRIDGE_PUBLIC_BASE_URL",
+    "accounts_base_url": "ACCOUNTS_BASE_URL",
+    "openclaw_url": "XWM_OPENCLAW_URL",
+    "openclaw_token": "XWM_OPENCLAW_TOKEN",
+    "allowed_roots": "XWM_ALLOWED_ROOTS",
+    "log_level": "XWM_LOG_LEVEL",
+    "log_format": "XWM_LOG_FORMAT",
+}
+#: nested keys set from the environment (config.md §2.3 for the toolbridge)
+NESTED_ENV_VARS: dict[str, str] = {
+    "toolbridge.llm_api_key": "LLM_API_KEY",
+    "toolbridge.llm_base_url": "LLM_BASE_URL",
+    "toolbridge.llm_model": "LLM_MODEL",
+    "toolbridge.claude_bin": "CLAUDE_BIN",
+    "toolbridge.claude_review_model": "CLAUDE_REVIEW_MODEL",
+    "toolbridge.claude_review_system": "CLAUDE_REVIEW_SYSTEM",
+    "toolbridge.claude_review_tools": "CLAUDE_REVIEW_TOOLS",
+    "toolbridge.claude_review_timeout": "CLAUDE_REVIEW_TIMEOUT_SEC",
+    "toolbridge.vault_url": "VAULT_SERVER_URL",
+    "toolbridge.vault_token": "VAULT_SERVER_ROOT_ACCESS_TOKEN",
+    "toolbridge.vault_namespace": "VAULT_NAMESPACE",
+    "multi_agent.max_iterations": "XWM_MULTI_AGENT_MAX_ITERATIONS",
+    "multi_agent.base_url": "XWM_MULTI_AGENT_BASE_URL",
+    "multi_agent.api_key": "XWM_MULTI_AGENT_API_KEY",
+    "router.llm_base_url": "LLM_BASE_URL",
+    "router.llm_api_key": "LLM_API_KEY",
+    "router.find_skills_bin": "ACP_FIND_SKILLS_BIN",
+    "router.install_skill_bin": "ACP_INSTALL_SKILL_BIN",
+    "store.backend": "XWM_SESSION_STORE",
+    "store.state_dir": "XWM_STATE_DIR",
+    "store.redis_url": "XWM_REDIS_URL",
+    "acp.default_route": "XWM_ACP_DEFAULT_ROUTE",
+    "agents.detect": "XWM_AGENTS_DETECT",
+    "agents.search_paths": "XWM_AGENTS_PATH",
+    "agents.sandbox": "XWM_AGENTS_SANDBOX",
+}
+#: the bridge's own secrets: never copied into an agent's environment
+SECRET_ENV_VARS = frozenset(
+    {
+        "ACP_AUTH_TOKEN",
+        "XWM_CLIENT_TOKENS",
+        "INTERNAL_SERVICE_TOKEN",
+        "BRIDGE_AUTH_TOKEN",
+        "XWM_OPENCLAW_TOKEN",
+        "LLM_API_KEY",
+        "XWM_MULTI_AGENT_API_KEY",
+        "VAULT_SERVER_ROOT_ACCESS_TOKEN",
+        "XWM_REDIS_URL",
+        "GEMINI_ADAPTER_AUTH_TOKEN",
+    }
+)
+CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
+_LIST_SEPARATORS = {
+    "allowed_origins": ",",
+    "allowed_roots": ":",
+    "client_tokens": ",",
+    "admin_tokens": ",",
+    "agents.search_paths": ":",
+}
+_ENV_FLAGS = {
+    f.name: f.default
+    for f in dataclasses.fields(BridgeConfig)
+    if f.type in (bool, "bool") and isinstance(f.default, bool)
+}
+
+
+def provider_env_var(provider_id: str) -> str:
+    return "XWM_PROVIDER_" + re.sub(r"[^A-Za-z0-9]", "_", provider_id).upper() + "_URL"
