@@ -101,11 +101,18 @@ def _put_capped(entry: dict[str, Any], fields: dict[str, Any] | None, exc: str) 
         entry["exc"] = exc
 
 
+#: the integers orjson writes (a 64-bit signed or unsigned value)
+_INT_RANGE = range(-(2**63), 2**64)
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, (str, float, bool)) or (isinstance(value, int) and value in _INT_RANGE):
+        return value
+    return _cap(repr(value), MAX_FIELD_CHARS)  # an int past 64 bits too: orjson refuses it
+
+
 def _scalars(entry: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: (v if isinstance(v, (str, int, float, bool)) else _cap(repr(v), MAX_FIELD_CHARS))
-        for k, v in entry.items()
-    }
+    return {k: _scalar(v) for k, v in entry.items()}
 
 
 #: ``log_format`` values: ``auto`` = text when stderr is a terminal, else JSON
