@@ -3,18 +3,16 @@
 Same contract as the SQLite store. One task owns the ordering: writes are
 queued without blocking and sent in pipelined batches; a read is queued like a
 write and runs after every write queued before it (it may also see writes
-queued just after it, in the same batch). Keys (``prefix`` first):
-
-* ``s:<sid>``  hash — the record, plus ``owner``: the replica running its turn
-* ``l:<sid>``  list — ledger entries (JSON ``{p, e, k, t, ts, m}``: seq position, event
-  id, kind, turn, time, message), trimmed to the cap
-* ``schema``   the key layout's version (:data:`SCHEMA_VERSION`)
-* ``running``  set  — sessions whose last turn is ``running``
-* ``replica:<id>`` — a replica's liveness key, refreshed every ``lease_ttl / 3``
+queued just after it, in the same batch).
 
 Records and ledgers expire after ``retention`` (refreshed on every write), so
 retention costs nothing. A turn left ``running`` whose owner's liveness key
 has expired is recovered as interrupted by any replica.
+
+The writer task's work without the task: ``redis_schema.py`` (the key layout, its
+version and migration, the record and entry encodings), ``redis_writes.py`` (the
+Lua scripts and pipeline commands of a batch's writes) and ``redis_reads.py`` (the
+reads, as functions of a connection).
 """
 
 from __future__ import annotations
@@ -24,17 +22,16 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
 import redis.asyncio as aioredis
 
+from xwm_bridge.store import redis_reads, redis_schema
 from xwm_bridge.store.base import (
     HEALTH_TIMEOUT,
-    NOTIFICATION,
     RUNNING,
     LedgerEntry,
     SessionRecord,
@@ -45,129 +42,14 @@ from xwm_bridge.store.base import (
     WriteBacklog,
     interrupted_turn,
     recovered,
-    selected,
 )
-from xwm_bridge.store.records import (
-    TURNS_PER_SESSION,
-    PermissionRecord,
-    SessionPage,
-    SessionQuery,
-    TurnRecord,
-)
+from xwm_bridge.store.records import PermissionRecord, SessionPage, SessionQuery, TurnRecord
+from xwm_bridge.store.redis_schema import from_hash, text
+from xwm_bridge.store.redis_writes import WRITES, Commands, Op
 
 log = logging.getLogger("xwm_bridge.store")
-T = TypeVar("T")
 MAX_BATCH = 1024
-Op = tuple[Any, ...]
-# KEYS: fence, record, running, index; ARGV: token (0 = unfenced), expire-at ms, session
-# id, running 0/1, updated-at (the index score), fields… — a record write of a turn whose
-# fencing token is stale (its lease was taken over) is dropped. One command per save
-# keeps the client's CPU per turn low.
-SAVE = """
-local current = redis.call('GET', KEYS[1])
-if ARGV[1] ~= '0' and current and tonumber(current) > tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[2], unpack(ARGV, 6))
-redis.call('PEXPIREAT', KEYS[2], ARGV[2])
-redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3])
-if ARGV[4] == '1' then redis.call('SADD', KEYS[3], ARGV[3])
-else redis.call('SREM', KEYS[3], ARGV[3]) end
-return 1
-"""
-# KEYS: ledger, record; ARGV: cap, ttl s, seq, event id, max bytes, entries… — the ledger
-# keeps the newest `cap` entries that fit in `max bytes` (the newest always); the record
-# hash keeps the ledger's byte size (reset when the list was empty: expired or deleted)
-APPEND = """
-local added = 0
-for i = 6, #ARGV do added = added + #ARGV[i] end
-local before = redis.call('LLEN', KEYS[1])
-local n = redis.call('RPUSH', KEYS[1], unpack(ARGV, 6))
-local total = added
-if before > 0 then total = redis.call('HINCRBY', KEYS[2], 'ledger_bytes', added) end
-local cap, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[5])
-while n > 0 and (n > cap or (total > max_bytes and n > 1)) do
-  total = total - #redis.call('LPOP', KEYS[1])
-  n = n - 1
-end
-redis.call('HSET', KEYS[2], 'ledger_bytes', total, 'ledger_seq', ARGV[3], 'ledger_events', ARGV[4])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
-# KEYS: turns hash; ARGV: turn id, record JSON, ttl s, cap — keep the newest `cap` turns
-# (turn ids are ``turn-<unix ns>``: their order is their age)
-SAVE_TURN = """
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-local n = redis.call('HLEN', KEYS[1]) - tonumber(ARGV[4])
-if n > 0 then
-  local ids = redis.call('HKEYS', KEYS[1])
-  table.sort(ids)
-  for i = 1, n do redis.call('HDEL', KEYS[1], ids[i]) end
-end
-return 1
-"""
-LIST_BATCH = 200
-#: most index entries one session.list page reads (a very selective filter pages on)
-LIST_SCAN_MAX = 5000
-_WRITES = frozenset({"save", "append", "delete", "eval", "turn", "perm", "unperm"})
-#: version of the key layout. 0 (issue 6): ledger entries had no event id (``e``);
-#: :meth:`RedisStore.migrate` numbers them on start.
-SCHEMA_VERSION = 1
 Call = Callable[[aioredis.Redis], Awaitable[Any]]
-
-
-def _to_hash(r: SessionRecord, owner: str) -> dict[str, str | int | float | bytes]:
-    return {
-        "thread_id": r.thread_id,
-        "provider": r.provider,
-        "history": orjson.dumps(list(r.history)),
-        "seq": r.seq,
-        "last_turn_id": r.last_turn_id,
-        "last_turn_status": r.last_turn_status,
-        "upstream": orjson.dumps([list(kv) for kv in r.upstream]),
-        "updated_at": r.updated_at,
-        "events": r.events,
-        "prompts": r.prompts,
-        "owner": owner,  # the replica running the turn
-        "principal": r.owner,  # the client the session belongs to
-    }
-
-
-def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _from_hash(sid: str, h: Mapping[Any, Any]) -> SessionRecord:
-    def text(key: str) -> str:
-        return _text(h.get(key.encode()))
-
-    return SessionRecord(
-        session_id=sid,
-        thread_id=text("thread_id"),
-        provider=text("provider"),
-        history=tuple(orjson.loads(h.get(b"history", b"[]"))),
-        seq=int(text("seq") or 0),
-        last_turn_id=text("last_turn_id"),
-        last_turn_status=text("last_turn_status"),
-        upstream=tuple((str(k), str(v)) for k, v in orjson.loads(h.get(b"upstream", b"[]"))),
-        updated_at=float(text("updated_at") or 0),
-        events=int(text("events") or 0),
-        owner=text("principal"),
-        prompts=int(text("prompts") or 0),
-    )
-
-
-def _entry(item: bytes | str) -> LedgerEntry:
-    e = orjson.loads(item)
-    return LedgerEntry(
-        int(e["p"]),
-        e.get("t", ""),
-        e["m"],
-        float(e["ts"]),
-        int(e.get("e", 0)),
-        e.get("k", NOTIFICATION),
-    )
 
 
 class RedisStore:
@@ -201,9 +83,10 @@ class RedisStore:
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
         self.counters = StoreCounters()
+        self._commands = Commands(prefix, self._limits, self.replica_id, self._dropped)
 
     def key(self, kind: str, name: str = "") -> str:
-        return f"{self.prefix}{kind}:{name}" if name else f"{self.prefix}{kind}"
+        return redis_schema.key(self.prefix, kind, name)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -283,46 +166,9 @@ class RedisStore:
                 log.warning("replica heartbeat failed", extra={"error": repr(exc)})
 
     async def migrate(self) -> int:
-        """Bring ledgers written by an earlier layout to :data:`SCHEMA_VERSION`; how
-        many were rewritten. Version 0 → 1: the entries of a ledger with no event
-        ids get 1, 2, 3, … in list order (each ledger atomically, under WATCH; a
-        ledger that already has event ids is left alone, so running it on several
-        replicas at once is harmless). Replicas of different versions must not
-        share one Redis."""
-        schema = self.key("schema")
-        if int(_text(await self.client.get(schema)) or 0) >= SCHEMA_VERSION:
-            return 0
-        rewritten = 0
-        head = self.key("l", "x")[:-1]  # "<prefix>l:"
-        async for raw_key in self.client.scan_iter(match=head + "*", count=500):
-            key = _text(raw_key)
-            rewritten += await self._migrate_ledger(key, self.key("s", key[len(head) :]))
-        await self.client.set(schema, SCHEMA_VERSION)
-        return rewritten
-
-    async def _migrate_ledger(self, key: str, record_key: str) -> int:
-        async with self.client.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    await pipe.watch(key, record_key)
-                    items = [orjson.loads(i) for i in await pipe.lrange(key, 0, -1)]
-                    if not items or any("e" in i for i in items):
-                        return 0
-                    ttl = int(await pipe.pttl(key))
-                    has_record = bool(await pipe.exists(record_key))
-                    for n, item in enumerate(items, 1):
-                        item["e"] = n
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    pipe.delete(key)
-                    pipe.rpush(key, *(orjson.dumps(i) for i in items))
-                    if ttl > 0:
-                        pipe.pexpire(key, ttl)
-                    if has_record:
-                        pipe.hset(record_key, "ledger_events", len(items))
-                    await pipe.execute()
-                    return 1
-                except aioredis.WatchError:
-                    continue
+        """Bring ledgers of an earlier layout to the current one (``redis_schema.migrate``);
+        how many were rewritten."""
+        return await redis_schema.migrate(self.client, self.prefix)
 
     async def replica_alive(self, replica_id: str) -> bool:
         return bool(await self.client.exists(self.key("replica", replica_id)))
@@ -372,42 +218,21 @@ class RedisStore:
 
         await self._call(noop)
 
-    async def _ledger_top(self, db: aioredis.Redis, sid: str) -> tuple[int, int]:
-        seq, events = await db.hmget(self.key("s", sid), ["ledger_seq", "ledger_events"])
-        return int(_text(seq) or 0), int(_text(events) or 0)
-
     async def load(self, session_id: str) -> SessionRecord | None:
-        async def read(db: aioredis.Redis) -> SessionRecord | None:
-            h = await db.hgetall(self.key("s", session_id))
-            if not h or b"thread_id" not in h:
-                return None
-            record = _from_hash(session_id, h)
-            top = int(_text(h.get(b"ledger_seq")) or 0)
-            events = int(_text(h.get(b"ledger_events")) or 0)
-            if top > record.seq or events > record.events:
-                record = replace(
-                    record, seq=max(top, record.seq), events=max(events, record.events)
-                )
-            return record
-
-        result: SessionRecord | None = await self._call(read)
+        result: SessionRecord | None = await self._call(
+            lambda db: redis_reads.record(db, self.prefix, session_id)
+        )
         return result
 
     async def replay(
         self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
     ) -> list[LedgerEntry]:
         horizon = time.time() - self._limits.ledger_max_age
-
-        async def read(db: aioredis.Redis) -> list[LedgerEntry]:
-            raw = await db.lrange(self.key("l", session_id), 0, -1)
-            out = []
-            for item in raw:
-                e = _entry(item)
-                if e.ts >= horizon and selected(e, after_seq, after_event):
-                    out.append(e)
-            return out[:limit]
-
-        result: list[LedgerEntry] = await self._call(read)
+        result: list[LedgerEntry] = await self._call(
+            lambda db: redis_reads.ledger(
+                db, self.prefix, session_id, after_seq, limit, after_event, horizon
+            )
+        )
         return result
 
     async def recover(self) -> list[str]:
@@ -419,28 +244,28 @@ class RedisStore:
         async def fix(db: aioredis.Redis) -> list[str]:
             ids: list[str] = []
             for raw in await db.smembers(self.key("running")):
-                sid = _text(raw)
+                sid = text(raw)
                 h = await db.hgetall(self.key("s", sid))
                 if not h:
                     await db.srem(self.key("running"), sid)
                     continue
-                owner = _text(h.get(b"owner"))
+                owner = text(h.get(b"owner"))
                 if owner == self.replica_id:
                     if skip_own:
                         continue
                 elif owner and await self.replica_alive(owner):
                     continue
-                record = _from_hash(sid, h)
+                record = from_hash(sid, h)
                 if record.last_turn_status != RUNNING:
                     await db.srem(self.key("running"), sid)
                     continue
-                fixed, entry = recovered(record, *await self._ledger_top(db, sid))
-                raw_turn = await db.hget(self.key("t", sid), record.last_turn_id or "-")
-                stored = TurnRecord.loads(raw_turn) if raw_turn else None
+                top = await redis_reads.ledger_top(db, self.prefix, sid)
+                fixed, entry = recovered(record, *top)
+                stored = await redis_reads.last_turn(db, self.prefix, record)
                 pipe = db.pipeline(transaction=True)
-                self._queue_save(pipe, fixed)
-                self._queue_append(pipe, sid, [entry])
-                self._queue_operator(pipe, ("turn", interrupted_turn(record, stored)))
+                self._commands.save(pipe, fixed)
+                self._commands.append(pipe, sid, [entry])
+                self._commands.operator(pipe, ("turn", interrupted_turn(record, stored)))
                 await pipe.execute()
                 ids.append(sid)
             return ids
@@ -467,67 +292,21 @@ class RedisStore:
     # --- operator views (issue 13) ---------------------------------------------------------
 
     async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
-        async def read(db: aioredis.Redis) -> list[TurnRecord]:
-            raw = await db.hvals(self.key("t", session_id))
-            return sorted(
-                (TurnRecord.loads(v) for v in raw), key=lambda t: (t.started_at, t.turn_id)
-            )
-
-        result: list[TurnRecord] = await self._call(read)
+        result: list[TurnRecord] = await self._call(
+            lambda db: redis_reads.turns(db, self.prefix, session_id)
+        )
         return result[-limit:] if limit > 0 else []
 
     async def list_sessions(self, query: SessionQuery) -> SessionPage:
-        async def read(db: aioredis.Redis) -> SessionPage:
-            top: Any = "+inf" if query.after is None else query.after[0]
-            low: Any = query.updated_since or "-inf"
-            items: list[tuple[SessionRecord, TurnRecord | None]] = []
-            offset = scanned = 0
-            last: tuple[float, str] | None = None
-            while scanned < LIST_SCAN_MAX:
-                found: Any = await db.zrevrangebyscore(
-                    self.key("idx"), top, low, start=offset, num=LIST_BATCH, withscores=True
-                )
-                batch: list[tuple[bytes, float]] = list(found)
-                if not batch:
-                    return SessionPage(items, None)
-                offset += len(batch)
-                scanned += len(batch)
-                pipe = db.pipeline(transaction=False)
-                for member, _ in batch:
-                    pipe.hgetall(self.key("s", _text(member)))
-                hashes = await pipe.execute()
-                for (member, score), h in zip(batch, hashes, strict=True):
-                    sid = _text(member)
-                    last = (float(score), sid)
-                    if not h or b"thread_id" not in h:
-                        continue  # expired record: the index is trimmed by prune
-                    record = _from_hash(sid, h)
-                    if not query.matches(record):
-                        continue
-                    raw_turn = await db.hget(self.key("t", sid), record.last_turn_id or "-")
-                    turn = TurnRecord.loads(raw_turn) if raw_turn else None
-                    items.append((record, turn))
-                    if len(items) > query.limit:  # one more than a page: there is more
-                        page = items[: query.limit]
-                        edge = page[-1][0] if page else record
-                        return SessionPage(page, (edge.updated_at, edge.session_id))
-            return SessionPage(items, last)  # scanned enough: the next page goes on
-
-        result: SessionPage = await self._call(read)
+        result: SessionPage = await self._call(
+            lambda db: redis_reads.session_page(db, self.prefix, query)
+        )
         return result
 
     async def permissions(self) -> list[PermissionRecord]:
-        async def read(db: aioredis.Redis) -> list[PermissionRecord]:
-            out: list[PermissionRecord] = []
-            for raw in await db.smembers(self.key("perms")):
-                sid = _text(raw)
-                values = await db.hvals(self.key("p", sid))
-                if not values:
-                    await db.srem(self.key("perms"), sid)
-                out += [PermissionRecord.loads(v) for v in values]
-            return out
-
-        found: list[PermissionRecord] = await self._call(read)
+        found: list[PermissionRecord] = await self._call(
+            lambda db: redis_reads.permissions(db, self.prefix)
+        )
         alive: dict[str, bool] = {self.replica_id: True}
         pending = []
         for p in found:
@@ -540,67 +319,6 @@ class RedisStore:
         return sorted(pending, key=lambda p: (p.created_at, p.request_id))
 
     # --- the writer task -------------------------------------------------------------------
-
-    def _queue_save(self, pipe: Any, r: SessionRecord, fence: int = 0) -> None:
-        skey = self.key("s", r.session_id)
-        owner = self.replica_id if r.last_turn_status == RUNNING else ""
-        try:
-            expire_at = int((r.updated_at + self._limits.retention) * 1000)
-            record = _to_hash(r, owner)
-        except (TypeError, ValueError, OverflowError) as exc:
-            self._dropped("save", r.session_id, exc)
-            return
-        fields: list[Any] = []
-        for name, value in record.items():
-            fields += [name, value]
-        running = "1" if r.last_turn_status == RUNNING else "0"
-        keys = [self.key("fence", r.thread_id), skey, self.key("running"), self.key("idx")]
-        pipe.eval(
-            SAVE, len(keys), *keys, fence, expire_at, r.session_id, running, r.updated_at, *fields
-        )
-
-    def _queue_append(self, pipe: Any, sid: str, entries: list[LedgerEntry]) -> None:
-        """One command for consecutive entries of one session (an entry that cannot be
-        encoded is dropped alone)."""
-        items, kept = [], []
-        for e in entries:
-            try:
-                item = {"p": e.pos, "e": e.event_id, "k": e.kind, "t": e.turn_id}
-                items.append(orjson.dumps({**item, "ts": e.ts, "m": e.message}))
-            except TypeError as exc:
-                self._dropped("append", sid, exc)
-                continue
-            kept.append(e)
-        if not items:
-            return
-        cap, ttl = self._limits.ledger_max_entries, int(self._limits.retention)
-        # ledger_seq / ledger_events: load() needs no ledger scan
-        top = max(e.pos for e in kept) // 2
-        events = max(e.event_id for e in kept)
-        max_bytes = self._limits.ledger_max_bytes
-        keys = (self.key("l", sid), self.key("s", sid))
-        pipe.eval(APPEND, 2, *keys, cap, ttl, top, events, max_bytes, *items)
-
-    def _queue_operator(self, pipe: Any, op: Op) -> None:
-        """A turn or permission write; a record that cannot be encoded is dropped alone
-        (it had failed the pipeline's building, and with it every write of the batch)."""
-        if op[0] == "unperm":
-            pipe.hdel(self.key("p", op[1]), op[2])
-            return
-        record: TurnRecord | PermissionRecord = op[1]
-        try:
-            body = record.dumps()
-        except (TypeError, ValueError) as exc:  # e.g. nested deeper than orjson writes
-            self._dropped(op[0], record.session_id, exc)
-            return
-        ttl = int(self._limits.retention)
-        if isinstance(record, TurnRecord):
-            key = self.key("t", record.session_id)
-            pipe.eval(SAVE_TURN, 1, key, record.turn_id, body, ttl, TURNS_PER_SESSION)
-        else:
-            pipe.hset(self.key("p", record.session_id), record.request_id, body)
-            pipe.expire(self.key("p", record.session_id), ttl)
-            pipe.sadd(self.key("perms"), record.session_id)
 
     def queue_eval(
         self, script: str, keys: list[str], args: list[str | int]
@@ -615,29 +333,7 @@ class RedisStore:
         if not writes:
             return
         pipe = self.client.pipeline(transaction=False)
-        appends: dict[str, list[LedgerEntry]] = {}
-        for op in writes:
-            if op[0] == "append":  # a run of appends: one command per session
-                appends.setdefault(op[1], []).append(op[2])
-                continue
-            for sid, entries in appends.items():
-                self._queue_append(pipe, sid, entries)
-            appends.clear()
-            if op[0] == "save":
-                self._queue_save(pipe, op[1], op[2])
-            elif op[0] == "eval":
-                pipe.eval(op[1], len(op[2]), *op[2], *op[3])
-            elif op[0] in ("turn", "perm", "unperm"):
-                self._queue_operator(pipe, op)
-            else:
-                sid = op[1]
-                pipe.delete(
-                    self.key("s", sid), self.key("l", sid), self.key("t", sid), self.key("p", sid)
-                )
-                pipe.srem(self.key("running"), sid)
-                pipe.zrem(self.key("idx"), sid)
-        for sid, entries in appends.items():
-            self._queue_append(pipe, sid, entries)
+        self._commands.batch(pipe, writes)
         try:
             await asyncio.wait_for(pipe.execute(), self.timeout)
         except Exception as exc:
@@ -671,7 +367,7 @@ class RedisStore:
             while len(batch) < MAX_BATCH and not self._ops.empty():
                 batch.append(self._ops.get_nowait())
             try:
-                writes = [op for op in batch if op[0] in _WRITES]
+                writes = [op for op in batch if op[0] in WRITES]
                 reads = [op for op in batch if op[0] == "call"]
                 await self._flush(writes)
                 await self._run_reads(reads)
