@@ -733,6 +733,56 @@ async def test_redis_numbers_ledgers_of_the_previous_layout(tmp_path: Path) -> N
             await store.close()
 
 
+async def test_redis_migration_touches_only_its_own_prefix(tmp_path: Path) -> None:
+    """The prefix went into SCAN MATCH unescaped: a store with prefix ``a*:`` also
+    renumbered the old-layout ledgers of the store with prefix ``ab:``."""
+    import orjson
+
+    async with redis_server(tmp_path) as server:
+        store = RedisStore(server.url, prefix="a*:")
+        await store.start()
+        try:
+            old = {"p": 1, "t": "turn-1", "ts": time.time(), "m": {"pos": 1}}
+            await store.client.rpush("ab:l:other", orjson.dumps(old))
+            await store.client.rpush("a*:l:mine", orjson.dumps(old))
+            await store.client.delete("a*:schema")
+            assert await store.migrate() == 1
+            assert "e" not in orjson.loads(await store.client.lindex("ab:l:other", 0))
+            assert orjson.loads(await store.client.lindex("a*:l:mine", 0))["e"] == 1
+        finally:
+            await store.close()
+
+
+async def test_redis_a_batch_that_cannot_be_built_is_a_failed_write_not_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with redis_server(tmp_path) as server:
+        store = RedisStore(server.url, prefix="b:")
+        await store.start()
+        try:
+            build = store._commands.batch
+            calls = 0
+
+            def failing_once(pipe: Any, writes: list[Any]) -> None:
+                nonlocal calls
+                calls += 1
+                if calls == 1:
+                    raise RuntimeError("unexpected")
+                build(pipe, writes)
+
+            monkeypatch.setattr(store._commands, "batch", failing_once)
+            store.save(SessionRecord("lost", "t"))
+            assert await store.load("lost") is None  # the read comes after the batch
+            assert store.counters.restarts == 0
+            assert store.counters.write_errors == 1 and "unexpected" in store.counters.last_error
+            assert not store.alive()  # /readyz says so until a write goes through
+            store.save(SessionRecord("kept", "t"))
+            assert await store.load("kept") is not None
+            assert store.counters.last_error == "" and store.alive()
+        finally:
+            await store.close()
+
+
 async def test_a_running_store_reports_its_health(make_store: Factory) -> None:
     store = await make_store(StoreLimits())
     assert (await store.health(2.0)).ok

@@ -333,8 +333,10 @@ class RedisStore:
         if not writes:
             return
         pipe = self.client.pipeline(transaction=False)
-        self._commands.batch(pipe, writes)
         try:
+            # building the commands too: a write it cannot take is a failed write,
+            # not a restart of the writer (which goes on)
+            self._commands.batch(pipe, writes)
             await asyncio.wait_for(pipe.execute(), self.timeout)
         except Exception as exc:
             self.counters.write_errors += len(writes)

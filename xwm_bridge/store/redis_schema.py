@@ -21,6 +21,7 @@ retention costs nothing. The scripts that write them: ``redis_writes.py``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -93,6 +94,12 @@ def load_entry(item: bytes | str) -> LedgerEntry:
     )
 
 
+def glob_escape(text: str) -> str:
+    """``text`` as a literal in a ``SCAN MATCH`` pattern (a prefix may hold ``*``,
+    ``?``, ``[`` …, which would match other prefixes' keys)."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
 async def migrate(client: aioredis.Redis, prefix: str) -> int:
     """Bring ledgers written by an earlier layout to :data:`SCHEMA_VERSION`; how
     many were rewritten. Version 0 → 1: the entries of a ledger with no event
@@ -105,7 +112,7 @@ async def migrate(client: aioredis.Redis, prefix: str) -> int:
         return 0
     rewritten = 0
     head = key(prefix, "l", "x")[:-1]  # "<prefix>l:"
-    async for raw_key in client.scan_iter(match=head + "*", count=500):
+    async for raw_key in client.scan_iter(match=glob_escape(head) + "*", count=500):
         ledger = text(raw_key)
         rewritten += await _migrate_ledger(client, ledger, key(prefix, "s", ledger[len(head) :]))
     await client.set(schema, SCHEMA_VERSION)
