@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -343,3 +344,23 @@ def test_log_format_text_and_json_defaults(tmp_path: Path) -> None:
     assert tty and not any(line.startswith("{") for line in tty), tty
     forced = [line for line in toolbridge("--log-format", "json", tty=True).splitlines() if line]
     assert forced and all(line.startswith("{") for line in forced), forced
+
+
+@pytest.mark.parametrize("command", ["acp-stdio", "acp"])
+async def test_a_stdio_mode_on_a_held_state_dir_exits_2_and_names_the_holder(
+    tmp_path: Path, command: str
+) -> None:
+    """The store's reason (who holds it, what to do) on stderr, exit 2, no traceback."""
+    from xwm_bridge.store.sqlite import SQLiteStore
+
+    state = tmp_path / "state"  # XWM_STATE_DIR is kept as it is, by `acp` too
+    holder = SQLiteStore(state / "sessions.db")
+    await holder.start()
+    try:
+        proc = run(command, env=base_env(XWM_STATE_DIR=str(state)))
+    finally:
+        await holder.close()
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("xwm-bridge:")]
+    assert len(said) == 1 and f"(pid {os.getpid()})" in said[0], proc.stderr

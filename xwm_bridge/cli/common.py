@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -22,6 +22,10 @@ from xwm_bridge.config import (
     load_config,
 )
 from xwm_bridge.observability.logging import flush_logs
+from xwm_bridge.store.base import StoreError
+
+if TYPE_CHECKING:  # imported lazily at run time (``--help`` stays fast)
+    from xwm_bridge.app.bridge import Bridge
 
 log = logging.getLogger("xwm_bridge")
 
@@ -130,3 +134,15 @@ def _load(config_file: str | None, **flags: Any) -> BridgeConfig:
         return load_config(config_file=config_file, flags=flags).config
     except ConfigError as exc:
         _fail(f"config error: {exc}", EXIT_CONFIG)
+
+
+async def _start_bridge(bridge: Bridge) -> bool:
+    """Start ``bridge`` for a stdio mode; False (said on stderr, the bridge closed
+    again) when its session store refused to open."""
+    try:
+        await bridge.start()
+    except StoreError as exc:
+        click.echo(f"xwm-bridge: {exc}", err=True)
+        await bridge.close(0)
+        return False
+    return True

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import sys
 
-import click
-
 from xwm_bridge.cli.common import (
     CONFIG_OPTION,
     EXIT_CONFIG,
@@ -16,12 +14,12 @@ from xwm_bridge.cli.common import (
     Signals,
     _load,
     _run,
+    _start_bridge,
     _until_signal,
 )
 from xwm_bridge.cli.group import cli
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.observability.logging import setup_logging
-from xwm_bridge.store.base import StoreError
 from xwm_bridge.wire import WireEncoder
 
 
@@ -49,11 +47,7 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
     from xwm_bridge.transport.stdio import StdioServer, stdin_reader, stdout_writer
 
     bridge = Bridge(cfg)
-    try:
-        await bridge.start()
-    except StoreError as exc:
-        click.echo(f"xwm-bridge: {exc}", err=True)
-        await bridge.close(0)
+    if not await _start_bridge(bridge):
         return EXIT_CONFIG
     try:
         server = StdioServer(
@@ -105,11 +99,7 @@ async def _acp(cfg: BridgeConfig) -> int:
     from xwm_bridge.transport.stdio import stdin_reader, stdout_writer
 
     bridge = Bridge(cfg)
-    try:
-        await bridge.start()
-    except StoreError as exc:
-        click.echo(f"xwm-bridge: {exc}", err=True)
-        await bridge.close(0)
+    if not await _start_bridge(bridge):
         return EXIT_CONFIG
     front = AcpFrontDoor(bridge)
     try:
