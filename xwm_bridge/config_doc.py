@@ -92,6 +92,7 @@ DESCRIPTIONS: dict[str, str] = {
     "multi_agent.max_tokens": "`max_tokens` of each model call",
     "multi_agent.base_url": "server-side model endpoint, used only when the client sends no `aiGatewayApiKey`",
     "multi_agent.api_key": "server-side key for `base_url` (never sent to a client-chosen URL); empty = client key required",
+    "multi_agent.allowed_hosts": "hosts (any port) or `host:port` a client's own `aiGatewayBaseUrl` (with its `aiGatewayApiKey`) may name for multi-agent turns, `*` = any; empty = loopback plus the configured endpoints; elsewhere the turn fails without a call",
     "toolbridge.llm_api_key": "key for the `chat` tool (secret)",
     "toolbridge.llm_base_url": "`chat` base URL (normalized to end in `/v1`); clients cannot change it",
     "toolbridge.llm_model": "`chat` model when the call names none",

@@ -185,6 +185,54 @@ async def test_server_key_only_goes_to_server_url(
     assert {r["headers"]["Authorization"] for r in requests} == {"Bearer sk-server"}
 
 
+HOST_REFUSED = (
+    "aiGatewayBaseUrl host is not allowed for multi-agent mode (multi_agent.allowed_hosts)"
+)
+
+
+async def test_a_client_url_off_loopback_is_refused_without_a_dial(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    """The client's own key went to whatever URL it named: the bridge dialed into
+    its own network for any client (SSRF). Now only loopback and the configured
+    endpoints, unless multi_agent.allowed_hosts says otherwise."""
+    bridge = await start_bridge(env=base_env(**TOKEN_ENV))
+    far = "http://198.51.100.7:9/v1"  # TEST-NET-2: a dial would hang until the deadline
+    async with asyncio.timeout(5):
+        events = await sse(http, bridge.rpc_url, "session.start", params("ma-h1", far))
+    result = events[-1]["result"]
+    assert result["success"] is False and result["error"] == HOST_REFUSED
+    assert updates(events)[-1]["message"] == HOST_REFUSED
+
+
+@pytest.mark.parametrize(
+    ("allowed", "ok"), [(["127.0.0.1"], True), (["*"], True), (["llm.example.com"], False)]
+)
+async def test_allowed_hosts_replace_the_default(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    llm_url: str,
+    tmp_path: Path,
+    allowed: list[str],
+    ok: bool,
+) -> None:
+    """A list names every host a client URL may use: loopback is in it only if listed."""
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV),
+        config={"multi_agent": {"allowed_hosts": allowed, "max_iterations": 1}},
+        tmp=tmp_path,
+    )
+    await script(http, llm_url, "plan", "draft", "SCORE: 9/10")
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-h2", llm_url)), 20
+    )
+    result = events[-1]["result"]
+    assert result["success"] is ok, result
+    assert len(await seen(http, llm_url)) == (3 if ok else 0)
+    if not ok:
+        assert result["error"] == HOST_REFUSED
+
+
 async def test_cancel_mid_loop(
     start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str
 ) -> None:

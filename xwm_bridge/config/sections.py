@@ -62,6 +62,9 @@ class MultiAgentConfig:
     #: the server key only ever goes to this URL, never to a client-chosen one.
     base_url: str = ""
     api_key: Secret = ""
+    #: hosts (any port) or ``host:port`` a client's own ``aiGatewayBaseUrl`` may name,
+    #: ``*`` = any; empty = loopback plus the endpoints of this config
+    allowed_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

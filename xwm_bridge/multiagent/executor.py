@@ -21,6 +21,7 @@ from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
 from xwm_bridge.llm import ChatRequest, LLMError, complete
 from xwm_bridge.multiagent import protocol as p
+from xwm_bridge.netaddr import HostPolicy, endpoint_of
 
 log = logging.getLogger("xwm_bridge.multi_agent")
 
@@ -31,6 +32,10 @@ class MultiAgentExecutor:
     def __init__(self, config: BridgeConfig, http: aiohttp.ClientSession) -> None:
         self._config = config
         self._http = http
+        #: where a client's own aiGatewayBaseUrl may point (as the classifier's)
+        self._client_hosts = HostPolicy(
+            config.multi_agent.allowed_hosts, config.configured_endpoints()
+        )
 
     def _endpoint(self, params: Mapping[str, Any]) -> tuple[str, str]:
         """(base URL, key): the client's pair, else the server's; never mixed."""
@@ -39,6 +44,16 @@ class MultiAgentExecutor:
             return coerce.text(params.get("aiGatewayBaseUrl")), key
         ma = self._config.multi_agent
         return ma.base_url, ma.api_key
+
+    def _refused_host(self, params: Mapping[str, Any], base_url: str) -> str:
+        """The host of a client's own ``aiGatewayBaseUrl`` the bridge may not dial, or
+        ``""``: the client must not make the bridge call into its network (SSRF)."""
+        if not coerce.text(params.get("aiGatewayApiKey")) or not base_url:
+            return ""  # the server's endpoint, or no URL at all (the call says so)
+        host, _, port = endpoint_of(base_url).rpartition(":")
+        if host and self._client_hosts.allows(host, int(port or 0)):
+            return ""
+        return host or base_url
 
     async def execute(self, ctx: TurnContext) -> dict[str, Any]:
         params = ctx.params
@@ -50,6 +65,10 @@ class MultiAgentExecutor:
         base_url, key = self._endpoint(params)
         if not key:
             return await self._fail(ctx, p.MISSING_KEY)
+        refused = self._refused_host(params, base_url)
+        if refused:
+            log.info("multi-agent turn refused: host not allowed", extra={"host": refused[:256]})
+            return await self._fail(ctx, p.HOST_NOT_ALLOWED)
         if not prompt:
             return await self._fail(ctx, p.NO_PROMPT)
         model = coerce.text(params.get("model")) or self._config.multi_agent_model or "gpt-4o"

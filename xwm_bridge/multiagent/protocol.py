@@ -17,6 +17,10 @@ from xwm_bridge.core.modes import Mode
 MODE = Mode.MULTI_AGENT.value
 MISSING_KEY = "aiGatewayApiKey is required for multi-agent mode"
 NO_PROMPT = "taskPrompt is required for multi-agent mode"
+#: a client's own aiGatewayBaseUrl on a host outside ``multi_agent.allowed_hosts``
+HOST_NOT_ALLOWED = (
+    "aiGatewayBaseUrl host is not allowed for multi-agent mode (multi_agent.allowed_hosts)"
+)
 
 PLANNER_SYSTEM = (
     "You are the planner of a multi-agent coding team. Break the user's task into a short, "
