@@ -123,6 +123,38 @@ async def test_a_dropped_connection_keeps_its_turn_and_resume_picks_it_up(
         assert users == ["slow:1500 finish me"] and checker.text() == "echo: finish me"
 
 
+async def test_a_permission_open_when_the_connection_dropped_is_asked_on_resume(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The question went to the dropped connection only; the turn then waited for the
+    broker's deadline and the agent was refused. Now the client that resumes is asked."""
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    target = tmp_path / "out.txt"
+    first = RecordingClient(hold_permission=True)  # asked, never answers
+    async with sdk_client(url, "ws", first) as (conn, _, _checker):
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        sid = session.session_id
+        await conn.set_config_option(config_id="route", session_id=sid, value="single-agent:fake")
+        turn = asyncio.ensure_future(
+            conn.prompt(session_id=sid, prompt=prompt(f"permission {target}"))
+        )
+        await asyncio.wait_for(first.permission_asked.wait(), 20)
+    with contextlib.suppress(Exception):
+        await turn  # its connection went away
+    assert not target.exists()
+    async with sdk_client(url, "ws") as (conn, second, checker):  # answers allow_once
+        await conn.resume_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+        await asyncio.wait_for(second.permission_asked.wait(), 20)
+        live = bp.bridge.sessions.get(sid)
+        assert live is not None
+        await wait_until(lambda: live.last_turn_status == "completed", within=15)
+        done = [u for u in checker.updates("tool_call_update") if u.get("status") == "completed"]
+        assert done, checker.updates("tool_call_update")  # the agent's edit, after the allow
+    assert target.read_text() == "written by fake agent\n"
+    assert len(first.asked) == 1 and len(second.asked) == 1
+
+
 async def read_events(resp: aiohttp.ClientResponse, until: Any, within: float = 15) -> list[Any]:
     """SSE items (``keep-alive`` for a comment) until ``until(items)`` holds."""
     items: list[Any] = []

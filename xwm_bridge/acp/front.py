@@ -35,7 +35,8 @@ class AcpFrontDoor:
         self.config = bridge.config
         self.catalog = RouteCatalog(bridge.config)
         self.sessions = AcpSessions()
-        #: permission relays (each bounded by ``agents.permission_timeout``)
+        #: running turns (they outlive the request that started them) and permission
+        #: relays (each bounded by ``agents.permission_timeout``)
         self.tasks = Supervisor()
         # images reach only stdio agents that take them (others get a text marker)
         stdio = any(p.is_stdio for p in bridge.config.available_providers)
@@ -64,6 +65,8 @@ class AcpFrontDoor:
     def attach(self, session: AcpSession, client: Client) -> None:
         session.client = client
         self.sessions.add(session)
+        for relay in session.turns:  # open permission requests ask the new client
+            relay.attached()
 
     def detach(self, client: Client) -> None:
         for session in self.sessions.attached_to(client):

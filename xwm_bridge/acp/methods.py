@@ -10,6 +10,7 @@ line and metrics as the bridge's own; unknown methods are ``-32601``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import os
@@ -252,13 +253,32 @@ class AcpMethods:
         ctx = CallContext(
             relay, self.conn.transport, self.conn.principal, self.conn.bearer, client=relay
         )
+        # the turn outlives this request: a dropped connection cancels the request, and
+        # the relay (its updates, its permission requests) stays with the session for a
+        # client that reattaches, until the turn ends. In session.turns from now on: a
+        # session/cancel right behind the prompt finds it
         session.turns.add(relay)
-        try:
-            result = await self.front.methods.session_turn(turn, ctx, "session.message")
-        finally:
+        task = self.front.tasks.spawn(
+            self._run_turn(turn, ctx), name=f"acp-turn:{session.session_id}"
+        )
+
+        def ended(_: asyncio.Task[Any]) -> None:  # run even if the task never started
             session.turns.discard(relay)
             relay.finish()
+
+        task.add_done_callback(ended)
+        result, error = await asyncio.shield(task)
+        if error is not None:
+            raise error
         return await relay.respond(result)
+
+    async def _run_turn(
+        self, turn: dict[str, Any], ctx: CallContext
+    ) -> tuple[dict[str, Any], Exception | None]:
+        try:
+            return await self.front.methods.session_turn(turn, ctx, "session.message"), None
+        except Exception as exc:  # the request's to raise, if it is still there
+            return {}, exc
 
     async def session_cancel(
         self, params: dict[str, Any], call: CallContext, method: str

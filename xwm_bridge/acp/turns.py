@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from asyncio import FIRST_COMPLETED
 from typing import TYPE_CHECKING, Any
 
 from xwm_bridge import coerce, jsonrpc
@@ -52,6 +53,8 @@ class TurnRelay:
         self.cancel_requested = False
         self._cancelled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._permissions: set[asyncio.Task[None]] = set()
+        #: resolved when a client attaches to the session (``session/load``, ``resume``)
+        self._attach: asyncio.Future[None] | None = None
 
     # --- the turn's notify ----------------------------------------------------------------
 
@@ -103,34 +106,80 @@ class TurnRelay:
         self._permissions.add(task)
         task.add_done_callback(self._permissions.discard)
 
+    def attached(self) -> None:
+        """A client attached to the session: permission requests still open ask it."""
+        if self._attach is not None and not self._attach.done():
+            self._attach.set_result(None)
+
+    def _next_attach(self) -> asyncio.Future[None]:
+        if self._attach is None or self._attach.done():
+            self._attach = asyncio.get_running_loop().create_future()
+        return self._attach
+
+    def _open(self, request_id: str) -> bool:
+        entry = self.front.bridge.permissions.pending.get((self.session.session_id, request_id))
+        return entry is not None and not entry.future.done()
+
     async def _permission(self, payload: dict[str, Any]) -> None:
+        """Ask the attached client; while the request is open (the broker has not
+        resolved it: no answer, deadline, rule or console), ask again whichever
+        client attaches next, after a drop or a ``session/load`` elsewhere."""
         request_id = coerce.text(payload.get("requestId"))
-        client = self.front.connection_of(self.session)
-        if not request_id or client is None:
-            return  # nobody to ask: the broker's deadline rejects it
+        if not request_id:
+            return
         params = mapping.permission_request(self.session.session_id, payload)
-        fut = await client.start_request(
-            "session/request_permission", params, self.session.session_id
-        )
-        timeout = self.front.config.agents.permission_timeout
-        done, _ = await asyncio.wait(
-            {fut, self._cancelled}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        if fut not in done:
-            client.forget(fut)
-            return
-        try:
-            answer = fut.result()
-        except RpcError as exc:
-            log.info("permission request failed", extra={"error": exc.message})
-            return
-        option = mapping.chosen_option(answer, params["options"])
-        if option is None:
-            return
-        with contextlib.suppress(RpcError):  # answered meanwhile (deadline, cancel, elsewhere)
-            self.front.bridge.permissions.answer(
-                PermissionAnswer(self.session.session_id, request_id, option)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.front.config.agents.permission_timeout
+        asked = False
+        while not asked or self._open(request_id):
+            attach = self._next_attach()
+            client = self.front.connection_of(self.session)
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._cancelled.done():
+                return
+            if client is None:  # nobody to ask now: wait for a client to attach
+                asked = True
+                await asyncio.wait(
+                    {attach, self._cancelled}, timeout=remaining, return_when=FIRST_COMPLETED
+                )
+                if not attach.done():
+                    return  # cancelled, or the deadline (the broker rejects it)
+                continue
+            asked = True
+            fut = await client.start_request(
+                "session/request_permission", params, self.session.session_id
             )
+            while True:  # a reattach of the same connection does not ask it twice
+                done, _ = await asyncio.wait(
+                    {fut, self._cancelled, attach},
+                    timeout=max(0.0, deadline - loop.time()),
+                    return_when=FIRST_COMPLETED,
+                )
+                if fut in done or not attach.done():
+                    break
+                if self.front.connection_of(self.session) is not client:
+                    break
+                attach = self._next_attach()
+            if fut not in done:
+                client.forget(fut)
+                if attach.done():
+                    continue  # another connection took the session: ask it
+                return
+            try:
+                answer = fut.result()
+            except RpcError as exc:
+                if client.closed:
+                    continue  # the connection dropped: ask the next client that attaches
+                log.info("permission request failed", extra={"error": exc.message})
+                return
+            option = mapping.chosen_option(answer, params["options"])
+            if option is None:
+                return
+            with contextlib.suppress(RpcError):  # answered meanwhile (deadline, cancel, elsewhere)
+                self.front.bridge.permissions.answer(
+                    PermissionAnswer(self.session.session_id, request_id, option)
+                )
+            return
 
     # --- ClientRequests: the agent's fs/* and terminal/* ----------------------------------
 
