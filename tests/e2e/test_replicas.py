@@ -1,5 +1,6 @@
 """Two daemons on one real Redis (issue 6): per-thread FIFO across replicas under
-concurrent load, cancel through the other replica, a replica killed mid-queue.
+concurrent load, cancel and a permission answer through the other replica, a replica
+killed mid-queue.
 
 Needs ``redis-server`` (apt; installed by ``.ci/run``): skipped locally when it is
 missing, failing when CI=true.
@@ -33,6 +34,7 @@ from tests.conftest import (
     updates,
     wait_until,
 )
+from tests.integration.agent_helpers import agent_params, agent_provider
 from tests.redis_server import RedisServer, redis_server
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e]
@@ -220,3 +222,66 @@ async def test_killing_a_replica_mid_queue_loses_no_queued_turn(
     assert len(interrupted) == 1 and interrupted[0]["turnId"] == running["lastTurnId"]
     seqs = [u["seq"] for u in notes]
     assert seqs == sorted(set(seqs))  # no seq reused after the takeover
+
+
+async def test_a_permission_raised_on_one_replica_is_answered_through_the_other(
+    start_bridge: StartBridge, redis: RedisServer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """The answer used to reach only the replica it was sent to: "no pending permission
+    request" there, and the turn on the other waited for its deadline."""
+    env = base_env(ACP_AUTH_TOKEN=TOKEN, XWM_SESSION_STORE="redis", XWM_REDIS_URL=redis.url)
+    cfg = {
+        "store": {"lease_ttl": LEASE_TTL},
+        "providers": [agent_provider()],
+        "allowed_roots": [str(tmp_path)],
+        "agents": {"initialize_timeout": 20},
+    }
+    a = await start_bridge(env=env, config=cfg, tmp=tmp_path)
+    b = await start_bridge(env=env, config=cfg, tmp=tmp_path)
+    target = tmp_path / "granted.txt"
+    params = agent_params("rp1", f"permission {target}", workingDirectory=str(tmp_path))
+    turn = asyncio.get_running_loop().create_task(rpc(http, a.rpc_url, "session.start", params))
+
+    async def listed_on_b() -> list[dict[str, Any]]:
+        reply = await rpc(http, b.rpc_url, "permission.list", {})
+        requests: list[dict[str, Any]] = reply["result"]["requests"]
+        return requests
+
+    [asked] = await eventually(listed_on_b, within=20)
+    answer = {"sessionId": "rp1", "requestId": asked["requestId"], "optionId": "once"}
+    reply = await rpc(http, b.rpc_url, "session.permission", answer)
+    assert reply["result"]["accepted"] is True and reply["result"]["outcome"] == "allow_once"
+    result = (await asyncio.wait_for(turn, 20))["result"]
+    assert "permission granted (once)" in result["output"] and target.exists()
+    assert result["permissions"][0]["answeredBy"]["transport"] == "http"
+    # a second answer, through either replica, loses
+    for bridge in (b, a):
+        late = await rpc(
+            http, bridge.rpc_url, "session.permission", {**answer, "optionId": "reject"}
+        )
+        assert late["error"]["code"] == -32602, late
+
+
+async def test_an_answer_for_a_replica_that_does_not_reply_fails_in_time(
+    start_bridge: StartBridge, redis: RedisServer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A stored request of a live replica id that nobody serves: -32603 naming it after
+    ``store.redis_timeout``, not a hang."""
+    from xwm_bridge.store.records import PermissionRecord
+
+    env = base_env(ACP_AUTH_TOKEN=TOKEN, XWM_SESSION_STORE="redis", XWM_REDIS_URL=redis.url)
+    bp = await start_bridge(env=env, config={"store": {"redis_timeout": 1}}, tmp=tmp_path)
+    client = aioredis.Redis.from_url(redis.url)
+    try:
+        record = PermissionRecord("gs1", "perm-9", created_at=time.time(), owner="ghost")
+        await client.set("xwm:replica:ghost", "1", px=60_000)  # "alive", but not listening
+        await client.hset("xwm:p:gs1", "perm-9", record.dumps())
+        await client.sadd("xwm:perms", "gs1")
+        answer = {"sessionId": "gs1", "requestId": "perm-9", "optionId": "once"}
+        started = time.monotonic()
+        reply = await asyncio.wait_for(rpc(http, bp.rpc_url, "session.permission", answer), 10)
+        assert reply["error"]["code"] == -32603, reply
+        assert "held by replica ghost, which did not answer" in reply["error"]["message"]
+        assert time.monotonic() - started < 5
+    finally:
+        await client.aclose()

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Mapping
 from types import TracebackType
+from typing import Any
 
 import aiohttp
 
@@ -37,13 +38,13 @@ from xwm_bridge.providers.stdio import registry
 from xwm_bridge.providers.stdio.catalog import FILE_NAME as CATALOG_FILE
 from xwm_bridge.providers.stdio.catalog import AgentCatalog
 from xwm_bridge.providers.stdio.executor import ProviderKindExecutor, StdioAgentExecutor
-from xwm_bridge.providers.stdio.permissions import POLICY, PermissionBroker
+from xwm_bridge.providers.stdio.permissions import POLICY, PermissionAnswer, PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.router.service import Router
 from xwm_bridge.store import open_store, state_dir
 from xwm_bridge.store.base import SessionStore
 from xwm_bridge.store.cluster import Cluster
-from xwm_bridge.store.records import PermissionRecord
+from xwm_bridge.store.records import Answerer, PermissionRecord
 from xwm_bridge.store.redis import RedisStore
 from xwm_bridge.tasks import Supervisor
 
@@ -100,6 +101,8 @@ class Bridge:
         )
         self.permissions = PermissionBroker(owner=self.events.epoch)
         self.permissions.listeners.append(self._permission_changed)
+        if self.cluster is not None:  # answers given on other replicas, for requests raised here
+            self.cluster.answer_local = self._answer_forwarded
         catalog_path = None if config.store.backend == "memory" else state_dir(config)
         self.stdio_agents = StdioAgentExecutor(
             config,
@@ -119,6 +122,15 @@ class Bridge:
         self._closed = False
         #: set by :meth:`force_shutdown` (a second signal): the drain stops waiting
         self._forced = asyncio.Event()
+
+    def _answer_forwarded(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """A ``session.permission`` another replica took for a request raised here."""
+        by = answer.get("by") if isinstance(answer.get("by"), dict) else {}
+        assert isinstance(by, dict)
+        answerer = Answerer(
+            str(by.get("transport", "")), str(by.get("address", "")), str(by.get("principal", ""))
+        )
+        return self.permissions.answer(PermissionAnswer.parse(answer), answerer)
 
     def _permission_changed(self, type_: str, record: PermissionRecord) -> None:
         """Pending requests live in the store (every replica and a reconnecting client

@@ -16,12 +16,13 @@ from xwm_bridge.core.context import CallContext, Handler
 from xwm_bridge.core.params import SessionParams, session_id_of
 from xwm_bridge.core.queues import QueueFullError, ShuttingDownError
 from xwm_bridge.core.replay import ReplayParams, replay
-from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.jsonrpc import INTERNAL_ERROR, RpcError
 from xwm_bridge.mounts.reconcile import MountsRequest, reconcile
 from xwm_bridge.observability import context as obs
 from xwm_bridge.providers.stdio.permissions import PermissionAnswer
 from xwm_bridge.router.dispatch import resolve_dispatch
 from xwm_bridge.router.resolver import EMPTY_FIELDS, RoutingRequest
+from xwm_bridge.store.cluster import RemoteAnswerError
 from xwm_bridge.store.records import Answerer
 
 if TYPE_CHECKING:
@@ -197,7 +198,42 @@ class BridgeMethods:
         answer = PermissionAnswer.parse(params)
         await self._bridge.sessions.check_owner(answer.session_id, call.principal)
         by = Answerer(call.transport, call.peer, call.principal)
-        return self._bridge.permissions.answer(answer, by)
+        broker = self._bridge.permissions
+        if self._bridge.cluster is not None and not broker.knows(
+            answer.session_id, answer.request_id
+        ):
+            forwarded = await self._answer_elsewhere(answer, by)
+            if forwarded is not None:
+                return forwarded
+        return broker.answer(answer, by)
+
+    async def _answer_elsewhere(
+        self, answer: PermissionAnswer, by: Answerer
+    ) -> dict[str, Any] | None:
+        """A request another replica raised (its stored record names it): forwarded
+        there and answered as if its own client had. None: no live replica holds it."""
+        cluster = self._bridge.cluster
+        assert cluster is not None
+        key = (answer.session_id, answer.request_id)
+        stored = next((p for p in await self._bridge.store.permissions() if p.key == key), None)
+        if stored is None or not stored.owner:
+            return None
+        payload = {
+            "sessionId": answer.session_id,
+            "requestId": answer.request_id,
+            "optionId": answer.option_id,
+            "by": {"transport": by.transport, "address": by.address, "principal": by.principal},
+        }
+        try:
+            return await cluster.answer_remote(stored.owner, payload)
+        except RemoteAnswerError as exc:
+            raise RpcError(exc.code, exc.message) from None
+        except Exception as exc:  # Redis down, or the owner did not reply in time
+            raise RpcError(
+                INTERNAL_ERROR,
+                f"permission request {answer.request_id} is held by replica {stored.owner}, "
+                f"which did not answer: {type(exc).__name__}: {exc}"[:500],
+            ) from None
 
     async def session_replay(
         self, params: dict[str, Any], call: CallContext, method: str

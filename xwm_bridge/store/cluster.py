@@ -18,6 +18,12 @@ never disagree (which would deadlock the thread).
 ``session.cancel`` for a turn running elsewhere: ``run:<session>`` names the
 running replica; the cancel is published on ``cancel`` and that replica
 cancels the turn locally.
+
+``session.permission`` for a request another replica holds (the stored record
+names its ``owner``): the answer is published on ``permission`` with a reply key;
+the owner answers it locally, as if its own client had, and pushes the outcome
+(its result or its error) onto the reply key, which the asking replica pops
+within the store's timeout.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from xwm_bridge.store.redis import RedisStore
 
@@ -97,13 +105,32 @@ class Ticket:
 
 Job = Callable[[], Awaitable[Any]]
 CancelLocal = Callable[[str], bool]
+#: answer a permission request this replica holds: the result, or raises ``RpcError``
+AnswerLocal = Callable[[dict[str, Any]], dict[str, Any]]
+#: how long a reply to a forwarded permission answer is kept for its asker
+REPLY_TTL_MS = 30_000
+
+
+class RemoteAnswerError(Exception):
+    """The owning replica refused a forwarded answer: its JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class Cluster:
-    def __init__(self, store: RedisStore, cancel_local: CancelLocal) -> None:
+    def __init__(
+        self,
+        store: RedisStore,
+        cancel_local: CancelLocal,
+        answer_local: AnswerLocal | None = None,
+    ) -> None:
         self.store = store
         self.client = store.client
         self._cancel_local = cancel_local
+        self.answer_local = answer_local
         self._ordering: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
@@ -265,15 +292,72 @@ class Cluster:
         )
         return bool(receivers)
 
+    # --- permission answers across replicas ---------------------------------------------------
+
+    async def answer_remote(self, owner: str, answer: dict[str, Any]) -> dict[str, Any] | None:
+        """Forward ``answer`` (``sessionId``, ``requestId``, ``optionId``, ``by``) to the
+        replica ``owner``; its result, ``None`` when no live replica of that id listens.
+        Raises :class:`RemoteAnswerError` with the owner's refusal, ``TimeoutError``
+        when it does not reply within the store's timeout."""
+        timeout = self.store.timeout
+        if owner == self.replica_id or not await self.store.replica_alive(owner):
+            return None
+        reply = self.key("reply", uuid.uuid4().hex)
+        message = orjson.dumps({"owner": owner, "reply": reply, "answer": answer})
+        receivers = await asyncio.wait_for(
+            self.client.publish(self.key("permission"), message), timeout
+        )
+        if not receivers:
+            return None
+        popped = await asyncio.wait_for(self.client.blpop([reply], timeout), timeout + 1)
+        if popped is None:
+            raise TimeoutError(f"replica {owner} did not answer within {timeout:g}s")
+        outcome = orjson.loads(popped[1])
+        error = outcome.get("error")
+        if isinstance(error, dict):
+            raise RemoteAnswerError(int(error.get("code", -32603)), str(error.get("message")))
+        result: dict[str, Any] = outcome.get("result") or {}
+        return result
+
+    async def _on_answer(self, data: Any) -> None:
+        try:
+            message = orjson.loads(data)
+            owner, reply, answer = message["owner"], message["reply"], message["answer"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            log.warning("malformed forwarded permission answer dropped")
+            return
+        if owner != self.replica_id or self.answer_local is None:
+            return
+        outcome: dict[str, Any]
+        try:
+            outcome = {"result": self.answer_local(answer)}
+        except Exception as exc:  # RpcError: its code and message go back to the asker
+            code = getattr(exc, "code", -32603)
+            outcome = {"error": {"code": code, "message": getattr(exc, "message", str(exc))}}
+        try:
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.lpush(reply, orjson.dumps(outcome))
+                pipe.pexpire(reply, REPLY_TTL_MS)
+                await asyncio.wait_for(pipe.execute(), self.store.timeout)
+        except Exception as exc:  # the asker times out and says so
+            log.warning("permission answer reply failed", extra={"error": repr(exc)})
+
     async def _listen(self) -> None:
+        cancel, permission = self.key("cancel"), self.key("permission")
         while True:
             try:
                 async with self.client.pubsub() as pubsub:
-                    await pubsub.subscribe(self.key("cancel"))
+                    await pubsub.subscribe(cancel, permission)
                     self._ready.set()
                     while True:
                         msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                        if msg is not None and msg.get("type") == "message":
+                        if msg is None or msg.get("type") != "message":
+                            continue
+                        channel = msg.get("channel")
+                        channel = channel.decode() if isinstance(channel, bytes) else channel
+                        if channel == permission:
+                            await self._on_answer(msg["data"])
+                        else:
                             self._on_cancel(msg["data"])
             except asyncio.CancelledError:
                 raise

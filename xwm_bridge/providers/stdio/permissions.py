@@ -157,6 +157,11 @@ class PermissionBroker:
         self.resolve(entry, TURN_ENDED, "the turn stopped waiting", dict(mapping.CANCELLED_OUTCOME))
         self.pending.pop((entry.session_id, entry.request_id), None)
 
+    def knows(self, session_id: str, request_id: str) -> bool:
+        """Raised here: pending, or resolved recently."""
+        key = (session_id, request_id)
+        return key in self.pending or self.find_resolved(session_id, request_id) is not None
+
     def find_resolved(self, session_id: str, request_id: str) -> PermissionRecord | None:
         for record in reversed(self.resolved):
             if record.session_id == session_id and record.request_id == request_id:
