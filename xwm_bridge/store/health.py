@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.store import DB_NAME, state_dir
 from xwm_bridge.store.base import StoreHealth
-from xwm_bridge.store.sqlite import lock_holder, lock_path
+from xwm_bridge.store.sqlite_lock import lock_holder, lock_path
 
 __all__ = ["StoreHealth", "probe_store"]
 

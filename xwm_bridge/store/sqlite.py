@@ -15,33 +15,28 @@ counted). A thread found dead is started again by the next read or health probe.
 The thread's work without the thread: ``sqlite_schema.py`` (tables, layout,
 migrations), ``sqlite_writes.py`` (a batch's live writes, their rows and
 statements), ``sqlite_rows.py`` (ledger rows, multi-row inserts, the replay
-window) and ``sqlite_history.py`` (prompt rows).
+window), ``sqlite_history.py`` (prompt rows), ``sqlite_reads.py`` (the reads, as
+functions of a connection) and ``sqlite_lock.py`` (the one-process ``<db>.lock``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import itertools
 import logging
-import os
 import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
-from xwm_bridge.store import sqlite_history
+from xwm_bridge.store import sqlite_history, sqlite_lock, sqlite_reads
 from xwm_bridge.store.base import (
     HEALTH_TIMEOUT,
-    RUNNING,
     LedgerEntry,
     SessionRecord,
     StoreCounters,
@@ -49,8 +44,6 @@ from xwm_bridge.store.base import (
     StoreHealth,
     StoreLimits,
     WriteBacklog,
-    interrupted_turn,
-    recovered,
 )
 from xwm_bridge.store.records import (
     TURNS_PER_SESSION,
@@ -59,8 +52,12 @@ from xwm_bridge.store.records import (
     SessionQuery,
     TurnRecord,
 )
-from xwm_bridge.store.sqlite_rows import batch_rows, insert_many, read_ledger
-from xwm_bridge.store.sqlite_schema import SCHEMA, SCHEMA_VERSION, SESSION_COLUMNS, migrate
+from xwm_bridge.store.sqlite_lock import lock_holder as lock_holder  # re-exported
+from xwm_bridge.store.sqlite_lock import lock_path
+from xwm_bridge.store.sqlite_rows import insert_many
+from xwm_bridge.store.sqlite_schema import SCHEMA as SCHEMA  # re-exported
+from xwm_bridge.store.sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported
+from xwm_bridge.store.sqlite_schema import connect
 from xwm_bridge.store.sqlite_writes import (
     INSERT_ENTRY,
     LARGEST_ENTRY,
@@ -71,15 +68,13 @@ from xwm_bridge.store.sqlite_writes import (
     UPSERT_TURN,
     WRITES,
     Op,
+    append_rows,
     apply_permission,
     delete,
-    insert_entry,
-    ledger_top,
     live_writes,
     session_of,
     session_row,
     turn_row,
-    upsert,
 )
 
 log = logging.getLogger("xwm_bridge.store")
@@ -89,13 +84,6 @@ MAX_BATCH = 2048
 #: of a ``kill -9``
 GROUP_COMMIT_S = 0.01
 CLOSE_TIMEOUT = 30.0
-#: connection settings past WAL + synchronous=NORMAL (measured in performance.md):
-#: statement journals (every multi-row INSERT and upsert inside the batch's
-#: transaction) and sorts stay in memory instead of spilling to temp files (an
-#: open, writes and an unlink per spill); a checkpoint every 4,000 WAL pages
-#: (16 MiB at 4 KiB pages) instead of 1,000 copies a page rewritten by many
-#: batches once, and fsyncs a quarter as often
-TUNING = ("temp_store=MEMORY", "wal_autocheckpoint=4000")
 READ_TIMEOUT = 30.0
 
 #: turn rows over TURNS_PER_SESSION are deleted every this many inserts per session
@@ -108,26 +96,6 @@ _STOP: Op = ("stop",)
 #: it, the oldest half is trimmed at once and forgotten (a daemon that sees a million
 #: sessions keeps a few hundred KiB of counters, not a dict entry per session)
 MAX_TRACKED_SESSIONS = 4096
-
-
-def _row_to_record(db: sqlite3.Connection, row: tuple[Any, ...]) -> SessionRecord:
-    """The record of a ``sessions`` row, its history read from ``history``."""
-    sid, thread, provider, _, seq, turn_id, status, upstream, updated, events, owner = row[:11]
-    start, end = int(row[11]), int(row[12])
-    return SessionRecord(
-        session_id=sid,
-        thread_id=thread,
-        provider=provider,
-        history=sqlite_history.read(db, sid, start, end),
-        prompts=end,
-        seq=int(seq),
-        last_turn_id=turn_id,
-        last_turn_status=status,
-        upstream=tuple((str(k), str(v)) for k, v in orjson.loads(upstream)),
-        updated_at=float(updated),
-        events=int(events),
-        owner=owner,
-    )
 
 
 class SQLiteStore:
@@ -164,30 +132,13 @@ class SQLiteStore:
         return lock_path(self.path)
 
     def _lock(self) -> None:
-        """Hold ``<db>.lock`` for the life of the store: a second process on the same
-        database would mark this one's running turns interrupted and fork its sessions."""
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = lock_holder(fd)
-            os.close(fd)
-            raise StoreError(
-                f"session store: {self.path} is in use by another xwm-bridge process"
-                f"{f' (pid {holder})' if holder else ''}; run one process per state "
-                "directory: give this one its own store.state_dir (XWM_STATE_DIR), or "
-                "XWM_SESSION_STORE=memory"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
+        """Hold ``<db>.lock`` for the life of the store (:func:`sqlite_lock.acquire`)."""
+        self._lock_fd = sqlite_lock.acquire(self.path)
 
     def _unlock(self) -> None:
         fd, self._lock_fd = self._lock_fd, None
         if fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            os.close(fd)  # releases the flock
+            sqlite_lock.release(fd)
 
     async def start(self) -> None:
         try:
@@ -287,165 +238,42 @@ class SQLiteStore:
         return await asyncio.wait_for(asyncio.wrap_future(fut), READ_TIMEOUT)
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        def read(db: sqlite3.Connection) -> SessionRecord | None:
-            row = db.execute(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            if row is None:
-                return None
-            record = _row_to_record(db, row)
-            top, events = ledger_top(db, session_id)
-            if top > record.seq or events > record.events:
-                record = replace(
-                    record, seq=max(top, record.seq), events=max(events, record.events)
-                )
-            return record
-
-        return await self._call(read)
+        return await self._call(lambda db: sqlite_reads.record(db, session_id))
 
     async def replay(
         self, session_id: str, after_seq: int, limit: int, *, after_event: int | None = None
     ) -> list[LedgerEntry]:
         horizon = time.time() - self._limits.ledger_max_age
         cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
-
-        def read(db: sqlite3.Connection) -> list[LedgerEntry]:
-            entries = read_ledger(db, session_id, after_seq, after_event, horizon, cap, max_bytes)
-            return entries[:limit]
-
-        return await self._call(read)
+        return await self._call(
+            lambda db: sqlite_reads.ledger(
+                db, session_id, after_seq, limit, after_event, horizon, cap, max_bytes
+            )
+        )
 
     async def recover(self) -> list[str]:
-        def fix(db: sqlite3.Connection) -> list[str]:
-            rows = db.execute(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE last_turn_status = ?", (RUNNING,)
-            ).fetchall()
-            ids = []
-            with db:
-                db.execute("DELETE FROM permissions")  # their turns died with the process
-                for row in rows:
-                    record = _row_to_record(db, row)
-                    fixed, entry = recovered(record, *ledger_top(db, record.session_id))
-                    upsert(db, fixed)
-                    insert_entry(db, record.session_id, entry)
-                    body = db.execute(
-                        "SELECT body FROM turns WHERE session_id = ? AND turn_id = ?",
-                        (record.session_id, record.last_turn_id),
-                    ).fetchone()
-                    stored = TurnRecord.loads(body[0]) if body else None
-                    db.execute(UPSERT_TURN, turn_row(interrupted_turn(record, stored)))
-                    ids.append(record.session_id)
-            return ids
-
-        return await self._call(fix)
+        return await self._call(sqlite_reads.recover)
 
     async def prune(self) -> int:
         now = time.time()
-
-        def prune(db: sqlite3.Connection) -> int:
-            with db:
-                stale = [
-                    r[0]
-                    for r in db.execute(
-                        "SELECT session_id FROM sessions WHERE updated_at < ?",
-                        (now - self._limits.retention,),
-                    )
-                ]
-                for sid in stale:
-                    delete(db, sid)
-                    self._histories.forget(sid)
-                db.execute("DELETE FROM ledger WHERE ts < ?", (now - self._limits.ledger_max_age,))
-                db.execute(
-                    "DELETE FROM turns WHERE session_id NOT IN (SELECT session_id FROM sessions)"
-                )
-            return len(stale)
-
-        return await self._call(prune)
+        forget = self._histories.forget
+        return await self._call(lambda db: sqlite_reads.prune(db, now, self._limits, forget))
 
     async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
-        def read(db: sqlite3.Connection) -> list[TurnRecord]:
-            rows = db.execute(
-                "SELECT body FROM turns WHERE session_id = ?"
-                " ORDER BY started_at DESC, turn_id DESC LIMIT ?",
-                (session_id, min(max(0, limit), TURNS_PER_SESSION)),  # rows trim lazily
-            ).fetchall()
-            return [TurnRecord.loads(r[0]) for r in reversed(rows)]
-
-        return await self._call(read)
+        return await self._call(lambda db: sqlite_reads.turns(db, session_id, limit))
 
     async def list_sessions(self, query: SessionQuery) -> SessionPage:
-        where: list[str] = ["1 = 1"]
-        args: list[Any] = []
-        if query.state == "idle":
-            where.append("s.last_turn_status != 'running'")
-        elif query.state:
-            where.append("s.last_turn_status = ?")
-            args.append(query.state)
-        for column, value in (("s.provider", query.provider), ("s.thread_id", query.thread_id)):
-            if value:
-                where.append(f"{column} = ?")
-                args.append(value)
-        if query.updated_since:
-            where.append("s.updated_at >= ?")
-            args.append(query.updated_since)
-        if query.owner is not None:  # unowned sessions (from before owners) are anyone's
-            where.append("s.owner IN ('', ?)")
-            args.append(query.owner)
-        if query.after is not None:
-            where.append("(s.updated_at < ? OR (s.updated_at = ? AND s.session_id < ?))")
-            args += [query.after[0], query.after[0], query.after[1]]
-        for key, wanted in query.upstream:  # the upstream ids: a JSON list of [key, value]
-            pair = "json_extract(j.value, '$[0]') = ?"
-            args.append(key)
-            if wanted is not None:
-                pair += " AND json_extract(j.value, '$[1]') = ?"
-                args.append(wanted)
-            where.append(
-                f"EXISTS (SELECT 1 FROM json_each(CAST(s.upstream AS TEXT)) j WHERE {pair})"
-            )
-        sql = (
-            f"SELECT {', '.join('s.' + c.strip() for c in SESSION_COLUMNS.split(','))}, t.body"
-            " FROM sessions s LEFT JOIN turns t"
-            " ON t.session_id = s.session_id AND t.turn_id = s.last_turn_id"
-            f" WHERE {' AND '.join(where)}"
-            " ORDER BY s.updated_at DESC, s.session_id DESC LIMIT ?"
-        )
-        args.append(query.limit + 1)
-
-        def read(db: sqlite3.Connection) -> SessionPage:
-            rows = db.execute(sql, args).fetchall()
-            items = [
-                (_row_to_record(db, r[:-1]), TurnRecord.loads(r[-1]) if r[-1] else None)
-                for r in rows[: query.limit]
-            ]
-            more = len(rows) > query.limit and items
-            last = items[-1][0] if more else None
-            return SessionPage(items, (last.updated_at, last.session_id) if last else None)
-
-        return await self._call(read)
+        sql, args = sqlite_reads.session_sql(query)
+        return await self._call(lambda db: sqlite_reads.session_page(db, sql, args, query.limit))
 
     async def permissions(self) -> list[PermissionRecord]:
-        def read(db: sqlite3.Connection) -> list[PermissionRecord]:
-            rows = db.execute(
-                "SELECT body FROM permissions ORDER BY created_at, request_id"
-            ).fetchall()
-            return [PermissionRecord.loads(r[0]) for r in rows]
-
-        return await self._call(read)
+        return await self._call(sqlite_reads.permissions)
 
     # --- the store thread ------------------------------------------------------------------
 
     def _run(self) -> None:
         try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            for pragma in TUNING:
-                db.execute(f"PRAGMA {pragma}")
-            migrate(db)
-            db.executescript(SCHEMA + sqlite_history.SCHEMA)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db = connect(self.path)  # tuned, at the current layout
         except Exception as exc:  # reported to start()
             self._ready.set_exception(exc)
             return
@@ -545,22 +373,6 @@ class SQLiteStore:
             for sid in list(itertools.islice(self._largest, len(self._largest) // 2)):
                 del self._largest[sid]
 
-    @staticmethod
-    def _rows(
-        session_id: str,
-        payload: LedgerEntry | tuple[LedgerEntry, ...],
-        bad: list[tuple[Op, Exception]],
-    ) -> list[tuple[tuple[Any, ...], list[int]]]:
-        """The ledger rows of one ``append`` op; an entry that cannot be encoded is
-        left out and added to ``bad`` (the others are kept)."""
-        encoded: list[tuple[LedgerEntry, bytes]] = []
-        for entry in payload if isinstance(payload, tuple) else (payload,):
-            try:
-                encoded.append((entry, orjson.dumps(entry.message)))
-            except TypeError as exc:  # e.g. nested deeper than orjson writes
-                bad.append((("append", session_id, entry), exc))
-        return batch_rows(session_id, encoded) if encoded else []
-
     def _isolate(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         """A batch failed on a bad record: apply its writes one by one, drop the bad."""
         for op in writes:
@@ -614,7 +426,7 @@ class SQLiteStore:
                 saved.append(op[1])
             elif kind == "append":
                 sid = op[1]
-                for row, entry_sizes in self._rows(sid, op[2], bad):
+                for row, entry_sizes in append_rows(sid, op[2], bad):
                     entries.append(row)
                     touched[sid] = touched.get(sid, 0) + len(entry_sizes)
                     sizes[sid] = sizes.get(sid, 0) + sum(entry_sizes)
@@ -680,14 +492,3 @@ class SQLiteStore:
             raise
         for op, exc in bad:
             self._dropped([op], exc)
-
-
-def lock_path(db_path: Path) -> Path:
-    return db_path.with_name(db_path.name + ".lock")
-
-
-def lock_holder(fd: int) -> str:
-    """The pid written in a lock file (may be stale or empty)."""
-    with contextlib.suppress(OSError, ValueError):
-        return os.pread(fd, 32, 0).decode().strip()
-    return ""

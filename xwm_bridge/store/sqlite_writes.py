@@ -12,6 +12,7 @@ import orjson
 from xwm_bridge.store import sqlite_history
 from xwm_bridge.store.base import LedgerEntry, SessionRecord
 from xwm_bridge.store.records import PermissionRecord, TurnRecord
+from xwm_bridge.store.sqlite_rows import batch_rows
 from xwm_bridge.store.sqlite_schema import SESSION_COLUMNS
 
 #: a queued operation: its kind, then its arguments
@@ -131,6 +132,22 @@ def session_row(r: SessionRecord) -> tuple[Any, ...]:
 
 def entry_row(session_id: str, e: LedgerEntry) -> tuple[Any, ...]:
     return (session_id, e.pos, e.turn_id, orjson.dumps(e.message), e.ts, e.event_id, e.kind, 1)
+
+
+def append_rows(
+    session_id: str,
+    payload: LedgerEntry | tuple[LedgerEntry, ...],
+    bad: list[tuple[Op, Exception]],
+) -> list[tuple[tuple[Any, ...], list[int]]]:
+    """The ledger rows of one ``append`` op; an entry that cannot be encoded is
+    left out and added to ``bad`` (the others are kept)."""
+    encoded: list[tuple[LedgerEntry, bytes]] = []
+    for entry in payload if isinstance(payload, tuple) else (payload,):
+        try:
+            encoded.append((entry, orjson.dumps(entry.message)))
+        except TypeError as exc:  # e.g. nested deeper than orjson writes
+            bad.append((("append", session_id, entry), exc))
+    return batch_rows(session_id, encoded) if encoded else []
 
 
 def turn_row(t: TurnRecord) -> tuple[Any, ...]:

@@ -85,3 +85,19 @@ def test_records_serialize_as_their_fields() -> None:
     assert TurnRecord.loads(turn.dumps()) == turn
     perm = PermissionRecord("s", "p", options=({"optionId": "x"},), by=Answerer("ws", "1.2.3.4"))
     assert PermissionRecord.loads(perm.dumps()) == perm
+
+
+def test_an_unencodable_entry_is_left_out_of_the_rows_and_reported() -> None:
+    from xwm_bridge.store.sqlite_writes import append_rows
+
+    good = LedgerEntry(2, "t", {"n": 1}, event_id=1)
+    nested: dict[str, object] = {}
+    deep = nested
+    for _ in range(300):  # deeper than orjson writes
+        deep["d"] = deep = {}
+    bad_entry = LedgerEntry(2, "t", nested, event_id=2)
+    bad: list[tuple[Op, Exception]] = []
+    rows = append_rows("s", (good, bad_entry), bad)
+    assert [sizes for _, sizes in rows] == [[len(b'{"n":1}')]]
+    assert [(op, type(exc)) for op, exc in bad] == [(("append", "s", bad_entry), TypeError)]
+    assert append_rows("s", bad_entry, []) == []
