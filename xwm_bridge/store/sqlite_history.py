@@ -1,6 +1,6 @@
 """Prompt history in its own SQLite table: a save writes the prompts it adds, not all.
 
-Layout 4 (``sqlite.py``). A session's history was a JSON array in its
+Layout 4 (``sqlite_schema.py``). A session's history was a JSON array in its
 ``sessions`` row, rewritten by every save: up to 64 prompts and
 ``store.history_max_bytes`` (1 MiB) per turn. Now each prompt is one row of
 ``history``, numbered by its place among all the prompts the session has had

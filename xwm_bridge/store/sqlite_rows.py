@@ -1,6 +1,6 @@
 """How the SQLite store lays out ledger rows and multi-row statements (sans thread).
 
-A ledger row holds ``count`` entries (see ``sqlite.SCHEMA_VERSION``): one, with
+A ledger row holds ``count`` entries (see ``sqlite_schema.SCHEMA_VERSION``): one, with
 its JSON as ``message``, or the frames of one relay batch, with ``message`` a JSON
 array of them (same ``pos``, ``turn_id``, ``ts`` and ``kind``; event ids
 ``event_id``, ``event_id + 1``, …). :func:`batch_rows` builds them,
