@@ -128,13 +128,13 @@ class ConsoleHandlers:
         if not ws.can_prepare(request).ok:
             return web.Response(status=400, text="400 bad request: websocket upgrade required\n")
         await ws.prepare(request)
-        self._t.register_ws(ws)
+        self._t.websockets.register(ws)
         try:
             call = await self._authenticate(request, ws)
             if call is not None:
                 await self._serve(ws, call)
         finally:
-            self._t.unregister_ws(ws)
+            self._t.websockets.unregister(ws)
         return ws
 
     async def _authenticate(

@@ -1,0 +1,169 @@
+"""What the HTTP transport checks of a request before its method runs (contract.md §4).
+
+:class:`HttpChecks` is the base of ``HttpTransport`` (``http.py``): the origin and
+bearer checks, the CORS headers of an answer, the refusals (origin 403, bearer
+401, body 413/400, parser 400/431), each counted and logged (``rejections.py``),
+and the :class:`CallContext` an admitted request calls as. The front
+(``front.py``) calls the same methods for the ``/acp/rpc`` connections it answers;
+the route modules (``http_sse.py``, ``http_ws.py``) get them as bound methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from xwm_bridge import jsonrpc
+from xwm_bridge.config import BridgeConfig
+from xwm_bridge.core.context import CallContext
+from xwm_bridge.observability.metrics import Metrics
+from xwm_bridge.transport import rejections as rj
+from xwm_bridge.transport.exchange import CORS_HEADERS, JSON_HEADERS, VARY, Reply, RequestView
+from xwm_bridge.transport.security import (
+    AUTH_MESSAGES,
+    BearerAuth,
+    OriginPolicy,
+    PrincipalCache,
+    peer_of,
+)
+
+#: :meth:`HttpChecks._guard`: the refusal of a request (origin, bearer), or None
+Guard = Callable[[web.Request, str], web.Response | None]
+
+
+class Reject(Protocol):
+    """:meth:`HttpChecks._reject`: count and log one refused request."""
+
+    def __call__(
+        self, request: RequestView, transport: str, reason: str, status: int, **fields: Any
+    ) -> None: ...
+
+
+class CallFactory(Protocol):
+    """:meth:`HttpChecks._call`: the :class:`CallContext` of an admitted request."""
+
+    def __call__(
+        self,
+        request: RequestView,
+        notify: Any,
+        transport: str,
+        connection: Any = None,
+        *,
+        notify_many: Any = None,
+    ) -> CallContext: ...
+
+
+def rpc_error_response(status: int, code: int, message: str) -> web.Response:
+    return web_reply(rpc_error(status, code, message))
+
+
+def rpc_error(status: int, code: int, message: str) -> Reply:
+    return Reply(status, jsonrpc.dumps(jsonrpc.error(None, code, message)) + b"\n", JSON_HEADERS)
+
+
+def web_reply(reply: Reply) -> web.Response:
+    if not reply.body and not reply.headers:
+        return web.Response(status=reply.status)
+    return web.Response(status=reply.status, body=reply.body, headers=reply.headers)
+
+
+def apply_cors(response: web.StreamResponse, cors: dict[str, str]) -> None:
+    if not cors:
+        return
+    response.headers.update(cors)
+    for value in VARY:
+        response.headers.add("Vary", value)
+
+
+class HttpChecks:
+    def __init__(self, config: BridgeConfig, metrics: Metrics) -> None:
+        self.origins = OriginPolicy(config.allowed_origins)
+        self.auth = BearerAuth(config.auth_token, (*config.client_tokens, *config.admin_tokens))
+        self.principals = PrincipalCache()
+        self.limits = config.limits
+        self.metrics = metrics
+
+    def _cors(self, request: RequestView) -> dict[str, str]:
+        origin = request.headers.get("Origin", "").strip()
+        if origin and self.origins.allows(origin):
+            return {"Access-Control-Allow-Origin": origin, **CORS_HEADERS}
+        return {}
+
+    def cors(self, request: RequestView) -> dict[str, str]:
+        """The CORS headers of an answer to ``request`` (none without an ``Origin``)."""
+        return self._cors(request) if "Origin" in request.headers else {}
+
+    def _reject(
+        self, request: RequestView, transport: str, reason: str, status: int, **fields: Any
+    ) -> None:
+        """``status``: the HTTP status (a WebSocket close code, or 0 for a JSON-RPC
+        error on an open socket, is logged as ``ws_close`` / not at all)."""
+        if status >= 1000:
+            fields["ws_close"] = status
+        elif status:
+            fields["status"] = status
+        rj.reject(
+            self.metrics,
+            transport,
+            reason,
+            path=request.path,
+            remote=request.remote or "",
+            **fields,
+        )
+
+    def denied(self, request: RequestView, transport: str = "http") -> Reply | None:
+        """Origin then bearer checks (contract.md §4 steps 4-5): the refusal, or None."""
+        origin = request.headers.get("Origin", "").strip()
+        if origin and not self.origins.allows(origin):
+            self._reject(request, transport, rj.ORIGIN, 403, origin=origin[:200])
+            return rpc_error(403, jsonrpc.ORIGIN_NOT_ALLOWED, f"origin not allowed: {origin}")
+        why = self.auth.verify(request.headers.get("Authorization"))
+        if why:
+            self._reject(request, transport, why, 401)
+            return rpc_error(401, jsonrpc.UNAUTHORIZED, AUTH_MESSAGES[why])
+        return None
+
+    def _guard(self, request: web.Request, transport: str = "http") -> web.Response | None:
+        denied = self.denied(request, transport)
+        return None if denied is None else web_reply(denied)
+
+    def body_too_large(self, request: RequestView) -> Reply:
+        self._reject(request, "http", rj.BODY_TOO_LARGE, 413)
+        return rpc_error(
+            413,
+            jsonrpc.INVALID_REQUEST,
+            f"request body too large: limit is {self.limits.max_body_bytes} bytes",
+        )
+
+    def bad_request(self, request: RequestView, reason: str, status: int) -> Reply:
+        """A request the front's HTTP parser refused (``rj.BAD_REQUEST``, 400) or whose
+        head is too large (``rj.HEAD_TOO_LARGE``, 431)."""
+        self._reject(request, "http", reason, status)
+        text = "400 bad request" if status == 400 else "431 request header fields too large"
+        return Reply(status, text.encode() + b"\n", {"Content-Type": "text/plain"})
+
+    def bad_body(self, request: RequestView) -> Reply:
+        self._reject(request, "http", rj.BAD_BODY, 400)
+        return rpc_error(400, jsonrpc.INVALID_REQUEST, "invalid body")
+
+    def _call(
+        self,
+        request: RequestView,
+        notify: Any,
+        transport: str,
+        connection: Any = None,
+        *,
+        notify_many: Any = None,
+    ) -> CallContext:
+        principal, bearer = self.principals.of(request.headers.get("Authorization"))
+        return CallContext(
+            notify,
+            transport,
+            principal,
+            bearer,
+            connection,
+            peer_of(request),
+            notify_many=notify_many,
+        )
