@@ -31,6 +31,7 @@ from xwm_bridge.acp.connection import SESSION_SCOPED, AcpConnection
 from xwm_bridge.acp.front import AcpFrontDoor
 from xwm_bridge.acp.remote import END, Outbox, RemoteConnection
 from xwm_bridge.core.context import CallContext
+from xwm_bridge.transport.exchange import SSE_HEADERS, SSE_KEEPALIVE
 from xwm_bridge.transport.notify import OrderedSender
 
 log = logging.getLogger("xwm_bridge.acp")
@@ -38,11 +39,6 @@ log = logging.getLogger("xwm_bridge.acp")
 PATH = "/acp/remote"
 CONNECTION_HEADER = "Acp-Connection-Id"
 SESSION_HEADER = "Acp-Session-Id"
-SSE_HEADERS = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",
-}
 REAP_INTERVAL = 30.0
 MAX_INFLIGHT_WS = 256
 
@@ -269,7 +265,7 @@ class AcpRemote:
                     await response.write_eof()
                 return
             if isinstance(item, str):  # KEEPALIVE
-                data = b": keep-alive\n\n"
+                data = SSE_KEEPALIVE
             else:
                 encoded = self.front.wire.encode(item)  # secrets redacted; never raises
                 if encoded is None:

@@ -25,6 +25,7 @@ from xwm_bridge import jsonrpc
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.core.feed import Subscription
 from xwm_bridge.store.base import RESULT, LedgerEntry
+from xwm_bridge.transport.exchange import SSE_HEADERS, SSE_KEEPALIVE
 from xwm_bridge.transport.notify import OrderedSender
 from xwm_bridge.wire import PLAIN, WireEncoder
 
@@ -115,12 +116,7 @@ async def stream_events(
     sessions = bridge.sessions
     stream = web.StreamResponse(
         status=200,
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            **headers,
-        },
+        headers={**SSE_HEADERS, **headers},
     )
     # subscribe and queue the ledger read with no await in between: the read sees every
     # entry recorded before the subscription, the subscription every one after
@@ -147,7 +143,7 @@ async def stream_events(
             live = await sub.next(keepalive)
             if live is None:
                 if not sub.overflowed:
-                    await sender.send_bytes(b": keep-alive\n\n")
+                    await sender.send_bytes(SSE_KEEPALIVE)
                 continue
             event = event_bytes(live, wire)
             if event is not None:

@@ -20,6 +20,8 @@ SSE_HEADERS: Mapping[str, str] = {
     "Connection": "keep-alive",
     "X-Accel-Buffering": "no",
 }
+#: an SSE comment line: keeps proxies with idle timeouts from cutting a silent stream
+SSE_KEEPALIVE = b": keep-alive\n\n"
 CORS_HEADERS: Mapping[str, str] = {
     "Access-Control-Allow-Methods": "POST, OPTIONS",
     "Access-Control-Allow-Headers": "Authorization, Content-Type, Accept",

@@ -23,12 +23,10 @@ from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.config import Limits
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.sse import DONE, encode_data
-from xwm_bridge.transport.exchange import SSE_HEADERS, RequestView, StreamOut
+from xwm_bridge.transport.exchange import SSE_HEADERS, SSE_KEEPALIVE, RequestView, StreamOut
 from xwm_bridge.transport.http_checks import CallFactory, apply_cors
 from xwm_bridge.transport.notify import OrderedSender
 from xwm_bridge.wire import WireEncoder
-
-KEEPALIVE = b": keep-alive\n\n"
 
 
 class AiohttpStream:
@@ -104,7 +102,7 @@ class SseAnswers:
                 if idle < interval:
                     await asyncio.sleep(interval - idle)
                     continue
-                await sender.send_bytes(KEEPALIVE)
+                await sender.send_bytes(SSE_KEEPALIVE)
 
         call = self._call(request, notify, "sse", notify_many=notify_many)
         interval = self.limits.sse_keepalive
