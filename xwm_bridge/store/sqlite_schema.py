@@ -86,14 +86,18 @@ def connect(path: Path) -> sqlite3.Connection:
     """The store thread's connection (used on the calling thread only): WAL,
     ``synchronous=NORMAL``, :data:`TUNING`, the file at :data:`SCHEMA_VERSION`."""
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=True)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.execute("PRAGMA busy_timeout=5000")
-    for pragma in TUNING:
-        db.execute(f"PRAGMA {pragma}")
-    migrate(db)
-    db.executescript(SCHEMA + sqlite_history.SCHEMA)
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=5000")
+        for pragma in TUNING:
+            db.execute(f"PRAGMA {pragma}")
+        migrate(db)
+        db.executescript(SCHEMA + sqlite_history.SCHEMA)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        db.close()  # not left open for the garbage collector (the thread reports the error)
+        raise
     return db
 
 
