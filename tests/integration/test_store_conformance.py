@@ -1035,6 +1035,25 @@ async def test_sqlite_drops_only_the_unencodable_entry_of_a_batch(tmp_path: Path
         await store.close()
 
 
+async def test_sqlite_prune_forgets_what_the_thread_tracked_of_a_pruned_session(
+    tmp_path: Path,
+) -> None:
+    """A queued delete cleared the trim counters; prune kept them (bounded, but a stale
+    largest-entry size cost an extra byte-trim query when the id came back)."""
+    store = SQLiteStore(tmp_path / "sessions.db", StoreLimits(retention=60))
+    await store.start()
+    try:
+        store.save(SessionRecord("old", "t", updated_at=time.time() - 3600))
+        store.append("old", LedgerEntry(emitted_pos(1), "t", update("old", 1), event_id=1))
+        await messages(store, "old", 0, 1)  # the batch is applied
+        tracked = (store._untrimmed, store._untrimmed_bytes, store._largest)
+        assert all("old" in d for d in tracked[:2])
+        assert await store.prune() == 1
+        assert not any("old" in d for d in (*tracked, store._untrimmed_turns))
+    finally:
+        await store.close()
+
+
 async def test_sqlite_counters_stay_bounded_and_forgotten_sessions_are_trimmed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

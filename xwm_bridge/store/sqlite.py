@@ -256,7 +256,7 @@ class SQLiteStore:
 
     async def prune(self) -> int:
         now = time.time()
-        forget = self._histories.forget
+        forget = self._forget_session
         return await self._call(lambda db: sqlite_reads.prune(db, now, self._limits, forget))
 
     async def turns(self, session_id: str, limit: int) -> list[TurnRecord]:
@@ -398,6 +398,15 @@ class SQLiteStore:
             },
         )
 
+    def _forget_session(self, sid: str) -> None:
+        """A session deleted (a queued delete, or pruned): what the thread tracked of it
+        goes too."""
+        self._untrimmed.pop(sid, None)
+        self._untrimmed_bytes.pop(sid, None)
+        self._untrimmed_turns.pop(sid, None)
+        self._largest.pop(sid, None)
+        self._histories.forget(sid)
+
     def _apply(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         """One transaction, one ``executemany`` per table. Reordering by table is safe:
         after :func:`sqlite_writes.live_writes`, nothing live for a session precedes its delete, and
@@ -441,11 +450,7 @@ class SQLiteStore:
                 turned[op[1].session_id] = turned.get(op[1].session_id, 0) + 1
             elif kind == "delete":
                 deletes.append(op[1])
-                self._untrimmed.pop(op[1], None)
-                self._untrimmed_bytes.pop(op[1], None)
-                self._untrimmed_turns.pop(op[1], None)
-                self._largest.pop(op[1], None)
-                self._histories.forget(op[1])
+                self._forget_session(op[1])
             else:
                 permissions.append(op)  # in their order: a request's save, then its delete
         db.execute("BEGIN")
