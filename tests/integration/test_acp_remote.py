@@ -21,6 +21,7 @@ from tests.acp_schema import FrameChecker
 from tests.conftest import AUTH, TOKEN, FakeUpstream, StartBridge, log_entries, wait_until
 from tests.integration.acp_helpers import RecordingClient, caps, prompt
 from tests.integration.agent_helpers import agent_provider
+from xwm_bridge import inflight
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 
@@ -357,3 +358,35 @@ async def test_idle_http_connections_are_closed(
     assert closed()[0]["reason"] == "idle"
     async with http.post(url, data=note, headers=headers) as resp:
         assert resp.status == 404
+
+
+async def test_requests_past_the_in_flight_limit_are_refused(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(inflight, "MAX_INFLIGHT_PER_CONNECTION", 1)
+    cfg = {
+        "providers": [{"id": "codex", "label": "Codex", "endpoint": fake_upstream.url}],
+        "allowed_roots": [str(tmp_path)],
+        "acp": {"default_route": "single-agent:codex"},
+    }
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _client, _checker):
+        await conn.authenticate(method_id="bearer")
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        turn = asyncio.ensure_future(
+            conn.prompt(session_id=session.session_id, prompt=prompt("slow:20000 x"))
+        )
+        try:
+            await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+            with pytest.raises(RequestError) as refused:
+                await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+            assert refused.value.code == -32004
+            assert "limit 1" in str(refused.value)
+            await conn.cancel(session_id=session.session_id)  # a notification: not counted
+            assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
+        finally:
+            turn.cancel()
+        assert (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id

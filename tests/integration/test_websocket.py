@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 
 from tests.conftest import (
     AUTH,
@@ -24,6 +25,7 @@ from tests.conftest import (
     wait_queue_depth,
     wait_until,
 )
+from xwm_bridge import inflight
 
 
 async def recv(ws: aiohttp.ClientWebSocketResponse, wait_s: float = 10) -> dict[str, Any]:
@@ -268,3 +270,62 @@ async def test_sigterm_lets_running_turn_finish_then_closes_with_1001(
     # the daemon exits by itself after the drain (a second SIGTERM from stop() could
     # land after the loop removed its handlers and kill it with -15)
     assert await asyncio.wait_for(bridge.proc.wait(), 15) == 0
+
+
+async def test_requests_past_the_in_flight_limit_are_refused_and_the_socket_stays_usable(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(inflight, "MAX_INFLIGHT_PER_CONNECTION", 2)
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    holds = [fake_upstream.state.holds.setdefault(s, asyncio.Event()) for s in ("a", "b")]
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("session.message", session_params("a", "one"), rid="ta"))
+        await ws.send_str(req("session.message", session_params("b", "two"), rid="tb"))
+        await wait_until(lambda: {"a", "b"} <= set(fake_upstream.state.active))
+        await ws.send_str(req("acp.capabilities", rid="c1"))
+        refused = (await recv_until_id(ws, "c1"))[-1]
+        assert refused == {
+            "jsonrpc": "2.0",
+            "id": "c1",
+            "error": {
+                "code": -32004,
+                "message": "too many requests in flight on this connection (limit 2)",
+            },
+        }
+        await ws.send_str(req("acp.capabilities"))  # a notification: refused without a reply
+        for hold in holds:
+            hold.set()
+        done = {m["id"]: m for m in await recv_until_id(ws, "ta") if "method" not in m}
+        if "tb" not in done:
+            done.update({m["id"]: m for m in await recv_until_id(ws, "tb") if "method" not in m})
+        assert done["ta"]["result"]["output"] == "echo: one"
+        assert done["tb"]["result"]["output"] == "echo: two"
+        await ws.send_str(req("acp.capabilities", rid="c2"))  # room again
+        assert "result" in (await recv_until_id(ws, "c2"))[-1]
+    async with http.get(f"{bridge.url}/metrics") as resp:
+        text = await resp.text()
+    sample = 'xwm_rejected_requests_total{reason="too_many_inflight",transport="ws"} 2.0'
+    assert sample in text.splitlines()
+
+
+async def test_a_cancel_passes_the_in_flight_limit(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(inflight, "MAX_INFLIGHT_PER_CONNECTION", 1)
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    fake_upstream.state.holds["a"] = asyncio.Event()
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(req("session.message", session_params("a", "one"), rid="ta"))
+        await wait_until(lambda: "a" in fake_upstream.state.active)
+        await ws.send_str(req("session.cancel", {"sessionId": "a"}, rid="x"))
+        messages = await recv_until_id(ws, "ta")
+    answers = {m["id"]: m for m in messages if "method" not in m}
+    assert answers["x"]["result"] == {"accepted": True, "cancelled": True}
+    assert answers["ta"]["result"]["success"] is False
+    assert [c["sessionId"] for c in fake_upstream.state.cancels] == ["a"]

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
         "httpbody",
         "observability",
         "tasks",
+        "inflight",
         "heap",
         "console",
     ),

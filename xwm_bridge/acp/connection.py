@@ -4,9 +4,9 @@ The transport hands every incoming frame to :meth:`AcpConnection.receive` and gi
 the connection a ``send(message, scope)`` coroutine; ``scope`` is the session a
 message belongs to (``None``: connection level), which only the Streamable HTTP
 transport uses (it picks the SSE stream by it). Requests run concurrently, each
-in a task owned by the connection (at most ``MAX_INFLIGHT``), through a
-:class:`~xwm_bridge.app.dispatcher.Dispatcher` over the ACP method table, so
-every ACP request gets the same audit line and metrics as the bridge's own.
+in a task owned by the connection (at most ``inflight.MAX_INFLIGHT_PER_CONNECTION``),
+through a :class:`~xwm_bridge.app.dispatcher.Dispatcher` over the ACP method
+table, so every ACP request gets the same audit line and metrics as the bridge's own.
 Requests the bridge sends the client (permissions, files, terminals) get ids of
 their own; the client's answers resolve them.
 """
@@ -20,11 +20,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from xwm_bridge import coerce, jsonrpc
+from xwm_bridge import coerce, inflight, jsonrpc
 from xwm_bridge.acp import codec
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.observability.rejections import TOO_MANY_INFLIGHT, reject
 from xwm_bridge.tasks import Supervisor
 
 if TYPE_CHECKING:
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("xwm_bridge.acp")
 
 Send = Callable[[dict[str, Any], str | None], Awaitable[None]]
-MAX_INFLIGHT = 256
 #: methods whose answer belongs to the session's stream (the Streamable HTTP RFD)
 SESSION_SCOPED = frozenset(
     (
@@ -94,16 +94,10 @@ class AcpConnection:
     async def dispatch(self, req: jsonrpc.Request) -> None:
         if self.closed:
             return
-        if len(self._inflight) >= MAX_INFLIGHT:
+        if not inflight.admits(len(self._inflight), req.method):
+            reject(self.front.bridge.metrics, self.transport, TOO_MANY_INFLIGHT)
             if not req.is_notification:
-                await self.send(
-                    jsonrpc.error(
-                        req.id,
-                        jsonrpc.QUEUE_FULL,
-                        f"too many requests in flight on this connection (limit {MAX_INFLIGHT})",
-                    ),
-                    None,
-                )
+                await self.send(inflight.refusal(req.id), None)
             return
         self._inflight.spawn(self._serve(req), name=f"acp-request:{req.method}")
 

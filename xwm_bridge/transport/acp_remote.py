@@ -40,7 +40,6 @@ PATH = "/acp/remote"
 CONNECTION_HEADER = "Acp-Connection-Id"
 SESSION_HEADER = "Acp-Session-Id"
 REAP_INTERVAL = 30.0
-MAX_INFLIGHT_WS = 256
 
 Guard = Callable[[web.Request], web.Response | None]
 Principal = Callable[[web.Request], tuple[str, str]]

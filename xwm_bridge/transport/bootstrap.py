@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 
 from xwm_bridge.httpbody import BodyTooLarge, read_capped
-from xwm_bridge.transport.rejections import (
+from xwm_bridge.observability.rejections import (
     BAD_BODY,
     FOREIGN_BRIDGE,
     METHOD_NOT_ALLOWED,

@@ -41,7 +41,7 @@ import httptools
 from aiohttp import web
 from aiohttp.tcp_helpers import tcp_nodelay
 
-from xwm_bridge.transport import rejections as rj
+from xwm_bridge.observability import rejections as rj
 from xwm_bridge.transport.exchange import Reply, RequestView, StreamOut
 from xwm_bridge.transport.front_wire import (
     ChunkedStream,

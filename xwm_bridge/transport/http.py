@@ -27,8 +27,8 @@ from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.app.methods import BridgeMethods
 from xwm_bridge.imageref import ping_fields
+from xwm_bridge.observability import rejections as rj
 from xwm_bridge.transport import bootstrap
-from xwm_bridge.transport import rejections as rj
 from xwm_bridge.transport.acp_remote import PATH as ACP_REMOTE_PATH
 from xwm_bridge.transport.acp_remote import AcpRemote
 from xwm_bridge.transport.console import ConsoleHandlers

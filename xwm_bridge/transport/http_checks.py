@@ -18,8 +18,8 @@ from aiohttp import web
 from xwm_bridge import jsonrpc
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import CallContext
+from xwm_bridge.observability import rejections as rj
 from xwm_bridge.observability.metrics import Metrics
-from xwm_bridge.transport import rejections as rj
 from xwm_bridge.transport.exchange import CORS_HEADERS, JSON_HEADERS, VARY, Reply, RequestView
 from xwm_bridge.transport.security import (
     AUTH_MESSAGES,

@@ -1,8 +1,8 @@
 """``GET /acp``: JSON-RPC over a WebSocket, and the client WebSockets open.
 
 Each message is one request, run in its own task owned by the connection (at
-most :data:`MAX_INFLIGHT_PER_CONNECTION` at once; past that a request is answered
-``-32004``), so ``session.cancel`` overtakes a running turn; the connection's
+most :data:`xwm_bridge.inflight.MAX_INFLIGHT_PER_CONNECTION` at once; past that a
+request is answered ``-32004``), so ``session.cancel`` overtakes a running turn; the connection's
 requests end with it. Replies and notifications leave in order through one
 :class:`OrderedSender`. :class:`WebSocketHandlers` also holds every open client
 WebSocket (the console's ``/console/ws`` registers its own), closed with 1001
@@ -17,20 +17,18 @@ import logging
 import aiohttp
 from aiohttp import web
 
+from xwm_bridge import inflight as inflight_limit
 from xwm_bridge import jsonrpc
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.config import Limits
+from xwm_bridge.observability import rejections as rj
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.tasks import Supervisor
-from xwm_bridge.transport import rejections as rj
 from xwm_bridge.transport.http_checks import CallFactory, Guard, Reject
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.wire import WireEncoder
 
 log = logging.getLogger("xwm_bridge.http")
-
-#: requests one WebSocket connection may have in flight at once
-MAX_INFLIGHT_PER_CONNECTION = 256
 
 
 class WebSocketHandlers:
@@ -111,17 +109,10 @@ class WebSocketHandlers:
                     self._reject(request, "ws", reason, 0, error=exc.message[:200])
                     await sender.send(exc.envelope())
                     continue
-                if len(inflight) >= MAX_INFLIGHT_PER_CONNECTION:
+                if not inflight_limit.admits(len(inflight), req.method):
                     self._reject(request, "ws", rj.TOO_MANY_INFLIGHT, 0)
                     if not req.is_notification:
-                        await sender.send(
-                            jsonrpc.error(
-                                req.id,
-                                jsonrpc.QUEUE_FULL,
-                                f"too many requests in flight on this connection "
-                                f"(limit {MAX_INFLIGHT_PER_CONNECTION})",
-                            )
-                        )
+                        await sender.send(inflight_limit.refusal(req.id))
                     continue
                 inflight.spawn(serve_one(req), name=f"ws-request:{req.method}")
         finally:

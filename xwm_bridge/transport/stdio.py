@@ -2,28 +2,37 @@
 
 Unlike the original, requests are handled concurrently, so ``session.cancel``
 overtakes a running turn; responses carry their ids and may interleave.
+
+At most ``inflight.MAX_INFLIGHT_PER_CONNECTION`` requests run at once. The
+stream cannot refuse a request it has not read, so past the limit requests wait
+in arrival order (at most ``MAX_WAITING``; then reading stops until a slot
+frees). A cancel does not wait behind them: it starts at once, up to twice the
+limit, so a client whose slots are all taken can still cancel its turns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable
+from typing import Any
 
-from xwm_bridge import jsonrpc
+from xwm_bridge import inflight, jsonrpc
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
+from xwm_bridge.observability.rejections import decode_reason, reject
 from xwm_bridge.tasks import Supervisor
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
-from xwm_bridge.transport.rejections import decode_reason, reject
 from xwm_bridge.wire import PLAIN, WireEncoder
 
 log = logging.getLogger("xwm_bridge.stdio")
-MAX_INFLIGHT = 256
 READ_CHUNK = 64 * 1024
+#: requests read past the in-flight limit and waiting for a slot; more stop reading
+MAX_WAITING = 16
 
 
 class StdioServer:
@@ -44,6 +53,7 @@ class StdioServer:
         self._decoder = StdioDecoder(max_message=max_message)
         #: the stream owns its requests: they end with it
         self._inflight = Supervisor()
+        self._waiting: collections.deque[jsonrpc.Request] = collections.deque()
         # the stream lives as long as the process: gateway events may always use it
         self._live = LiveConnection(self._send)
 
@@ -69,9 +79,26 @@ class StdioServer:
             reject(self._dispatcher.metrics, "stdio", reason, error=detail[:200])
             await self._send(req)
             return
-        while len(self._inflight) >= MAX_INFLIGHT:  # backpressure: stop reading
+        cancel = req.method in inflight.CANCEL_METHODS
+        if inflight.admits(len(self._inflight), req.method) and (cancel or not self._waiting):
+            self._start(req)
+            return
+        self._waiting.append(req)
+        while len(self._waiting) >= MAX_WAITING:  # stop reading until a slot frees
             await self._inflight.wait_any()
-        self._inflight.spawn(self._serve_one(req), name=f"stdio-request:{req.method}")
+
+    def _start(self, req: jsonrpc.Request) -> None:
+        task = self._inflight.spawn(self._serve_one(req), name=f"stdio-request:{req.method}")
+        task.add_done_callback(self._start_waiting)
+
+    def _start_waiting(self, _ended: asyncio.Task[Any]) -> None:
+        """A request ended: start the ones waiting for its slot (not on shutdown)."""
+        if self._inflight.closing:
+            self._waiting.clear()
+            return
+        waiting = self._waiting
+        while waiting and inflight.admits(len(self._inflight), waiting[0].method):
+            self._start(waiting.popleft())
 
     async def serve(self) -> None:
         """Read until end of input, then wait for every request still running."""
