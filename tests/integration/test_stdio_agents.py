@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.conftest import ROOT, StartBridge, base_env, rpc
+from tests.conftest import ROOT, TOKEN, StartBridge, base_env, rpc
 from tests.integration.agent_helpers import (
     agent_params,
     agent_provider,
@@ -315,6 +315,27 @@ async def test_big_lines_and_terminal(
         agent_params("b2", "terminal echo hi there", workingDirectory=wd),
     )
     assert on["result"]["output"] == "terminal output: hi there"
+
+
+async def test_terminal_commands_get_the_agents_clean_environment(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A terminal the agent asks for runs with the agent's environment (launch.py),
+    not the bridge's: the bridge's token and other variables never reach it."""
+    env = base_env(ACP_AUTH_TOKEN=TOKEN, XWM_TEST_BRIDGE_ONLY="bridge-only-value")
+    cfg = config(tmp_path, terminal_enabled=True)
+    bp = await start_bridge(config=cfg, tmp=tmp_path, env=env)
+    out = await rpc(
+        http,
+        bp.rpc_url,
+        "session.start",
+        agent_params("t1", "terminal env", workingDirectory=str(tmp_path)),
+    )
+    output = out["result"]["output"]
+    assert output.startswith("terminal output:") and "PATH=" in output
+    # not even redacted: the variable is not there (the command could send it anywhere)
+    assert "ACP_AUTH_TOKEN" not in output and TOKEN not in output
+    assert "bridge-only-value" not in output
 
 
 async def test_cancel_while_a_permission_is_pending(

@@ -186,7 +186,7 @@ class StdioAgentExecutor:
             await ctx.emit_error(str(exc))
             return self.failure(ctx, str(exc))
         acp_sid = opened.ref.acp_session_id
-        state = TurnState(ctx, cwd, self, opened.ref)
+        state = TurnState(ctx, cwd, self, opened.ref, agent_env=agent.spec.env)
         state.usage.cost_before = _float(ctx.session.upstream.get("acpCost"))
         agent.sessions[acp_sid] = SessionHandlers(state.on_update, state.on_request)
         # owned by the supervisor: on cancel the turn sends session/cancel and still waits

@@ -1,9 +1,10 @@
 """``terminal/*`` served to agents — off unless ``agents.terminal_enabled``.
 
 Commands run without a shell, in their own process group, in a directory inside
-the session's confined working directory; output is capped (oldest bytes dropped,
-``truncated: true``); every terminal of a session is killed on cancel and all of
-them on close.
+the session's confined working directory, with the agent's own clean environment
+(``launch.py``, never the bridge's) plus the request's ``env`` items; output is
+capped (oldest bytes dropped, ``truncated: true``); every terminal of a session is
+killed on cancel and all of them on close.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import itertools
 import os
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,9 +63,16 @@ class Terminals:
         #: one output reader per terminal
         self._readers = Supervisor()
 
-    async def handle(self, method: str, params: dict[str, Any], root: str | None) -> Any:
+    async def handle(
+        self,
+        method: str,
+        params: dict[str, Any],
+        root: str | None,
+        base_env: Mapping[str, str],
+    ) -> Any:
+        """``base_env``: the agent's environment, the one its terminals start from."""
         if method == "terminal/create":
-            return await self._create(params, root)
+            return await self._create(params, root, base_env)
         term = self._terms.get(str(params.get("terminalId", "")))
         if term is None or term.session_id != str(params.get("sessionId", "")):
             raise ClientError(codec.RESOURCE_NOT_FOUND, "Resource not found")
@@ -92,7 +101,9 @@ class Terminals:
             return None
         raise ClientError(codec.METHOD_NOT_FOUND, f"method not supported by this client: {method}")
 
-    async def _create(self, params: dict[str, Any], root: str | None) -> dict[str, Any]:
+    async def _create(
+        self, params: dict[str, Any], root: str | None, base_env: Mapping[str, str]
+    ) -> dict[str, Any]:
         command = params.get("command")
         args = params.get("args") or []
         if not isinstance(command, str) or not command:
@@ -104,7 +115,7 @@ class Terminals:
         running = sum(1 for t in self._terms.values() if t.proc.returncode is None)
         if running >= self._config.terminal_max_running:
             raise ClientError(codec.INVALID_PARAMS, "too many running terminals")
-        env = dict(os.environ)
+        env = dict(base_env)  # never os.environ: the bridge's secrets stay with the bridge
         for item in params.get("env") or []:
             if isinstance(item, dict) and isinstance(item.get("name"), str):
                 env[item["name"]] = str(item.get("value", ""))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,6 +53,8 @@ class TurnState:
     cwd: str
     owner: TurnServices
     ref: AcpSessionRef | None = None
+    #: the agent's environment (``AgentSpec.env``): what its terminals start from
+    agent_env: Mapping[str, str] = field(default_factory=dict)
     transcript: mapping.TurnTranscript = field(default_factory=mapping.TurnTranscript)
     usage: TurnUsage = field(default_factory=TurnUsage)
     permissions: list[dict[str, Any]] = field(default_factory=list)
@@ -88,7 +91,7 @@ class TurnState:
                 return await client_fs.write_text_file(params, root, agents.fs_max_file_bytes)
         if method.startswith("terminal/") and agents.terminal_enabled:
             root = client_fs.confined_root(self.cwd, self.owner.config.allowed_roots)
-            return await self.owner.terminals.handle(method, params, root)
+            return await self.owner.terminals.handle(method, params, root, self.agent_env)
         raise ClientError(codec.METHOD_NOT_FOUND, f"method not supported by this client: {method}")
 
     async def permission(self, params: dict[str, Any]) -> dict[str, Any]:
