@@ -189,7 +189,7 @@ DESCRIPTIONS: dict[str, str] = {
     "agents.detect": "make the known agents (opencode, gemini, codex, claude, qwen, goose) found in `search_paths` or on `PATH` stdio providers",
     "agents.detect_skip": "registry ids never detected",
     "agents.search_paths": "absolute directories searched for agent executables before `PATH` (`:`-separated in env)",
-    "agents.sandbox": "`none`, or `bwrap`: agents run under bubblewrap, writing only their session directory, their state dirs and a private `/tmp`",
+    "agents.sandbox": "`none`, or `bwrap`: agents run under bubblewrap, writing only their session directory, their state dirs and a private `/tmp`; their `terminal/*` commands too (session directory only)",
     "agents.bwrap_path": "the bubblewrap executable (`agents.sandbox: bwrap`)",
     "agents.max_sandboxed_processes": "sandboxed agent processes kept at once (one per provider and working directory; idle ones are closed first)",
     "agents.probe_timeout": "seconds `doctor` allows each stdio agent to start and answer `initialize`",

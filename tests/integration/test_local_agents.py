@@ -316,6 +316,36 @@ async def test_bwrap_confines_the_agents_own_writes(
     assert await say(f"write {work / 'via-fs.txt'} hello") == "written"
 
 
+@needs_bwrap
+async def test_bwrap_confines_the_agents_terminals_too(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A command the agent runs through ``terminal/create`` is as confined as the agent."""
+    work = tmp_path / "work"
+    work.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    launcher = fake_agent_on_path(tmp_path / "bin", "fake-agent")
+    provider = agent_provider(command=[str(launcher)], env=[f"PYTHONPATH={ROOT}"])
+    config = {
+        "providers": [provider],
+        "allowed_roots": [str(tmp_path)],
+        "agents": {"sandbox": "bwrap", "terminal_enabled": True},
+    }
+    bp = await start_bridge(config=config, tmp=tmp_path)
+    wd = str(work)
+
+    async def say(prompt: str) -> str:
+        out = await turn(http, bp.rpc_url, agent_params("t1", prompt, workingDirectory=wd))
+        assert out["success"] is True, out
+        return str(out["output"])
+
+    assert await say(f"terminal touch {work / 'in.txt'}") == "terminal output:"
+    assert (work / "in.txt").exists()
+    denied = await say(f"terminal touch {outside / 'no.txt'}")
+    assert "Read-only file system" in denied and not (outside / "no.txt").exists()
+
+
 async def test_found_agents_on_an_exposed_listener_are_warned_about(
     start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:

@@ -4,7 +4,8 @@ Commands run without a shell, in their own process group, in a directory inside
 the session's confined working directory, with the agent's own clean environment
 (``launch.py``, never the bridge's) plus the request's ``env`` items; output is
 capped (oldest bytes dropped, ``truncated: true``); every terminal of a session is
-killed on cancel and all of them on close.
+killed on cancel and all of them on close. Under ``agents.sandbox: bwrap`` a command
+is sandboxed like the agent, with write access to the session directory only.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from xwm_bridge.config import AgentsConfig
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.agent import ClientError
 from xwm_bridge.providers.stdio.client_fs import resolve
+from xwm_bridge.providers.stdio.launch import bwrap_argv, program_paths
 from xwm_bridge.tasks import Supervisor
 
 _ids = itertools.count(1)
@@ -123,10 +125,14 @@ class Terminals:
         asked = params.get("outputByteLimit")
         if isinstance(asked, int) and 0 < asked < limit:
             limit = asked
+        argv = [command, *args]
+        if self._config.sandbox == "bwrap":  # as confined as the agent that asked for it
+            assert root is not None  # resolve() refused the command otherwise
+            visible = program_paths(argv, env)
+            argv = bwrap_argv(self._config.bwrap_path, argv, cwd, [root], visible)
         try:
             proc = await asyncio.create_subprocess_exec(
-                command,
-                *args,
+                *argv,
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
