@@ -61,6 +61,7 @@ SECRET_ENV_VARS = frozenset(
     {
         "ACP_AUTH_TOKEN",
         "XWM_CLIENT_TOKENS",
+        "XWM_ADMIN_TOKENS",
         "INTERNAL_SERVICE_TOKEN",
         "BRIDGE_AUTH_TOKEN",
         "XWM_OPENCLAW_TOKEN",

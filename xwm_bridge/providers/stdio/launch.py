@@ -4,8 +4,9 @@ Environment: ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` from the bridge's own
 environment, plus the names the registry entry and the provider's ``pass_env``
 list (``PREFIX_*`` globs allowed), plus the provider's explicit ``env`` items.
 Nothing else of the bridge's environment reaches the agent; a copied variable
-whose value is one of the bridge's configured secrets is dropped too (set it in
-``env`` explicitly if the agent really needs it).
+whose value (or one item of a comma-separated value) is one of the bridge's
+configured secrets is dropped too (set it in ``env`` explicitly if the agent
+really needs it).
 
 Sandbox (``agents.sandbox: bwrap``): the agent runs under bubblewrap with the
 whole filesystem read-only, a private ``/tmp``, its own ``/dev`` and ``/proc``,
@@ -65,7 +66,8 @@ def agent_environment(
     for name, value in environ.items():
         if not _matches(name, patterns):
             continue
-        if value in secret_values:
+        # a token list (XWM_CLIENT_TOKENS, XWM_ADMIN_TOKENS) is withheld for any item
+        if value in secret_values or any(p.strip() in secret_values for p in value.split(",")):
             withheld.append(name)
             continue
         env[name] = value

@@ -62,6 +62,10 @@ agents:
             "providers: [{id: a, kind: stdio, command: [x], pass_env: [ACP_*]}]",
             "providers[0].pass_env[0]: ACP_",
         ),
+        (
+            "providers: [{id: a, kind: stdio, command: [x], pass_env: [XWM_ADMIN_TOKENS]}]",
+            "providers[0].pass_env[0]: XWM_ADMIN_TOKENS would copy a bridge secret",
+        ),
         ("providers: [{id: a, kind: stdio, command: [x], pass_env: [a-b]}]", "pass_env[0]"),
         ("providers: [{id: a, kind: stdio, command: [x], options: [x]}]", "options[0]"),
         (

@@ -109,6 +109,20 @@ def test_clean_environment() -> None:
     assert built.withheld == ("OPENAI_API_KEY",)
 
 
+def test_a_list_of_bridge_tokens_is_withheld_too() -> None:
+    """``XWM_CLIENT_TOKENS`` / ``XWM_ADMIN_TOKENS`` hold several tokens, comma-separated:
+    the variable is withheld when any of its items is a bridge secret."""
+    environ = {
+        "XWM_ADMIN_TOKENS": "adm-1111,adm-2222",
+        "XWM_CLIENT_TOKENS": "cli-1111, cli-2222",
+        "XWM_OTHER": "a,b",
+    }
+    secrets = ("adm-1111", "adm-2222", "cli-1111", "cli-2222")
+    built = launch.agent_environment(environ, ("XWM_*",), (), secrets)
+    assert built.env == {"XWM_OTHER": "a,b"}
+    assert built.withheld == ("XWM_ADMIN_TOKENS", "XWM_CLIENT_TOKENS")
+
+
 def test_agent_spec_uses_registry_env_and_provider_settings(tmp_path: Path) -> None:
     provider = ProviderConfig(
         "gemini", kind="stdio", command=("gemini", "--acp"), env=("A=1",), pass_env=("MINE",)
