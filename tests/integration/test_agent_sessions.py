@@ -301,6 +301,20 @@ async def test_attachments_and_artifacts_become_image_and_resource_blocks(
     assert {a["sentAs"] for a in echoed["attachments"]} == {"text"}
 
 
+async def test_an_attachment_path_with_a_nul_is_only_referenced(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A path no file can have (a NUL in it) is a reference with a reason, not a
+    failed turn with an internal error and a traceback in the log."""
+    bp = await start_bridge(config=cfg(tmp_path), tmp=tmp_path)
+    bad = f"{tmp_path}/a\0b.txt"
+    extra = {"workingDirectory": str(tmp_path), "attachments": [{"name": "a", "path": bad}]}
+    result = await turn(http, bp.rpc_url, "n1", "hello", "session.start", **extra)
+    assert result["success"] is True, result
+    assert result["attachments"][0]["reason"] == "not a valid path"
+    assert not [line for line in bp.logs if "Traceback" in line or "embedded null" in line]
+
+
 # --- usage -------------------------------------------------------------------------------
 
 

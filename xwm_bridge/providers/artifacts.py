@@ -34,7 +34,7 @@ class ArtifactLimits:
 
 def confine(path: str, allowed_roots: tuple[str, ...]) -> Path | None:
     """The real path of ``path`` if it is a directory inside an allowed root, else None."""
-    if not path or not os.path.isabs(path):
+    if not path or "\0" in path or not os.path.isabs(path):  # a NUL: no OS call takes it
         return None
     try:
         real = Path(path).resolve(strict=True)

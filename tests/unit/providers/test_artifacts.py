@@ -82,6 +82,15 @@ def test_directory_outside_roots_is_never_read(root: Path, outside: Path) -> Non
     assert confine(str(outside), (str(root),)) is None
 
 
+def test_a_directory_named_with_a_nul_is_no_candidate(root: Path) -> None:
+    """An upstream's ``resolvedWorkingDirectory`` may hold anything: a NUL is skipped."""
+    write(root / "a.txt", "x")
+    assert confine(f"{root}\0x", (str(root),)) is None
+    assert [f["relativePath"] for f in collect([f"{root}\0x", str(root)], limits(root))] == [
+        "a.txt"
+    ]
+
+
 def test_symlinked_directory_pointing_outside_is_rejected(root: Path, outside: Path) -> None:
     link = root / "escape"
     link.symlink_to(outside, target_is_directory=True)

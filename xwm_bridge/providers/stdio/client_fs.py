@@ -43,6 +43,8 @@ def resolve(path: Any, root: str | None) -> str:
         )
     if not isinstance(path, str) or not os.path.isabs(path):
         raise ClientError(codec.INVALID_PARAMS, "path must be an absolute path")
+    if "\0" in path:  # no file has one, and the OS calls raise on it
+        raise ClientError(codec.INVALID_PARAMS, "path must not contain a NUL character")
     real = os.path.realpath(path)
     if not _inside(real, root):
         raise ClientError(codec.INVALID_PARAMS, "path is outside the session's working directory")

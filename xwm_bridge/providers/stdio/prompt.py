@@ -75,6 +75,8 @@ def _inside(real: str, roots: tuple[str, ...]) -> bool:
 def _read(path: str, limits: Limits, budget: int) -> tuple[bytes | None, str]:
     if not os.path.isabs(path):
         return None, "not an absolute path"
+    if "\0" in path:  # no file has one, and the OS calls raise on it
+        return None, "not a valid path"
     real = os.path.realpath(path)
     if not _inside(real, limits.allowed_roots):
         return None, "outside allowed_roots"

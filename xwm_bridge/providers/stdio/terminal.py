@@ -112,6 +112,8 @@ class Terminals:
             raise ClientError(codec.INVALID_PARAMS, "command is required")
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise ClientError(codec.INVALID_PARAMS, "args must be a list of strings")
+        if "\0" in command or any("\0" in a for a in args):  # uvloop would cut the string
+            raise ClientError(codec.INVALID_PARAMS, "command and args must not contain NUL")
         cwd = resolve(params.get("cwd") or root, root)
         session_id = str(params.get("sessionId", ""))
         running = sum(1 for t in self._terms.values() if t.proc.returncode is None)
@@ -142,6 +144,8 @@ class Terminals:
             )
         except OSError as exc:
             raise ClientError(codec.INTERNAL_ERROR, f"cannot start command: {exc}") from None
+        except ValueError as exc:  # a NUL in the command, its args or its env
+            raise ClientError(codec.INVALID_PARAMS, f"cannot start command: {exc}") from None
         term = Terminal(session_id, proc, limit)
         tid = f"term-{next(_ids)}"
         term.reader = self._readers.spawn(self._pump(term), name=f"terminal-reader:{tid}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,3 +62,27 @@ async def test_without_a_client_the_bridge_serves_everything() -> None:
     with pytest.raises(ClientError) as info:
         await state.on_request("fs/read_text_file", {"path": "/nowhere/x"})
     assert "not allowed" in info.value.message
+
+
+async def test_a_nul_in_an_agents_path_or_command_is_invalid_params(tmp_path: Path) -> None:
+    """Paths and commands no OS call accepts are ``-32602``, not an internal error."""
+    owner = Owner()
+    owner.config = BridgeConfig(allowed_roots=(str(tmp_path),))
+    owner.config = dataclasses.replace(
+        owner.config, agents=dataclasses.replace(owner.config.agents, terminal_enabled=True)
+    )
+    owner.terminals = Terminals(owner.config.agents)
+    state = TurnState(ctx=Ctx(None), cwd=str(tmp_path), owner=owner)  # type: ignore[arg-type]
+    bad = f"{tmp_path}/a\0b"
+    requests: list[tuple[str, dict[str, Any]]] = [
+        ("fs/read_text_file", {"path": bad}),
+        ("fs/write_text_file", {"path": bad, "content": "x"}),
+        ("terminal/create", {"sessionId": "s", "command": "true", "cwd": bad}),
+        ("terminal/create", {"sessionId": "s", "command": "tr\0ue"}),
+        ("terminal/create", {"sessionId": "s", "command": "true", "args": ["a\0"]}),
+    ]
+    for method, params in requests:
+        with pytest.raises(ClientError) as info:
+            await state.on_request(method, params)
+        assert info.value.code == -32602, (method, params, info.value.message)
+    await owner.terminals.close()
