@@ -26,6 +26,7 @@ from xwm_bridge.config.env_vars import (
     NESTED_ENV_VARS,
     SECRET_ENV_VARS,
     provider_env_var,
+    without_secrets,
 )
 from xwm_bridge.config.loading import LoadedConfig, load_config
 from xwm_bridge.config.model import (
@@ -94,4 +95,5 @@ __all__ = [
     "provider_env_var",
     "secret_field",
     "url_password",
+    "without_secrets",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 
 from xwm_bridge.config.model import BridgeConfig
 
@@ -73,6 +74,28 @@ SECRET_ENV_VARS = frozenset(
     }
 )
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
+
+
+def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a helper command the operator configured (``<cli> mcp
+    list``, the skill commands, ``claude_review``): ``environ`` without the bridge's
+    secret variables (:data:`SECRET_ENV_VARS`), nor any variable holding one of
+    their values, or a comma-separated list with one. (Agents get less: only the
+    names their provider lists, ``providers/stdio/launch.py``.)"""
+    values: set[str] = set()
+    for name in SECRET_ENV_VARS:
+        value = environ.get(name, "")
+        values.update(p for p in (v.strip() for v in value.split(",")) if p)
+    kept: dict[str, str] = {}
+    for name, value in environ.items():
+        if name in SECRET_ENV_VARS:
+            continue
+        if values and any(p.strip() in values for p in value.split(",")):
+            continue
+        kept[name] = value
+    return kept
+
+
 _LIST_SEPARATORS = {
     "allowed_origins": ",",
     "allowed_roots": ":",

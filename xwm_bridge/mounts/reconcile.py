@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from xwm_bridge import coerce
-from xwm_bridge.config import MountsConfig
+from xwm_bridge.config import MountsConfig, without_secrets
 from xwm_bridge.mounts import files
 from xwm_bridge.mounts.managed import CODEX, OPENCODE, McpServer, MergeError, count_sections, merge
 
@@ -259,6 +259,7 @@ async def run_cli(exe: str, deadline: float) -> str:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
+            env=without_secrets(os.environ),  # a third-party CLI, and what it starts
         )
     except OSError:
         return ""

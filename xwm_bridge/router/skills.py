@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from xwm_bridge import coerce
+from xwm_bridge.config import without_secrets
 from xwm_bridge.router import keywords
 
 log = logging.getLogger("xwm_bridge.skills")
@@ -312,6 +313,7 @@ class SkillCommands:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
+                env=without_secrets(os.environ),
             )
         except OSError as exc:
             log.warning("skill command failed to start", extra={"command": exe, "error": str(exc)})

@@ -18,11 +18,10 @@ import aiohttp
 import orjson
 
 from xwm_bridge import coerce
-from xwm_bridge.config import ToolbridgeConfig
+from xwm_bridge.config import ToolbridgeConfig, without_secrets
 from xwm_bridge.llm import ChatRequest, LLMError, complete
 
 #: the toolbridge's own secrets are not handed to the Claude CLI it runs
-CHILD_ENV_DENYLIST = frozenset({"LLM_API_KEY", "VAULT_SERVER_ROOT_ACCESS_TOKEN"})
 
 
 class ToolError(Exception):
@@ -136,7 +135,7 @@ async def claude_review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,  # its own process group, killed as a whole
-        env={k: v for k, v in os.environ.items() if k not in CHILD_ENV_DENYLIST},
+        env=without_secrets(os.environ),
     )
     assert proc.stdout is not None and proc.stderr is not None
     cap = cfg.claude_output_max_bytes

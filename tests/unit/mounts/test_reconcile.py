@@ -4,6 +4,7 @@ managed block, confinement to configured homes, malformed files, concurrency."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 import sys
@@ -318,3 +319,21 @@ def test_home_defaults_follow_home(env: dict[str, Path], monkeypatch: pytest.Mon
     t = targets(run({"config": {"autoSync": True, "managedMcpServers": [SERVER]}}, MountsConfig()))
     assert t["codex"]["syncState"] == "ready"  # nothing to write to, nothing written
     assert os.getcwd() != ""
+
+
+def test_cli_discovery_runs_without_the_bridges_secrets(
+    env: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``<cli> mcp list`` (a third-party CLI, and the MCP servers it may start) sees
+    the bridge's environment minus its secrets, and minus copies of them."""
+    monkeypatch.setenv("ACP_AUTH_TOKEN", "bridge-token-123456")
+    monkeypatch.setenv("LLM_API_KEY", "llm-key-abcdef")
+    monkeypatch.setenv("COPIED_TOKEN", "bridge-token-123456")
+    monkeypatch.setenv("HARMLESS", "kept")
+    seen = env["tmp"] / "env.json"
+    body = f"import os, json; pathlib.Path({str(seen)!r}).write_text(json.dumps(dict(os.environ)))"
+    exe(env["bin"] / "claude", body)
+    run({"config": {"autoSync": True}}, cfg(env, cli_discovery_enabled=True))
+    child = json.loads(seen.read_text())
+    assert child["HARMLESS"] == "kept" and child["PATH"] == str(env["bin"])
+    assert not {"ACP_AUTH_TOKEN", "LLM_API_KEY", "COPIED_TOKEN"} & set(child)

@@ -265,3 +265,22 @@ async def test_approved_install_flow_example_11_3(tmp_path: Path) -> None:
         }
     ]
     assert os.environ.get("ACP_INSTALL_SKILL_BIN", "") != install  # argv came from config
+
+
+async def test_skill_commands_run_without_the_bridges_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACP_AUTH_TOKEN", "bridge-token-123456")
+    monkeypatch.setenv("XWM_CLIENT_TOKENS", "client-a-123456,client-b-123456")
+    monkeypatch.setenv("A_COPY", "client-b-123456")
+    monkeypatch.setenv("HARMLESS", "kept")
+    body = (
+        "import os\n"
+        "open(sys.argv[0] + '.seen', 'w').write(json.dumps(dict(os.environ)))\n"
+        "print(json.dumps({'candidates': []}))"
+    )
+    find = script(tmp_path, "finder", body)
+    assert await commands(tmp_path, find).find("x") == []
+    child = seen(find)
+    assert child["HARMLESS"] == "kept"
+    assert not {"ACP_AUTH_TOKEN", "XWM_CLIENT_TOKENS", "A_COPY"} & set(child)
