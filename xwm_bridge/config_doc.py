@@ -57,7 +57,7 @@ DESCRIPTIONS: dict[str, str] = {
     "limits.header_read_timeout": "seconds a new connection has to send its first complete request head (then `408` and closed)",
     "limits.keepalive_timeout": "seconds an idle HTTP keep-alive connection stays open (also bounds a later request head on it); above nginx's 60 s",
     "limits.max_connections_per_address": "open connections per client IP, WebSockets and SSE streams included (one more: `503` and closed); behind a reverse proxy all clients share its IP: raise it or set 0 (no cap)",
-    "limits.notification_send_timeout": "seconds a client may take to accept one message before it is dropped",
+    "limits.notification_send_timeout": "seconds a client may take to accept one message before it is dropped; also how long a connection's writes may stay paused (the client takes none of the bytes waiting for it) before the connection is aborted",
     "limits.ws_heartbeat": "seconds between WebSocket pings on client sockets (0 = off); a client that does not answer within half of it is dropped",
     "limits.sse_keepalive": "seconds between `: keep-alive` comment lines on a silent SSE stream (turns, catch-up), so proxies with idle timeouts do not cut long turns (0 = off)",
     "limits.artifact_max_files": "files returned as artifacts per result",

@@ -31,7 +31,8 @@ class Limits:
     keepalive_timeout: float = 75.0
     #: open connections per client IP (0 = no cap); behind a proxy all share its IP.
     max_connections_per_address: int = 256
-    #: a client that cannot take a notification within this is dropped from the stream.
+    #: a client that cannot take a notification within this is dropped from the stream;
+    #: a connection whose writes stay paused this long is aborted.
     notification_send_timeout: float = 30.0
     ws_heartbeat: float = 30.0
     #: seconds between ``: keep-alive`` comments on a silent SSE stream (0 = off)

@@ -101,7 +101,7 @@ class Metrics:
         )
         self._connections_closed = Counter(
             "xwm_connections_closed",
-            "Client connections closed by a limit (per_address, header_timeout)",
+            "Client connections closed by a limit (per_address, header_timeout, send_timeout)",
             ["reason"],
             registry=r,
         )

@@ -20,9 +20,10 @@ on the same ``httptools`` parser as the upstream client (``providers/http1.py``)
 
 Every connection, kept or handed over, goes through the
 :class:`~xwm_bridge.transport.guard.ConnectionGuard` (per-address cap, first
-header deadline). Kept connections have the same limits as aiohttp's: body
-size (413 and close) and body deadline (400 and close), the keep-alive idle
-timeout, a client that goes away cancels its request. :meth:`Front.install`
+header deadline, send deadline: this protocol reports its write pauses). Kept
+connections have the same limits as aiohttp's: body size (413 and close) and
+body deadline (400 and close), the keep-alive idle timeout, a client that goes
+away cancels its request. :meth:`Front.install`
 ties them to aiohttp's server shutdown, so ``AppRunner.cleanup`` closes idle
 ones first and waits for the others, as it does for its own.
 """
@@ -244,11 +245,13 @@ class FrontProtocol(asyncio.Protocol):
         if self.delegate is not None:
             self.delegate.pause_writing()
         self.paused = True
+        self.front.guard.paused(self)  # the send deadline
 
     def resume_writing(self) -> None:
         if self.delegate is not None:
             self.delegate.resume_writing()
         self.paused = False
+        self.front.guard.resumed(self)
         self._wake()
 
     # --- httptools callbacks ----------------------------------------------------------------

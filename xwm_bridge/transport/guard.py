@@ -10,6 +10,12 @@
   connections (plain, SSE and WebSocket alike) per client IP; one more is
   answered ``503`` and closed at once. Behind a reverse proxy every client has
   the proxy's address: raise the cap, or set 0 (off);
+* **send deadline** — a connection whose writes stay paused (the client takes
+  none of the bytes buffered for it) for ``limits.notification_send_timeout``
+  seconds is aborted. Closing it is not enough: a transport closes only once its
+  buffer is written, so a client that stopped reading kept the socket, its slot
+  under the cap and its buffered answer for good (``front.py`` reports the
+  pauses; aiohttp's own server, when there is no front, does not);
 * body deadlines are the route's (``limits.request_read_timeout``).
 
 The guard hooks the three calls aiohttp's ``web.Server`` makes for every
@@ -52,19 +58,29 @@ class _Conn:
     address: str
     transport: asyncio.Transport
     timer: asyncio.TimerHandle | None
+    #: when its writes were paused (None: they are not), and the timer that checks
+    stalled_since: float | None = None
+    stall_timer: asyncio.TimerHandle | None = None
 
 
 class ConnectionGuard:
     def __init__(
-        self, *, head_timeout: float, max_per_address: int, metrics: Metrics | None = None
+        self,
+        *,
+        head_timeout: float,
+        max_per_address: int,
+        send_timeout: float = 0.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.head_timeout = head_timeout
         self.max_per_address = max_per_address
+        self.send_timeout = send_timeout
         self._metrics = metrics
         self._conns: dict[Any, _Conn] = {}
         self._per_address: dict[str, int] = {}
         self._logged: dict[str, float] = {}
-        #: connections closed by a limit, by reason (``per_address``, ``header_timeout``)
+        #: connections closed by a limit, by reason (``per_address``, ``header_timeout``,
+        #: ``send_timeout``)
         self.closed: dict[str, int] = {}
 
     def open_count(self, address: str) -> int:
@@ -102,6 +118,24 @@ class ConnectionGuard:
 
     def lost(self, handler: Any) -> None:
         self._lost(handler)
+
+    def paused(self, handler: Any) -> None:
+        """Its writes are paused: the client must take data again within the send deadline.
+
+        One timer per stall, not per pause: it is armed when none is pending and, when
+        it fires, re-armed for the latest pause if writes resumed meanwhile."""
+        conn = self._conns.get(handler)
+        if conn is None or self.send_timeout <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        conn.stalled_since = now = loop.time()
+        if conn.stall_timer is None:
+            conn.stall_timer = loop.call_at(now + self.send_timeout, self._stall_check, handler)
+
+    def resumed(self, handler: Any) -> None:
+        conn = self._conns.get(handler)
+        if conn is not None:
+            conn.stalled_since = None
 
     def _opened(self, handler: Any, transport: asyncio.Transport) -> bool:
         peer = transport.get_extra_info("peername")
@@ -144,12 +178,30 @@ class ConnectionGuard:
             conn.transport.write(TIMED_OUT)
             conn.transport.close()
 
+    def _stall_check(self, handler: Any) -> None:
+        conn = self._conns.get(handler)
+        if conn is None:
+            return
+        conn.stall_timer = None
+        since = conn.stalled_since
+        if since is None:
+            return  # writing again: the next pause arms it
+        loop = asyncio.get_running_loop()
+        due = since + self.send_timeout
+        if loop.time() < due:
+            conn.stall_timer = loop.call_at(due, self._stall_check, handler)
+            return
+        self._count("send_timeout", conn.address, self._per_address.get(conn.address, 0))
+        conn.transport.abort()  # connection_lost follows: the slot and the buffer go
+
     def _lost(self, handler: Any) -> None:
         conn = self._conns.pop(handler, None)
         if conn is None:
             return  # refused at once: never counted
         if conn.timer is not None:
             conn.timer.cancel()
+        if conn.stall_timer is not None:
+            conn.stall_timer.cancel()
         left = self._per_address.get(conn.address, 0) - 1
         if left > 0:
             self._per_address[conn.address] = left

@@ -110,10 +110,12 @@ class HttpTransport(HttpChecks):
         super().__init__(cfg, bridge.metrics)  # origins, auth, principals, limits, metrics
         self.bootstrap = bootstrap.BootstrapHandlers(bridge)
         self.health = HealthHandlers(bridge)
-        #: header deadline and per-address cap; install() it on the server before serving
+        #: header deadline, per-address cap and send deadline; install() it on the server
+        #: before serving
         self.guard = ConnectionGuard(
             head_timeout=self.limits.header_read_timeout,
             max_per_address=self.limits.max_connections_per_address,
+            send_timeout=self.limits.notification_send_timeout,
             metrics=bridge.metrics,
         )
         #: every message to a client is encoded here: secrets redacted, never raises
