@@ -4,8 +4,11 @@ Commands run without a shell, in their own process group, in a directory inside
 the session's confined working directory, with the agent's own clean environment
 (``launch.py``, never the bridge's) plus the request's ``env`` items; output is
 capped (oldest bytes dropped, ``truncated: true``); every terminal of a session is
-killed on cancel and all of them on close. Under ``agents.sandbox: bwrap`` a command
-is sandboxed like the agent, with write access to the session directory only.
+killed on cancel and all of them on close. Under ``agents.sandbox: bwrap`` a
+command is sandboxed like the agent, with write access to the session directory
+only. A terminal is forgotten when the agent releases it; of the exited ones it
+never released (a cancelled turn, a crashed or careless agent) the newest
+:data:`MAX_EXITED` are kept, so that they cannot pile up for the daemon's life.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from xwm_bridge.providers.stdio.launch import bwrap_argv, program_paths
 from xwm_bridge.tasks import Supervisor
 
 _ids = itertools.count(1)
+#: exited terminals kept that the agent has not released (their output, their status)
+MAX_EXITED = 32
 
 
 @dataclass(slots=True)
@@ -147,10 +152,17 @@ class Terminals:
         except ValueError as exc:  # a NUL in the command, its args or its env
             raise ClientError(codec.INVALID_PARAMS, f"cannot start command: {exc}") from None
         term = Terminal(session_id, proc, limit)
+        self._forget_exited()
         tid = f"term-{next(_ids)}"
         term.reader = self._readers.spawn(self._pump(term), name=f"terminal-reader:{tid}")
         self._terms[tid] = term
         return {"terminalId": tid}
+
+    def _forget_exited(self) -> None:
+        """Make room for one more exited terminal: the oldest exited ones go."""
+        exited = [tid for tid, t in self._terms.items() if t.proc.returncode is not None]
+        for tid in exited[: max(0, len(exited) - MAX_EXITED + 1)]:
+            del self._terms[tid]
 
     @staticmethod
     async def _pump(term: Terminal) -> None:

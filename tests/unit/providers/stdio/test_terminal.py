@@ -1,0 +1,69 @@
+"""Terminals: what the bridge keeps of terminals an agent created and never released."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from xwm_bridge.config import AgentsConfig
+from xwm_bridge.providers.stdio.agent import ClientError
+from xwm_bridge.providers.stdio.terminal import MAX_EXITED, Terminals
+
+pytestmark = pytest.mark.asyncio
+
+TRUE = shutil.which("true") or "/bin/true"
+
+
+async def test_exited_terminals_never_released_are_not_kept_for_ever(tmp_path: Path) -> None:
+    terminals = Terminals(AgentsConfig(terminal_enabled=True))
+    root = str(tmp_path)
+    ids: list[str] = []
+    try:
+        for _ in range(MAX_EXITED + 3):  # each runs, exits and is never released
+            created = await terminals.handle(
+                "terminal/create", {"sessionId": "s", "command": TRUE}, root
+            )
+            tid = created["terminalId"]
+            ids.append(tid)
+            status = await terminals.handle(
+                "terminal/wait_for_exit", {"sessionId": "s", "terminalId": tid}, root
+            )
+            assert status == {"exitCode": 0, "signal": None}
+        for tid in ids[:3]:  # the oldest exited ones are gone
+            with pytest.raises(ClientError, match="Resource not found"):
+                await terminals.handle(
+                    "terminal/output", {"sessionId": "s", "terminalId": tid}, root
+                )
+        for tid in ids[3:]:  # the newest are still there
+            out = await terminals.handle(
+                "terminal/output", {"sessionId": "s", "terminalId": tid}, root
+            )
+            assert out["exitStatus"] == {"exitCode": 0, "signal": None}
+    finally:
+        await terminals.close()
+
+
+async def test_a_running_terminal_is_kept_however_many_exited_after_it(tmp_path: Path) -> None:
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, terminal_max_running=2))
+    root = str(tmp_path)
+    try:
+        sleeper = await terminals.handle(
+            "terminal/create", {"sessionId": "s", "command": "sleep", "args": ["30"]}, root
+        )
+        for _ in range(MAX_EXITED + 1):
+            created = await terminals.handle(
+                "terminal/create", {"sessionId": "s", "command": TRUE}, root
+            )
+            await terminals.handle(
+                "terminal/wait_for_exit",
+                {"sessionId": "s", "terminalId": created["terminalId"]},
+                root,
+            )
+        out = await terminals.handle(
+            "terminal/output", {"sessionId": "s", "terminalId": sleeper["terminalId"]}, root
+        )
+        assert "exitStatus" not in out  # still running, still there
+    finally:
+        await terminals.close()
