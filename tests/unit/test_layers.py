@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "observability",
         "tasks",
         "inflight",
+        "beneath",
         "heap",
         "console",
     ),

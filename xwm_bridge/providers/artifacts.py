@@ -4,7 +4,10 @@ The original inlined up to 24 files from any client- or upstream-named
 directory on the bridge host (even its own home). Here a candidate root is
 scanned only if it resolves inside one of ``allowed_roots``; only regular
 files are read (symbolic links and special files are skipped, so a named pipe
-cannot hang the turn); per-file, total-size and entry-count caps bound the work.
+cannot hang the turn), each opened one path component at a time without
+following a symlink (``beneath.py``: a directory swapped for a link out of the
+root after the walk is not followed); per-file, total-size and entry-count caps
+bound the work.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from xwm_bridge import beneath
 
 SKIPPED_DIRS = frozenset({".git", ".dart_tool", "build", "node_modules"})
 TEXT_EXTENSIONS = frozenset(
@@ -102,7 +107,7 @@ def scan(root: Path, limits: ArtifactLimits) -> list[dict[str, Any]]:
         if total + size > limits.max_total_bytes:
             break
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+            fd = beneath.open_file(path)  # no component a symlink: see beneath.py
             with os.fdopen(fd, "rb") as fh:
                 if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                     continue

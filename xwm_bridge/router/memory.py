@@ -28,10 +28,12 @@ import functools
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+from xwm_bridge.beneath import FILE_FLAGS, parent_fd
 
 GLOBAL, PROJECT_HOME, PROJECT_LOCAL = "global", "project-home", "project-local"
 _SECRET_WORDS = ("token", "password", "secret", "api_key", "apikey", "api key")
@@ -176,33 +178,14 @@ def parse(text: str) -> _Partial:
     return out
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-
-
-@contextlib.contextmanager
-def _parent_fd(base: Path, parts: tuple[str, ...]) -> Iterator[int]:
-    """A directory fd of ``base/parts[:-1]``, each component opened ``O_NOFOLLOW``
-    relative to the one before (OSError with ELOOP/ENOTDIR on a symlink)."""
-    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        for part in parts[:-1]:
-            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        yield fd
-    finally:
-        os.close(fd)
-
-
 def _stat_beneath(base: Path, parts: tuple[str, ...]) -> os.stat_result:
-    with _parent_fd(base, parts) as fd:
+    with parent_fd(base, parts) as fd:
         return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
 
 
 def _read_text(base: Path, parts: tuple[str, ...], cap: int) -> str:
-    with _parent_fd(base, parts) as parent:
-        fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=parent)
+    with parent_fd(base, parts) as parent:
+        fd = os.open(parts[-1], FILE_FLAGS, dir_fd=parent)
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             return ""  # a FIFO or device: never read

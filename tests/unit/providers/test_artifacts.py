@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from xwm_bridge.providers import artifacts
 from xwm_bridge.providers.artifacts import ArtifactLimits, collect, confine, scan
 
 
@@ -104,6 +105,44 @@ def test_symlinked_directory_inside_root_is_not_followed_by_scan(root: Path, out
     (work / "link").symlink_to(outside, target_is_directory=True)
     out = collect([str(work)], limits(root))
     assert paths(out) == ["own.txt"]
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_walk_is_not_read(
+    root: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer inside the root (the agent) replaces a directory the walk listed with
+    a symlink out of the root before its files are opened: nothing outside is read."""
+    work = root / "work"
+    write(work / "sub" / "secret.txt", "inside")
+    walk = artifacts._walk
+
+    def walk_then_swap(top: Path) -> list[tuple[float, str, int, Path]]:
+        found = walk(top)
+        (work / "sub").rename(work / "sub.old")
+        (work / "sub").symlink_to(outside, target_is_directory=True)
+        return found
+
+    monkeypatch.setattr(artifacts, "_walk", walk_then_swap)
+    out = collect([str(work)], limits(root))
+    assert [a["content"] for a in out if a["content"] == "top secret"] == []
+    assert out == []
+
+
+def test_a_root_swapped_for_a_symlink_after_it_was_confined_is_not_read(
+    root: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = root / "work"
+    write(work / "secret.txt", "inside")
+    walk = artifacts._walk
+
+    def walk_then_swap(top: Path) -> list[tuple[float, str, int, Path]]:
+        found = walk(top)
+        work.rename(root / "work.old")
+        work.symlink_to(outside, target_is_directory=True)
+        return found
+
+    monkeypatch.setattr(artifacts, "_walk", walk_then_swap)
+    assert collect([str(work)], limits(root)) == []
 
 
 def test_dotdot_escape_is_rejected(root: Path, outside: Path) -> None:
