@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from xwm_bridge.providers.stdio.terminal import MAX_EXITED, Terminals
 pytestmark = pytest.mark.asyncio
 
 TRUE = shutil.which("true") or "/bin/true"
+#: the agent's environment a terminal starts from
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
 async def test_exited_terminals_never_released_are_not_kept_for_ever(tmp_path: Path) -> None:
@@ -23,22 +26,22 @@ async def test_exited_terminals_never_released_are_not_kept_for_ever(tmp_path: P
     try:
         for _ in range(MAX_EXITED + 3):  # each runs, exits and is never released
             created = await terminals.handle(
-                "terminal/create", {"sessionId": "s", "command": TRUE}, root
+                "terminal/create", {"sessionId": "s", "command": TRUE}, root, ENV
             )
             tid = created["terminalId"]
             ids.append(tid)
             status = await terminals.handle(
-                "terminal/wait_for_exit", {"sessionId": "s", "terminalId": tid}, root
+                "terminal/wait_for_exit", {"sessionId": "s", "terminalId": tid}, root, ENV
             )
             assert status == {"exitCode": 0, "signal": None}
         for tid in ids[:3]:  # the oldest exited ones are gone
             with pytest.raises(ClientError, match="Resource not found"):
                 await terminals.handle(
-                    "terminal/output", {"sessionId": "s", "terminalId": tid}, root
+                    "terminal/output", {"sessionId": "s", "terminalId": tid}, root, ENV
                 )
         for tid in ids[3:]:  # the newest are still there
             out = await terminals.handle(
-                "terminal/output", {"sessionId": "s", "terminalId": tid}, root
+                "terminal/output", {"sessionId": "s", "terminalId": tid}, root, ENV
             )
             assert out["exitStatus"] == {"exitCode": 0, "signal": None}
     finally:
@@ -50,19 +53,20 @@ async def test_a_running_terminal_is_kept_however_many_exited_after_it(tmp_path:
     root = str(tmp_path)
     try:
         sleeper = await terminals.handle(
-            "terminal/create", {"sessionId": "s", "command": "sleep", "args": ["30"]}, root
+            "terminal/create", {"sessionId": "s", "command": "sleep", "args": ["30"]}, root, ENV
         )
         for _ in range(MAX_EXITED + 1):
             created = await terminals.handle(
-                "terminal/create", {"sessionId": "s", "command": TRUE}, root
+                "terminal/create", {"sessionId": "s", "command": TRUE}, root, ENV
             )
             await terminals.handle(
                 "terminal/wait_for_exit",
                 {"sessionId": "s", "terminalId": created["terminalId"]},
                 root,
+                ENV,
             )
         out = await terminals.handle(
-            "terminal/output", {"sessionId": "s", "terminalId": sleeper["terminalId"]}, root
+            "terminal/output", {"sessionId": "s", "terminalId": sleeper["terminalId"]}, root, ENV
         )
         assert "exitStatus" not in out  # still running, still there
     finally:
