@@ -12,6 +12,9 @@ separate id space). The first word of the prompt picks the behaviour:
 * ``terminal <cmd> [args]`` ``terminal/create`` → ``wait_for_exit`` → ``output``
 * ``slow``                one chunk, then waits for ``session/cancel`` (→ ``cancelled``)
 * ``drip <n> <ms>``       n chunks ``ms`` apart, then a plan and usage
+* ``oddpermission``       a plan with entries that are not objects, a tool call and a
+  ``session/request_permission`` whose ``locations`` is an object (not a list), with
+  markup in the titles; reports the option chosen
 * ``permcrash <path>``    asks ``session/request_permission``, then exits (status 4) unanswered
 * ``crash``               exits with status 3 in the middle of the turn
 * ``big``                 one 200 KiB message chunk (over asyncio's 64 KiB line default)
@@ -277,6 +280,8 @@ class Agent:
                     break
                 self.chunk(sid, f"chunk {i + 1} ")
             self.update(sid, {"sessionUpdate": "usage_update", "used": 7, "size": 1000})
+        elif word == "oddpermission":
+            await self.odd_permission(sid)
         elif word == "permcrash":
             tool = {"toolCallId": "call-9", "title": f"Write {rest.strip()}", "kind": "edit"}
             self.send(
@@ -432,6 +437,35 @@ class Agent:
             sid, {"sessionUpdate": "tool_call_update", "toolCallId": "call-1", "status": status}
         )
         self.chunk(sid, text)
+
+    async def odd_permission(self, sid: str) -> None:
+        """Malformed (not ACP-shaped) but valid JSON: a console must still show it."""
+        markup = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
+        self.update(
+            sid,
+            {
+                "sessionUpdate": "plan",
+                "entries": [None, "a bare string", {"content": markup, "status": "pending"}],
+            },
+        )
+        tool = {
+            "toolCallId": "call-odd",
+            "title": f"Edit {markup}",
+            "kind": "edit",
+            "status": "pending",
+            "locations": {"path": "/odd/not-a-list"},
+        }
+        self.update(sid, {"sessionUpdate": "tool_call", **tool})
+        answer = await self.ask(
+            "session/request_permission",
+            {
+                "sessionId": sid,
+                "toolCall": tool,
+                "options": [{"optionId": "once", "name": f"Allow {markup}", "kind": "allow_once"}],
+            },
+        )
+        outcome = (answer.get("result") or {}).get("outcome") or {}
+        self.chunk(sid, f"odd permission: {outcome.get('optionId') or outcome.get('outcome')}")
 
     async def terminal(self, sid: str, argv: list[str]) -> None:
         created = await self.ask(

@@ -211,3 +211,33 @@ async def test_reload_mid_turn_loses_nothing(
     await page.locator('.turn[data-status="completed"]').wait_for()
     text = await page.locator("pre[data-turn-output]").first.inner_text()
     assert text.split() == " ".join(f"chunk {i}" for i in range(1, 9)).split()
+
+
+async def test_an_agents_malformed_tool_call_and_plan_render_as_text(
+    console: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A permission request whose toolCall.locations is an object (not a list) and a plan
+    with entries that are not objects: both valid JSON from a buggy or hostile agent. The
+    page still shows them (markup as text, no script run) and the operator answers."""
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    await page.goto(f"{bp.url}/console#/permissions")
+    turn = http_turn(
+        http, bp.rpc_url, agent_params("odd-1", "oddpermission", workingDirectory=str(tmp_path))
+    )
+    button = page.locator('#perm-pending button[data-option="once"]')
+    await button.wait_for()
+    card = page.locator("#perm-pending .perm").first
+    assert "<img src=x" in await card.locator(".title").inner_text()
+    assert "<script>" in await button.inner_text()
+    await button.click()
+    result = (await asyncio.wait_for(turn, 30))["result"]
+    assert "odd permission: once" in result["output"]
+    await page.locator("#perm-resolved .perm.resolved").first.wait_for()
+
+    await page.goto(f"{bp.url}/console#/sessions/odd-1")
+    await page.locator('.turn[data-status="completed"]').wait_for()
+    plan = await page.locator(".turn ul.plan").first.inner_text()
+    assert "a bare string" in plan and "<script>" in plan
+    assert await page.evaluate("window.__xss") is None

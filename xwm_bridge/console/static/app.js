@@ -182,7 +182,7 @@ function applyUpdate(turn, u) {
       break;
     }
     case "plan":
-      turn.plan = u.entries || [];
+      turn.plan = Array.isArray(u.entries) ? u.entries : [];
       break;
     case "usage":
       turn.usage = u.usage || turn.usage;
@@ -234,7 +234,8 @@ function renderSessions() {
 
 function permCard(p, compact) {
   const tc = p.toolCall || {};
-  const where = (tc.locations || []).map((l) => l.path).filter(Boolean).join(", ");
+  // an agent's toolCall is shown as it sent it: not trusted to be ACP-shaped
+  const where = (Array.isArray(tc.locations) ? tc.locations : []).map((l) => l && l.path).filter(Boolean).join(", ");
   const card = h("div", { class: `perm ${p.state === "pending" ? "" : "resolved"}`, "data-request": p.requestId },
     h("div", { class: "title", text: tc.title || tc.kind || "permission request" }),
     h("div", { class: "meta" },
@@ -326,7 +327,8 @@ function turnCard(t, sessionId) {
   }
   if (t.plan && t.plan.length) {
     body.append(h("div", { class: "item" }, h("span", { class: "k", text: "plan" }),
-      h("ul", { class: "plan" }, ...t.plan.map((e) => h("li", { class: e.status || "", text: `${e.content} (${e.status || "pending"})` })))));
+      h("ul", { class: "plan" }, ...t.plan.map((e) => (e && typeof e === "object" ? e : { content: e })).map((e) =>
+        h("li", { class: e.status || "", text: `${e.content} (${e.status || "pending"})` })))));
   }
   const pendingHere = [...state.permissions.values()].filter((p) => p.sessionId === sessionId && p.turnId === t.turnId && p.resolution !== "policy");
   for (const p of pendingHere) body.append(permCard(p, true));
