@@ -241,3 +241,20 @@ async def test_an_agents_malformed_tool_call_and_plan_render_as_text(
     plan = await page.locator(".turn ul.plan").first.inner_text()
     assert "a bare string" in plan and "<script>" in plan
     assert await page.evaluate("window.__xss") is None
+
+
+async def test_a_link_with_a_broken_escape_still_goes_live(
+    console: Any, http: aiohttp.ClientSession
+) -> None:
+    """A session link whose hash is not valid percent-encoding (a truncated paste): the
+    page opens it as written, and the watch starts (the feed stays live)."""
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    await page.goto(f"{bp.url}/console#/sessions/bad%E0%A4%A")
+    await page.reload()  # start() with that hash: the route, then the watch
+    await page.locator("#conn.live").wait_for()
+    assert await page.locator("#d-title").inner_text() == "bad%E0%A4%A"
+    turn = http_turn(http, bp.rpc_url, codex("after-bad-link", "still live"))
+    await page.locator('[data-session="after-bad-link"]').wait_for()
+    await asyncio.wait_for(turn, 30)

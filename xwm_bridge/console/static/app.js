@@ -639,7 +639,8 @@ function route() {
   const view = ["sessions", "permissions", "health", "config"].includes(parts[0]) ? parts[0] : "sessions";
   state.view = view;
   if (view === "sessions" && parts[1]) {
-    const id = decodeURIComponent(parts[1]);
+    let id = parts[1];
+    try { id = decodeURIComponent(id); } catch (e) { /* not valid percent-encoding: as written */ }
     if (id !== state.selected && conn) { select(id); return; }
   }
   if (view === "config" && conn && !state.config) {
