@@ -258,3 +258,47 @@ async def test_a_link_with_a_broken_escape_still_goes_live(
     turn = http_turn(http, bp.rpc_url, codex("after-bad-link", "still live"))
     await page.locator('[data-session="after-bad-link"]').wait_for()
     await asyncio.wait_for(turn, 30)
+
+
+async def test_a_failed_answer_can_be_given_again(
+    console: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """An answer that fails while the request stays pending (here the first
+    session.permission gets the -32603 of a replica that did not reply): the error is
+    shown and the buttons come back, so the operator answers again before it expires."""
+    import json
+
+    bp, context, _ = console
+    page = await context.new_page()
+    failed: list[Any] = []
+
+    def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+
+        def from_page(message: str | bytes) -> None:
+            msg = json.loads(message)
+            if msg.get("method") == "session.permission" and not failed:
+                failed.append(msg["id"])
+                err = {"code": -32603, "message": "held by replica r2, which did not answer"}
+                ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": err}))
+                return
+            server.send(message)
+
+        ws.on_message(from_page)
+
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    await page.goto(f"{bp.url}/console#/permissions")
+    turn = http_turn(
+        http,
+        bp.rpc_url,
+        agent_params("again-1", f"permission {tmp_path / 'a.txt'}", workingDirectory=str(tmp_path)),
+    )
+    button = page.locator('#perm-pending button[data-option="once"]')
+    await button.click()
+    await page.locator("#perm-pending .error").wait_for()
+    assert "did not answer" in await page.locator("#perm-pending .error").inner_text()
+    assert failed
+    await button.click()  # enabled again
+    result = (await asyncio.wait_for(turn, 30))["result"]
+    assert "permission granted (once)" in result["output"]

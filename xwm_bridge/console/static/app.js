@@ -525,11 +525,16 @@ async function select(id) {
 }
 
 async function answer(p, optionId, button) {
-  for (const b of button.parentElement.querySelectorAll("button")) b.disabled = true;
+  const opts = button.parentElement;
+  const buttons = [...opts.querySelectorAll("button")];
+  for (const b of buttons) b.disabled = true;
+  for (const el of opts.querySelectorAll(".error")) el.remove();
   try {
     await conn.call("session.permission", { sessionId: p.sessionId, requestId: p.requestId, optionId });
   } catch (e) {
-    button.parentElement.append(h("div", { class: "error", text: e.message }));
+    // still pending unless a resolved event replaces this card: it can be answered again
+    for (const b of buttons) b.disabled = false;
+    opts.append(h("div", { class: "error", text: e.message }));
   }
 }
 
