@@ -390,3 +390,42 @@ async def test_requests_past_the_in_flight_limit_are_refused(
         finally:
             turn.cancel()
         assert (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+
+
+async def test_cancel_and_close_reach_the_turn_when_clients_have_tokens_of_their_own(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # several principals (client_tokens): the owner's session/cancel and session/close act
+    # on its session as on a single-token bridge; another principal's touch nothing
+    other = "other-client-token-42"
+    cfg = config(fake_upstream, tmp_path, client_tokens=[other])
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    theirs = {"Authorization": f"Bearer {other}"}
+    async with sdk_client(url, "ws") as (conn, _, _checker):
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        sid = session.session_id
+        hold = fake_upstream.state.holds[sid] = asyncio.Event()
+        turn = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=prompt("held")))
+        await wait_until(lambda: sid in fake_upstream.state.active, within=15)
+        async with sdk_client(url, "ws", headers=theirs) as (intruder, _, _c):
+            await intruder.cancel(session_id=sid)
+            with pytest.raises(RequestError) as err:
+                await intruder.close_session(session_id=sid)
+            assert err.value.code == -32002
+        hold.set()
+        assert (await asyncio.wait_for(turn, 15)).stop_reason == "end_turn"
+        assert not fake_upstream.state.cancels
+        del fake_upstream.state.holds[sid]
+
+        turn = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=prompt("slow:20000 x")))
+        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+        await conn.cancel(session_id=sid)
+        assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
+        await wait_until(lambda: len(fake_upstream.state.cancels) == 1, within=10)
+
+        turn = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=prompt("slow:20000 y")))
+        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+        await conn.close_session(session_id=sid)
+        assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
+        await wait_until(lambda: len(fake_upstream.state.cancels) == 2, within=10)

@@ -123,11 +123,12 @@ class AcpFrontDoor:
     def cancel_turn(self, session_id: str) -> None:
         self.bridge.sessions.cancel(session_id)
 
-    async def cancel(self, session: AcpSession) -> None:
-        """``session/cancel`` (and ``session/close``): as the bridge's ``session.cancel``."""
+    async def cancel(self, session: AcpSession, principal: str) -> None:
+        """``session/cancel`` (and ``session/close``) of ``principal``'s session: as the
+        bridge's ``session.cancel`` (which checks the owner as that principal)."""
         for relay in list(session.turns):
             relay.cancel()
-        call = CallContext(None, "acp", "acp")
+        call = CallContext(None, "acp", principal)
         await self.methods.session_cancel({"sessionId": session.session_id}, call, "session.cancel")
 
     async def prepare_route(self, choice: Choice, conn: AcpConnection) -> None:

@@ -217,12 +217,20 @@ class AcpMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         sid = _text_param(params, "sessionId")
-        session = self.front.sessions.get(sid)
+        session = self._mine(sid)
         if session is None:
             raise RpcError(codec.RESOURCE_NOT_FOUND, f"session {sid!r} is not active")
-        await self.front.cancel(session)
+        await self.front.cancel(session, self.conn.principal)
         self.front.close_session(session)
         return {}
+
+    def _mine(self, sid: str) -> AcpSession | None:
+        """A live session of this connection's principal (another's is unknown here, as
+        for ``session/load``)."""
+        session = self.front.sessions.get(sid)
+        if session is None or (session.owner and session.owner != self.conn.principal):
+            return None
+        return session
 
     # --- turns ---------------------------------------------------------------
 
@@ -284,9 +292,9 @@ class AcpMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         sid = coerce.text(params.get("sessionId"))
-        session = self.front.sessions.get(sid) if sid else None
+        session = self._mine(sid) if sid else None
         if session is not None:
-            await self.front.cancel(session)
+            await self.front.cancel(session, self.conn.principal)
         return {}
 
     async def session_set_mode(
