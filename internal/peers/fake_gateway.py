@@ -15,6 +15,7 @@ hold the object):
 * ``drop_after_connect`` — close the socket right after hello-ok;
 * ``silent`` — stop sending anything (ticks included) after hello-ok;
 * ``reply_delay`` — seconds before any response;
+* ``hold_hello`` — an event hello-ok waits for (``connects`` counts the waiting client);
 * ``no_challenge`` — never send the challenge;
 * ``seq_gap`` — skip this many sequence numbers once;
 * ``chat_delay`` — seconds between streamed chat events;
@@ -47,6 +48,7 @@ class FakeGatewayState:
     drop_after_connect: int = 0
     silent: bool = False
     reply_delay: float = 0.0
+    hold_hello: asyncio.Event | None = None
     no_challenge: bool = False
     seq_gap: int = 0
     chat_delay: float = 0.01
@@ -186,6 +188,8 @@ class FakeGateway:
             return False
         if st.reply_delay:
             await asyncio.sleep(st.reply_delay)
+        if st.hold_hello is not None:
+            await st.hold_hello.wait()
         st.handshakes_ok += 1
         await self._send(
             ws,

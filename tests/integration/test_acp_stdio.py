@@ -482,3 +482,44 @@ async def test_openclaw_gateway_route_connects_a_runtime_and_streams(
             assert gw.state.aborted  # chat.abort reached the gateway
     finally:
         await gw.stop()
+
+
+@pytest.mark.parametrize("gateway", ["connects", "goes away"])
+async def test_a_cancel_while_the_route_is_being_prepared_cancels_the_prompt(
+    gateway: str, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # gateway:openclaw connects a runtime before the turn: a session/cancel sent meanwhile
+    # still makes the prompt answer "cancelled", whether the connect then succeeds or
+    # fails (ACP: the agent MUST answer a cancelled prompt with "cancelled")
+    from internal.peers.fake_gateway import TOKEN as GW_TOKEN
+    from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
+
+    hello = asyncio.Event()
+    gw = FakeGateway(FakeGatewayState(hold_hello=hello))
+    await gw.start()
+    try:
+        cfg = config(
+            fake_upstream,
+            tmp_path,
+            acp={"default_route": "gateway:openclaw"},
+            openclaw_url=f"ws://127.0.0.1:{gw.port}",
+            openclaw_token=GW_TOKEN,
+        )
+        async with spawn_acp(tmp_path, cfg) as acp:
+            session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+            turn = asyncio.ensure_future(
+                acp.conn.prompt(session_id=session.session_id, prompt=prompt("hi"))
+            )
+            await wait_until(lambda: gw.state.connects == 1, within=15)
+            await acp.conn.cancel(session_id=session.session_id)
+            await acp.conn.list_sessions()  # answered after the cancel was taken
+            if gateway == "connects":
+                hello.set()
+            else:  # the socket closes before hello-ok: the connect fails
+                assert gw._server is not None
+                for ws in list(gw._server.connections):
+                    await ws.close()
+            assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
+    finally:
+        hello.set()
+        await gw.stop()

@@ -250,22 +250,32 @@ class AcpMethods:
     ) -> dict[str, Any]:
         session = self._open(params)
         blocks = mapping.check_prompt(params.get("prompt"), self.front.prompt_support)
-        if not session.title:
-            session.title = mapping.title_of(mapping.prompt_text(blocks))
-            await self.front.persist(session)
-        await self.front.prepare_route(session.choice, self.conn)
         relay = TurnRelay(self.front, session, blocks)
-        turn = mapping.turn_params(
-            session.session_id, session.cwd, blocks, session.choice.route, session.choice.model
-        )
+        # in session.turns before the first await: a session/cancel right behind the
+        # prompt (while the title is stored or a gateway connected) finds it
+        session.turns.add(relay)
+        try:
+            if not session.title:
+                session.title = mapping.title_of(mapping.prompt_text(blocks))
+                await self.front.persist(session)
+            await self.front.prepare_route(session.choice, self.conn)
+            turn = mapping.turn_params(
+                session.session_id, session.cwd, blocks, session.choice.route, session.choice.model
+            )
+        except Exception:
+            session.turns.discard(relay)
+            if relay.cancel_requested:  # cancelled meanwhile: that is the answer (ACP)
+                return {"stopReason": "cancelled"}
+            raise
+        except BaseException:
+            session.turns.discard(relay)
+            raise
         ctx = CallContext(
             relay, self.conn.transport, self.conn.principal, self.conn.bearer, client=relay
         )
         # the turn outlives this request: a dropped connection cancels the request, and
         # the relay (its updates, its permission requests) stays with the session for a
-        # client that reattaches, until the turn ends. In session.turns from now on: a
-        # session/cancel right behind the prompt finds it
-        session.turns.add(relay)
+        # client that reattaches, until the turn ends
         task = self.front.tasks.spawn(
             self._run_turn(turn, ctx), name=f"acp-turn:{session.session_id}"
         )
