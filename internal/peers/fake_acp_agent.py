@@ -8,6 +8,8 @@ separate id space). The first word of the prompt picks the behaviour:
 * ``permission <path>``  tool call (kind ``edit``), ``session/request_permission``;
   if an allow option is chosen, ``fs/write_text_file`` of ``<path>``; reports the outcome
 * ``read <path>``         ``fs/read_text_file``; replies the content or the error
+* ``toolcontent <path>``  a ``tool_call`` that carries its content (a diff of ``<path>``,
+  a text block) and ``rawOutput``, then its ``completed`` ``tool_call_update``
 * ``write <path> <text>`` ``fs/write_text_file``
 * ``terminal <cmd> [args]`` ``terminal/create`` → ``wait_for_exit`` → ``output``
 * ``slow``                one chunk, then waits for ``session/cancel`` (→ ``cancelled``)
@@ -60,6 +62,23 @@ from typing import Any
 import orjson
 
 _ids = itertools.count(0)
+
+
+def tool_with_content(path: str) -> dict[str, Any]:
+    """The ``toolcontent`` tool call: its content and raw output come with it."""
+    return {
+        "toolCallId": "call-c",
+        "title": f"Edit {path}",
+        "kind": "edit",
+        "status": "in_progress",
+        "content": [
+            {"type": "diff", "path": path, "oldText": "old\n", "newText": "new\n"},
+            {"type": "content", "content": {"type": "text", "text": "one line changed"}},
+        ],
+        "locations": [{"path": path}],
+        "rawInput": {"path": path},
+        "rawOutput": {"ok": True},
+    }
 
 
 #: how the bridge's context blocks begin (providers/stdio/prompt.py)
@@ -252,6 +271,11 @@ class Agent:
         print(f"fake agent prompt: {word}", file=sys.stderr, flush=True)
         if word == "permission":
             await self.permission(sid, rest.strip())
+        elif word == "toolcontent":
+            self.update(sid, {"sessionUpdate": "tool_call", **tool_with_content(rest.strip())})
+            done = {"toolCallId": "call-c", "status": "completed"}
+            self.update(sid, {"sessionUpdate": "tool_call_update", **done})
+            self.chunk(sid, "edited")
         elif word == "read":
             answer = await self.ask("fs/read_text_file", {"sessionId": sid, "path": rest.strip()})
             if "error" in answer:

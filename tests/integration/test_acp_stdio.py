@@ -160,6 +160,25 @@ async def test_permission_round_trip_answered_by_the_client(
         assert "permission denied" in acp.checker.text() and not target.exists()
 
 
+async def test_a_tool_call_keeps_the_content_the_agent_gave_it(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # a stdio agent's tool_call may carry content (an edit's diff) and rawOutput: the
+    # client gets them with the tool call, as the agent sent them
+    from internal.peers.fake_acp_agent import tool_with_content
+
+    path = str(tmp_path / "a.txt")
+    cfg = config(fake_upstream, tmp_path, acp={"default_route": "single-agent:fake"})
+    async with spawn_acp(tmp_path, cfg) as acp:
+        session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        answer = await acp.conn.prompt(
+            session_id=session.session_id, prompt=prompt(f"toolcontent {path}")
+        )
+        assert answer.stop_reason == "end_turn"
+        (tool,) = acp.checker.updates("tool_call")
+        assert tool == {"sessionUpdate": "tool_call", **tool_with_content(path)}
+
+
 async def test_policy_rules_answer_without_asking(
     fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:

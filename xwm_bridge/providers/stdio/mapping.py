@@ -7,8 +7,8 @@ ACP ``sessionUpdate``       bridge payload
 =========================== ====================================================================
 ``agent_message_chunk``     ``{type:"delta", delta:<text>, pending:true, error:false}``
 ``agent_thought_chunk``     ``{type:"thought", delta:<text>, pending:true, error:false}``
-``tool_call``               ``{type:"tool_call", toolCallId, title, kind, status, locations,
-                            rawInput}``
+``tool_call``               ``{type:"tool_call", toolCallId, title, kind, status, content,
+                            locations, rawInput, rawOutput}``
 ``tool_call_update``        ``{type:"tool_call_update", toolCallId, status, title, kind, content}``
 ``plan``                    ``{type:"plan", entries}``
 ``usage_update``            ``{type:"usage", usage:<the update minus sessionUpdate>}``
@@ -59,7 +59,17 @@ def map_update(update: dict[str, Any]) -> dict[str, Any] | None:
     if kind == "tool_call":
         return {
             "type": "tool_call",
-            **_pick(update, "toolCallId", "title", "kind", "status", "locations", "rawInput"),
+            **_pick(
+                update,
+                "toolCallId",
+                "title",
+                "kind",
+                "status",
+                "content",
+                "locations",
+                "rawInput",
+                "rawOutput",
+            ),
         }
     if kind == "tool_call_update":
         return {
