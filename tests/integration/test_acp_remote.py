@@ -385,7 +385,7 @@ async def test_requests_past_the_in_flight_limit_are_refused(
                 await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
             assert refused.value.code == -32004
             assert "limit 1" in str(refused.value)
-            await conn.cancel(session_id=session.session_id)  # a notification: not counted
+            await conn.cancel(session_id=session.session_id)  # a cancel passes the limit
             assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
         finally:
             turn.cancel()
