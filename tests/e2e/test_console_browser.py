@@ -302,3 +302,30 @@ async def test_a_failed_answer_can_be_given_again(
     await button.click()  # enabled again
     result = (await asyncio.wait_for(turn, 30))["result"]
     assert "permission granted (once)" in result["output"]
+
+
+async def test_the_live_session_list_stays_bounded(
+    console: Any, http: aiohttp.ClientSession
+) -> None:
+    """A page left open on a busy bridge keeps the newest 500 sessions (app.js
+    MAX_LISTED), not every session it ever saw; the one selected stays open."""
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    await asyncio.wait_for(http_turn(http, bp.rpc_url, codex("keep-me", "hi")), 30)
+    await page.locator('[data-session="keep-me"]').click()
+    await page.locator('.turn[data-status="completed"]').wait_for()
+    slots = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        async with slots:
+            await rpc(http, bp.rpc_url, "session.message", codex(f"busy-{i:03d}", "hi"))
+
+    await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(520))), 120)
+    await page.locator('[data-session="busy-519"]').wait_for()
+    await page.wait_for_function(
+        "() => document.querySelectorAll('#session-list li').length === 500", timeout=30_000
+    )
+    assert await page.locator('[data-session="busy-000"]').count() == 0  # the oldest went
+    assert await page.locator('[data-session="keep-me"]').count() == 0  # out of the list...
+    assert "keep-me" in await page.locator("#view-sessions").inner_text()  # ...still open

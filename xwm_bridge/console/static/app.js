@@ -139,6 +139,7 @@ const state = {
   view: "sessions",
   sessions: new Map(), // sessionId → row
   order: [],
+  paged: 0, // sessions loaded with session.list pages (the live list keeps at least these)
   nextCursor: null,
   selected: null,
   detail: null, // {session, turns: Map turnId → turn view}
@@ -148,6 +149,20 @@ const state = {
   config: null,
 };
 let conn = null;
+
+// A page left open must not grow for as long as it is open (a busy bridge starts thousands
+// of sessions an hour): the live list keeps the newest MAX_LISTED sessions (or as many as
+// the pages loaded with "more"); older ones are found again with the filters.
+const MAX_LISTED = 500;
+
+function trimSessions() {
+  const cap = Math.max(MAX_LISTED, state.paged);
+  if (state.order.length > cap) state.order.length = cap;
+  if (state.sessions.size <= cap) return;
+  const keep = new Set(state.order);
+  if (state.selected) keep.add(state.selected);
+  for (const id of state.sessions.keys()) if (!keep.has(id)) state.sessions.delete(id);
+}
 
 function newTurnView(t) {
   return {
@@ -461,8 +476,9 @@ async function loadSessions(more) {
   const params = filters();
   if (more && state.nextCursor) params.cursor = state.nextCursor;
   const res = await conn.call("session.list", params);
-  if (!more) { state.sessions.clear(); state.order = []; }
+  if (!more) { state.sessions.clear(); state.order = []; state.paged = 0; }
   for (const s of res.sessions) { state.sessions.set(s.sessionId, s); state.order.push(s.sessionId); }
+  state.paged += res.sessions.length;
   state.nextCursor = res.nextCursor;
   return res.watchCursor;
 }
@@ -602,6 +618,7 @@ function onEvent(e) {
       s.running = e.type === "started";
       state.order = [sid, ...state.order.filter((x) => x !== sid)];
       if (!matchesFilters(s)) state.order = state.order.filter((x) => x !== sid);
+      trimSessions();
     }
     if (d && applyToDetail(d, e) && state.view === "sessions") {
       // grow the output in place (no re-render of the whole page per chunk)
