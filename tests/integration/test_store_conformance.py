@@ -351,6 +351,40 @@ async def test_sqlite_health_names_the_failed_check(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_sqlite_recover_that_fails_midway_leaves_nothing_half_done(tmp_path: Path) -> None:
+    """Recovery of a running turn is one transaction: a disk that fills up while the
+    turn record is written (after the session row and the ledger entry) leaves the
+    turn still ``running``, and the next start interrupts it completely; the record
+    was marked interrupted alone before, so no later recover came back to its turn."""
+    import sqlite3
+
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.start()
+    try:
+        store.save(
+            SessionRecord(
+                "s1", "t1", history=("\u00e9" * 4000,), seq=1,
+                last_turn_id="turn-2", last_turn_status=RUNNING,
+            )
+        )  # fmt: skip
+        assert await store.load("s1") is not None
+        # the disk is full: the turn record's body (its 8000-byte prompt) needs new pages
+        pages = await store._call(lambda db: db.execute("PRAGMA page_count").fetchone()[0])
+        await store._call(lambda db: db.execute(f"PRAGMA max_page_count = {pages}"))
+        with pytest.raises(sqlite3.OperationalError, match="full"):
+            await store.recover()
+        await store._call(lambda db: db.execute("PRAGMA max_page_count = 1073741823"))
+        loaded = await store.load("s1")
+        assert loaded is not None and loaded.last_turn_status == RUNNING
+        assert await store.recover() == ["s1"]
+        (turn,) = await store.turns("s1", 10)
+        assert (turn.turn_id, turn.status) == ("turn-2", INTERRUPTED)
+        (entry,) = await store.replay("s1", 0, 10)
+        assert entry.message["params"]["interrupted"] is True
+    finally:
+        await store.close()
+
+
 async def test_a_dead_store_thread_is_started_again(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "sessions.db")
     await store.start()

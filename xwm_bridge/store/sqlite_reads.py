@@ -96,12 +96,15 @@ def recover(db: sqlite3.Connection) -> list[str]:
     """At start: every session whose turn was ``running`` gets it interrupted (its
     record, an interrupted entry in its ledger, its turn record); every pending
     permission request is deleted (their turns died with the process). The ids of the
-    sessions fixed."""
-    rows = db.execute(
-        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE last_turn_status = ?", (RUNNING,)
-    ).fetchall()
+    sessions fixed. One transaction (the connection is in autocommit mode, where
+    ``with db`` alone begins none): a write that fails leaves every turn ``running``
+    for the next start, not a record interrupted without its turn record or entry."""
     ids = []
     with db:
+        db.execute("BEGIN IMMEDIATE")
+        rows = db.execute(
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE last_turn_status = ?", (RUNNING,)
+        ).fetchall()
         db.execute("DELETE FROM permissions")  # their turns died with the process
         for row in rows:
             found = row_to_record(db, row)
