@@ -125,9 +125,12 @@ def prune(
     db: sqlite3.Connection, now: float, limits: StoreLimits, forget: Callable[[str], None]
 ) -> int:
     """Delete the sessions not updated within ``limits.retention`` of ``now`` (each
-    passed to ``forget``), ledger entries older than ``limits.ledger_max_age`` and the
-    turn records of sessions gone; how many sessions were deleted."""
+    passed to ``forget`` once deleted), ledger entries older than
+    ``limits.ledger_max_age`` and the turn records of sessions gone; how many sessions
+    were deleted. One transaction, as :func:`recover`: a delete that fails leaves every
+    stale session whole for the next prune."""
     with db:
+        db.execute("BEGIN IMMEDIATE")
         stale = [
             r[0]
             for r in db.execute(
@@ -137,9 +140,10 @@ def prune(
         ]
         for sid in stale:
             delete(db, sid)
-            forget(sid)
         db.execute("DELETE FROM ledger WHERE ts < ?", (now - limits.ledger_max_age,))
         db.execute("DELETE FROM turns WHERE session_id NOT IN (SELECT session_id FROM sessions)")
+    for sid in stale:
+        forget(sid)
     return len(stale)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from xwm_bridge.store import sqlite_history, sqlite_reads
 from xwm_bridge.store.base import (
     INTERRUPTED,
@@ -130,3 +132,26 @@ def test_prune_deletes_stale_sessions_old_entries_and_orphan_turns(tmp_path: Pat
     assert sqlite_reads.record(db, "new") is not None
     assert event_ids(sqlite_reads.ledger(db, "new", 0, 9, None, 0.0, 9, MIB)) == [2]
     assert sqlite_reads.turns(db, "gone", 9) == []
+
+
+def test_a_prune_that_fails_midway_deletes_nothing(tmp_path: Path) -> None:
+    """One transaction: a delete that fails (here a trigger refuses the history rows'
+    delete, as a full or read-only disk would fail a write) leaves the stale session
+    whole for the next prune, not its record gone and its history rows orphaned."""
+    db = database(tmp_path)
+    limits = StoreLimits(retention=100.0, ledger_max_age=10.0)
+    save(db, SessionRecord("old", "t", history=("first prompt",), updated_at=800.0))
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    history = next(t for t in tables if "history" in t)
+    db.execute(
+        f"CREATE TRIGGER refuse BEFORE DELETE ON {history} BEGIN SELECT RAISE(ABORT, 'disk'); END"
+    )
+    forgotten: list[str] = []
+    with pytest.raises(sqlite3.IntegrityError, match="disk"):
+        sqlite_reads.prune(db, 1000.0, limits, forgotten.append)
+    kept = sqlite_reads.record(db, "old")
+    assert kept is not None and kept.history == ("first prompt",)
+    assert forgotten == []  # what the store thread tracked of it still holds
+    db.execute("DROP TRIGGER refuse")
+    assert sqlite_reads.prune(db, 1000.0, limits, forgotten.append) == 1
+    assert sqlite_reads.record(db, "old") is None and forgotten == ["old"]
