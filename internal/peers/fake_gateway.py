@@ -13,6 +13,8 @@ hold the object):
   it gets ``PROTOCOL_MISMATCH`` and close 1002);
 * ``fail_next`` — method → error dict answered once instead of the result;
 * ``drop_after_connect`` — close the socket right after hello-ok;
+* ``close_after_challenge`` — this many times, write the challenge and a close
+  frame in one TCP write (the client reads the challenge off a closing socket);
 * ``silent`` — stop sending anything (ticks included) after hello-ok;
 * ``reply_delay`` — seconds before any response;
 * ``hold_hello`` — an event hello-ok waits for (``connects`` counts the waiting client);
@@ -46,6 +48,7 @@ class FakeGatewayState:
     tick_interval_ms: int = 30_000
     fail_next: dict[str, dict[str, Any]] = field(default_factory=dict)
     drop_after_connect: int = 0
+    close_after_challenge: int = 0
     silent: bool = False
     reply_delay: float = 0.0
     hold_hello: asyncio.Event | None = None
@@ -108,17 +111,23 @@ class FakeGateway:
     async def _handle(self, ws: ServerConnection) -> None:
         st = self.state
         st.connects += 1
+        challenge = orjson.dumps(
+            {
+                "type": "event",
+                "event": "connect.challenge",
+                "payload": {"nonce": f"nonce-{st.connects}", "ts": int(time.time() * 1000)},
+            }
+        )
+        if st.close_after_challenge > 0:
+            st.close_after_challenge -= 1
+            ws.protocol.send_text(challenge)
+            ws.protocol.send_close(1012, "service restart")
+            ws.transport.write(b"".join(ws.protocol.data_to_send()))
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.wait_closed(), 5)
+            return
         if not st.no_challenge:
-            nonce = f"nonce-{st.connects}"
-            await ws.send(
-                orjson.dumps(
-                    {
-                        "type": "event",
-                        "event": "connect.challenge",
-                        "payload": {"nonce": nonce, "ts": int(time.time() * 1000)},
-                    }
-                ).decode()
-            )
+            await ws.send(challenge.decode())
         try:
             first = orjson.loads(await asyncio.wait_for(ws.recv(), 15))
         except Exception:  # timeout, bad JSON or a client that left

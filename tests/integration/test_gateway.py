@@ -308,6 +308,30 @@ async def test_retryable_failure_reconnects_with_backoff(
         await gw.stop()
 
 
+async def test_gateway_closing_right_after_the_challenge_is_a_retryable_failure(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    # the challenge and the close arrive together: the bridge reads the challenge, then
+    # its ``connect`` meets a closed socket, on the first attempt and on a reconnect
+    gw = FakeGateway(FakeGatewayState(close_after_challenge=2))
+    await gw.start()
+    try:
+        bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+        ws = await open_ws(http, bp.ws_url)
+        res = await ws.call("xworkmate.gateway.connect", connect_params(gw))
+        assert res["ok"] is False, res
+        assert res["error"] == {"message": "service restart", "code": "SOCKET_CLOSED"}
+        assert res["snapshot"]["status"] == "error"
+        await wait_until(lambda: gw.state.handshakes_ok >= 1, 10)  # the second close too
+        assert gw.state.connects == 3
+        await wait_until(lambda: any(s["status"] == "connected" for s in ws.snapshots()), 5)
+        out = await ws.call("xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"})
+        assert out["ok"] is True, out
+        await ws.close()
+    finally:
+        await gw.stop()
+
+
 # --- ownership and event delivery ------------------------------------------------------------
 
 

@@ -297,7 +297,13 @@ class GatewayRuntime:
                     continue
                 out = hs.on_frame(frame)
                 if out is not None:
-                    await ws.send(out, text=True)  # JSON goes out as a text frame
+                    try:
+                        await ws.send(out, text=True)  # JSON goes out as a text frame
+                    except websockets.ConnectionClosed as exc:
+                        # closed right after the challenge: a failed attempt, not a crash
+                        rcvd = exc.rcvd
+                        hs.on_close(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
+                        break
                     deadline = loop.time() + s.hello_timeout
         except BaseException:
             await _close_quietly(ws)
