@@ -304,16 +304,23 @@ class GatewayManager:
         """Close runtimes idle for ``idle_ttl`` (no call in flight, no live owner socket)."""
         now = time.monotonic() if now is None else now
         ttl = self._settings.idle_ttl
-        stale = [
-            key
-            for key, rt in self._runtimes.items()
-            if rt.active_calls == 0 and not rt.has_live_owner() and now - rt.last_activity >= ttl
-        ]
-        for key in stale:
-            rt = self._runtimes.pop(key)
+
+        def idle(rt: GatewayRuntime) -> bool:
+            return (
+                rt.active_calls == 0 and not rt.has_live_owner() and now - rt.last_activity >= ttl
+            )
+
+        closed = 0
+        for key in [key for key, rt in self._runtimes.items() if idle(rt)]:
+            # asked again: a call may have taken it while an earlier one was closing
+            rt = self._runtimes.get(key)
+            if rt is None or not idle(rt):
+                continue
+            del self._runtimes[key]
             log.info("closing idle gateway runtime", extra={"runtime_id": rt.runtime_id})
             await rt.close()
-        return len(stale)
+            closed += 1
+        return closed
 
     async def run_reaper(self) -> None:
         interval = max(0.05, min(self._settings.idle_ttl / 2, 30.0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -154,3 +155,30 @@ async def test_runtimes_are_per_principal_and_idle_ones_reaped() -> None:
     conn.closed = True
     assert await manager.reap(now) == 1
     assert manager.get("alice", "rt") is None and rt.closed
+
+
+async def test_a_runtime_taken_into_use_while_the_reaper_closes_another_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    manager = GatewayManager(BridgeConfig(gateway=GatewayConfig(idle_ttl=10)))
+    first = GatewayRuntime("a", "alice", manager._settings)
+    second = GatewayRuntime("b", "alice", manager._settings)
+    manager._runtimes[("alice", "a")] = first
+    manager._runtimes[("alice", "b")] = second
+    closing, release = asyncio.Event(), asyncio.Event()
+    close_first = first.close
+
+    async def slow_close() -> None:  # a socket slow to close (up to 2 s)
+        closing.set()
+        await release.wait()
+        await close_first()
+
+    monkeypatch.setattr(first, "close", slow_close)
+    now = max(first.last_activity, second.last_activity) + 100  # both idle past the ttl
+    reaping = asyncio.ensure_future(manager.reap(now))
+    await closing.wait()
+    with manager.using(second, None, None):  # a turn or request picks it up meanwhile
+        release.set()
+        assert await reaping == 1
+        assert manager.get("alice", "a") is None and first.closed
+        assert manager.get("alice", "b") is second and not second.closed
