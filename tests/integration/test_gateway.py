@@ -21,6 +21,9 @@ import pytest
 from internal.peers.fake_gateway import TOKEN as GW_TOKEN
 from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
 from tests.conftest import AUTH, TOKEN, StartBridge, base_env, eventually, rpc, sse, wait_until
+from xwm_bridge.config import BridgeConfig, GatewayConfig
+from xwm_bridge.gateway.manager import ConnectParams, build_connect_config
+from xwm_bridge.gateway.runtime import GatewayRuntime
 
 GATEWAY_ROUTING = {
     "routingMode": "explicit",
@@ -330,6 +333,36 @@ async def test_gateway_closing_right_after_the_challenge_is_a_retryable_failure(
         await ws.close()
     finally:
         await gw.stop()
+
+
+async def test_a_connect_cancelled_while_it_announces_the_socket_leaves_no_unread_socket(
+    gateway: FakeGateway,
+) -> None:
+    # the caller goes away (an HTTP client hangs up) while ``connected`` is being delivered
+    settings = GatewayConfig(backoff_initial=0.1, backoff_max=0.5)
+    rt = GatewayRuntime("rt-c", "alice", settings)
+    announced, never = asyncio.Event(), asyncio.Event()
+
+    async def slow_client(message: dict[str, Any]) -> None:
+        params = message["params"]
+        if params.get("snapshot", {}).get("status") == "connected":
+            announced.set()
+            await never.wait()  # bounded by notify_timeout; cancelled first
+
+    rt.attach(slow_client, None)
+    cfg = build_connect_config(
+        ConnectParams.parse(connect_params(gateway)), BridgeConfig(gateway=settings), ""
+    )
+    connecting = asyncio.ensure_future(rt.connect(cfg))
+    await announced.wait()
+    connecting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await connecting
+    try:
+        assert not rt.connected  # no runtime that looks connected while nothing reads it
+        await wait_until(lambda: not gateway.state.connections, 5)
+    finally:
+        await rt.close()
 
 
 # --- ownership and event delivery ------------------------------------------------------------

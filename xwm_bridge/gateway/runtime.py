@@ -211,6 +211,12 @@ class GatewayRuntime:
                     self._run(None), name=f"gateway:{self.runtime_id}", service=True
                 )
             return None, exc
+        except asyncio.CancelledError:
+            # the caller went away while the new socket was being announced: nothing
+            # reads it yet, so it must not stay installed as "connected"
+            await self._drop_socket(SOCKET_RESET)
+            self.snapshot = self._offline_snapshot(cfg)
+            raise
         self._loop_task = self._tasks.spawn(
             self._run(ws), name=f"gateway:{self.runtime_id}", service=True
         )
