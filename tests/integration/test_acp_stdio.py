@@ -32,6 +32,19 @@ def config(upstream: FakeUpstream, tmp: Path, **extra: Any) -> dict[str, Any]:
     }
 
 
+def gateway_config(upstream: FakeUpstream, tmp: Path, port: int) -> dict[str, Any]:
+    """The ACP default route on the fake OpenClaw gateway listening on ``port``."""
+    from internal.peers.fake_gateway import TOKEN as GW_TOKEN
+
+    return config(
+        upstream,
+        tmp,
+        acp={"default_route": "gateway:openclaw"},
+        openclaw_url=f"ws://127.0.0.1:{port}",
+        openclaw_token=GW_TOKEN,
+    )
+
+
 def kinds(updates: list[Any]) -> list[str]:
     return [u.session_update for u in updates]
 
@@ -472,19 +485,12 @@ async def test_images_reach_a_stdio_agent_that_takes_them(
 async def test_openclaw_gateway_route_connects_a_runtime_and_streams(
     fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
-    from internal.peers.fake_gateway import TOKEN as GW_TOKEN
     from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
 
     gw = FakeGateway(FakeGatewayState())
     await gw.start()
     try:
-        cfg = config(
-            fake_upstream,
-            tmp_path,
-            acp={"default_route": "gateway:openclaw"},
-            openclaw_url=f"ws://127.0.0.1:{gw.port}",
-            openclaw_token=GW_TOKEN,
-        )
+        cfg = gateway_config(fake_upstream, tmp_path, gw.port)
         async with spawn_acp(tmp_path, cfg) as acp:
             session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
             answer = await acp.conn.prompt(session_id=session.session_id, prompt=prompt("tool: hi"))
@@ -510,20 +516,13 @@ async def test_a_cancel_while_the_route_is_being_prepared_cancels_the_prompt(
     # gateway:openclaw connects a runtime before the turn: a session/cancel sent meanwhile
     # still makes the prompt answer "cancelled", whether the connect then succeeds or
     # fails (ACP: the agent MUST answer a cancelled prompt with "cancelled")
-    from internal.peers.fake_gateway import TOKEN as GW_TOKEN
     from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
 
     hello = asyncio.Event()
     gw = FakeGateway(FakeGatewayState(hold_hello=hello))
     await gw.start()
     try:
-        cfg = config(
-            fake_upstream,
-            tmp_path,
-            acp={"default_route": "gateway:openclaw"},
-            openclaw_url=f"ws://127.0.0.1:{gw.port}",
-            openclaw_token=GW_TOKEN,
-        )
+        cfg = gateway_config(fake_upstream, tmp_path, gw.port)
         async with spawn_acp(tmp_path, cfg) as acp:
             session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
             turn = asyncio.ensure_future(

@@ -262,13 +262,10 @@ class AcpMethods:
             turn = mapping.turn_params(
                 session.session_id, session.cwd, blocks, session.choice.route, session.choice.model
             )
-        except Exception:
+        except BaseException as exc:
             session.turns.discard(relay)
-            if relay.cancel_requested:  # cancelled meanwhile: that is the answer (ACP)
-                return {"stopReason": "cancelled"}
-            raise
-        except BaseException:
-            session.turns.discard(relay)
+            if isinstance(exc, Exception) and relay.cancel_requested:
+                return {"stopReason": "cancelled"}  # cancelled meanwhile: the answer (ACP)
             raise
         ctx = CallContext(
             relay, self.conn.transport, self.conn.principal, self.conn.bearer, client=relay
