@@ -643,7 +643,16 @@ function onEvent(e) {
     if (state.health) state.health.metrics = e.metrics;
     if (state.view !== "health") return;
   }
-  render();
+  renderSoon();
+}
+
+// A busy bridge sends events in bursts (two per turn, and every session's): the page
+// renders once per frame, not once per event (a full render is the whole session list).
+let renderQueued = false;
+function renderSoon() {
+  if (renderQueued) return;
+  renderQueued = true;
+  requestAnimationFrame(() => { renderQueued = false; render(); });
 }
 
 async function resync() {
