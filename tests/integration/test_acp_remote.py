@@ -429,3 +429,38 @@ async def test_cancel_and_close_reach_the_turn_when_clients_have_tokens_of_their
         await conn.close_session(session_id=sid)
         assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
         await wait_until(lambda: len(fake_upstream.state.cancels) == 2, within=10)
+
+
+async def test_sessions_past_the_live_bound_reopen_from_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """One connection opening more sessions than the front keeps in memory: the idle
+    ones leave memory, and a prompt, option or close naming one still works."""
+    from xwm_bridge.acp import sessions as acp_sessions
+
+    monkeypatch.setattr(acp_sessions, "MAX_LIVE_SESSIONS", 2)
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, checker):
+        first = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        await conn.set_config_option(
+            config_id="route", session_id=first.session_id, value="single-agent:fake"
+        )
+        others = [await conn.new_session(cwd=str(tmp_path), mcp_servers=[]) for _ in range(3)]
+        answer = await conn.prompt(session_id=first.session_id, prompt=prompt("still here"))
+        assert answer.stop_reason == "end_turn"
+        assert "agent says: still here" in checker.text()  # its route came back with it
+        options = await conn.set_config_option(
+            config_id="route", session_id=others[0].session_id, value="single-agent:codex"
+        )
+        assert options.config_options[0].current_value == "single-agent:codex"
+        await conn.close_session(session_id=others[1].session_id)
+        with pytest.raises(RequestError) as err:  # closed stays closed
+            await conn.prompt(session_id=others[1].session_id, prompt=prompt("closed"))
+        assert err.value.code == -32602
+    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, _c):
+        with pytest.raises(RequestError) as err:  # another connection must load it first
+            await conn.prompt(session_id=others[2].session_id, prompt=prompt("not mine"))
+        assert err.value.code == -32602

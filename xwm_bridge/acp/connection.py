@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,8 @@ SESSION_SCOPED = frozenset(
     )
 )
 CLIENT_GONE = "the ACP client disconnected"
+#: session ids a connection remembers after they left memory (then: session/load)
+MAX_FORGOTTEN = 4096
 
 
 class AcpConnection:
@@ -74,6 +77,9 @@ class AcpConnection:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._inflight = Supervisor()
+        #: idle sessions of this connection that left memory (AcpSessions' bound): a
+        #: request naming one reopens it from the store (at most MAX_FORGOTTEN kept)
+        self._forgotten: OrderedDict[str, None] = OrderedDict()
         self.dispatcher = Dispatcher(AcpMethods(front, self).table(), front.bridge.metrics)
 
     def __repr__(self) -> str:
@@ -168,6 +174,21 @@ class AcpConnection:
             return caps.get("terminal") is True
         return False
 
+    # --- sessions that left memory ---------------------------------------------
+
+    def forget_session(self, session_id: str) -> None:
+        self._forgotten[session_id] = None
+        self._forgotten.move_to_end(session_id)
+        while len(self._forgotten) > MAX_FORGOTTEN:
+            self._forgotten.popitem(last=False)
+
+    def take_forgotten(self, session_id: str) -> bool:
+        """Was ``session_id`` open here before it left memory? (Asked once.)"""
+        if session_id not in self._forgotten:
+            return False
+        del self._forgotten[session_id]
+        return True
+
     # --- lifecycle ---------------------------------------------------------------
 
     async def close(self) -> None:
@@ -179,6 +200,7 @@ class AcpConnection:
             if not fut.done():
                 fut.set_exception(RpcError(jsonrpc.INTERNAL_ERROR, CLIENT_GONE))
         self._pending.clear()
+        self._forgotten.clear()
         self.front.detach(self)
         await self._inflight.shutdown(0)
 

@@ -218,6 +218,8 @@ class AcpMethods:
     ) -> dict[str, Any]:
         sid = _text_param(params, "sessionId")
         session = self._mine(sid)
+        if session is None and self.conn.take_forgotten(sid):
+            return {}  # open here, idle, and out of memory: nothing runs to cancel
         if session is None:
             raise RpcError(codec.RESOURCE_NOT_FOUND, f"session {sid!r} is not active")
         await self.front.cancel(session, self.conn.principal)
@@ -234,9 +236,13 @@ class AcpMethods:
 
     # --- turns ---------------------------------------------------------------
 
-    def _open(self, params: dict[str, Any]) -> AcpSession:
+    async def _open(self, params: dict[str, Any]) -> AcpSession:
         sid = _text_param(params, "sessionId")
         session = self.front.sessions.get(sid)
+        if session is None and self.conn.take_forgotten(sid):  # left memory while idle
+            session, _ = await self.front.find(sid, "", self.conn.principal)
+            if session is not None:
+                self.front.attach(session, self.conn)
         if session is None or session.client is not self.conn:
             raise RpcError(
                 INVALID_PARAMS,
@@ -248,7 +254,7 @@ class AcpMethods:
     async def session_prompt(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        session = self._open(params)
+        session = await self._open(params)
         blocks = mapping.check_prompt(params.get("prompt"), self.front.prompt_support)
         relay = TurnRelay(self.front, session, blocks)
         # in session.turns before the first await: a session/cancel right behind the
@@ -307,14 +313,14 @@ class AcpMethods:
     async def session_set_mode(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        session = self._open(params)
+        session = await self._open(params)
         await self._set(session, "route", params.get("modeId"))
         return {}
 
     async def session_set_config_option(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        session = self._open(params)
+        session = await self._open(params)
         config_id = _text_param(params, "configId")
         await self._set(session, config_id, params.get("value"))
         return {"configOptions": self.front.catalog.config_options(session.choice)}

@@ -29,7 +29,8 @@ MODEL_KEY = "acp.model"
 TITLE_KEY = "acp.title"
 #: the principal that created the session: only it lists, loads or resumes it
 OWNER_KEY = "acp.owner"
-#: sessions kept in memory; the least recently used detached ones go first (the store keeps them)
+#: sessions kept in memory (the store keeps them all): past it the least recently used
+#: idle ones leave, detached ones first, then those of open connections (which are told)
 MAX_LIVE_SESSIONS = 4096
 
 
@@ -41,6 +42,10 @@ class Client(Protocol):
     async def send(self, message: dict[str, Any], scope: str | None) -> None: ...
 
     def serves(self, method: str) -> bool: ...
+
+    def forget_session(self, session_id: str) -> None:
+        """An idle session of this client left memory: reopen it from the store if
+        the client uses it again."""
 
 
 @dataclass(eq=False, slots=True)
@@ -120,10 +125,11 @@ def session_info(record: SessionRecord) -> dict[str, Any]:
 
 
 class AcpSessions:
-    """The front door's live sessions, bounded (LRU over detached, idle sessions)."""
+    """The front door's live sessions, bounded: least recently used idle sessions leave
+    past ``max_live`` (detached ones first); one running a turn or replaying stays."""
 
-    def __init__(self, max_live: int = MAX_LIVE_SESSIONS) -> None:
-        self._max = max_live
+    def __init__(self, max_live: int | None = None) -> None:
+        self._max = MAX_LIVE_SESSIONS if max_live is None else max_live
         self._live: OrderedDict[str, AcpSession] = OrderedDict()
 
     def __len__(self) -> int:
@@ -151,8 +157,16 @@ class AcpSessions:
     def _trim(self) -> None:
         if len(self._live) <= self._max:
             return
-        for sid, session in list(self._live.items()):
-            if len(self._live) <= self._max:
-                break
-            if session.client is None and not session.turns:
-                del self._live[sid]
+        for attached in (False, True):  # a connection can open sessions without bound
+            for sid, session in list(self._live.items()):
+                if len(self._live) <= self._max:
+                    return
+                if session.turns or session.buffer is not None:
+                    continue
+                client = session.client
+                if client is None or client.closed:
+                    del self._live[sid]
+                elif attached:
+                    del self._live[sid]
+                    session.client = None
+                    client.forget_session(sid)
