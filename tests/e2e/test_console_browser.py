@@ -329,3 +329,29 @@ async def test_the_live_session_list_stays_bounded(
     assert await page.locator('[data-session="busy-000"]').count() == 0  # the oldest went
     assert await page.locator('[data-session="keep-me"]').count() == 0  # out of the list...
     assert "keep-me" in await page.locator("#view-sessions").inner_text()  # ...still open
+
+
+async def test_resolved_permission_records_stay_bounded(console: Any) -> None:
+    """A page left open keeps every pending permission request and the newest 500
+    resolved ones (app.js MAX_RESOLVED, plus a margin of 100), not every decision it
+    ever saw; the Permissions view shows the newest."""
+    from xwm_bridge.store.records import PermissionRecord
+
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    await page.goto(f"{bp.url}/console#/permissions")
+    await page.locator("#perm-none").wait_for()  # the watch is open: events are recorded
+    events = bp.bridge.events
+    pending = PermissionRecord("s-open", "p-open", "t", "fake", {"title": "still open"})
+    events.publish("permission", "requested", pending.wire(), "s-open")
+    for i in range(800):
+        record = PermissionRecord(
+            f"s-{i}", f"r-{i}", "t", "fake", {"title": f"decision {i:03d}"}, created_at=i + 1
+        ).resolved(resolution="selected", outcome="allow_once", resolved_at=i + 1)
+        events.publish("permission", "resolved", record.wire(), record.session_id)
+    await page.locator("#perm-resolved", has_text="decision 799").wait_for()
+    held = await page.evaluate("() => xwmConsole.held().permissions")
+    assert 501 <= held <= 601, held  # the pending one and the newest resolved ones
+    assert await page.locator("#perm-pending", has_text="still open").count() == 1
+    assert await page.locator("#perm-resolved", has_text="decision 000").count() == 0

@@ -164,6 +164,23 @@ function trimSessions() {
   for (const id of state.sessions.keys()) if (!keep.has(id)) state.sessions.delete(id);
 }
 
+// Resolved permission records kept (every pending one stays, and those of the open
+// session): past MAX_RESOLVED + a margin, the oldest resolved ones go.
+const MAX_RESOLVED = 500;
+
+function trimPermissions() {
+  if (state.permissions.size <= MAX_RESOLVED + 100) return;
+  const old = [...state.permissions.entries()]
+    .filter(([, p]) => p.state !== "pending" && p.sessionId !== state.selected)
+    .sort(([, a], [, b]) => (a.resolvedAt || a.createdAt || 0) - (b.resolvedAt || b.createdAt || 0));
+  for (const [key] of old.slice(0, Math.max(0, old.length - MAX_RESOLVED))) state.permissions.delete(key);
+}
+
+// What the page holds, for an operator in the browser's devtools (and the tests).
+globalThis.xwmConsole = {
+  held: () => ({ sessions: state.sessions.size, listed: state.order.length, permissions: state.permissions.size }),
+};
+
 function newTurnView(t) {
   return {
     turnId: t.turnId,
@@ -558,6 +575,7 @@ async function loadPermissions() {
   const res = await conn.call("permission.list", { includeResolved: true });
   state.permissions.clear();
   for (const p of res.requests) state.permissions.set(`${p.sessionId}|${p.requestId}`, p);
+  trimPermissions();
 }
 
 async function loadHealth() {
@@ -633,6 +651,7 @@ function onEvent(e) {
   } else if (e.kind === "permission") {
     const rec = { ...e };
     state.permissions.set(`${e.sessionId}|${e.requestId}`, rec);
+    trimPermissions();
   } else if (e.kind === "health" && state.health) {
     Object.assign(state.health, e);
   } else if (e.kind === "queue" && state.health) {
