@@ -261,6 +261,38 @@ async def test_retention_prunes_untouched_sessions(make_store: Factory) -> None:
     assert await store.load("new") is not None
 
 
+@pytest.mark.parametrize("name", ["memory", "sqlite"])
+async def test_retention_keeps_a_session_whose_turn_is_still_running(
+    name: str, tmp_path: Path
+) -> None:
+    """A turn can outlast ``retention`` (its session is saved when it starts and when
+    it ends): prune leaves a running session alone, or its history and the ledger
+    written so far would go mid-turn. (Redis: every ledger append pushes the record's
+    expiry back.)"""
+    limits = StoreLimits(retention=60)
+    store: SessionStore = (
+        MemoryStore(limits) if name == "memory" else SQLiteStore(tmp_path / "s.db", limits)
+    )
+    await store.start()
+    try:
+        old = time.time() - 120
+        store.save(
+            SessionRecord(
+                "long", "t", history=("go",), last_turn_id="turn-1",
+                last_turn_status=RUNNING, updated_at=old,
+            )
+        )  # fmt: skip
+        store.append("long", LedgerEntry(emitted_pos(1), "turn-1", update("long", 1)))
+        store.save(SessionRecord("idle", "t", updated_at=old))
+        assert await store.prune() == 1
+        kept = await store.load("long")
+        assert kept is not None and kept.history == ("go",)
+        assert len(await messages(store, "long", 0, 10)) == 1
+        assert await store.load("idle") is None
+    finally:
+        await store.close()
+
+
 async def test_sqlite_survives_reopen(tmp_path: Path) -> None:
     path = tmp_path / "sessions.db"
     first = SQLiteStore(path)

@@ -234,8 +234,10 @@ class MemoryStore:
 
     async def prune(self) -> int:
         now = time.time()
-        stale = [
-            s for s, r in self._records.items() if now - r.updated_at >= self._limits.retention
+        stale = [  # not a session whose turn is running: a turn may outlast the retention
+            s
+            for s, r in self._records.items()
+            if now - r.updated_at >= self._limits.retention and r.last_turn_status != RUNNING
         ]
         for sid in stale:
             self.delete(sid)

@@ -125,7 +125,8 @@ def prune(
     db: sqlite3.Connection, now: float, limits: StoreLimits, forget: Callable[[str], None]
 ) -> int:
     """Delete the sessions not updated within ``limits.retention`` of ``now`` (each
-    passed to ``forget`` once deleted), ledger entries older than
+    passed to ``forget`` once deleted; not one whose turn is running: a turn may last
+    longer than the retention), ledger entries older than
     ``limits.ledger_max_age`` and the turn records of sessions gone; how many sessions
     were deleted. One transaction, as :func:`recover`: a delete that fails leaves every
     stale session whole for the next prune."""
@@ -134,8 +135,8 @@ def prune(
         stale = [
             r[0]
             for r in db.execute(
-                "SELECT session_id FROM sessions WHERE updated_at < ?",
-                (now - limits.retention,),
+                "SELECT session_id FROM sessions WHERE updated_at < ? AND last_turn_status != ?",
+                (now - limits.retention, RUNNING),
             )
         ]
         for sid in stale:
