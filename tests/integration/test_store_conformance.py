@@ -7,6 +7,7 @@ import contextlib
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -261,36 +262,38 @@ async def test_retention_prunes_untouched_sessions(make_store: Factory) -> None:
     assert await store.load("new") is not None
 
 
-@pytest.mark.parametrize("name", ["memory", "sqlite"])
 async def test_retention_keeps_a_session_whose_turn_is_still_running(
-    name: str, tmp_path: Path
+    make_store: Factory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A turn can outlast ``retention`` (its session is saved when it starts and when
-    it ends): prune leaves a running session alone, or its history and the ledger
-    written so far would go mid-turn. (Redis: every ledger append pushes the record's
-    expiry back.)"""
-    limits = StoreLimits(retention=60)
-    store: SessionStore = (
-        MemoryStore(limits) if name == "memory" else SQLiteStore(tmp_path / "s.db", limits)
-    )
-    await store.start()
-    try:
-        old = time.time() - 120
+    it ends): a running session is not pruned (Redis: its record does not expire and
+    stays in the index), or its record, history and the ledger written so far would go
+    mid-turn."""
+    from xwm_bridge.store import redis as redis_store
+
+    monkeypatch.setattr(redis_store, "TRIM_INDEX_BATCH", 2)  # batches past kept entries
+    store = await make_store(StoreLimits(retention=60))
+    old = time.time() - 120
+    for i, sid in enumerate(("long", "long-2", "long-3")):
         store.save(
             SessionRecord(
-                "long", "t", history=("go",), last_turn_id="turn-1",
-                last_turn_status=RUNNING, updated_at=old,
+                sid, "t", history=("go",), last_turn_id="turn-1",
+                last_turn_status=RUNNING, updated_at=old + i,
             )
         )  # fmt: skip
-        store.append("long", LedgerEntry(emitted_pos(1), "turn-1", update("long", 1)))
-        store.save(SessionRecord("idle", "t", updated_at=old))
-        assert await store.prune() == 1
-        kept = await store.load("long")
-        assert kept is not None and kept.history == ("go",)
-        assert len(await messages(store, "long", 0, 10)) == 1
-        assert await store.load("idle") is None
-    finally:
-        await store.close()
+    store.append("long", LedgerEntry(emitted_pos(1), "turn-1", update("long", 1)))
+    for i in range(3):
+        store.save(SessionRecord(f"idle-{i}", "t", updated_at=old + 3 + i))
+    assert await store.prune() == (0 if store.name == "redis" else 3)
+    kept = await store.load("long")
+    assert kept is not None and kept.history == ("go",)
+    assert len(await messages(store, "long", 0, 10)) == 1
+    assert await store.load("idle-0") is None
+    listed = [r.session_id for r, _ in (await store.list_sessions(SessionQuery())).items]
+    assert listed == ["long-3", "long-2", "long"]
+    store.save(replace(kept, last_turn_status="completed"))  # the turn ended: retention again
+    await store.prune()
+    assert await store.load("long") is None
 
 
 async def test_sqlite_survives_reopen(tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ queued without blocking and sent in pipelined batches; a read is queued like a
 write and runs after every write queued before it (it may also see writes
 queued just after it, in the same batch).
 
-Records and ledgers expire after ``retention`` (refreshed on every write), so
-retention costs nothing. A turn left ``running`` whose owner's liveness key
-has expired is recovered as interrupted by any replica.
+Records and ledgers expire after ``retention`` (refreshed on every write; a running
+session's record not until its turn ends), so retention costs nothing. A turn left
+``running`` whose owner's liveness key has expired is recovered as interrupted by any
+replica.
 
 The writer task's work without the task: ``redis_schema.py`` (the key layout, its
 version and migration, the record and entry encodings), ``redis_writes.py`` (the
@@ -45,10 +46,12 @@ from xwm_bridge.store.base import (
 )
 from xwm_bridge.store.records import PermissionRecord, SessionPage, SessionQuery, TurnRecord
 from xwm_bridge.store.redis_schema import from_hash, text
-from xwm_bridge.store.redis_writes import WRITES, Commands, Op
+from xwm_bridge.store.redis_writes import TRIM_INDEX, WRITES, Commands, Op
 
 log = logging.getLogger("xwm_bridge.store")
 MAX_BATCH = 1024
+#: index entries one prune script call looks at
+TRIM_INDEX_BATCH = 1000
 Call = Callable[[aioredis.Redis], Awaitable[Any]]
 
 
@@ -284,7 +287,14 @@ class RedisStore:
         horizon = time.time() - self._limits.retention
 
         async def trim(db: aioredis.Redis) -> None:
-            await db.zremrangebyscore(self.key("idx"), "-inf", horizon)
+            keys, offset = (self.key("idx"), self.key("running")), 0
+            while True:  # in batches: one script call never holds Redis for long
+                looked, kept = await db.eval(
+                    TRIM_INDEX, 2, *keys, horizon, TRIM_INDEX_BATCH, offset
+                )
+                offset += int(kept)
+                if int(looked) < TRIM_INDEX_BATCH:
+                    return
 
         await self._call(trim)
         return 0

@@ -15,8 +15,9 @@ written by an earlier layout, run when a replica starts. Keys (``prefix`` first)
 * ``health:<id>`` — the health probe's key; ``fence:<thread>`` and the thread queue's
   other keys are ``cluster.py``'s
 
-Records and ledgers expire after ``retention`` (refreshed on every write), so
-retention costs nothing. The scripts that write them: ``redis_writes.py``.
+Records and ledgers expire after ``retention`` (refreshed on every write; a running
+session's record not until its turn ends), so retention costs nothing. The scripts that
+write them: ``redis_writes.py``.
 """
 
 from __future__ import annotations

@@ -22,17 +22,34 @@ WRITES = frozenset({"save", "append", "delete", "eval", "turn", "perm", "unperm"
 Dropped = Callable[[str, str, Exception], None]
 # KEYS: fence, record, running, index; ARGV: token (0 = unfenced), expire-at ms, session
 # id, running 0/1, updated-at (the index score), fields… — a record write of a turn whose
-# fencing token is stale (its lease was taken over) is dropped. One command per save
-# keeps the client's CPU per turn low.
+# fencing token is stale (its lease was taken over) is dropped. A running session's record
+# does not expire (a turn may outlast the retention; a dead replica's is recovered by
+# another). One command per save keeps the client's CPU per turn low.
 SAVE = """
 local current = redis.call('GET', KEYS[1])
 if ARGV[1] ~= '0' and current and tonumber(current) > tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[2], unpack(ARGV, 6))
-redis.call('PEXPIREAT', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3])
-if ARGV[4] == '1' then redis.call('SADD', KEYS[3], ARGV[3])
-else redis.call('SREM', KEYS[3], ARGV[3]) end
+if ARGV[4] == '1' then
+  redis.call('PERSIST', KEYS[2])
+  redis.call('SADD', KEYS[3], ARGV[3])
+else
+  redis.call('PEXPIREAT', KEYS[2], ARGV[2])
+  redis.call('SREM', KEYS[3], ARGV[3])
+end
 return 1
+"""
+# KEYS: index, running; ARGV: horizon, batch, offset — look at up to `batch` index entries
+# older than the horizon after the first `offset` (running sessions kept by earlier
+# batches) and drop those not running; how many were looked at and kept
+TRIM_INDEX = """
+local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', ARGV[3], ARGV[2])
+local kept = 0
+for _, sid in ipairs(stale) do
+  if redis.call('SISMEMBER', KEYS[2], sid) == 1 then kept = kept + 1
+  else redis.call('ZREM', KEYS[1], sid) end
+end
+return {#stale, kept}
 """
 # KEYS: ledger, record; ARGV: cap, ttl s, seq, event id, max bytes, entries… — the ledger
 # keeps the newest `cap` entries that fit in `max bytes` (the newest always); the record
