@@ -439,19 +439,24 @@ async def test_sessions_past_the_live_bound_reopen_from_the_store(
 ) -> None:
     """One connection opening more sessions than the front keeps in memory: the idle
     ones leave memory, and a prompt, option or close naming one still works."""
+    from acp.schema import McpServerStdio
+
     from xwm_bridge.acp import sessions as acp_sessions
 
     monkeypatch.setattr(acp_sessions, "MAX_LIVE_SESSIONS", 2)
-    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    cfg = config(fake_upstream, tmp_path)
+    cfg["providers"][1]["client_mcp_servers"] = True
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    tools = McpServerStdio(name="tb", command="true", args=[], env=[])
     async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, checker):
-        first = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        first = await conn.new_session(cwd=str(tmp_path), mcp_servers=[tools])
         await conn.set_config_option(
             config_id="route", session_id=first.session_id, value="single-agent:fake"
         )
         others = [await conn.new_session(cwd=str(tmp_path), mcp_servers=[]) for _ in range(3)]
-        answer = await conn.prompt(session_id=first.session_id, prompt=prompt("still here"))
+        answer = await conn.prompt(session_id=first.session_id, prompt=prompt("mcp"))
         assert answer.stop_reason == "end_turn"
-        assert "agent says: still here" in checker.text()  # its route came back with it
+        assert checker.text().endswith("mcp: tb:stdio")  # route and MCP servers came back
         options = await conn.set_config_option(
             config_id="route", session_id=others[0].session_id, value="single-agent:codex"
         )

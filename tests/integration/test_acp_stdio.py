@@ -541,3 +541,51 @@ async def test_a_cancel_while_the_route_is_being_prepared_cancels_the_prompt(
     finally:
         hello.set()
         await gw.stop()
+
+
+async def test_client_mcp_servers_reach_a_stdio_agent_that_accepts_them(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """ACP agents take stdio MCP servers in session/new: the client's reach a stdio agent
+    whose provider has client_mcp_servers (it starts them), not one without, and
+    never an HTTP upstream; malformed ones are a -32602."""
+    from acp.schema import EnvVariable, McpServerStdio
+
+    cfg = config(fake_upstream, tmp_path)
+    cfg["providers"] = [
+        cfg["providers"][0],
+        agent_provider(client_mcp_servers=True),
+        agent_provider("closed"),
+    ]
+    toolbridge = McpServerStdio(
+        name="tb",
+        command=sys.executable,
+        args=["-m", "xwm_bridge", "toolbridge"],
+        env=[EnvVariable(name="MCP_CLIENT_SECRET", value="client-mcp-value-31")],
+    )
+    async with spawn_acp(tmp_path, cfg) as acp:
+        session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[toolbridge])
+        sid = session.session_id
+        await acp.conn.prompt(session_id=sid, prompt=prompt("to codex"))
+        assert "mcpServers" not in fake_upstream.state.requests[-1]["params"]
+        await acp.conn.set_config_option(
+            config_id="route", session_id=sid, value="single-agent:fake"
+        )
+        await acp.conn.prompt(session_id=sid, prompt=prompt("mcp"))
+        assert acp.checker.text().endswith("mcp: tb:stdio")
+        await acp.conn.prompt(session_id=sid, prompt=prompt("mcp-tools tb"))
+        assert acp.checker.text().endswith("tools: chat,claude_review,vault_kv")
+
+        other = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[toolbridge])
+        await acp.conn.set_config_option(
+            config_id="route", session_id=other.session_id, value="single-agent:closed"
+        )
+        answer = await acp.conn.prompt(session_id=other.session_id, prompt=prompt("mcp"))
+        assert answer.stop_reason == "end_turn" and acp.checker.text().endswith("mcp: ")
+
+        with pytest.raises(RequestError) as err:
+            await acp.conn.new_session(
+                cwd=str(tmp_path),
+                mcp_servers=[McpServerStdio(name="x", command="", args=[], env=[])],
+            )
+        assert err.value.code == -32602 and "command" in str(err.value)

@@ -31,6 +31,7 @@ from xwm_bridge.tasks import Supervisor
 
 if TYPE_CHECKING:
     from xwm_bridge.acp.front import AcpFrontDoor
+    from xwm_bridge.acp.sessions import AcpSession
 
 log = logging.getLogger("xwm_bridge.acp")
 
@@ -79,7 +80,7 @@ class AcpConnection:
         self._inflight = Supervisor()
         #: idle sessions of this connection that left memory (AcpSessions' bound): a
         #: request naming one reopens it from the store (at most MAX_FORGOTTEN kept)
-        self._forgotten: OrderedDict[str, None] = OrderedDict()
+        self._forgotten: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self.dispatcher = Dispatcher(AcpMethods(front, self).table(), front.bridge.metrics)
 
     def __repr__(self) -> str:
@@ -176,18 +177,17 @@ class AcpConnection:
 
     # --- sessions that left memory ---------------------------------------------
 
-    def forget_session(self, session_id: str) -> None:
-        self._forgotten[session_id] = None
-        self._forgotten.move_to_end(session_id)
+    def forget_session(self, session: AcpSession) -> None:
+        sid = session.session_id
+        self._forgotten[sid] = session.mcp_servers  # not in the store: kept here
+        self._forgotten.move_to_end(sid)
         while len(self._forgotten) > MAX_FORGOTTEN:
             self._forgotten.popitem(last=False)
 
-    def take_forgotten(self, session_id: str) -> bool:
-        """Was ``session_id`` open here before it left memory? (Asked once.)"""
-        if session_id not in self._forgotten:
-            return False
-        del self._forgotten[session_id]
-        return True
+    def take_forgotten(self, session_id: str) -> list[dict[str, Any]] | None:
+        """The MCP servers of ``session_id`` if it was open here before it left memory,
+        else None (asked once)."""
+        return self._forgotten.pop(session_id, None)
 
     # --- lifecycle ---------------------------------------------------------------
 

@@ -131,6 +131,17 @@ class AcpFrontDoor:
         call = CallContext(None, "acp", principal)
         await self.methods.session_cancel({"sessionId": session.session_id}, call, "session.cancel")
 
+    def takes_client_mcp(self, route: str) -> bool:
+        """Does ``route`` give a session's ``mcpServers`` to its agent? Only an explicit
+        stdio agent whose provider accepts client servers (``client_mcp_servers``):
+        others would fail the turn, and an HTTP upstream or the router's choice would
+        get the servers' env and headers."""
+        kind, _, pid = route.partition(":")
+        if kind.lower() != "single-agent":
+            return False
+        provider = next((p for p in self.config.available_providers if p.id == pid), None)
+        return provider is not None and provider.is_stdio and provider.client_mcp_servers
+
     async def prepare_route(self, choice: Choice, conn: AcpConnection) -> None:
         """``gateway:openclaw`` needs a runtime of the caller's: connect one (config's URL and
         token) when it has none. A ``local`` runtime is the client's own

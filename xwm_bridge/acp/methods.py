@@ -25,6 +25,7 @@ from xwm_bridge.acp.sessions import AcpSession, new_session_id, session_info
 from xwm_bridge.acp.turns import TurnRelay
 from xwm_bridge.core.context import CallContext, Handler
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+from xwm_bridge.providers.stdio import mcp
 from xwm_bridge.store.base import NOTIFICATION
 from xwm_bridge.store.records import SessionQuery
 
@@ -55,10 +56,12 @@ def _cwd(params: dict[str, Any]) -> str:
     return cwd
 
 
-def _check_mcp(params: dict[str, Any]) -> None:
-    servers = params.get("mcpServers", [])
-    if not isinstance(servers, list):
-        raise RpcError(INVALID_PARAMS, "mcpServers must be an array")
+def _check_mcp(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The client's ``mcpServers``, validated (as stdio agents take them)."""
+    try:
+        return mcp.parse_client(params.get("mcpServers", []))
+    except mcp.McpError as exc:
+        raise RpcError(INVALID_PARAMS, str(exc)) from None
 
 
 def encode_cursor(updated_at: float, session_id: str) -> str:
@@ -142,9 +145,11 @@ class AcpMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         cwd = _cwd(params)
-        _check_mcp(params)
+        servers = _check_mcp(params)
         choice = self.front.catalog.from_meta(params.get("_meta"))
-        session = AcpSession(new_session_id(), cwd, choice, owner=self.conn.principal)
+        session = AcpSession(
+            new_session_id(), cwd, choice, owner=self.conn.principal, mcp_servers=servers
+        )
         self.front.sessions.add(session)
         await self.front.persist(session)
         self.front.attach(session, self.conn)
@@ -187,10 +192,11 @@ class AcpMethods:
     async def _reopen(self, params: dict[str, Any]) -> tuple[AcpSession, tuple[str, ...]]:
         sid = _text_param(params, "sessionId")
         cwd = _cwd(params)
-        _check_mcp(params)
+        servers = _check_mcp(params)
         session, history = await self.front.find(sid, cwd, self.conn.principal)
         if session is None:
             raise RpcError(codec.RESOURCE_NOT_FOUND, f"unknown session {sid!r}")
+        session.mcp_servers = servers  # load and resume carry them again (ACP)
         if session.cwd != cwd:
             session.cwd = cwd
         await self.front.persist(session)
@@ -218,7 +224,7 @@ class AcpMethods:
     ) -> dict[str, Any]:
         sid = _text_param(params, "sessionId")
         session = self._mine(sid)
-        if session is None and self.conn.take_forgotten(sid):
+        if session is None and self.conn.take_forgotten(sid) is not None:
             return {}  # open here, idle, and out of memory: nothing runs to cancel
         if session is None:
             raise RpcError(codec.RESOURCE_NOT_FOUND, f"session {sid!r} is not active")
@@ -239,9 +245,11 @@ class AcpMethods:
     async def _open(self, params: dict[str, Any]) -> AcpSession:
         sid = _text_param(params, "sessionId")
         session = self.front.sessions.get(sid)
-        if session is None and self.conn.take_forgotten(sid):  # left memory while idle
+        servers = None if session is not None else self.conn.take_forgotten(sid)
+        if servers is not None:  # open here, and left memory while idle
             session, _ = await self.front.find(sid, "", self.conn.principal)
             if session is not None:
+                session.mcp_servers = servers
                 self.front.attach(session, self.conn)
         if session is None or session.client is not self.conn:
             raise RpcError(
@@ -268,6 +276,8 @@ class AcpMethods:
             turn = mapping.turn_params(
                 session.session_id, session.cwd, blocks, session.choice.route, session.choice.model
             )
+            if session.mcp_servers and self.front.takes_client_mcp(session.choice.route):
+                turn["mcpServers"] = session.mcp_servers
         except BaseException as exc:
             session.turns.discard(relay)
             if isinstance(exc, Exception) and relay.cancel_requested:

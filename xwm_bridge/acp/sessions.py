@@ -43,7 +43,7 @@ class Client(Protocol):
 
     def serves(self, method: str) -> bool: ...
 
-    def forget_session(self, session_id: str) -> None:
+    def forget_session(self, session: AcpSession) -> None:
         """An idle session of this client left memory: reopen it from the store if
         the client uses it again."""
 
@@ -58,6 +58,8 @@ class AcpSession:
     client: Client | None = None
     #: while ``session/load`` replays: live updates wait here with their ledger position
     buffer: list[tuple[int | None, dict[str, Any]]] | None = None
+    #: the client's ``mcpServers`` (validated; in memory only: env values may be secrets)
+    mcp_servers: list[dict[str, Any]] = field(default_factory=list)
     #: the prompts of this session running now (their relays, for cancel)
     turns: set[Any] = field(default_factory=set)
     last_used: float = field(default_factory=time.monotonic)
@@ -169,4 +171,4 @@ class AcpSessions:
                 elif attached:
                     del self._live[sid]
                     session.client = None
-                    client.forget_session(sid)
+                    client.forget_session(session)

@@ -20,8 +20,8 @@ class OpenClient:
     def serves(self, method: str) -> bool:
         return False
 
-    def forget_session(self, session_id: str) -> None:
-        self.evicted.append(session_id)
+    def forget_session(self, session: AcpSession) -> None:
+        self.evicted.append(session.session_id)
 
 
 def session(sid: str, client: OpenClient | None = None) -> AcpSession:
