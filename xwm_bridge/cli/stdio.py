@@ -81,7 +81,8 @@ def acp(config_file: str | None, log_level: str | None) -> None:
     multi-agent or a gateway; default acp.default_route), queued, cancellable
     (session/cancel), persisted (session/list, session/load, session/resume after
     a restart). A stdio agent's permission requests, and its fs/* and terminal/*
-    when the client declares them, are relayed to the client.
+    when the client declares them, are relayed to the client. The client's
+    mcpServers reach a stdio agent route whose provider has client_mcp_servers.
     Sessions are kept in <state dir>/acp unless store.state_dir (XWM_STATE_DIR)
     is set, apart from a serve daemon's. Logs go to stderr. Exits 0 at end of input.
     """
