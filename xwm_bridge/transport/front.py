@@ -7,7 +7,7 @@ on the same ``httptools`` parser as the upstream client (``providers/http1.py``)
 
 * a connection whose **first** request is an HTTP/1.1 ``POST /acp/rpc`` with no
   ``Upgrade`` or ``Expect`` header stays here: its requests are parsed by
-  :class:`FrontProtocol` and answered through :meth:`Endpoint.answer` (the same
+  :class:`FrontProtocol` and answered through ``front_server.Endpoint.answer`` (the same
   method logic as aiohttp's route, ``HttpTransport.answer``);
 * any other connection is **handed over** once its first request head is
   complete: an aiohttp request handler gets the bytes received so far and,
@@ -23,7 +23,7 @@ Every connection, kept or handed over, goes through the
 header deadline, send deadline: this protocol reports its write pauses). Kept
 connections have the same limits as aiohttp's: body size (413 and close) and
 body deadline (400 and close), the keep-alive idle timeout, a client that goes
-away cancels its request. :meth:`Front.install`
+away cancels its request. ``front_server.Front.install``
 ties them to aiohttp's server shutdown, so ``AppRunner.cleanup`` closes idle
 ones first and waits for the others, as it does for its own.
 """
@@ -35,15 +35,13 @@ import collections
 import contextlib
 import enum
 import logging
-from collections.abc import Callable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, cast
 
 import httptools
-from aiohttp import web
 from aiohttp.tcp_helpers import tcp_nodelay
 
 from xwm_bridge.observability import rejections as rj
-from xwm_bridge.transport.exchange import Reply, RequestView, StreamOut
+from xwm_bridge.transport.exchange import Reply
 from xwm_bridge.transport.front_wire import (
     ChunkedStream,
     Clock,
@@ -52,7 +50,9 @@ from xwm_bridge.transport.front_wire import (
     header_lines,
     status_line,
 )
-from xwm_bridge.transport.guard import ConnectionGuard
+
+if TYPE_CHECKING:
+    from xwm_bridge.transport.front_server import Front
 
 log = logging.getLogger("xwm_bridge.http")
 
@@ -67,24 +67,6 @@ MAX_PIPELINED = 8
 MAX_PIPELINED_BYTES = 1024 * 1024
 
 
-class Endpoint(Protocol):
-    """What the front needs of ``/acp/rpc`` (``HttpTransport`` has it)."""
-
-    def cors(self, request: RequestView) -> dict[str, str]: ...
-
-    def denied(self, request: RequestView, transport: str = "http") -> Reply | None: ...
-
-    def body_too_large(self, request: RequestView) -> Reply: ...
-
-    def bad_body(self, request: RequestView) -> Reply: ...
-
-    def bad_request(self, request: RequestView, reason: str, status: int) -> Reply: ...
-
-    async def answer(
-        self, request: RequestView, body: bytes, stream: StreamOut
-    ) -> Reply | None: ...
-
-
 class Reading(enum.Enum):
     """Where the parser is in the current request."""
 
@@ -96,70 +78,6 @@ class Reading(enum.Enum):
 
 class _Stop(Exception):
     """Raised in a parser callback: stop parsing this read."""
-
-
-class Front:
-    """The protocol factory of the listening socket and the owner of its connections.
-
-    ``fallback`` makes the aiohttp handler a connection is handed to (aiohttp's
-    ``web.Server``); ``endpoint`` answers ``/acp/rpc``; limits as in
-    ``config.Limits``: ``max_body`` bytes, ``body_timeout`` seconds for a body
-    to arrive once its head has, ``keepalive_timeout`` seconds idle between
-    requests.
-    """
-
-    def __init__(
-        self,
-        *,
-        fallback: Callable[[], asyncio.Protocol],
-        endpoint: Endpoint,
-        guard: ConnectionGuard,
-        max_body: int,
-        body_timeout: float,
-        keepalive_timeout: float,
-    ) -> None:
-        self.fallback = fallback
-        self.endpoint = endpoint
-        self.guard = guard
-        self.max_body = max_body
-        self.body_timeout = body_timeout
-        self.keepalive_timeout = keepalive_timeout
-        self.clock = Clock()
-        #: connections answered here (not those handed over: aiohttp owns them)
-        self.kept: set[FrontProtocol] = set()
-        self.closing = False
-
-    def __call__(self) -> FrontProtocol:
-        return FrontProtocol(self)
-
-    def install(self, server: web.Server) -> None:
-        """Shut kept connections down with aiohttp's own (``AppRunner.cleanup``)."""
-        pre, shut = server.pre_shutdown, server.shutdown
-
-        def pre_shutdown() -> None:
-            self.pre_shutdown()
-            pre()
-
-        async def shutdown(timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp's)
-            await asyncio.gather(self.shutdown(timeout), shut(timeout))
-
-        server.pre_shutdown = pre_shutdown  # type: ignore[method-assign]
-        server.shutdown = shutdown  # type: ignore[method-assign]
-
-    def pre_shutdown(self) -> None:
-        """Close idle kept connections; the others close after their current answer."""
-        self.closing = True
-        for conn in list(self.kept):
-            conn.close_when_idle()
-
-    async def shutdown(self, grace: float | None) -> None:
-        """Wait up to ``grace`` seconds for answers in progress, then cancel and close."""
-        conns = list(self.kept)
-        busy = [c.task for c in conns if c.task is not None]
-        if busy:
-            await asyncio.wait(busy, timeout=grace)
-        for conn in conns:
-            conn.abort()
 
 
 class FrontProtocol(asyncio.Protocol):

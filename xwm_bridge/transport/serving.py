@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from aiohttp import web
 
-from xwm_bridge.transport.front import Front
+from xwm_bridge.transport.front_server import Front
 from xwm_bridge.transport.http import SERVE_PATHS, HttpTransport
 
 

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xwm_bridge.transport.exchange import JSON_HEADERS, Reply, RequestView, StreamOut
-from xwm_bridge.transport.front import MAX_PIPELINED, Front
+from xwm_bridge.transport.front import MAX_PIPELINED
+from xwm_bridge.transport.front_server import Front
 from xwm_bridge.transport.front_wire import ChunkedStream, Headers, Request
 from xwm_bridge.transport.guard import ConnectionGuard
 
