@@ -25,7 +25,7 @@ from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig
 from xwm_bridge.config_view import masked
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
-from xwm_bridge.providers.http1 import Http1Pool
+from xwm_bridge.providers.http1_pool import Http1Pool
 from xwm_bridge.providers.stdio import registry
 from xwm_bridge.providers.stdio.probe import probe
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError

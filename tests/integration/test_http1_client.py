@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.conftest import wait_until
-from xwm_bridge.providers.http1 import Http1Error, Http1Pool, Target
+from xwm_bridge.providers.http1 import Http1Error, Target
+from xwm_bridge.providers.http1_pool import Http1Pool
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
 

@@ -98,7 +98,7 @@ async def test_the_upstream_client_reads_plain_json_up_to_the_cap(
     """Through the upstream client the daemon uses (providers/http1.py)."""
     from xwm_bridge.config import ProviderConfig
     from xwm_bridge.endpoint import derive_endpoint
-    from xwm_bridge.providers.http1 import Http1Pool
+    from xwm_bridge.providers.http1_pool import Http1Pool
     from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
 
     base = await serve_app(envelope_app())

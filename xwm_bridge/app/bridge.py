@@ -32,7 +32,7 @@ from xwm_bridge.gateway.turns import GatewayTurnExecutor
 from xwm_bridge.multiagent.executor import MultiAgentExecutor
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
 from xwm_bridge.observability.metrics import Metrics
-from xwm_bridge.providers.http1 import Http1Pool
+from xwm_bridge.providers.http1_pool import Http1Pool
 from xwm_bridge.providers.single_agent import SingleAgentExecutor
 from xwm_bridge.providers.stdio import registry
 from xwm_bridge.providers.stdio.catalog import FILE_NAME as CATALOG_FILE

@@ -20,7 +20,8 @@ from websockets.asyncio.client import connect as ws_connect
 
 from xwm_bridge.config import ProviderConfig
 from xwm_bridge.endpoint import Endpoint
-from xwm_bridge.providers.http1 import Http1Error, Http1Pool, Response, Target
+from xwm_bridge.providers.http1 import Http1Error, Response, Target
+from xwm_bridge.providers.http1_pool import Http1Pool
 from xwm_bridge.providers.upstream_call import (
     Event,
     Notification,
