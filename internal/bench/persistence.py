@@ -26,15 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from internal.bench.forwarding import (
-    Bench,
-    BenchError,
-    LoadGen,
-    Processes,
-    Service,
-    _log,
-    machine_facts,
-)
+from internal.bench.children import BenchError, LoadGen, Processes, Service, log
+from internal.bench.forwarding import Bench, machine_facts
 from internal.bench.forwarding import parse_args as forwarding_args
 
 TARGET_RATIO = 0.80
@@ -93,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         redis, redis_url = start_redis(procs)
         stores = [s for s in STORES if s != "redis" or redis is not None]
         if redis is None:
-            _log("redis-server not installed: the redis cells are skipped")
+            log("redis-server not installed: the redis cells are skipped")
         best: dict[str, dict[str, Any]] = {}
         for round_no in range(args.repeats):
             for store in stores:
@@ -118,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report(best, args))
         return 0
     except BenchError as exc:
-        _log(f"failed: {exc} (logs in {workdir})")
+        log(f"failed: {exc} (logs in {workdir})")
         return 1
     finally:
         procs.stop_all()
