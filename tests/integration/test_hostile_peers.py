@@ -206,6 +206,11 @@ async def test_a_store_that_cannot_write_makes_readyz_fail_and_shows_in_metrics(
     assert "sessions.db" in body["store"]["error"]
 
     await store._call(lambda db: db.execute("PRAGMA query_only = OFF"))
+    async with http.get(f"{bridge.url}/readyz") as resp:  # its own probe is not enough
+        assert resp.status == 503
+        assert "writes failing" in (await resp.json())["store"]["error"]
+    await rpc(http, bridge.rpc_url, "session.close", {"sessionId": "gone-2"})  # a real write
+    await asyncio.wait_for(store._call(lambda db: None), 5)
     async with http.get(f"{bridge.url}/readyz") as resp:
         assert resp.status == 200
     assert "xwm_store_up 1.0" in await metrics_text(http, bridge.url)

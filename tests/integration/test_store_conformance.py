@@ -845,11 +845,55 @@ async def test_redis_a_batch_that_cannot_be_built_is_a_failed_write_not_a_restar
             assert store.counters.restarts == 0
             assert store.counters.write_errors == 1 and "unexpected" in store.counters.last_error
             assert not store.alive()  # /readyz says so until a write goes through
+            health = await store.health(2.0)  # its own probe write is not enough
+            assert not health.ok and "writes failing" in health.error
             store.save(SessionRecord("kept", "t"))
             assert await store.load("kept") is not None
             assert store.counters.last_error == "" and store.alive()
         finally:
             await store.close()
+
+
+async def test_sqlite_health_stays_failed_while_real_writes_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk nearly full can take the health probe's one small row and refuse a batch
+    of real writes: /readyz (the probe) says unready while real writes failed
+    recently, not ready again at its next poll; a real write that goes through, or
+    RECENT_ERROR_S without a failure, makes it ready."""
+    import sqlite3
+
+    from xwm_bridge.store import base
+
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.start()
+    try:
+        apply = store._apply
+        failing = True
+
+        def full(db: Any, writes: list[Any]) -> None:
+            if failing:
+                raise sqlite3.OperationalError("database or disk is full")
+            apply(db, writes)
+
+        monkeypatch.setattr(store, "_apply", full)
+        store.save(SessionRecord("lost", "t"))
+        assert await store.load("lost") is None  # the read runs after the failed batch
+        health = await store.health(2.0)
+        assert not health.ok and "disk is full" in health.error
+        assert not (await store.health(2.0)).ok  # not cleared by its own probe
+        monkeypatch.setattr(base, "RECENT_ERROR_S", 0.0)  # long ago: the probe decides
+        assert (await store.health(2.0)).ok and store.alive()
+        monkeypatch.setattr(base, "RECENT_ERROR_S", 30.0)
+        store.save(SessionRecord("lost-2", "t"))
+        assert await store.load("lost-2") is None
+        assert not (await store.health(2.0)).ok
+        failing = False
+        store.save(SessionRecord("kept", "t"))  # a real write goes through: ready at once
+        assert await store.load("kept") is not None
+        assert (await store.health(2.0)).ok and store.alive()
+    finally:
+        await store.close()
 
 
 async def test_a_running_store_reports_its_health(make_store: Factory) -> None:

@@ -53,6 +53,8 @@ class StoreError(Exception):
 
 #: deadline of one health probe (``/readyz`` answers within it)
 HEALTH_TIMEOUT = 2.0
+#: a failed real write keeps the store unhealthy this long, whatever its probe says
+RECENT_ERROR_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,20 @@ class StoreCounters:
     restarts: int = 0
     #: the last backend error, cleared by the next successful write batch
     last_error: str = ""
+    #: when it happened (``time.monotonic()``)
+    failed_at: float = 0.0
+
+    def failed(self, error: str) -> None:
+        self.last_error = error[:300]
+        self.failed_at = time.monotonic()
+
+    def recent_error(self) -> str:
+        """The last backend error if it is recent (:data:`RECENT_ERROR_S`): a health
+        probe's own small write going through does not clear it then (a disk nearly
+        full can take the probe's row and refuse a batch of real writes)."""
+        if self.last_error and time.monotonic() - self.failed_at < RECENT_ERROR_S:
+            return self.last_error
+        return ""
 
 
 #: Not frozen: built twice per turn on the hot path, where a frozen dataclass's

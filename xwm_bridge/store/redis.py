@@ -135,7 +135,11 @@ class RedisStore:
             return StoreHealth(self.name, "reachable", False, error)
         except Exception as exc:  # it answers, but refuses the write (OOM, read-only replica)
             return StoreHealth(self.name, "writable", False, f"Redis at {self._where}: {exc}")
-        self.counters.last_error = ""  # a write went through
+        recent = self.counters.recent_error()
+        if recent:
+            error = f"Redis at {self._where}: writes failing: {recent}"
+            return StoreHealth(self.name, "writable", False, error)
+        self.counters.last_error = ""  # a write went through, and none failed lately
         return StoreHealth(self.name, "reachable", True, detail=f"redis {self._where}")
 
     async def close(self) -> None:
@@ -350,7 +354,7 @@ class RedisStore:
             await asyncio.wait_for(pipe.execute(), self.timeout)
         except Exception as exc:
             self.counters.write_errors += len(writes)
-            self.counters.last_error = f"{type(exc).__name__}: {exc}"[:300]
+            self.counters.failed(f"{type(exc).__name__}: {exc}")
             log.exception("session store write failed", extra={"ops": len(writes)})
         else:
             self.counters.last_error = ""

@@ -184,7 +184,12 @@ class SQLiteStore:
             return StoreHealth(self.name, "writable", False, f"{self.path}: {error}")
         except Exception as exc:
             return StoreHealth(self.name, "writable", False, f"{self.path}: {exc}")
-        self.counters.last_error = ""  # a write went through: the backend is back
+        recent = self.counters.recent_error()
+        if recent:
+            return StoreHealth(
+                self.name, "writable", False, f"{self.path}: writes failing: {recent}"
+            )
+        self.counters.last_error = ""  # a write went through, and none failed lately
         return StoreHealth(self.name, "writable", True)
 
     async def close(self) -> None:
@@ -385,7 +390,7 @@ class SQLiteStore:
         backend = isinstance(exc, sqlite3.OperationalError)
         if backend:
             self.counters.write_errors += len(ops)
-            self.counters.last_error = str(exc)[:300]
+            self.counters.failed(str(exc))
         else:
             self.counters.bad_records += len(ops)
         log.error(
