@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -79,6 +80,10 @@ def parse_completion(status: int, raw: bytes) -> str:
 async def complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
     """POST ``<base>/chat/completions``; the whole exchange is bounded by ``req.timeout``."""
     url = normalize_base_url(req.base_url) + "/chat/completions"
+    if _has_credentials(url):
+        # aiohttp refuses them beside a bearer (a bare ValueError), and its error texts
+        # quote the URL: say so without repeating them into results and logs
+        raise LLMError("llm request failed: the base URL must not carry credentials")
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {req.api_key}"}
     try:
         async with asyncio.timeout(req.timeout):
@@ -89,5 +94,21 @@ async def complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
         raise LLMError(f"response larger than {MAX_RESPONSE_BYTES} bytes") from None
     except TimeoutError:
         raise LLMError(f"llm request timed out after {req.timeout:g}s") from None
+    except aiohttp.NonHttpUrlClientError:  # its text is the URL: not repeated
+        raise LLMError("llm request failed: the base URL is not http or https") from None
+    except aiohttp.InvalidURL as exc:  # its text is the URL: not repeated
+        detail = f": {exc.description}" if exc.description else ""
+        raise LLMError(f"llm request failed: invalid URL{detail}") from None
     except aiohttp.ClientError as exc:
         raise LLMError(f"llm request failed: {exc}") from None
+    except ValueError as exc:
+        # aiohttp's refusals of client-chosen values (a control character in the key's
+        # header): a failed turn, not an internal error
+        raise LLMError(f"llm request failed: {exc}") from None
+
+
+def _has_credentials(url: str) -> bool:
+    try:
+        return "@" in urlsplit(url).netloc
+    except ValueError:
+        return False  # unparseable: aiohttp says so (InvalidURL)

@@ -283,3 +283,39 @@ async def test_each_call_has_a_deadline(
     assert result["success"] is False
     assert result["error"] == "llm request timed out after 0.5s"
     assert updates(events)[-1]["message"] == "llm request timed out after 0.5s"
+
+
+@pytest.mark.parametrize(
+    ("key", "url_of", "error"),
+    [
+        (
+            "sk-a\nb",  # aiohttp refuses the header with a bare ValueError
+            lambda url: url,
+            "llm request failed: Forbidden control character detected in headers. "
+            "Potential header injection attack.",
+        ),
+        (
+            "sk-client",  # credentials in the URL and a bearer: a bare ValueError too
+            lambda url: url.replace("http://", "http://user:pw@"),
+            "llm request failed: the base URL must not carry credentials",
+        ),
+    ],
+)
+async def test_client_input_aiohttp_refuses_is_a_failure_result(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    llm_url: str,
+    key: str,
+    url_of: Any,
+    error: str,
+) -> None:
+    """A ValueError out of aiohttp escaped the executor: the caller got ``-32603
+    internal error`` and the log a traceback, instead of the turn's failure result."""
+    bridge = await start_bridge(env=base_env(**TOKEN_ENV))
+    p = params("ma-v", url_of(llm_url), aiGatewayApiKey=key)
+    events = await asyncio.wait_for(sse(http, bridge.rpc_url, "session.start", p), 20)
+    assert "error" not in events[-1], events[-1]
+    result = events[-1]["result"]
+    assert result["success"] is False and result["error"] == error
+    assert updates(events)[-1]["message"] == error
+    assert await seen(http, llm_url) == []
