@@ -2,7 +2,8 @@
 
 Shared by the toolbridge ``chat`` tool and multi-agent turns. Errors carry the
 original's texts (``api error <status>: <body>``, ``missing choices in
-response``, ``empty response content``). Every call has a deadline.
+response``, ``empty response content``). Every call has a deadline; redirects
+are not followed (a 3xx is an ``api error``).
 """
 
 from __future__ import annotations
@@ -87,7 +88,11 @@ async def complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {req.api_key}"}
     try:
         async with asyncio.timeout(req.timeout):
-            async with http.post(url, data=orjson.dumps(req.body()), headers=headers) as resp:
+            # no redirects: the caller checked this URL's host (multi_agent.allowed_hosts),
+            # not where a 307 would send the request, its body and its key
+            async with http.post(
+                url, data=orjson.dumps(req.body()), headers=headers, allow_redirects=False
+            ) as resp:
                 raw = await read_capped(resp, MAX_RESPONSE_BYTES)
                 return parse_completion(resp.status, raw)
     except BodyTooLarge:

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
 from internal.peers.fake_llm import create_app
 from tests.conftest import ServeApp, StartBridge, base_env, eventually, rpc, sse, updates
@@ -318,4 +319,39 @@ async def test_client_input_aiohttp_refuses_is_a_failure_result(
     result = events[-1]["result"]
     assert result["success"] is False and result["error"] == error
     assert updates(events)[-1]["message"] == error
+    assert await seen(http, llm_url) == []
+
+
+async def test_a_redirect_is_not_followed_past_allowed_hosts(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    llm_url: str,
+    serve_app: ServeApp,
+    tmp_path: Path,
+) -> None:
+    """The client's URL passed the host check, then a 307 from it sent the request
+    (method, body and, on the same host, the key) to any host: allowed_hosts were
+    only checked for the first hop."""
+    redirects: list[str] = []
+
+    async def redirect(request: web.Request) -> web.Response:
+        redirects.append(request.path)
+        raise web.HTTPTemporaryRedirect(f"{llm_url}/v1/chat/completions")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", redirect)
+    hop = await serve_app(app)
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV),
+        config={"multi_agent": {"allowed_hosts": [hop.removeprefix("http://")]}},
+        tmp=tmp_path,
+    )
+    await script(http, llm_url, "plan", "draft", "SCORE: 9/10")
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-r", hop)), 20
+    )
+    result = events[-1]["result"]
+    assert result["success"] is False
+    assert result["error"].startswith("api error 307: ")
+    assert redirects == ["/v1/chat/completions"]
     assert await seen(http, llm_url) == []
