@@ -13,7 +13,8 @@ Same files and format as the original, with its weaknesses fixed:
   is only ever a plain file name;
 * preference prefixes are recognized *and removed* case-insensitively (§9.7);
 * appends are single ``O_APPEND`` writes under an exclusive lock, never follow a
-  symlink, and rotate the file to ``<file>.1`` above ``memory_max_bytes``;
+  symlink nor open anything but a regular file (a FIFO would block), and
+  rotate the file to ``<file>.1`` above ``memory_max_bytes``;
 * a failed write is reported to the caller (who logs it), never raised (§9.8).
 
 All functions block on the filesystem; the async callers run them in a thread.
@@ -347,14 +348,24 @@ def append(path: Path, block: str, max_bytes: int) -> None:
     if path.parent.is_symlink():
         raise OSError(f"refusing to write through a symlinked directory: {path.parent}")
     data = block.encode("utf-8")
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags, 0o644)
+    # O_NONBLOCK: opening a FIFO for writing would wait for a reader (for ever, holding
+    # the turn's reply and a worker thread); it fails with ENXIO instead, and a FIFO
+    # that has a reader, or a device, is refused below
+    flags = (
+        os.O_WRONLY
+        | os.O_APPEND
+        | os.O_CREAT
+        | os.O_NOFOLLOW
+        | os.O_NONBLOCK
+        | getattr(os, "O_CLOEXEC", 0)
+    )
+    fd = _open_regular(path, flags)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if max_bytes > 0 and os.fstat(fd).st_size + len(data) > max_bytes:
             # rotate under the lock: the next writer reopens and sees the fresh file
             os.replace(path, path.with_name(path.name + ".1"))
-            fresh = os.open(path, flags, 0o644)
+            fresh = _open_regular(path, flags)
             fcntl.flock(fresh, fcntl.LOCK_EX)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
@@ -367,3 +378,11 @@ def append(path: Path, block: str, max_bytes: int) -> None:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _open_regular(path: Path, flags: int) -> int:
+    fd = os.open(path, flags, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"refusing to append to a non-regular file: {path}")
+    return fd

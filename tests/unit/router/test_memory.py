@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,29 @@ def test_append_refuses_symlinked_file(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         memory.append(link, "x\n", 1000)
     assert target.read_text() == ""
+
+
+@pytest.mark.parametrize("reader", [False, True])
+def test_append_refuses_a_fifo_without_blocking(tmp_path: Path, reader: bool) -> None:
+    """Reads skipped a FIFO, appends did not: open(O_WRONLY) on one waits for a reader,
+    so a FIFO at <wd>/.xworkmate/memory.md held the turn's reply and a worker thread
+    for ever (and, with one reading it, memory blocks went down the pipe)."""
+    fifo = tmp_path / "memory.md"
+    os.mkfifo(fifo)
+    held = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK) if reader else -1
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(memory.append, fifo, "preferred-route: gateway\n", 1000)
+    try:
+        error = future.exception(timeout=10)  # TimeoutError here: append blocked
+        assert isinstance(error, OSError)
+        if reader:
+            assert os.read(held, 100) == b""  # nothing was written into the pipe
+    finally:
+        if not future.done():  # release the blocked writer so the thread can end
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        if held >= 0:
+            os.close(held)
+        pool.shutdown()
 
 
 # --- the Router: load + record round trip ------------------------------------------------
