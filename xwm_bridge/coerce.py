@@ -100,8 +100,14 @@ def positive_int(value: Any, default: int = 0) -> int:
     if isinstance(value, str):
         m = _LEADING_INT.match(value)
         if m:
-            n = int(m.group(0))
-            return n if n > 0 else default
+            signed = m.group(0).strip()
+            digits = signed.lstrip("+-").lstrip("0")
+            # past 64 bits it is not a readable count (and int() of over 4,300 digits
+            # raises): the default, as for a number that does not fit
+            if signed.startswith("-") or not digits or len(digits) > 19:
+                return default
+            n = int(digits)
+            return n if n < 2**63 else default
     return default
 
 

@@ -193,6 +193,16 @@ def test_positive_int_default() -> None:
     assert coerce.positive_int("4", 15) == 4
 
 
+def test_positive_int_of_a_string_past_64_bits_is_the_default() -> None:
+    """A client's ``"timeoutMs": "999…"`` (5,000 digits) raised ValueError (CPython's
+    4,300-digit limit) out of the method: -32603 and a traceback. Like a number that
+    does not fit 64 bits, it is not a readable positive int."""
+    assert coerce.positive_int("9" * 5000, 15) == 15
+    assert coerce.positive_int("9" * 19, 15) == 15
+    assert coerce.positive_int("9" * 18, 15) == 10**18 - 1
+    assert coerce.positive_int(" 12abc", 15) == 12
+
+
 # --- string list ----------------------------------------------------------------------
 
 
