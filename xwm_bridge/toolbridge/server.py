@@ -9,6 +9,7 @@ id get no output at all (adapters.md §2.1).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -120,12 +121,16 @@ class ToolbridgeServer:
             reply = await self.handle(req)
         except asyncio.CancelledError:
             return  # cancelled by the client: MCP sends no response
-        finally:
-            self._slots.release()
-            if _trackable(req.id) and self._inflight.get(req.id) is asyncio.current_task():
-                del self._inflight[req.id]
         if reply is not None:
             await self._send(reply)
+
+    def _call_done(self, rid: Any, task: asyncio.Task[None]) -> None:
+        """Free the call's slot and in-flight entry. A done callback, not a ``finally``
+        in the coroutine: a call cancelled before its first step (its cancel was in the
+        same read) never runs its body, and its slot would leak."""
+        self._slots.release()
+        if _trackable(rid) and self._inflight.get(rid) is task:
+            del self._inflight[rid]
 
     async def _frame(self, item: bytes | FramingError) -> None:
         req = decode_frame(item)
@@ -136,6 +141,7 @@ class ToolbridgeServer:
             return
         await self._slots.acquire()  # backpressure: stop reading while all slots are busy
         task = self._tasks.spawn(self._serve_one(req), name=f"mcp-call-{req.method}")
+        task.add_done_callback(functools.partial(self._call_done, req.id))
         if _trackable(req.id):
             self._inflight[req.id] = task
 
