@@ -89,13 +89,10 @@ def _data(value: Any) -> dict[str, Any]:
 def _cas(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        number = int(value)
-    else:
-        try:
-            number = int(float(coerce.text(value)))
-        except ValueError:
-            return None
+    try:
+        number = int(value if isinstance(value, (int, float)) else float(coerce.text(value)))
+    except (ValueError, OverflowError):  # not a number, NaN, or ±inf ("inf", "1e400")
+        return None
     return number if number > 0 else None
 
 

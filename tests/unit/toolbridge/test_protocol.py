@@ -148,6 +148,14 @@ def test_vault_call_parse() -> None:
     assert VaultCall.parse(VAULT, {"operation": "get", "path": "a", "cas": "x"}).cas is None
 
 
+@pytest.mark.parametrize("cas", ["inf", "-Infinity", "1e400", float("inf")])
+def test_vault_cas_infinite_is_ignored(cas: Any) -> None:
+    """A ``cas`` string that parses as an infinite float is not an integer: it is
+    ignored like any other non-number (it raised OverflowError: an internal error)."""
+    call = VaultCall.parse(VAULT, {"operation": "put", "path": "a", "data": {"k": 1}, "cas": cas})
+    assert call.cas is None
+
+
 @pytest.mark.parametrize(
     ("cfg", "args", "message"),
     [
