@@ -208,6 +208,19 @@ async def test_claude_cli_missing() -> None:
         assert _text(result) == "Error: claude CLI not found: no-such-claude-cli"
 
 
+async def test_claude_cli_that_cannot_be_executed(tmp_path: Path) -> None:
+    """An executable CLAUDE_BIN the OS cannot run (its interpreter is gone) is a tool
+    error naming the failure, not a -32603 internal error with a traceback."""
+    script = tmp_path / "claude"
+    script.write_text(f"#!{tmp_path}/no-such-interpreter\n")
+    script.chmod(0o755)
+    async with mcp_session(toolbridge_env(CLAUDE_BIN=str(script))) as session:
+        result = await session.call_tool("claude_review", {"prompt": "x"})
+        assert result.is_error is True
+        assert _text(result).startswith(f"Error: claude review failed: cannot run {script}: ")
+        await session.send_ping()
+
+
 async def test_vault_kv_needs_server_config() -> None:
     async with mcp_session(toolbridge_env()) as session:
         result = await session.call_tool("vault_kv", {"operation": "get", "path": "a"})

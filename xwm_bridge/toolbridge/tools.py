@@ -129,14 +129,18 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
 async def claude_review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
     argv = claude_argv(cfg.claude_bin, cfg, args)
     argv[0] = resolve_binary(cfg.claude_bin)
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,  # its own process group, killed as a whole
-        env=without_secrets(os.environ),
-    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # its own process group, killed as a whole
+            env=without_secrets(os.environ),
+        )
+    except OSError as exc:  # found but not runnable: a missing interpreter, ENOEXEC, EACCES
+        why = exc.strerror or type(exc).__name__
+        raise ToolError(f"claude review failed: cannot run {argv[0]}: {why}") from None
     assert proc.stdout is not None and proc.stderr is not None
     cap = cfg.claude_output_max_bytes
     try:
