@@ -29,6 +29,8 @@ from xwm_bridge.mounts import files
 from xwm_bridge.mounts.managed import CODEX, OPENCODE, McpServer, MergeError, count_sections, merge
 
 log = logging.getLogger("xwm_bridge.mounts")
+#: what ``<cli> mcp list`` may print; reading stops there and the CLI is killed
+MAX_CLI_OUTPUT = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,8 +265,15 @@ async def run_cli(exe: str, deadline: float) -> str:
         )
     except OSError:
         return ""
+    assert proc.stdout is not None
+    out = bytearray()
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), deadline)
+        async with asyncio.timeout(deadline):
+            # read no more than the cap: a CLI that keeps printing is killed there
+            while len(out) < MAX_CLI_OUTPUT and (chunk := await proc.stdout.read(65536)):
+                out += chunk
+            if len(out) < MAX_CLI_OUTPUT:
+                await proc.wait()
     except TimeoutError:
         return ""
     finally:
@@ -273,7 +282,7 @@ async def run_cli(exe: str, deadline: float) -> str:
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(proc.wait(), 5)
-    return out[: 1024 * 1024].decode("utf-8", errors="replace")
+    return out[:MAX_CLI_OUTPUT].decode("utf-8", errors="replace")
 
 
 async def cli_target(

@@ -249,6 +249,19 @@ def test_cli_discovery_deadline(env: dict[str, Path]) -> None:
     assert t["claude"]["discoveredMcpCount"] == 0
 
 
+def test_cli_discovery_output_is_read_up_to_the_cap(env: dict[str, Path]) -> None:
+    """A CLI that prints more than MAX_CLI_OUTPUT is read up to the cap and killed; its
+    output was read whole into memory until the deadline, then thrown away."""
+    body = (
+        "import time\n"
+        "for i in range(200000): sys.stdout.write(f'srv-{i}: ok\\n')\n"
+        "sys.stdout.flush(); time.sleep(60)"
+    )
+    exe(env["bin"] / "claude", body)
+    t = targets(run({}, cfg(env, cli_discovery_enabled=True, cli_timeout=20)))
+    assert t["claude"]["discoveredMcpCount"] > 50_000  # the first MiB of lines
+
+
 def test_openclaw_inspection(env: dict[str, Path]) -> None:
     exe(env["bin"] / "openclaw")
     (env["openclaw"] / "skills" / "a").mkdir(parents=True)
