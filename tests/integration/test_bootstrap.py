@@ -43,6 +43,7 @@ class FakeAccounts:
     seen: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200
     body: bytes = orjson.dumps(ACCOUNTS_ANSWER)
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -63,7 +64,12 @@ async def accounts() -> AsyncIterator[FakeAccounts]:
                 "body": await request.read(),
             }
         )
-        return web.Response(status=fake.status, body=fake.body, content_type="application/json")
+        return web.Response(
+            status=fake.status,
+            body=fake.body,
+            content_type="application/json",
+            headers=fake.headers,
+        )
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", consume)
@@ -254,6 +260,33 @@ async def test_consume_passes_accounts_error_status(
     status, headers, raw = await consume(http, bridge.url, {"ticket": "t", "bridge": PUBLIC})
     assert_text(status, headers, raw, accounts_status, "accounts bootstrap consume failed")
     assert len(accounts.seen) == 1
+
+
+async def test_consume_does_not_follow_an_accounts_redirect(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, accounts: FakeAccounts
+) -> None:
+    """The service token goes to ACCOUNTS_BASE_URL only: a redirect from there is not
+    followed (it was, with X-Service-Token, to any host the Location named)."""
+    elsewhere: list[dict[str, str]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        elsewhere.append(dict(request.headers))
+        return web.json_response(ACCOUNTS_ANSWER)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    other = TestServer(app, host="127.0.0.1", port=0)
+    await other.start_server()
+    try:
+        accounts.status = 307
+        accounts.headers = {"Location": f"http://127.0.0.1:{other.port}{CONSUME_PATH}"}
+        bridge = await start_bridge(env=bootstrap_env(accounts.url))
+        status, headers, raw = await consume(http, bridge.url, {"ticket": "t", "bridge": PUBLIC})
+    finally:
+        await other.close()
+    assert_text(status, headers, raw, 307, "accounts bootstrap consume failed")
+    assert "Location" not in headers
+    assert len(accounts.seen) == 1 and elsewhere == []
 
 
 async def test_consume_undecodable_accounts_answer_is_502(

@@ -133,6 +133,7 @@ class BootstrapHandlers:
                 data=orjson.dumps({"ticket": ticket, "bridge": bridge}),
                 headers={"Content-Type": "application/json", "X-Service-Token": token},
                 timeout=aiohttp.ClientTimeout(total=cfg.limits.bootstrap_timeout),
+                allow_redirects=False,  # the service token goes to ACCOUNTS_BASE_URL only
             ) as resp:
                 status = resp.status
                 payload = await read_capped(resp, MAX_ACCOUNTS_REPLY)
