@@ -10,7 +10,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-_LOCKS: dict[str, threading.Lock] = {}
+#: per-file thread locks with the number of holders and waiters; an entry is dropped
+#: when the last one leaves (the paths are client-chosen: kept forever, they grew)
+_LOCKS: dict[str, tuple[threading.Lock, int]] = {}
 _LOCKS_GUARD = threading.Lock()
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
@@ -25,7 +27,19 @@ def real(path: str) -> Path:
 
 def _thread_lock(path: Path) -> threading.Lock:
     with _LOCKS_GUARD:
-        return _LOCKS.setdefault(str(path), threading.Lock())
+        lock, users = _LOCKS.get(str(path), (threading.Lock(), 0))
+        _LOCKS[str(path)] = (lock, users + 1)
+        return lock
+
+
+def _thread_unlock(path: Path, lock: threading.Lock) -> None:
+    with _LOCKS_GUARD:
+        lock.release()
+        users = _LOCKS[str(path)][1] - 1
+        if users:
+            _LOCKS[str(path)] = (lock, users)
+        else:
+            del _LOCKS[str(path)]
 
 
 def read_text(path: Path) -> str:
@@ -46,17 +60,19 @@ class Locked:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._thread = _thread_lock(path)
+        self._thread: threading.Lock | None = None
         self._fd = -1
 
     def __enter__(self) -> Locked:
+        self._thread = _thread_lock(self._path)
         self._thread.acquire()
         try:
             lock = self._path.with_name(f".{self._path.name}.xworkmate.lock")
             self._fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
         except BaseException:
-            self._thread.release()
+            _thread_unlock(self._path, self._thread)
+            self._thread = None
             raise
         return self
 
@@ -64,7 +80,9 @@ class Locked:
         with contextlib.suppress(OSError):
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
-        self._thread.release()
+        if self._thread is not None:
+            _thread_unlock(self._path, self._thread)
+            self._thread = None
 
 
 def replace(path: Path, text: str, previous: str | None) -> None:

@@ -350,3 +350,24 @@ def test_cli_discovery_runs_without_the_bridges_secrets(
     child = json.loads(seen.read_text())
     assert child["HARMLESS"] == "kept" and child["PATH"] == str(env["bin"])
     assert not {"ACP_AUTH_TOKEN", "LLM_API_KEY", "COPIED_TOKEN"} & set(child)
+
+
+def test_per_file_locks_are_dropped_when_released(env: dict[str, Path]) -> None:
+    """The thread lock of each config path is forgotten once no reconcile holds or waits
+    for it: the paths are client-chosen (any directory inside the tool home), and every
+    one seen was kept for the daemon's life."""
+    from xwm_bridge.mounts import files
+
+    exe(env["bin"] / "codex")
+    for i in range(3):
+        params = {
+            "codexHome": str(env["codex"] / f"sub{i}"),
+            "config": {"autoSync": True, "managedMcpServers": [SERVER]},
+        }
+        assert targets(run(params, cfg(env)))["codex"]["syncState"] == "ready"
+        assert (env["codex"] / f"sub{i}" / "config.toml").exists()
+    assert files._LOCKS == {}
+    path = env["codex"] / "config.toml"
+    with files.Locked(path), files.Locked(env["codex"] / "other.toml"):
+        assert set(files._LOCKS) == {str(path), str(env["codex"] / "other.toml")}
+    assert files._LOCKS == {}
