@@ -166,3 +166,23 @@ async def test_replay_accepts_the_event_id_and_returns_turn_results(
     assert first[-1]["result"] == whole["result"]["results"][0]["result"]
     bad = await rpc(http, bp.rpc_url, "session.replay", {"sessionId": "rp", "afterEventId": -1})
     assert bad["error"]["code"] == -32602
+
+
+async def test_following_a_session_another_principal_then_creates_ends_the_stream(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    """An unknown session is anyone's when the stream opens; one that another client
+    token then creates (session ids are the client's: easy to guess) is not: the follower
+    gets none of its events, the stream ends."""
+    other = {"Authorization": "Bearer other-client-token-77"}
+    bp = await start_bridge(
+        env=provider_env(fake_upstream.url, XWM_CLIENT_TOKENS="other-client-token-77")
+    )
+    url = f"{bp.url}/acp/sessions/guessable/events?follow=1"
+    async with http.get(url, headers=other) as resp:
+        assert resp.status == 200
+        await sse(http, bp.rpc_url, "session.start", session_params("guessable", "private"))
+        leaked = await asyncio.wait_for(resp.content.read(), 10)  # ends: EOF
+    assert [e for e in parse_all(leaked.decode())] == []
+    async with http.get(url, headers=other) as resp:  # and now it is refused at once
+        assert resp.status == 403

@@ -10,8 +10,9 @@ increasing per session (every notification, relayed ones included, and every
 result counts), so a reconnect resumes exactly after the last event seen.
 With ``?follow=1`` the stream then stays open and carries the session's new
 entries live, with ``: keep-alive`` comments every ``limits.sse_keepalive``,
-until the client leaves, falls too far behind, the bridge shuts down or
-``FOLLOW_MAX_SECONDS`` pass.
+until the client leaves, falls too far behind, the bridge shuts down,
+``FOLLOW_MAX_SECONDS`` pass, or the session turns out to be another principal's
+(one unknown when the stream opened, then created with another client token).
 """
 
 from __future__ import annotations
@@ -145,6 +146,10 @@ async def stream_events(
                 if not sub.overflowed:
                     await sender.send_bytes(SSE_KEEPALIVE)
                 continue
+            try:  # a session unknown at the start is anyone's, until another creates it
+                sessions.check_live_owner(session_id, principal)
+            except jsonrpc.RpcError:
+                break
             event = event_bytes(live, wire)
             if event is not None:
                 await sender.send_bytes(event)
