@@ -56,7 +56,7 @@ def _read(path: str, max_bytes: int, line: Any, limit: Any) -> str:
         size = os.path.getsize(path)
         if size > max_bytes:
             raise ClientError(codec.INVALID_PARAMS, f"file larger than {max_bytes} bytes")
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
             text = fh.read()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         raise ClientError(codec.RESOURCE_NOT_FOUND, NOT_FOUND) from None

@@ -199,3 +199,18 @@ def test_adapter_takes_its_provider_from_the_yaml() -> None:
     # no YAML provider: the original's defaults
     (default,) = AdapterSettings.from_env({}).bridge_config(BridgeConfig()).providers
     assert default.command == ("gemini", "--acp") and default.label == "Gemini"
+
+
+async def test_fs_read_keeps_line_endings_so_a_write_back_changes_nothing(tmp_path: Path) -> None:
+    """Reads used universal newlines: a CRLF file came back with LF only, and the agent
+    writing its edit back silently converted every line ending of the file."""
+    path = tmp_path / "win.txt"
+    path.write_bytes(b"one\r\ntwo\r\nold\rthree\n")
+    root = str(tmp_path)
+    got = await client_fs.read_text_file({"path": str(path)}, root, 100)
+    assert got == {"content": "one\r\ntwo\r\nold\rthree\n"}
+    edited = got["content"].replace("two", "2")
+    await client_fs.write_text_file({"path": str(path), "content": edited}, root, 100)
+    assert path.read_bytes() == b"one\r\n2\r\nold\rthree\n"
+    sliced = await client_fs.read_text_file({"path": str(path), "line": 2, "limit": 1}, root, 100)
+    assert sliced == {"content": "2\r\n"}
