@@ -53,13 +53,21 @@ def resolve(path: Any, root: str | None) -> str:
 
 def _read(path: str, max_bytes: int, line: Any, limit: Any) -> str:
     try:
-        size = os.path.getsize(path)
-        if size > max_bytes:
-            raise ClientError(codec.INVALID_PARAMS, f"file larger than {max_bytes} bytes")
-        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-            text = fh.read()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (a worker thread stuck
+        # there forever, and the daemon with it at exit); only regular files are read
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
         raise ClientError(codec.RESOURCE_NOT_FOUND, NOT_FOUND) from None
+    except OSError as exc:
+        raise ClientError(codec.INVALID_PARAMS, f"cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ClientError(codec.INVALID_PARAMS, "not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(max_bytes + 1)  # a file growing meanwhile is not read whole
+    if len(data) > max_bytes:
+        raise ClientError(codec.INVALID_PARAMS, f"file larger than {max_bytes} bytes")
+    text = data.decode("utf-8", errors="replace")
     if isinstance(line, int) or isinstance(limit, int):
         lines = text.splitlines(keepends=True)
         start = max(line - 1, 0) if isinstance(line, int) else 0

@@ -214,3 +214,19 @@ async def test_fs_read_keeps_line_endings_so_a_write_back_changes_nothing(tmp_pa
     assert path.read_bytes() == b"one\r\n2\r\nold\rthree\n"
     sliced = await client_fs.read_text_file({"path": str(path), "line": 2, "limit": 1}, root, 100)
     assert sliced == {"content": "2\r\n"}
+
+
+async def test_fs_read_of_a_fifo_is_refused_not_a_hang(tmp_path: Path) -> None:
+    """A FIFO inside the session directory (the agent can make one with its own shell)
+    was opened in a worker thread that then blocked forever waiting for a writer; the
+    thread also kept the daemon from exiting."""
+    import asyncio
+
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(ClientError) as info:
+        await asyncio.wait_for(
+            client_fs.read_text_file({"path": str(tmp_path / "pipe")}, str(tmp_path), 100), 5
+        )
+    assert "not a regular file" in info.value.message
+    with pytest.raises(ClientError, match="not a regular file"):
+        await client_fs.read_text_file({"path": str(tmp_path)}, str(tmp_path), 100)
