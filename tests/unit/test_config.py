@@ -169,6 +169,14 @@ def test_missing_config_file(tmp_path: Path) -> None:
         load_config(config_file=str(tmp_path / "nope.yaml"), env={})
 
 
+def test_config_file_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    """A Latin-1 file raised UnicodeDecodeError (a traceback, exit 1), not a config error."""
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("log_level: d\xe9bug\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1\.yaml: not UTF-8 text \(byte 12\)"):
+        load_config(config_file=str(path), env={})
+
+
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
 def test_empty_yaml_is_defaults(tmp_path: Path, text: str) -> None:
     assert load(tmp_path, text).config == BridgeConfig()

@@ -98,6 +98,8 @@ def _read_yaml(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start})") from None
     try:
         doc = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
