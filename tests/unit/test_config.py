@@ -177,6 +177,17 @@ def test_config_file_not_utf8_is_a_config_error(tmp_path: Path) -> None:
         load_config(config_file=str(path), env={})
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["providers: &a [*a]\n", "providers: " + "[" * 5000 + "]" * 5000 + "\n"],
+    ids=["recursive-alias", "deep-nesting"],
+)
+def test_self_referencing_or_too_deep_yaml_is_a_config_error(tmp_path: Path, text: str) -> None:
+    """Both raised RecursionError: a traceback with exit 1, not a config error."""
+    message = config_error(tmp_path, text)
+    assert "bridge.yaml: nested too deeply or refers to itself" in message
+
+
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
 def test_empty_yaml_is_defaults(tmp_path: Path, text: str) -> None:
     assert load(tmp_path, text).config == BridgeConfig()

@@ -26,6 +26,9 @@ from xwm_bridge.config.env_vars import (
 from xwm_bridge.config.model import BridgeConfig, ConfigError
 from xwm_bridge.config.validate import _validate
 
+_TOO_DEEP = (
+    "config file {path}: nested too deeply or refers to itself (a YAML alias inside its anchor)"
+)
 _INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -102,6 +105,8 @@ def _read_yaml(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start})") from None
     try:
         doc = yaml.safe_load(raw)
+    except RecursionError:
+        raise ConfigError(_TOO_DEEP.format(path=path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -111,7 +116,10 @@ def _read_yaml(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
         return {}
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path}: top level must be a mapping")
-    result = _interpolate(doc, env, "")
+    try:
+        result = _interpolate(doc, env, "")
+    except RecursionError:  # an alias inside its own anchor: `a: &x [*x]`
+        raise ConfigError(_TOO_DEEP.format(path=path)) from None
     assert isinstance(result, dict)
     return result
 
