@@ -136,5 +136,8 @@ async def write_text_file(params: dict[str, Any], root: str | None, max_bytes: i
     if len(content.encode()) > max_bytes:
         raise ClientError(codec.INVALID_PARAMS, f"content larger than {max_bytes} bytes")
     assert root is not None
-    await asyncio.to_thread(_write, path, content, root)
+    try:
+        await asyncio.to_thread(_write, path, content, root)
+    except OSError as exc:  # a directory there, a file as a parent, no permission, disk full
+        raise ClientError(codec.INVALID_PARAMS, f"cannot write: {exc.strerror or exc}") from None
     return None

@@ -230,3 +230,21 @@ async def test_fs_read_of_a_fifo_is_refused_not_a_hang(tmp_path: Path) -> None:
     assert "not a regular file" in info.value.message
     with pytest.raises(ClientError, match="not a regular file"):
         await client_fs.read_text_file({"path": str(tmp_path)}, str(tmp_path), 100)
+
+
+async def test_fs_write_that_the_os_refuses_is_a_clear_error(tmp_path: Path) -> None:
+    """A write onto a directory, under a file or into a read-only directory raised the
+    OSError out of the handler: the agent got 'internal error', the log a traceback."""
+    root = str(tmp_path)
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    for target, why in (
+        (tmp_path / "dir", "Is a directory"),
+        (tmp_path / "file" / "child.txt", "File exists"),  # makedirs of the parent
+    ):
+        with pytest.raises(ClientError) as info:
+            await client_fs.write_text_file({"path": str(target), "content": "y"}, root, 100)
+        assert info.value.code == -32602
+        assert info.value.message.startswith("cannot write") and why in info.value.message
+    assert (tmp_path / "file").read_text() == "x"
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".xwm-write-")] == []
