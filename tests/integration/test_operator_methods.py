@@ -221,6 +221,17 @@ async def test_operator_methods_need_the_token_and_config_is_masked(
     assert "bridge.watch" in caps["operator"]["methods"]
 
 
+async def test_watch_with_a_garbled_cursor_is_invalid_params(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bp = await start_bridge()
+    for since in ("e:\u00b2", "e:" + "9" * 5000):  # isdigit() passes them, int() does not
+        reply = await rpc(http, bp.rpc_url, "bridge.watch", {"since": since, "waitMs": 0})
+        assert reply["error"]["code"] == -32602, reply
+        assert "since must be a cursor" in reply["error"]["message"]
+    assert not [line for line in bp.logs if "Traceback" in line]
+
+
 async def test_health_reports_provider_outcomes_and_samples(
     start_bridge: StartBridge,
     http: aiohttp.ClientSession,

@@ -60,10 +60,16 @@ def format_cursor(epoch: str, seq: int) -> str:
     return f"{epoch}:{seq}"
 
 
+#: the most digits a cursor's seq may have (a seq is a count of events: 20 fit any)
+MAX_SEQ_DIGITS = 20
+
+
 def parse_cursor(text: str) -> tuple[str, int] | None:
-    """``"<epoch>:<seq>"`` → (epoch, seq); None when malformed."""
+    """``"<epoch>:<seq>"`` → (epoch, seq); None when malformed. ``seq`` is ASCII
+    digits only (``str.isdigit`` also passes ``"²"``, which ``int`` refuses) and at
+    most :data:`MAX_SEQ_DIGITS` of them (past 4300, ``int`` refuses them too)."""
     epoch, sep, seq = text.strip().rpartition(":")
-    if not sep or not epoch or not seq.isdigit():
+    if not sep or not epoch or not (seq.isascii() and seq.isdigit()) or len(seq) > MAX_SEQ_DIGITS:
         return None
     return epoch, int(seq)
 

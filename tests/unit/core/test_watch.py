@@ -13,6 +13,13 @@ def test_cursor_round_trip_and_garbage() -> None:
         assert parse_cursor(bad) is None, bad
 
 
+def test_cursor_seq_is_ascii_digits_of_bounded_length() -> None:
+    # str.isdigit() passes these, int() then raised ValueError (bridge.watch: -32603)
+    for bad in ("ab:\u00b2", "ab:\u0661\u0662", "ab:" + "9" * 5000, "ab:" + "1" * 21):
+        assert parse_cursor(bad) is None, bad[:20]
+    assert parse_cursor("ab:" + "9" * 20) == ("ab", int("9" * 20))
+
+
 def test_catchup_after_a_cursor_misses_nothing() -> None:
     log = EventLog(capacity=100)
     log.recording = True
