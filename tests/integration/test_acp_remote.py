@@ -325,6 +325,34 @@ async def test_sessions_belong_to_their_principal(
             await conn.resume_session(cwd=str(tmp_path), session_id=mine.session_id, mcp_servers=[])
 
 
+async def test_a_connection_id_answers_only_the_principal_that_opened_it(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    http: aiohttp.ClientSession,
+) -> None:
+    other = "other-client-token-42"
+    cfg = config(fake_upstream, tmp_path, client_tokens=[other])
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+    async with http.post(url, data=orjson.dumps(init), headers=JSON) as resp:
+        cid = resp.headers["Acp-Connection-Id"]
+    theirs = {"Authorization": f"Bearer {other}", "Acp-Connection-Id": cid}
+    new = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(tmp_path)}}
+    body = orjson.dumps(new)
+    async with http.post(
+        url, data=body, headers={**theirs, "Content-Type": "application/json"}
+    ) as resp:
+        assert resp.status == 404  # not a session created as the connection's principal
+    async with http.get(url, headers={**theirs, "Accept": "text/event-stream"}) as resp:
+        assert resp.status == 404  # nor its stream
+    async with http.delete(url, headers=theirs) as resp:
+        assert resp.status == 404  # nor closing it
+    async with http.post(url, data=body, headers={**JSON, "Acp-Connection-Id": cid}) as resp:
+        assert resp.status == 202  # the owner's token still uses it
+
+
 async def test_idle_http_connections_are_closed(
     start_bridge: StartBridge,
     fake_upstream: FakeUpstream,

@@ -86,6 +86,8 @@ class Outbox:
 @dataclass(eq=False)
 class RemoteConnection:
     capacity: int
+    #: the principal that opened the connection (initialize): only it may use the id
+    principal: str = ""
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     main: Outbox = field(init=False)
     sessions: dict[str, Outbox] = field(default_factory=dict)

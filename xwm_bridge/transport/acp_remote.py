@@ -155,7 +155,9 @@ class AcpRemote:
         if not cid:
             return _error(400, f"missing {CONNECTION_HEADER} header")
         remote = self.http.get(cid)
-        if remote is None or remote.conn is None:
+        # a connection answers only the principal that opened it: another token holding
+        # its id would act, and read, as that principal (its sessions, its bearer)
+        if remote is None or remote.conn is None or self._principal(request)[0] != remote.principal:
             return _error(404, f"unknown {CONNECTION_HEADER}")
         remote.touch()
         return remote
@@ -205,7 +207,7 @@ class AcpRemote:
         if full is not None:
             return full
         principal, bearer = self._principal(request)
-        remote = RemoteConnection(self._buffer)
+        remote = RemoteConnection(self._buffer, principal=principal)
 
         async def send(message: dict[str, Any], scope: str | None) -> None:
             remote.route(message, scope)
