@@ -29,6 +29,9 @@ from xwm_bridge.acp.connection import AcpConnection
 KEEPALIVE = "keepalive"
 END = "end"
 KEEPALIVE_INTERVAL = 15.0
+#: session streams one connection keeps: past it, one not open and empty is dropped
+#: (its session's messages go on the connection stream again)
+MAX_SESSION_STREAMS = 1024
 
 
 class Outbox:
@@ -108,8 +111,22 @@ class RemoteConnection:
     def session_box(self, session_id: str) -> Outbox:
         box = self.sessions.get(session_id)
         if box is None:
+            self._make_room()
             box = self.sessions[session_id] = Outbox(self.capacity)
         return box
+
+    def _make_room(self) -> None:
+        """Keep at most :data:`MAX_SESSION_STREAMS` session streams: drop the oldest one
+        not open and empty; when every one is open or holds unread messages, the client
+        is not reading them — the connection is broken, as with a full buffer."""
+        if len(self.sessions) < MAX_SESSION_STREAMS:
+            return
+        for sid, box in self.sessions.items():
+            if not box.attached and not len(box):
+                del self.sessions[sid]
+                box.close()
+                return
+        self.broken = True
 
     def route(self, message: dict[str, Any], scope: str | None) -> None:
         """Queue one outgoing message on its stream; mark the connection broken when a

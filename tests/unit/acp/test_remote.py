@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from xwm_bridge.acp import remote as remote_mod
 from xwm_bridge.acp.remote import END, KEEPALIVE, Outbox, RemoteConnection
 
 
@@ -46,3 +49,22 @@ async def test_a_full_buffer_breaks_the_connection() -> None:
     assert not remote.broken
     remote.route(note("s1", 2), None)
     assert remote.broken
+
+
+def created(sid: str) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": sid, "result": {"sessionId": sid}}
+
+
+async def test_session_streams_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote_mod, "MAX_SESSION_STREAMS", 4, raising=False)
+    remote = RemoteConnection(capacity=64)
+    open_box = remote.session_box("s-open")
+    open_box.attach()
+    for n in range(20):  # session/new after session/new, streams never opened: kept empty
+        remote.route(created(f"s{n}"), None)
+    assert len(remote.sessions) == 4 and "s-open" in remote.sessions and "s19" in remote.sessions
+    assert not remote.broken
+    for sid in list(remote.sessions):  # every stream now holds a message nobody reads
+        remote.route(note(sid, 1), sid)
+    remote.route(created("s-more"), None)
+    assert remote.broken  # the client reads none of them: closed as with a full buffer
