@@ -11,7 +11,9 @@ POST itself, ``session/new``, ``session/load``, ``session/resume``,
 connection stream; everything of a session goes to that session's stream once it
 exists — it is created when the client opens it, or when ``session/new`` answers
 (the client opens it next). Until then, messages of a session go to the
-connection stream, so a client that never opens session streams still gets all.
+connection stream: a client that never opens session streams gets those of the
+sessions it loaded or resumed there, but not those of one it created (they wait in
+its stream until the client opens it, or the buffer fills and the connection breaks).
 """
 
 from __future__ import annotations
