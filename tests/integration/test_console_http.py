@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -115,3 +116,53 @@ async def test_console_can_be_disabled(
     for path in ("/console", "/console/static/app.js", "/console/ws"):
         async with http.get(f"{bp.url}{path}") as resp:
             assert resp.status == 404, path
+
+
+async def test_a_cancel_passes_the_console_in_flight_limit(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator's cancel is what a console full of stuck requests needs: it passes
+    the per-connection limit (up to twice it), as on every other connection; others
+    get -32004 and are counted."""
+    import asyncio
+
+    from tests.conftest import EXPLICIT, wait_until
+    from xwm_bridge.transport import console
+
+    monkeypatch.setattr(console, "MAX_INFLIGHT", 1)
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    async with http.ws_connect(f"{bp.url}/console/ws") as ws:
+        await ws.send_str(auth_frame(TOKEN))
+        await ws.receive(timeout=5)
+
+        async def send(rid: int, method: str, params: dict[str, object]) -> None:
+            frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+            await ws.send_str(orjson.dumps(frame).decode())
+
+        routing = {**EXPLICIT, "explicitProviderId": "codex"}
+        await send(
+            1,
+            "session.start",
+            {"sessionId": "stuck", "taskPrompt": "slow:20000 x", "routing": routing},
+        )
+        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+        answers: dict[int, dict[str, Any]] = {}
+
+        async def answer(rid: int) -> dict[str, Any]:
+            while rid not in answers:  # notifications of the turn are skipped
+                msg = orjson.loads((await asyncio.wait_for(ws.receive(), 15)).data)
+                if isinstance(msg.get("id"), int):
+                    answers[msg["id"]] = msg
+            return answers[rid]
+
+        await send(2, "session.list", {})
+        assert (await answer(2))["error"]["code"] == -32004
+        await send(3, "session.cancel", {"sessionId": "stuck"})
+        assert "result" in await answer(3)  # within the 15 s, not after the 20 s turn
+        assert (await answer(1))["result"]["cancelled"] is True
+    async with http.get(f"{bp.url}/metrics") as resp:
+        sample = 'xwm_rejected_requests_total{reason="too_many_inflight",transport="console"} 1.0'
+        assert sample in (await resp.text()).splitlines()

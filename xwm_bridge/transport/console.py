@@ -26,7 +26,9 @@ from aiohttp import web
 from xwm_bridge import __version__, jsonrpc
 from xwm_bridge.console import PAGE, Asset, load_assets
 from xwm_bridge.core.context import CallContext
+from xwm_bridge.inflight import admits, refusal
 from xwm_bridge.netaddr import is_loopback_host
+from xwm_bridge.observability.rejections import TOO_MANY_INFLIGHT, reject
 from xwm_bridge.tasks import Supervisor
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.transport.security import peer_of, principal_of
@@ -55,6 +57,7 @@ AUTH_TIMEOUT = 10.0
 #: WebSocket close codes (4000-4999: application)
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_BAD_AUTH_FRAME = 4400
+#: requests one console connection may have running (cancels pass, up to twice it)
 MAX_INFLIGHT = 64
 TRANSPORT = "console"
 
@@ -218,11 +221,10 @@ class ConsoleHandlers:
                 except jsonrpc.DecodeError as exc:
                     await sender.send(exc.envelope())
                     continue
-                if len(inflight) >= MAX_INFLIGHT:
+                if not admits(len(inflight), req.method, MAX_INFLIGHT):  # a cancel passes
+                    reject(metrics, TRANSPORT, TOO_MANY_INFLIGHT)
                     if not req.is_notification:
-                        await sender.send(
-                            jsonrpc.error(req.id, jsonrpc.QUEUE_FULL, "too many requests in flight")
-                        )
+                        await sender.send(refusal(req.id, MAX_INFLIGHT))
                     continue
                 inflight.spawn(serve_one(req), name=f"console-request:{req.method}")
         finally:
