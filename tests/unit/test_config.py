@@ -484,6 +484,9 @@ def test_unknown_key_names_dotted_path(tmp_path: Path, yaml_text: str, key: str)
         ("limits:\n  max_queue_depth: true\n", "limits.max_queue_depth:"),
         ("limits:\n  max_queue_depth: -1\n", "limits.max_queue_depth:"),
         ("limits:\n  session_idle_ttl: .nan\n", "limits.session_idle_ttl:"),
+        # an infinite wait is no timeout; store.retention: .inf dropped every Redis save
+        ("limits:\n  shutdown_grace: .inf\n", "limits.shutdown_grace: must be finite"),
+        ("store:\n  retention: .inf\n", "store.retention: must be finite"),
         ("limits:\n  max_queue_depth: [1]\n", "limits.max_queue_depth:"),
         ("limits: 5\n", "limits:"),
         ("providers:\n  - id: a\n    enabled: maybe\n", "providers[0].enabled:"),

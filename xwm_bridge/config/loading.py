@@ -4,6 +4,7 @@ flags, built into the typed dataclasses and validated."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import types
@@ -206,6 +207,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a number, got {value!r}") from None
         if number != number:  # NaN
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if number == math.inf:  # no timeout at all, and overflows where it becomes an int
+            raise ConfigError(f"{key}: must be finite, got {value!r}")
         if number < 0:
             raise ConfigError(f"{key}: must not be negative, got {value!r}")
         return number
