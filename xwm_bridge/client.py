@@ -22,6 +22,7 @@ import aiohttp
 import orjson
 
 from xwm_bridge import coerce
+from xwm_bridge.tasks import wait_for
 
 CONNECT_TIMEOUT = 10.0
 CALL_TIMEOUT = 30.0
@@ -240,7 +241,7 @@ class Client:
         self._waiting[rid] = fut
         body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
         await self._ws.send_str(orjson.dumps(body).decode())
-        reply = await (asyncio.wait_for(fut, wait_s) if wait_s else fut)
+        reply = await (wait_for(fut, wait_s) if wait_s else fut)
         if "error" in reply:
             err = reply["error"]
             raise ClientError(f"{method}: {err.get('message')} ({err.get('code')})")

@@ -30,6 +30,7 @@ from xwm_bridge.providers.stdio import registry
 from xwm_bridge.providers.stdio.probe import probe
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
 from xwm_bridge.store.health import probe_store
+from xwm_bridge.tasks import wait_for
 
 CHECK_TIMEOUT = 5.0
 
@@ -120,7 +121,7 @@ async def check_openclaw(cfg: BridgeConfig) -> dict[str, Any]:
     port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
     row: dict[str, Any] = {"check": "gateway", "provider": "openclaw"}
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CHECK_TIMEOUT)
+        _, writer = await wait_for(asyncio.open_connection(host, port), CHECK_TIMEOUT)
     except (OSError, TimeoutError) as exc:
         return {**row, "ok": False, "error": f"cannot connect to {host}:{port}: {exc}"}
     writer.close()

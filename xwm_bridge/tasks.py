@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 log = logging.getLogger("xwm_bridge.tasks")
@@ -83,3 +83,15 @@ class Supervisor:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=10)
+
+
+async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:  # noqa: ASYNC109 (its API)
+    """``asyncio.wait_for`` without CPython 3.11's lost cancellation: when the awaited
+    result and a cancel of the caller land in one loop iteration, 3.11's ``wait_for``
+    returns the result and the cancel is gone (a turn's cancel was lost so). This runs
+    the awaitable in the caller's task under ``asyncio.timeout``, which keeps it, and
+    raises ``TimeoutError`` past ``timeout`` seconds (``None``: no deadline)."""
+    if timeout is None:
+        return await aw
+    async with asyncio.timeout(timeout):
+        return await aw

@@ -113,7 +113,7 @@ def all_sites() -> list[Site]:
 
 
 def _ends_self_task(cls: ast.ClassDef, attr: str) -> bool:
-    """``self.<attr>.cancel()`` or ``asyncio.wait_for(self.<attr>, …)`` in the class."""
+    """``self.<attr>.cancel()`` or ``wait_for(self.<attr>, …)`` in the class."""
     for node in ast.walk(cls):
         if not isinstance(node, ast.Call):
             continue
@@ -125,7 +125,10 @@ def _ends_self_task(cls: ast.ClassDef, attr: str) -> bool:
             and f.value.attr == attr
         ):
             return True
-        if isinstance(f, ast.Attribute) and f.attr == "wait_for" and node.args:
+        waits = (isinstance(f, ast.Attribute) and f.attr == "wait_for") or (
+            isinstance(f, ast.Name) and f.id == "wait_for"  # tasks.wait_for cancels it too
+        )
+        if waits and node.args:
             first = node.args[0]
             if isinstance(first, ast.Attribute) and first.attr == attr:
                 return True

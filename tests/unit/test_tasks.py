@@ -96,3 +96,49 @@ async def test_shutdown_with_nothing_running() -> None:
     sup = Supervisor()
     await sup.shutdown(grace=10)
     assert sup.closing
+
+
+async def test_wait_for_keeps_a_cancel_that_arrives_with_the_result() -> None:
+    """CPython 3.11's asyncio.wait_for returns the result and drops the cancellation when
+    both land in one loop iteration; a turn's cancel was lost that way (the turn then ran
+    to its end). tasks.wait_for keeps it, and still times out."""
+    from xwm_bridge.tasks import wait_for
+
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[int] = loop.create_future()
+    after: list[int] = []
+
+    async def waiter() -> None:
+        after.append(await wait_for(fut, 5))
+        await asyncio.sleep(0)
+        after.append(2)  # only if the cancellation was lost
+
+    task = asyncio.ensure_future(waiter())
+    await asyncio.sleep(0)
+    fut.set_result(1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert after in ([], [1])
+    with pytest.raises(TimeoutError):
+        await wait_for(asyncio.sleep(5), 0.01)
+    assert await wait_for(asyncio.sleep(0, "x"), None) == "x"
+
+
+def test_no_module_uses_asyncio_wait_for() -> None:
+    """Every deadline in the package goes through tasks.wait_for (see above)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "xwm_bridge"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "wait_for"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "asyncio"
+            ):
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert found == [], found

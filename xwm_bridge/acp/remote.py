@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge.acp.connection import AcpConnection
+from xwm_bridge.tasks import wait_for
 
 #: what :meth:`Outbox.get` returns instead of a message
 KEEPALIVE = "keepalive"
@@ -83,7 +84,7 @@ class Outbox:
                 return self._items.popleft()
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), keepalive or KEEPALIVE_INTERVAL)
+                await wait_for(self._wake.wait(), keepalive or KEEPALIVE_INTERVAL)
             except TimeoutError:
                 return KEEPALIVE
 

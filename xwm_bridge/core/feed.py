@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from xwm_bridge.store.base import LedgerEntry
+from xwm_bridge.tasks import wait_for
 
 Entry = LedgerEntry
 
@@ -41,7 +42,7 @@ class Subscription:
         if not self.pending and not self.overflowed:
             self._ready.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), wait_s)
+                await wait_for(self._ready.wait(), wait_s)
         if self.overflowed or not self.pending:
             return None
         return self.pending.popleft()

@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from xwm_bridge.tasks import wait_for
+
 #: event kinds; ``metrics`` samples live in their own ring
 KINDS = ("session", "turn", "queue", "health", "permission", "metrics")
 SAMPLE_KIND = "metrics"
@@ -116,7 +118,7 @@ class WatchSubscription:
             return True
         self._ready.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._ready.wait(), wait_s)
+            await wait_for(self._ready.wait(), wait_s)
         return bool(self.pending) or self.overflowed
 
 

@@ -25,7 +25,7 @@ from xwm_bridge.config import GatewayConfig
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.snapshot import Snapshot
-from xwm_bridge.tasks import Supervisor
+from xwm_bridge.tasks import Supervisor, wait_for
 
 log = logging.getLogger("xwm_bridge.gateway")
 
@@ -131,7 +131,7 @@ class GatewayRuntime:
             return
         timeout = self.settings.notify_timeout
         await asyncio.gather(
-            *(asyncio.wait_for(t(message), timeout) for t in targets), return_exceptions=True
+            *(wait_for(t(message), timeout) for t in targets), return_exceptions=True
         )
 
     async def _log(self, level: str, category: str, message: str) -> None:
@@ -250,7 +250,7 @@ class GatewayRuntime:
         self._fail_pending(error)
         if ws is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(), 2.0)
+                await wait_for(ws.close(), 2.0)
 
     def _fail_pending(self, error: GatewayError) -> None:
         pending, self._pending = self._pending, {}
@@ -290,7 +290,7 @@ class GatewayRuntime:
                     hs.on_timeout()
                     break
                 try:
-                    data = await asyncio.wait_for(ws.recv(), remaining)
+                    data = await wait_for(ws.recv(), remaining)
                 except TimeoutError:
                     hs.on_timeout()
                     break
@@ -409,7 +409,7 @@ class GatewayRuntime:
         silence = max(2 * tick_ms / 1000, 0.2)
         while True:
             try:
-                data = await asyncio.wait_for(ws.recv(), silence)
+                data = await wait_for(ws.recv(), silence)
             except TimeoutError:
                 await self._log("warn", "socket", f"no frame for {silence:.1f}s; reconnecting")
                 return
@@ -472,13 +472,13 @@ class GatewayRuntime:
         try:
             try:
                 async with self._send_lock:
-                    await asyncio.wait_for(
+                    await wait_for(
                         ws.send(p.encode_request(rid, method, params), text=True), timeout
                     )
             except (OSError, TimeoutError, websockets.WebSocketException) as exc:
                 raise GatewayError(str(exc) or type(exc).__name__, "SOCKET_FAILURE") from None
             try:
-                frame = await asyncio.wait_for(fut, timeout)
+                frame = await wait_for(fut, timeout)
             except TimeoutError:
                 raise GatewayError(f"{method} request timeout", "RPC_TIMEOUT") from None
         finally:
@@ -497,4 +497,4 @@ class GatewayRuntime:
 
 async def _close_quietly(ws: ClientConnection) -> None:
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(ws.close(), 2.0)
+        await wait_for(ws.close(), 2.0)

@@ -22,6 +22,7 @@ from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.manager import LOCAL, GatewayManager
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.runtime import GatewayRuntime
+from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.gateway")
 
@@ -157,7 +158,7 @@ class GatewayTurnExecutor:
                     sessionKey=session_key,
                 )
             try:
-                ev = await asyncio.wait_for(tap.queue.get(), min(remaining, 1.0))
+                ev = await wait_for(tap.queue.get(), min(remaining, 1.0))
             except TimeoutError:
                 if rt.epoch != epoch or not rt.connected:
                     # OpenClaw only sends a run's events to live sockets: they are gone

@@ -27,6 +27,7 @@ from xwm_bridge import coerce
 from xwm_bridge.config import MountsConfig, without_secrets
 from xwm_bridge.mounts import files
 from xwm_bridge.mounts.managed import CODEX, OPENCODE, McpServer, MergeError, count_sections, merge
+from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.mounts")
 #: what ``<cli> mcp list`` may print; reading stops there and the CLI is killed
@@ -281,7 +282,7 @@ async def run_cli(exe: str, deadline: float) -> str:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 5)
+                await wait_for(proc.wait(), 5)
     return out[:MAX_CLI_OUTPUT].decode("utf-8", errors="replace")
 
 

@@ -28,6 +28,7 @@ from xwm_bridge.providers.upstream_call import (
     UpstreamCall,
     UpstreamProtocolError,
 )
+from xwm_bridge.tasks import wait_for
 
 __all__ = ["MAX_UPSTREAM_RESPONSE", "UpstreamClient", "UpstreamError"]
 
@@ -180,7 +181,7 @@ class UpstreamClient:
                 await ws.send(call.request, text=True)  # JSON goes out as a text frame
                 while True:
                     try:
-                        raw = await asyncio.wait_for(ws.recv(), provider.read_timeout)
+                        raw = await wait_for(ws.recv(), provider.read_timeout)
                     except TimeoutError:
                         raise UpstreamError(
                             f"{url}: no message from upstream for {provider.read_timeout:g}s",

@@ -25,6 +25,7 @@ import orjson
 from xwm_bridge import coerce
 from xwm_bridge.config import without_secrets
 from xwm_bridge.router import keywords
+from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.skills")
 
@@ -319,7 +320,7 @@ class SkillCommands:
             log.warning("skill command failed to start", extra={"command": exe, "error": str(exc)})
             return []
         try:
-            stdout = await asyncio.wait_for(self._exchange(proc, payload), self._timeout)
+            stdout = await wait_for(self._exchange(proc, payload), self._timeout)
         except TimeoutError:
             log.warning("skill command timed out", extra={"command": exe})
             return []
@@ -351,4 +352,4 @@ async def _reap(proc: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(proc.wait(), 5)
+            await wait_for(proc.wait(), 5)

@@ -34,6 +34,7 @@ from xwm_bridge.store.records import (
     SessionQuery,
     TurnRecord,
 )
+from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.store")
 
@@ -240,7 +241,7 @@ class WriteBacklog:
                 extra={"store": self.store, "queued": self.size()},
             )
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.wait_s)
+            await wait_for(asyncio.shield(waiter), self.wait_s)
         except TimeoutError:
             log.error(
                 "session store still behind; writing on",

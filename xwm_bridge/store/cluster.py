@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from xwm_bridge.store.redis import RedisStore
+from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.cluster")
 POLL_MIN = 0.002
@@ -164,7 +165,7 @@ class Cluster:
         self._listener = asyncio.get_running_loop().create_task(
             self._listen(), name="cluster-cancel-listener"
         )
-        await asyncio.wait_for(self._ready.wait(), self.store.timeout)
+        await wait_for(self._ready.wait(), self.store.timeout)
 
     async def close(self) -> None:
         if self._listener is not None:
@@ -187,7 +188,7 @@ class Cluster:
         an idle thread's lease is granted in the same round trip."""
         ticket = Ticket(thread_id, f"{self.replica_id}:{uuid.uuid4().hex}", session_id)
         args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
-        token = await asyncio.wait_for(
+        token = await wait_for(
             self._enqueue(keys=self._lease_keys(ticket), args=args), self.store.timeout
         )
         ticket.fence = int(token)
@@ -204,20 +205,18 @@ class Cluster:
         while True:
             if ticket.released:  # the caller gave up while the turn waited
                 raise LeaseLostError(ticket.thread_id)
-            token = int(await asyncio.wait_for(self._acquire(keys=keys, args=args), timeout))
+            token = int(await wait_for(self._acquire(keys=keys, args=args), timeout))
             if token > 0:
                 return self._granted(ticket, token)
             if token < 0:  # presumed dead while waiting (a long pause): queue again
                 async with self.ordering(ticket.thread_id):
-                    await asyncio.wait_for(self.client.rpush(keys[0], ticket.value), timeout)
+                    await wait_for(self.client.rpush(keys[0], ticket.value), timeout)
                 continue
-            head = await asyncio.wait_for(self.client.lindex(keys[0], 0), timeout)
+            head = await wait_for(self.client.lindex(keys[0], 0), timeout)
             if head is not None:
                 owner = (head.decode() if isinstance(head, bytes) else str(head)).split(":", 1)[0]
                 if owner != self.replica_id and not await self.store.replica_alive(owner):
-                    popped = await asyncio.wait_for(
-                        self._pop_if_head(keys=[keys[0]], args=[head]), timeout
-                    )
+                    popped = await wait_for(self._pop_if_head(keys=[keys[0]], args=[head]), timeout)
                     if popped:
                         log.warning(
                             "took over a thread from a dead replica",
@@ -260,7 +259,7 @@ class Cluster:
         done = self.store.queue_eval(RELEASE, keys, [ticket.value, self.replica_id])
         # answered only once released: a cancel sent after the answer finds nothing running
         with contextlib.suppress(TimeoutError):  # queued already: only the wait ends
-            await asyncio.wait_for(asyncio.shield(done), self.store.timeout)
+            await wait_for(asyncio.shield(done), self.store.timeout)
 
     def wrap(self, ticket: Ticket, job: Job) -> Job:
         """The turn as run by the local queue: lease, run, release (ordered after the
@@ -280,16 +279,14 @@ class Cluster:
     async def cancel_remote(self, session_id: str) -> bool:
         """Ask the replica running ``session_id``'s turn to cancel it."""
         timeout = self.store.timeout
-        owner = await asyncio.wait_for(self.client.get(self.key("run", session_id)), timeout)
+        owner = await wait_for(self.client.get(self.key("run", session_id)), timeout)
         if owner is None:
             return False
         owner_id = owner.decode() if isinstance(owner, bytes) else str(owner)
         if owner_id == self.replica_id or not await self.store.replica_alive(owner_id):
             return False
         message = f"{owner_id}\n{session_id}"
-        receivers = await asyncio.wait_for(
-            self.client.publish(self.key("cancel"), message), timeout
-        )
+        receivers = await wait_for(self.client.publish(self.key("cancel"), message), timeout)
         return bool(receivers)
 
     # --- permission answers across replicas ---------------------------------------------------
@@ -304,12 +301,10 @@ class Cluster:
             return None
         reply = self.key("reply", uuid.uuid4().hex)
         message = orjson.dumps({"owner": owner, "reply": reply, "answer": answer})
-        receivers = await asyncio.wait_for(
-            self.client.publish(self.key("permission"), message), timeout
-        )
+        receivers = await wait_for(self.client.publish(self.key("permission"), message), timeout)
         if not receivers:
             return None
-        popped = await asyncio.wait_for(self.client.blpop([reply], timeout), timeout + 1)
+        popped = await wait_for(self.client.blpop([reply], timeout), timeout + 1)
         if popped is None:
             raise TimeoutError(f"replica {owner} did not answer within {timeout:g}s")
         outcome = orjson.loads(popped[1])
@@ -338,7 +333,7 @@ class Cluster:
             async with self.client.pipeline(transaction=True) as pipe:
                 pipe.lpush(reply, orjson.dumps(outcome))
                 pipe.pexpire(reply, REPLY_TTL_MS)
-                await asyncio.wait_for(pipe.execute(), self.store.timeout)
+                await wait_for(pipe.execute(), self.store.timeout)
         except Exception as exc:  # the asker times out and says so
             log.warning("permission answer reply failed", extra={"error": repr(exc)})
 

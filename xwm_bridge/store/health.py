@@ -21,6 +21,7 @@ from xwm_bridge.config import BridgeConfig
 from xwm_bridge.store import DB_NAME, state_dir
 from xwm_bridge.store.base import StoreHealth
 from xwm_bridge.store.sqlite_lock import lock_holder, lock_path
+from xwm_bridge.tasks import wait_for
 
 __all__ = ["StoreHealth", "probe_store"]
 
@@ -77,7 +78,7 @@ async def _redis(url: str, deadline_s: float) -> StoreHealth:
         url, socket_timeout=deadline_s, socket_connect_timeout=deadline_s
     )
     try:
-        await asyncio.wait_for(client.ping(), deadline_s)
+        await wait_for(client.ping(), deadline_s)
     except (OSError, TimeoutError, aioredis.RedisError) as exc:
         return _failed("redis", "reachable", f"cannot reach Redis at {where}: {exc or 'timeout'}")
     finally:

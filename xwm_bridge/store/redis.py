@@ -47,6 +47,7 @@ from xwm_bridge.store.base import (
 from xwm_bridge.store.records import PermissionRecord, SessionPage, SessionQuery, TurnRecord
 from xwm_bridge.store.redis_schema import from_hash, text
 from xwm_bridge.store.redis_writes import TRIM_INDEX, WRITES, Commands, Op
+from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.store")
 MAX_BATCH = 1024
@@ -95,9 +96,9 @@ class RedisStore:
 
     async def start(self) -> None:
         try:
-            await asyncio.wait_for(self.client.ping(), self.timeout)
+            await wait_for(self.client.ping(), self.timeout)
             await self._beat()
-            await asyncio.wait_for(self.migrate(), self.timeout * 12)
+            await wait_for(self.migrate(), self.timeout * 12)
         except (OSError, TimeoutError, aioredis.RedisError) as exc:
             await self.client.aclose()
             raise StoreError(f"session store: cannot reach Redis at {self._where}: {exc}") from None
@@ -127,7 +128,7 @@ class RedisStore:
         self._ensure_running()
         wait = min(self.timeout, deadline_s)
         try:
-            await asyncio.wait_for(
+            await wait_for(
                 self.client.set(self.key("health", self.replica_id), b"1", px=60_000), wait
             )
         except (OSError, TimeoutError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
@@ -149,18 +150,18 @@ class RedisStore:
         if self._writer is not None:
             self._ops.put_nowait(("stop",))
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._writer, self.timeout * 2)
+                await wait_for(self._writer, self.timeout * 2)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._heartbeat
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.client.delete(self.key("replica", self.replica_id)), 1)
+            await wait_for(self.client.delete(self.key("replica", self.replica_id)), 1)
         await self.client.aclose()
 
     async def _beat(self) -> None:
         ms = int(self.lease_ttl * 1000)
-        await asyncio.wait_for(
+        await wait_for(
             self.client.set(self.key("replica", self.replica_id), b"1", px=ms), self.timeout
         )
 
@@ -215,7 +216,7 @@ class RedisStore:
         self._ensure_running()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._ops.put_nowait(("call", fn, fut))
-        return await asyncio.wait_for(fut, self.timeout * 3)
+        return await wait_for(fut, self.timeout * 3)
 
     async def flush(self) -> None:
         """Wait until every write queued so far has reached Redis."""
@@ -351,7 +352,7 @@ class RedisStore:
             # building the commands too: a write it cannot take is a failed write,
             # not a restart of the writer (which goes on)
             self._commands.batch(pipe, writes)
-            await asyncio.wait_for(pipe.execute(), self.timeout)
+            await wait_for(pipe.execute(), self.timeout)
         except Exception as exc:
             self.counters.write_errors += len(writes)
             self.counters.failed(f"{type(exc).__name__}: {exc}")
@@ -409,7 +410,7 @@ class RedisStore:
         if fut.done():
             return
         try:
-            value = await asyncio.wait_for(fn(self.client), self.timeout * 2)
+            value = await wait_for(fn(self.client), self.timeout * 2)
         except Exception as exc:
             if not fut.done():
                 fut.set_exception(exc)

@@ -76,6 +76,7 @@ from xwm_bridge.store.sqlite_writes import (
     session_row,
     turn_row,
 )
+from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
@@ -145,7 +146,7 @@ class SQLiteStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._lock()
             self._start_thread()
-            await asyncio.wait_for(asyncio.wrap_future(self._ready), READ_TIMEOUT)
+            await wait_for(asyncio.wrap_future(self._ready), READ_TIMEOUT)
         except (OSError, sqlite3.Error, TimeoutError) as exc:
             self._unlock()
             raise StoreError(f"session store: cannot open {self.path}: {exc}") from None
@@ -178,7 +179,7 @@ class SQLiteStore:
             db.execute("INSERT OR REPLACE INTO health (k, v) VALUES ('probe', ?)", (time.time(),))
 
         try:
-            await asyncio.wait_for(self._call(probe), deadline_s)
+            await wait_for(self._call(probe), deadline_s)
         except TimeoutError:
             error = f"no answer from the store thread within {deadline_s:g}s"
             return StoreHealth(self.name, "writable", False, f"{self.path}: {error}")
@@ -201,7 +202,7 @@ class SQLiteStore:
         self._wake.set()
         thread = self._thread
         try:
-            await asyncio.wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
+            await wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
         finally:
             self._unlock()
 
@@ -240,7 +241,7 @@ class SQLiteStore:
         fut: Future[T] = Future()
         self._ops.put(("call", fn, fut))
         self._wake.set()
-        return await asyncio.wait_for(asyncio.wrap_future(fut), READ_TIMEOUT)
+        return await wait_for(asyncio.wrap_future(fut), READ_TIMEOUT)
 
     async def load(self, session_id: str) -> SessionRecord | None:
         return await self._call(lambda db: sqlite_reads.record(db, session_id))

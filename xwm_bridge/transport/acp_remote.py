@@ -31,6 +31,7 @@ from xwm_bridge.acp.connection import SESSION_SCOPED, AcpConnection
 from xwm_bridge.acp.front import AcpFrontDoor
 from xwm_bridge.acp.remote import END, Outbox, RemoteConnection
 from xwm_bridge.core.context import CallContext
+from xwm_bridge.tasks import wait_for
 from xwm_bridge.transport.exchange import SSE_HEADERS, SSE_KEEPALIVE
 from xwm_bridge.transport.notify import OrderedSender
 
@@ -272,7 +273,7 @@ class AcpRemote:
                 if encoded is None:
                     continue
                 data = b"data: " + encoded + b"\n\n"
-            await asyncio.wait_for(response.write(data), self._send_timeout)
+            await wait_for(response.write(data), self._send_timeout)
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         remote = self._connection(request)

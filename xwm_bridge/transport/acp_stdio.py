@@ -10,7 +10,6 @@ connection closes (its turns are cancelled by the bridge's shutdown).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from xwm_bridge import jsonrpc
 from xwm_bridge.acp.front import AcpFrontDoor
 from xwm_bridge.framing import FramingError, StdioDecoder
+from xwm_bridge.tasks import wait_for
 from xwm_bridge.transport.notify import OrderedSender
 
 log = logging.getLogger("xwm_bridge.acp")
@@ -54,7 +54,7 @@ async def serve_acp_stdio(
             if not chunk:
                 break
         try:
-            await asyncio.wait_for(conn.wait_idle(), grace)
+            await wait_for(conn.wait_idle(), grace)
         except TimeoutError:
             log.info("end of input: requests still running are cancelled")
     finally:

@@ -15,7 +15,6 @@ but this origin), ``X-Frame-Options: DENY``, ``nosniff``, no referrer.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from typing import TYPE_CHECKING
@@ -29,7 +28,7 @@ from xwm_bridge.core.context import CallContext
 from xwm_bridge.inflight import admits, refusal
 from xwm_bridge.netaddr import is_loopback_host
 from xwm_bridge.observability.rejections import TOO_MANY_INFLIGHT, reject
-from xwm_bridge.tasks import Supervisor
+from xwm_bridge.tasks import Supervisor, wait_for
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.transport.security import peer_of, principal_of
 
@@ -145,7 +144,7 @@ class ConsoleHandlers:
     ) -> CallContext | None:
         """The first frame must be ``console.auth {token}``; anything else closes."""
         try:
-            msg = await asyncio.wait_for(ws.receive(), AUTH_TIMEOUT)
+            msg = await wait_for(ws.receive(), AUTH_TIMEOUT)
         except TimeoutError:
             await ws.close(code=CLOSE_BAD_AUTH_FRAME, message=b"authenticate first")
             return None

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.observability.metrics import CONTENT_TYPE
+from xwm_bridge.tasks import wait_for
 
 if TYPE_CHECKING:
     from xwm_bridge.app.bridge import Bridge
@@ -38,7 +39,7 @@ async def _reachable(url: str) -> str | None:
     host = parts.hostname or ""
     port = parts.port or _DEFAULT_PORTS.get(parts.scheme, 80)
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT)
+        _, writer = await wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT)
     except (OSError, TimeoutError) as exc:
         return f"cannot connect to {host}:{port}: {exc.__class__.__name__}"
     writer.close()

@@ -24,7 +24,7 @@ from typing import Any
 
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.features import AgentFeatures
-from xwm_bridge.tasks import Supervisor
+from xwm_bridge.tasks import Supervisor, wait_for
 
 log = logging.getLogger("xwm_bridge.agents")
 
@@ -174,7 +174,7 @@ class AcpAgent:
         """The error for a call to a process that is gone: how it exited, once known."""
         if self._proc is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._exited.wait(), EXIT_REPORT_WAIT)
+                await wait_for(self._exited.wait(), EXIT_REPORT_WAIT)
         if self._exit_message:
             return AgentError(self._exit_message)
         return AgentError(f"agent {self.spec.name} is not running{self._exit_suffix()}")
@@ -188,7 +188,7 @@ class AcpAgent:
         self._pending[rid] = fut
         try:
             await self._write(codec.request(rid, method, params))
-            return await asyncio.wait_for(fut, deadline_s)
+            return await wait_for(fut, deadline_s)
         except TimeoutError:
             raise AgentError(
                 f"agent {self.spec.name} did not answer {method} within {deadline_s:g}s",
@@ -208,7 +208,7 @@ class AcpAgent:
         async with self._write_lock:
             try:
                 proc.stdin.write(data)
-                await asyncio.wait_for(proc.stdin.drain(), WRITE_TIMEOUT)
+                await wait_for(proc.stdin.drain(), WRITE_TIMEOUT)
             except OSError as exc:  # a closed pipe: say how the process ended, if it did
                 error = await self._not_running()
                 if not self._exit_message:
@@ -329,7 +329,7 @@ class AcpAgent:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, sig)
                 try:
-                    await asyncio.wait_for(proc.wait(), self.spec.stop_grace)
+                    await wait_for(proc.wait(), self.spec.stop_grace)
                     break
                 except TimeoutError:
                     continue

@@ -36,6 +36,7 @@ from xwm_bridge.providers.stdio.permissions import AGENT_EXITED, PermissionBroke
 from xwm_bridge.providers.stdio.policy import PolicyStore
 from xwm_bridge.providers.stdio.terminal import Terminals
 from xwm_bridge.providers.stdio.turn_state import TurnState
+from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.agents")
 
@@ -314,7 +315,7 @@ class StdioAgentExecutor:
             await agent.notify("session/cancel", {"sessionId": acp_sid})
         if prompt_task is not None:
             with contextlib.suppress(AgentError, TimeoutError, asyncio.CancelledError):
-                answer = await asyncio.wait_for(prompt_task, CANCEL_WAIT)
+                answer = await wait_for(prompt_task, CANCEL_WAIT)
                 log.info(
                     "agent turn cancelled",
                     extra={"agent": agent.spec.name, "stop_reason": str(answer)[:80]},

@@ -16,6 +16,7 @@ from xwm_bridge.config import BridgeConfig, ProviderConfig
 from xwm_bridge.providers.stdio.agent import AcpAgent, AgentError, AgentSpec
 from xwm_bridge.providers.stdio.features import AgentFeatures
 from xwm_bridge.providers.stdio.launch import agent_spec
+from xwm_bridge.tasks import wait_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,7 @@ async def probe_spec(spec: AgentSpec, deadline: float) -> ProbeResult:
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
-        init = await asyncio.wait_for(agent.ensure_started(), deadline + 1)
+        init = await wait_for(agent.ensure_started(), deadline + 1)
     except AgentError as exc:
         await agent.close()  # stops the group; the stdout reader records how it ended
         error = str(exc)

@@ -27,7 +27,7 @@ from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.agent import ClientError
 from xwm_bridge.providers.stdio.client_fs import resolve
 from xwm_bridge.providers.stdio.launch import bwrap_argv, program_paths
-from xwm_bridge.tasks import Supervisor
+from xwm_bridge.tasks import Supervisor, wait_for
 
 _ids = itertools.count(1)
 #: exited terminals kept that the agent has not released (their output, their status)
@@ -94,7 +94,7 @@ class Terminals:
             return out
         if method == "terminal/wait_for_exit":
             try:
-                await asyncio.wait_for(term.proc.wait(), self._config.prompt_timeout)
+                await wait_for(term.proc.wait(), self._config.prompt_timeout)
             except TimeoutError:
                 term.kill()
                 await term.proc.wait()

@@ -34,6 +34,7 @@ from xwm_bridge.providers.stdio.permissions import (
 from xwm_bridge.providers.stdio.policy import ALLOW, ASK, PolicyStore
 from xwm_bridge.providers.stdio.terminal import Terminals
 from xwm_bridge.store.records import Answerer, PermissionRecord
+from xwm_bridge.tasks import wait_for
 
 
 class TurnServices(Protocol):
@@ -199,7 +200,7 @@ class TurnState:
         try:
             await self.ctx.emit(mapping.permission_payload(entry.request_id, params))
             try:
-                outcome = await asyncio.wait_for(asyncio.shield(entry.future), timeout)
+                outcome = await wait_for(asyncio.shield(entry.future), timeout)
             except TimeoutError:
                 reason = f"no answer within {timeout:g}s; rejected"
                 broker.resolve(entry, EXPIRED, reason, self._policy_outcome(options, allow=False))
