@@ -106,6 +106,14 @@ class StoreCounters:
             return self.last_error
         return ""
 
+    def probe_passed(self) -> str:
+        """A health probe's write went through: the recent error that still makes the
+        store unhealthy, else "" (and the last error is cleared: the backend is back)."""
+        recent = self.recent_error()
+        if not recent:
+            self.last_error = ""
+        return recent
+
 
 #: Not frozen: built twice per turn on the hot path, where a frozen dataclass's
 #: ``object.__setattr__`` per field costs 3x; treat instances as immutable (they are

@@ -136,11 +136,9 @@ class RedisStore:
             return StoreHealth(self.name, "reachable", False, error)
         except Exception as exc:  # it answers, but refuses the write (OOM, read-only replica)
             return StoreHealth(self.name, "writable", False, f"Redis at {self._where}: {exc}")
-        recent = self.counters.recent_error()
-        if recent:
+        if recent := self.counters.probe_passed():
             error = f"Redis at {self._where}: writes failing: {recent}"
             return StoreHealth(self.name, "writable", False, error)
-        self.counters.last_error = ""  # a write went through, and none failed lately
         return StoreHealth(self.name, "reachable", True, detail=f"redis {self._where}")
 
     async def close(self) -> None:

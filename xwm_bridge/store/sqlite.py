@@ -185,12 +185,10 @@ class SQLiteStore:
             return StoreHealth(self.name, "writable", False, f"{self.path}: {error}")
         except Exception as exc:
             return StoreHealth(self.name, "writable", False, f"{self.path}: {exc}")
-        recent = self.counters.recent_error()
-        if recent:
+        if recent := self.counters.probe_passed():
             return StoreHealth(
                 self.name, "writable", False, f"{self.path}: writes failing: {recent}"
             )
-        self.counters.last_error = ""  # a write went through, and none failed lately
         return StoreHealth(self.name, "writable", True)
 
     async def close(self) -> None:
