@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the suite's workers (pytest-xdist): most tests wait on sockets and child processes, so
+# two workers on two cores take about half the time; PYTEST_WORKERS= runs it in one process
+PYTEST_WORKERS ?= -n 2 --dist worksteal
 
 .PHONY: run test lint typecheck check bench clean console-screenshots
 
@@ -20,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/ruff format --check xwm_bridge internal tests
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check xwm_bridge internal tests

@@ -243,11 +243,13 @@ async def test_cancel_on_stdin_overtakes_running_turn(
     start_stdio: StartStdio, fake_upstream: FakeUpstream
 ) -> None:
     bridge = await start_stdio(provider_env(fake_upstream.url))
-    began = time.monotonic()
-    await bridge.send_json(req("session.start", session_params("s1", "slow:3000 hi"), rid="t1"))
+    # the upstream would answer 10 s after the turn reached it; the cancel ends it long
+    # before (timed from the cancel, so a slow start on a loaded machine does not count)
+    await bridge.send_json(req("session.start", session_params("s1", "slow:10000 hi"), rid="t1"))
     started = await bridge.message()
     assert started["params"]["event"] == "started"
     await wait_until(lambda: "s1" in fake_upstream.state.active)
+    began = time.monotonic()
     await bridge.send_json(req("session.cancel", {"sessionId": "s1"}, rid="x1"))
     messages = await bridge.until_id("t1")
     elapsed = time.monotonic() - began
@@ -256,7 +258,7 @@ async def test_cancel_on_stdin_overtakes_running_turn(
     assert [r["id"] for r in responses] == ["x1", "t1"]
     assert responses[0]["result"] == {"accepted": True, "cancelled": True}
     assert responses[1]["result"]["success"] is False
-    assert elapsed < 2.5, f"turn was not interrupted ({elapsed:.2f}s)"
+    assert elapsed < 5, f"turn was not interrupted ({elapsed:.2f}s after the cancel)"
     assert [c["sessionId"] for c in fake_upstream.state.cancels] == ["s1"]
     assert fake_upstream.state.completed == 0
 
