@@ -128,3 +128,95 @@ async def test_a_line_over_64_mib_is_dropped_and_the_stream_goes_on() -> None:
         assert agent.alive
     finally:
         await agent.close()
+
+
+NOISY_AGENT = """
+import json, sys
+line = sys.stdin.readline()
+rid = json.loads(line)["id"]
+for i in range(1000):
+    sys.stdout.write(f"progress {i}: not json\\n")
+answer = {"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": 1}}
+sys.stdout.write(json.dumps(answer) + "\\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+async def test_a_flood_of_bad_lines_is_counted_not_logged_line_by_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent = AcpAgent(spec([sys.executable, "-c", NOISY_AGENT]))
+    caplog.set_level("WARNING", logger="xwm_bridge.agents")
+    try:
+        assert await agent.ensure_started() == {"protocolVersion": 1}
+        assert agent.bad_lines == 1000
+        logged = [r for r in caplog.records if r.getMessage().startswith("bad line")]
+        # the first few say what is wrong, then one line per LOG_EVERY (with the count)
+        assert 0 < len(logged) <= 6, [r.getMessage() for r in logged]
+        assert getattr(logged[-1], "bad_lines", 0) == 1000
+    finally:
+        await agent.close()
+
+
+FLOOD_AGENT = """
+import json, sys
+line = sys.stdin.readline()
+rid = json.loads(line)["id"]
+answer = {"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": 1}}
+sys.stdout.write(json.dumps(answer) + "\\n")
+sys.stdout.flush()
+sys.stdin.readline()  # the test's go-ahead (a notification)
+for i in range(100):
+    request = {"jsonrpc": "2.0", "id": 1000 + i, "method": "fs/read_text_file",
+               "params": {"sessionId": "s", "path": "/x"}}
+    sys.stdout.write(json.dumps(request) + "\\n")
+sys.stdout.flush()
+codes = []
+while len(codes) < 100:
+    reply = json.loads(sys.stdin.readline())
+    codes.append(reply.get("error", {}).get("code", 0))
+    if len(codes) == 36:  # every refusal arrived before any answer
+        note = {"jsonrpc": "2.0", "method": "session/update",
+                "params": {"sessionId": "s", "update": {"refused": codes.count(-32004)}}}
+        sys.stdout.write(json.dumps(note) + "\\n")
+        sys.stdout.flush()
+note = {"jsonrpc": "2.0", "method": "session/update",
+        "params": {"sessionId": "s", "update": {"answered": codes.count(0)}}}
+sys.stdout.write(json.dumps(note) + "\\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+async def test_an_agent_has_at_most_64_requests_served_at_once() -> None:
+    agent = AcpAgent(spec([sys.executable, "-c", FLOOD_AGENT]))
+    release = asyncio.Event()
+    running = 0
+    most = 0
+    updates: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def on_request(method: str, params: dict[str, Any]) -> Any:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await release.wait()
+        finally:
+            running -= 1
+        return {"content": ""}
+
+    async def on_update(update: dict[str, Any]) -> None:
+        await updates.put(update)
+
+    try:
+        await agent.ensure_started()
+        agent.sessions["s"] = SessionHandlers(on_update, on_request)
+        await agent.notify("go", {})
+        assert await asyncio.wait_for(updates.get(), 20) == {"refused": 36}
+        assert most == 64
+        release.set()
+        assert await asyncio.wait_for(updates.get(), 20) == {"answered": 64}
+    finally:
+        release.set()
+        await agent.close()

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from xwm_bridge import inflight, jsonrpc
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.features import AgentFeatures
 from xwm_bridge.tasks import Supervisor, wait_for
@@ -33,6 +34,18 @@ WRITE_TIMEOUT = 30.0
 STDERR_TAIL = 20
 #: how long a call to a dead process waits to learn its exit status
 EXIT_REPORT_WAIT = 2.0
+#: requests from the agent served at once; past it one is answered -32004 at once (a
+#: runaway agent cannot pile up permission prompts or file reads without bound)
+MAX_AGENT_REQUESTS = 64
+#: lines that are not JSON-RPC, and refused requests: the first few are logged, then
+#: one in this many (with the count), so a chatty agent does not flood the log
+FIRST_LOGGED = 5
+LOG_EVERY = 1000
+
+
+def _worth_logging(count: int) -> bool:
+    """Whether the ``count``-th occurrence of a repeated agent problem is logged."""
+    return count <= FIRST_LOGGED or count % LOG_EVERY == 0
 
 
 class AgentError(Exception):
@@ -95,6 +108,12 @@ class AcpAgent:
         self.last_error: str = ""
         self.last_error_at = 0.0
         self.dropped_lines = 0
+        #: lines that were not JSON-RPC messages, over the agent's life (all processes)
+        self.bad_lines = 0
+        #: requests from the agent being served now (at most MAX_AGENT_REQUESTS)
+        self._serving = 0
+        #: requests refused because MAX_AGENT_REQUESTS were being served
+        self.refused_requests = 0
         #: the auth method this process was authenticated with ("" = not yet)
         self.authenticated = ""
         self._exited = asyncio.Event()
@@ -273,11 +292,36 @@ class AcpAgent:
             if msg.method == "session/update" and handlers and isinstance(update, dict):
                 await handlers.on_update(update)
         elif msg.kind == "request":
+            if not inflight.admits(self._serving, msg.method, MAX_AGENT_REQUESTS):
+                self.refused_requests += 1
+                if _worth_logging(self.refused_requests):
+                    extra = {"agent": self.spec.name, "method": msg.method}
+                    log.warning(
+                        "agent request refused: too many in flight",
+                        extra={**extra, "refused": self.refused_requests},
+                    )
+                refusal = jsonrpc.dumps_line(inflight.refusal(msg.id, MAX_AGENT_REQUESTS))
+                with contextlib.suppress(AgentError):
+                    await self._write(refusal)
+                return
+            self._serving += 1
             self._spawn_task(self._serve_request(msg), f"agent-request:{msg.method}")
         else:
-            log.warning("bad line from agent", extra={"agent": self.spec.name, "error": msg.detail})
+            self._bad_line(msg.detail)
+
+    def _bad_line(self, detail: str) -> None:
+        self.bad_lines += 1
+        if _worth_logging(self.bad_lines):
+            extra = {"agent": self.spec.name, "error": detail, "bad_lines": self.bad_lines}
+            log.warning("bad line from agent", extra=extra)
 
     async def _serve_request(self, msg: codec.Incoming) -> None:
+        try:
+            await self._answer_request(msg)
+        finally:
+            self._serving -= 1
+
+    async def _answer_request(self, msg: codec.Incoming) -> None:
         handlers = self.sessions.get(str(msg.params.get("sessionId", "")))
         try:
             if handlers is None:
