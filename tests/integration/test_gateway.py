@@ -778,3 +778,14 @@ async def test_a_failed_dial_does_not_tell_open_ports_from_closed_ones(
             assert detail not in told, client.logs()
     finally:
         await client.close()
+
+
+async def test_connect_with_an_out_of_range_port_is_a_clear_error(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway
+) -> None:
+    bp = await start_bridge()
+    params = {**connect_params(gateway), "endpoint": {"host": "127.0.0.1", "port": 99999}}
+    res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", params)
+    assert res["ok"] is False and res["snapshot"] is None, res
+    assert res["error"]["code"] == "INVALID_ENDPOINT", res
+    assert "65535" in res["error"]["message"]

@@ -102,6 +102,25 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
+def _dial_url(host: str, port: int, tls: bool) -> str:
+    """``ws(s)://host:port``, or INVALID_ENDPOINT before any dial: a port past 65535 or
+    a host the URL would read differently (``/``, ``?``, ``@``, a stray ``]``)."""
+    if port > 65535:
+        raise GatewayError("endpoint.port must be between 1 and 65535", "INVALID_ENDPOINT")
+    url = f"{'wss' if tls else 'ws'}://{_host_port(host, port)}"
+    try:
+        parts = urlsplit(url)
+        same = parts.port == port and parts.hostname == host.strip("[]").lower()
+        ok = same and not (parts.path or parts.query or parts.fragment or parts.username)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise GatewayError(
+            f"endpoint.host is not a host name or address: {host}", "INVALID_ENDPOINT"
+        )
+    return url
+
+
 def openclaw_token(config: BridgeConfig) -> str:
     """The bare credential for the ``openclaw`` gateway (never ``Bearer …``: weakness 5)."""
     token = config.openclaw_token or config.internal_service_token or config.bridge_auth_token
@@ -134,6 +153,7 @@ def build_connect_config(
         )
     if not cp.host or not cp.port:
         raise GatewayError("endpoint.host and endpoint.port are required", "INVALID_ENDPOINT")
+    url = _dial_url(cp.host, cp.port, cp.tls)
     policy = HostPolicy(config.gateway.allowed_hosts, config.configured_endpoints())
     if not policy.allows(cp.host, cp.port):
         raise GatewayError(f"gateway host not allowed: {cp.host}", "HOST_NOT_ALLOWED")
@@ -142,7 +162,7 @@ def build_connect_config(
         creds = p.Credentials(client_bearer, creds.device_token, creds.password)
     address = _host_port(cp.host, cp.port)
     return ConnectConfig(
-        url=f"{'wss' if cp.tls else 'ws'}://{address}",
+        url=url,
         remote_address=address,
         mode=cp.mode,
         client=cp.client,

@@ -100,6 +100,27 @@ def test_allowed_hosts_pin_local_endpoints() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("host", "port"),
+    [
+        ("127.0.0.1", 65536),  # websockets raised ValueError (an internal error)
+        ("x]y", 80),  # an unbalanced bracket: ValueError too
+        ("a:b@c", 80),
+        ("gw.example/path", 80),  # the URL would read "/path:80" as the path
+        ("gw.example?q", 80),
+    ],
+)
+def test_an_endpoint_the_url_cannot_carry_is_invalid_before_any_dial(host: str, port: int) -> None:
+    anything = BridgeConfig(gateway=GatewayConfig(allowed_hosts=("*",)))
+    with pytest.raises(GatewayError) as err:
+        build_connect_config(
+            ConnectParams.parse({**CLIENT, "endpoint": {"host": host, "port": port}}), anything, ""
+        )
+    assert err.value.code == "INVALID_ENDPOINT"
+    ok = {**CLIENT, "endpoint": {"host": "[::1]", "port": 65535}}
+    assert build_connect_config(ConnectParams.parse(ok), anything, "").url == "ws://[::1]:65535"
+
+
 def test_client_bearer_is_forwarded_only_when_configured() -> None:
     no_token = {**CLIENT, "auth": {}}
     cp = ConnectParams.parse(no_token)
