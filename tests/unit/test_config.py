@@ -269,6 +269,21 @@ def test_relative_allowed_root_in_yaml_rejected(tmp_path: Path) -> None:
     assert message.startswith("allowed_roots[0]:")
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "openclaw.internal:18789",  # no scheme: was dialed as "gateway connection failed" forever
+        "https://openclaw.internal",  # not a WebSocket URL: the same
+        "wss://openclaw.internal:99999",  # an openclaw connect answered -32603 internal error
+        "wss://:443",
+    ],
+)
+def test_openclaw_url_must_be_a_websocket_url(url: str) -> None:
+    message = config_error(None, env={"XWM_OPENCLAW_URL": url})
+    assert message.startswith("openclaw_url:"), message
+    assert load(env={"XWM_OPENCLAW_URL": "ws://127.0.0.1:18789/gw"}).config.openclaw_url
+
+
 def test_provider_url_env_override() -> None:
     loaded = load(env={"XWM_PROVIDER_CODEX_URL": " http://127.0.0.1:9010 "})
     codex = loaded.config.providers[0]

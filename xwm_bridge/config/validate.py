@@ -143,6 +143,7 @@ def _validate(config: BridgeConfig) -> None:
     for j, item in enumerate(ag.toolbridge_env):
         if "=" not in item or not item.split("=", 1)[0]:
             raise ConfigError(f"agents.toolbridge_env[{j}]: expected NAME=value")
+    _validate_openclaw_url(config.openclaw_url)
     gw = config.gateway
     for name in (
         "connect_timeout",
@@ -180,6 +181,18 @@ def _validate(config: BridgeConfig) -> None:
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")
     _validate_acp(config)
+
+
+def _validate_openclaw_url(url: str) -> None:
+    """``ws(s)://host[:port][/path]``: anything else was dialed (and failed) forever.
+    The value is not echoed: a URL may carry credentials."""
+    try:
+        parts = urlsplit(url.strip())
+        ok = parts.scheme in ("ws", "wss") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port past 65535, a bad IPv6 literal
+        ok = False
+    if not ok:
+        raise ConfigError("openclaw_url: expected ws://host[:port][/path] or wss://…")
 
 
 def _validate_acp(config: BridgeConfig) -> None:
