@@ -470,17 +470,17 @@ class GatewayRuntime:
         fut: asyncio.Future[p.ResponseFrame] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         try:
-            try:
+            # one deadline for the whole request: waiting behind another send included
+            async with asyncio.timeout(timeout):
                 async with self._send_lock:
-                    await wait_for(
-                        ws.send(p.encode_request(rid, method, params), text=True), timeout
-                    )
-            except (OSError, TimeoutError, websockets.WebSocketException) as exc:
-                raise GatewayError(str(exc) or type(exc).__name__, "SOCKET_FAILURE") from None
-            try:
-                frame = await wait_for(fut, timeout)
-            except TimeoutError:
-                raise GatewayError(f"{method} request timeout", "RPC_TIMEOUT") from None
+                    try:
+                        await ws.send(p.encode_request(rid, method, params), text=True)
+                    except (OSError, websockets.WebSocketException) as exc:
+                        msg = str(exc) or type(exc).__name__
+                        raise GatewayError(msg, "SOCKET_FAILURE") from None
+                frame = await fut
+        except TimeoutError:
+            raise GatewayError(f"{method} request timeout", "RPC_TIMEOUT") from None
         finally:
             self._pending.pop(rid, None)
         if frame.ok:

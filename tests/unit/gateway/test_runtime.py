@@ -1,0 +1,52 @@
+"""GatewayRuntime requests against a stand-in socket (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.conftest import wait_until
+from xwm_bridge.config import GatewayConfig
+from xwm_bridge.gateway.errors import GatewayError
+from xwm_bridge.gateway.runtime import GatewayRuntime
+
+
+class StuckSocket:
+    """A gateway that stopped reading: every send waits until released."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.sending = 0
+
+    async def send(self, data: bytes, text: bool = False) -> None:
+        self.sending += 1
+        await self.release.wait()
+
+    async def close(self) -> None:
+        self.release.set()
+
+
+def connected_runtime(ws: StuckSocket) -> GatewayRuntime:
+    rt = GatewayRuntime("rt", "alice", GatewayConfig())
+    rt._ws = ws  # type: ignore[assignment]
+    rt.snapshot.status = "connected"
+    return rt
+
+
+async def test_a_request_queued_behind_a_stuck_send_keeps_its_own_deadline() -> None:
+    ws = StuckSocket()
+    rt = connected_runtime(ws)
+    # a client's big request with a long timeoutMs holds the socket's send lock
+    big = asyncio.ensure_future(rt.request("chat.send", {"message": "x"}, 3600))
+    await wait_until(lambda: ws.sending == 1)
+    try:
+        with pytest.raises(GatewayError) as err:
+            # the guard only catches a hang: the request's own deadline is 0.05 s
+            await asyncio.wait_for(rt.request("chat.abort", {}, 0.05), 5)
+        assert err.value.code == "RPC_TIMEOUT"
+        assert err.value.message == "chat.abort request timeout"
+        assert ws.sending == 1  # it never got the socket
+    finally:
+        big.cancel()
+        await asyncio.gather(big, return_exceptions=True)
