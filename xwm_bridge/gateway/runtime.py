@@ -303,14 +303,17 @@ class GatewayRuntime:
                     continue
                 out = hs.on_frame(frame)
                 if out is not None:
+                    deadline = loop.time() + s.hello_timeout  # the write of connect included
                     try:
-                        await ws.send(out, text=True)  # JSON goes out as a text frame
+                        await wait_for(ws.send(out, text=True), s.hello_timeout)  # a text frame
+                    except TimeoutError:  # a gateway that does not read
+                        hs.on_timeout()
+                        break
                     except websockets.ConnectionClosed as exc:
                         # closed right after the challenge: a failed attempt, not a crash
                         rcvd = exc.rcvd
                         hs.on_close(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
                         break
-                    deadline = loop.time() + s.hello_timeout
         except BaseException:
             await _close_quietly(ws)
             raise

@@ -1,4 +1,4 @@
-"""GatewayRuntime requests against a stand-in socket (no network)."""
+"""GatewayRuntime requests and handshakes against a stand-in socket (no network)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import pytest
 
 from tests.conftest import wait_until
 from xwm_bridge.config import GatewayConfig
+from xwm_bridge.gateway import protocol as p
+from xwm_bridge.gateway import runtime
 from xwm_bridge.gateway.errors import GatewayError
-from xwm_bridge.gateway.runtime import GatewayRuntime
+from xwm_bridge.gateway.runtime import ConnectConfig, GatewayRuntime
 
 
 class StuckSocket:
@@ -50,3 +52,45 @@ async def test_a_request_queued_behind_a_stuck_send_keeps_its_own_deadline() -> 
     finally:
         big.cancel()
         await asyncio.gather(big, return_exceptions=True)
+
+
+class SilentGateway(StuckSocket):
+    """Sends the challenge, then neither reads nor writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames = [b'{"type":"event","event":"connect.challenge","payload":{"nonce":"n"}}']
+
+    async def recv(self) -> bytes:
+        if self.frames:
+            return self.frames.pop(0)
+        await self.release.wait()
+        raise AssertionError("released")
+
+
+async def test_a_connect_frame_the_gateway_never_reads_times_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ws = SilentGateway()
+
+    async def dial(*args: object, **kwargs: object) -> SilentGateway:
+        return ws
+
+    monkeypatch.setattr(runtime.websockets, "connect", dial)
+    rt = GatewayRuntime("rt", "alice", GatewayConfig(hello_timeout=0.05, backoff_initial=60))
+    cfg = ConnectConfig(
+        url="ws://127.0.0.1:1",
+        remote_address="127.0.0.1:1",
+        mode="local",
+        client=p.ClientInfo(),
+        identity=p.Identity(),
+        creds=p.Credentials(token="t"),
+    )
+    try:
+        # the guard only catches a hang: the write of ``connect`` has hello_timeout
+        hello, error = await asyncio.wait_for(rt.connect(cfg), 5)
+        assert hello is None and error is not None
+        assert (error.code, error.message) == ("RPC_TIMEOUT", "connect request timeout")
+        assert ws.sending == 1 and rt.snapshot.status == "error"
+    finally:
+        await rt.close()
