@@ -26,6 +26,9 @@ from xwm_bridge.tasks import wait_for
 
 CONNECT_TIMEOUT = 10.0
 CALL_TIMEOUT = 30.0
+#: seconds between pings; a bridge that does not answer one within half of it is gone
+#: (a call without a deadline, a turn or bridge.watch, would wait forever on it)
+HEARTBEAT = 20.0
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
@@ -189,16 +192,24 @@ class Client:
         self._http = aiohttp.ClientSession(trust_env=False)
         headers = {"Authorization": f"Bearer {self.token or 'anonymous'}"}
         try:
-            self._ws = await self._http.ws_connect(
-                self.url, headers=headers, timeout=aiohttp.ClientWSTimeout(ws_close=5),
-                max_msg_size=64 * 1024 * 1024,
+            self._ws = await wait_for(
+                self._http.ws_connect(
+                    self.url, headers=headers, timeout=aiohttp.ClientWSTimeout(ws_close=5),
+                    max_msg_size=64 * 1024 * 1024, heartbeat=HEARTBEAT,
+                ),
+                CONNECT_TIMEOUT,
             )  # fmt: skip
+        except TimeoutError:
+            await self._http.close()
+            raise ClientError(
+                f"cannot reach the bridge at {self.url}: no answer within {CONNECT_TIMEOUT:g}s"
+            ) from None
         except aiohttp.WSServerHandshakeError as exc:
             await self._http.close()
             if exc.status == 401:
                 raise ClientError("the bridge refused the token (set ACP_AUTH_TOKEN)") from None
             raise ClientError(f"the bridge refused the connection: HTTP {exc.status}") from None
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (aiohttp.ClientError, OSError) as exc:
             await self._http.close()
             raise ClientError(f"cannot reach the bridge at {self.url}: {exc}") from None
         self._reader = asyncio.get_running_loop().create_task(self._read(), name="client-reader")
@@ -236,11 +247,17 @@ class Client:
         self, method: str, params: dict[str, Any], wait_s: float | None = CALL_TIMEOUT
     ) -> dict[str, Any]:
         assert self._ws is not None
+        if self._reader is None or self._reader.done():  # nothing would ever answer
+            raise ClientError("the bridge closed the connection")
         rid = next(self._ids)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
         body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-        await self._ws.send_str(orjson.dumps(body).decode())
+        try:
+            await self._ws.send_str(orjson.dumps(body).decode())
+        except (aiohttp.ClientError, OSError):
+            self._waiting.pop(rid, None)
+            raise ClientError("the bridge closed the connection") from None
         reply = await (wait_for(fut, wait_s) if wait_s else fut)
         if "error" in reply:
             err = reply["error"]

@@ -1,0 +1,94 @@
+"""The terminal client's connection: it never waits forever on a bridge that went silent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from xwm_bridge import client as client_mod
+from xwm_bridge.client import Client, ClientError
+
+
+@pytest.fixture
+async def mute_tcp() -> AsyncIterator[str]:
+    """Accepts TCP connections and never answers (a hung process, a wrong port)."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    for writer in held:
+        writer.close()
+    server.close()
+    await server.wait_closed()
+
+
+async def test_connect_gives_up_after_the_connect_timeout(
+    mute_tcp: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client_mod, "CONNECT_TIMEOUT", 0.2)
+    with pytest.raises(ClientError, match="cannot reach the bridge"):
+        async with asyncio.timeout(10):  # the test's own guard, not the client's
+            async with Client(mute_tcp, "t"):
+                pass
+
+
+@pytest.fixture
+async def silent_ws() -> AsyncIterator[tuple[str, asyncio.Event]]:
+    """Upgrades to WebSocket, then never reads, answers or pongs (a stopped bridge)."""
+    got_request = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=False)
+        await ws.prepare(request)
+        got_request.set()
+        await asyncio.Event().wait()  # cancelled when the server closes
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/acp", handler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield f"http://127.0.0.1:{server.port}", got_request
+    await server.close()
+
+
+async def test_an_unbounded_call_fails_when_the_bridge_stops_answering_pings(
+    silent_ws: tuple[str, asyncio.Event], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, connected = silent_ws
+    monkeypatch.setattr(client_mod, "HEARTBEAT", 0.2)
+    async with Client(url, "t") as c:
+        await connected.wait()
+        with pytest.raises(ClientError, match="closed the connection"):
+            async with asyncio.timeout(10):  # the test's own guard, not the client's
+                await c.call("bridge.watch", {}, wait_s=None)
+
+
+async def test_a_call_after_the_bridge_closed_the_connection_fails_at_once() -> None:
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.close()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/acp", handler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with Client(f"http://127.0.0.1:{server.port}", "t") as c:
+            assert c._reader is not None
+            await c._reader  # the close was read: nobody was waiting for an answer
+            with pytest.raises(ClientError, match="closed the connection"):
+                async with asyncio.timeout(10):  # the test's own guard, not the client's
+                    await c.call("bridge.watch", {}, wait_s=None)
+    finally:
+        await server.close()
