@@ -41,9 +41,14 @@ def ws_url(base: str) -> str:
     text = base.strip()
     if "://" not in text:
         text = f"http://{text}"
-    parts = urlsplit(text)
+    bad = ClientError(f"not a bridge URL: {base!r} (expected http://host:port)")
+    try:
+        parts = urlsplit(text)
+        _ = parts.port  # a port that is not a number in 0-65535 raises too
+    except ValueError:  # e.g. an unclosed [IPv6
+        raise bad from None
     if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
-        raise ClientError(f"not a bridge URL: {base!r} (expected http://host:port)")
+        raise bad
     scheme = "wss" if parts.scheme in ("https", "wss") else "ws"
     return f"{scheme}://{parts.netloc}/acp"
 

@@ -22,6 +22,11 @@ def test_urls() -> None:
     assert ws_url("127.0.0.1:9") == "ws://127.0.0.1:9/acp"
     with pytest.raises(ClientError):
         ws_url("ftp://x")
+    # a malformed --url is a clear error, not a traceback or aiohttp's bare URL
+    for bad in ("http://[::1", "http://127.0.0.1:99999", "http://h:port"):
+        with pytest.raises(ClientError, match="not a bridge URL"):
+            ws_url(bad)
+    assert ws_url("http://[::1]:8787") == "ws://[::1]:8787/acp"
     assert listen_url("0.0.0.0:8787") == "http://127.0.0.1:8787"
     assert listen_url("127.0.0.1:1234") == "http://127.0.0.1:1234"
 
