@@ -88,6 +88,12 @@ async def test_only_configured_components_are_checked_and_failures_exit_1(
     code, doc = await doctor(tmp_path, {**providers, "openclaw_url": down})
     assert code == 1
     assert by(doc, "gateway")["openclaw"]["ok"] is False
+    # a malformed URL is a failed check, not a traceback
+    for bad in ("ws://127.0.0.1:99999", "ws://[::1"):
+        code, doc = await doctor(tmp_path, {**providers, "openclaw_url": bad})
+        assert code == 1
+        row = by(doc, "gateway")["openclaw"]
+        assert row["ok"] is False and "invalid openclaw_url" in row["error"], row
 
 
 async def test_a_stdio_provider_without_command_is_a_warning(
