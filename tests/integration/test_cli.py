@@ -231,7 +231,7 @@ async def test_flag_overrides_config_file(
 
 
 def test_help_lists_every_method_and_route() -> None:
-    from xwm_bridge.adapters.agent_adapter import ADAPTER_PATHS
+    from xwm_bridge.adapters.agent_adapter import ADAPTER_PATHS, AdapterMethods, AdapterSettings
     from xwm_bridge.app.bridge import Bridge
     from xwm_bridge.app.methods import BridgeMethods
     from xwm_bridge.config import BridgeConfig
@@ -249,6 +249,12 @@ def test_help_lists_every_method_and_route() -> None:
     adapter = run("agent-adapter", "--help")
     for path in ADAPTER_PATHS:
         assert path in adapter.stdout, path
+    settings = AdapterSettings()
+    adapter_cfg = settings.bridge_config(
+        BridgeConfig(store=BridgeConfig().store.__class__("memory"))
+    )
+    for method in AdapterMethods(Bridge(adapter_cfg), settings).table():
+        assert method in adapter.stdout, method
     for option in ("--log-format", "--log-level"):
         for command in ("serve", "acp-stdio", "toolbridge", "agent-adapter"):
             assert option in run(command, "--help").stdout, (command, option)

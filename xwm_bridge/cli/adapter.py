@@ -61,8 +61,9 @@ def agent_adapter(
     \b
     Routes: POST /acp/rpc (JSON, or SSE with Accept: text/event-stream), GET /acp (WebSocket),
     /livez, /readyz, /metrics.
-    Methods: acp.capabilities, session.start|message|cancel|close|permission,
-    gemini.initialize, gemini.raw. Env: GEMINI_ADAPTER_AUTH_TOKEN,
+    Methods: acp.capabilities, session.start, session.message, session.cancel,
+    session.close, session.permission, session.replay, gemini.initialize, gemini.raw;
+    operator views: session.list, session.get. Env: GEMINI_ADAPTER_AUTH_TOKEN,
     GEMINI_ADAPTER_ALLOWED_ORIGINS, GEMINI_ADAPTER_PROVIDER_ID|LABEL,
     GEMINI_ADAPTER_PROTOCOL_VERSION, GEMINI_ADAPTER_UPSTREAM_METHOD.
     With --config, a kind: stdio provider with that id in providers: supplies the label,
