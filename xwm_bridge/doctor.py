@@ -116,13 +116,10 @@ def openclaw_configured(loaded: LoadedConfig) -> bool:
 
 async def check_openclaw(cfg: BridgeConfig) -> dict[str, Any]:
     """TCP reachability of the configured ``openclaw`` gateway."""
+    parts = urlsplit(cfg.openclaw_url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
     row: dict[str, Any] = {"check": "gateway", "provider": "openclaw"}
-    try:
-        parts = urlsplit(cfg.openclaw_url)
-        host = parts.hostname or ""
-        port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
-    except ValueError as exc:  # an unclosed [IPv6, a port out of 0-65535
-        return {**row, "ok": False, "error": f"invalid openclaw_url {cfg.openclaw_url!r}: {exc}"}
     try:
         _, writer = await wait_for(asyncio.open_connection(host, port), CHECK_TIMEOUT)
     except (OSError, TimeoutError) as exc:

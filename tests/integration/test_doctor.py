@@ -88,12 +88,28 @@ async def test_only_configured_components_are_checked_and_failures_exit_1(
     code, doc = await doctor(tmp_path, {**providers, "openclaw_url": down})
     assert code == 1
     assert by(doc, "gateway")["openclaw"]["ok"] is False
-    # a malformed URL is a failed check, not a traceback
-    for bad in ("ws://127.0.0.1:99999", "ws://[::1"):
-        code, doc = await doctor(tmp_path, {**providers, "openclaw_url": bad})
-        assert code == 1
-        row = by(doc, "gateway")["openclaw"]
-        assert row["ok"] is False and "invalid openclaw_url" in row["error"], row
+
+
+async def test_a_malformed_openclaw_url_is_a_config_error_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "doctor.yaml"
+    for bad in ("ws://127.0.0.1:99999", "ws://[::1", "ws://user:hunter2@[::1"):
+        path.write_text(yaml.safe_dump({"openclaw_url": bad}))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "xwm_bridge",
+            "doctor",
+            "--config",
+            str(path),
+            env=base_env(XWM_STATE_DIR=str(tmp_path / "state")),
+            cwd=str(ROOT),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 2, (bad, out, err)
+        assert b"config error: openclaw_url" in err and b"Traceback" not in err, err
+        assert b"hunter2" not in err + out
 
 
 async def test_a_stdio_provider_without_command_is_a_warning(
