@@ -52,7 +52,9 @@ class RunTap:
         elif not _same_session(key, self.session_key):
             return
         if self.queue.full():  # bounded: a runaway stream drops deltas, never blocks the reader
-            return
+            if ev.event != "chat" or coerce.text(ev.payload.get("state")) not in TERMINAL:
+                return
+            self.queue.get_nowait()  # the run's end always gets in: the oldest event goes
         self.queue.put_nowait(ev)
 
 
