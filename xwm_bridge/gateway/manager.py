@@ -346,7 +346,10 @@ class GatewayManager:
         interval = max(0.05, min(self._settings.idle_ttl / 2, 30.0))
         while True:
             await asyncio.sleep(interval)
-            await self.reap()
+            try:
+                await self.reap()
+            except Exception:  # one runtime's failed close must not end the reaping
+                log.exception("gateway reaper: closing idle runtimes failed; it goes on")
 
     async def close(self) -> None:
         runtimes, self._runtimes = list(self._runtimes.values()), {}

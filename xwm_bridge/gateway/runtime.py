@@ -22,6 +22,7 @@ from websockets.asyncio.client import ClientConnection
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.config import GatewayConfig
+from xwm_bridge.gateway import dial
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.snapshot import Snapshot
@@ -35,8 +36,6 @@ Tap = Callable[[p.EventFrame], None]
 
 OFFLINE = GatewayError("gateway not connected", "OFFLINE")
 SOCKET_RESET = GatewayError("socket reset", "SOCKET_RESET")
-#: the one text a client sees for any failed dial (never the OS reason)
-DIAL_FAILED = "gateway connection failed"
 
 
 def now_ms() -> int:
@@ -239,11 +238,21 @@ class GatewayRuntime:
 
     async def _stop(self, error: GatewayError) -> None:
         task, self._loop_task = self._loop_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self._drop_socket(error)
+        try:
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise  # the caller itself was cancelled meanwhile: it stays so
+                except Exception:  # the loop had died of a bug: the stop goes on
+                    log.exception(
+                        "gateway runtime loop failed", extra={"runtime_id": self.runtime_id}
+                    )
+        finally:
+            await self._drop_socket(error)
 
     async def _drop_socket(self, error: GatewayError) -> None:
         ws, self._ws = self._ws, None
@@ -260,65 +269,17 @@ class GatewayRuntime:
 
     async def _attempt(self, cfg: ConnectConfig) -> ClientConnection:
         """Dial + handshake; on success the socket is installed and the snapshot connected."""
-        s = self.settings
-        try:
-            ws = await websockets.connect(
-                cfg.url,
-                open_timeout=s.connect_timeout,
-                max_size=s.max_message_bytes,
-                ping_interval=None,
-                close_timeout=2,
-                proxy=None,
-            )
-        except (OSError, TimeoutError, websockets.WebSocketException) as exc:
-            # the reason (refused, timed out, not a WebSocket, TLS) stays in our log: in
-            # the client's answer it would tell open ports from closed ones
-            log.info(
-                "gateway dial failed",
-                extra={"runtime_id": self.runtime_id, "error": f"{type(exc).__name__}: {exc}"},
-            )
-            raise GatewayError(DIAL_FAILED, "SOCKET_FAILURE") from None
+        ws = await dial.open_socket(cfg.url, self.settings, self.runtime_id)
         hs = p.Handshake(
             cfg.client, cfg.identity, cfg.creds, request_id=self._ids.next(), clock_ms=now_ms
         )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + s.challenge_timeout
         try:
-            while hs.state in (p.HandshakeState.AWAIT_CHALLENGE, p.HandshakeState.AWAIT_HELLO):
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    hs.on_timeout()
-                    break
-                try:
-                    data = await wait_for(ws.recv(), remaining)
-                except TimeoutError:
-                    hs.on_timeout()
-                    break
-                except websockets.ConnectionClosed as exc:
-                    rcvd = exc.rcvd
-                    hs.on_close(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
-                    break
-                frame = p.decode_frame(data)
-                if frame is None:
-                    continue
-                out = hs.on_frame(frame)
-                if out is not None:
-                    deadline = loop.time() + s.hello_timeout  # the write of connect included
-                    try:
-                        await wait_for(ws.send(out, text=True), s.hello_timeout)  # a text frame
-                    except TimeoutError:  # a gateway that does not read
-                        hs.on_timeout()
-                        break
-                    except websockets.ConnectionClosed as exc:
-                        # closed right after the challenge: a failed attempt, not a crash
-                        rcvd = exc.rcvd
-                        hs.on_close(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
-                        break
+            await dial.handshake(ws, hs, self.settings)
         except BaseException:
-            await _close_quietly(ws)
+            await dial.close_quietly(ws)
             raise
         if hs.state is not p.HandshakeState.CONNECTED or hs.hello is None:
-            await _close_quietly(ws)
+            await dial.close_quietly(ws)
             raise hs.error or GatewayError("socket closed", "SOCKET_CLOSED")
         await self._accept(cfg, ws, hs.hello)
         return ws
@@ -496,8 +457,3 @@ class GatewayRuntime:
             f"{error.detail_code or 'none'} | message: {error.message}",
         )
         raise error
-
-
-async def _close_quietly(ws: ClientConnection) -> None:
-    with contextlib.suppress(Exception):
-        await wait_for(ws.close(), 2.0)

@@ -203,3 +203,27 @@ async def test_a_runtime_taken_into_use_while_the_reaper_closes_another_is_kept(
         assert await reaping == 1
         assert manager.get("alice", "a") is None and first.closed
         assert manager.get("alice", "b") is second and not second.closed
+
+
+async def test_the_reaper_outlives_a_failed_reap(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = GatewayManager(BridgeConfig(gateway=GatewayConfig(idle_ttl=0.1)))
+    calls = 0
+    again = asyncio.Event()
+
+    async def reap(now: float | None = None) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a runtime's close failed")
+        again.set()
+        return 0
+
+    monkeypatch.setattr(manager, "reap", reap)
+    reaper = asyncio.ensure_future(manager.run_reaper())
+    try:
+        await asyncio.wait_for(again.wait(), 10)  # it went on after the failure
+    finally:
+        reaper.cancel()
+    assert "gateway reaper" in caplog.text

@@ -94,3 +94,38 @@ async def test_a_connect_frame_the_gateway_never_reads_times_out(
         assert ws.sending == 1 and rt.snapshot.status == "error"
     finally:
         await rt.close()
+
+
+async def test_a_stop_cancelled_while_the_old_loop_winds_down_stays_cancelled() -> None:
+    rt = GatewayRuntime("rt", "alice", GatewayConfig())
+    winding_down, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_loop() -> None:  # a loop whose cleanup takes a while (a socket close)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            winding_down.set()
+            await release.wait()
+
+    rt._loop_task = asyncio.ensure_future(slow_loop())
+    await asyncio.sleep(0)
+    stop = asyncio.ensure_future(rt._stop(GatewayError("OFFLINE", "stopped")))
+    await winding_down.wait()
+    stop.cancel()  # the caller (a connect, a disconnect) is cancelled meanwhile
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await stop
+
+
+async def test_a_stop_after_the_loop_failed_does_not_raise(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rt = GatewayRuntime("rt", "alice", GatewayConfig())
+
+    async def failed_loop() -> None:
+        raise RuntimeError("bug in the loop")
+
+    rt._loop_task = asyncio.ensure_future(failed_loop())
+    await asyncio.sleep(0)
+    await rt._stop(GatewayError("OFFLINE", "stopped"))  # the reaper's close goes on
+    assert "gateway runtime loop failed" in caplog.text

@@ -1,0 +1,88 @@
+"""Opening a gateway socket and driving the sans-I/O handshake over it (the I/O half of
+``protocol.Handshake``; ``runtime.GatewayRuntime._attempt`` puts them together).
+
+Every wait has a deadline: the dial ``connect_timeout``, the challenge
+``challenge_timeout``, and the ``connect`` frame's write and the hello
+``hello_timeout``. A failed dial tells the client only :data:`DIAL_FAILED`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from xwm_bridge.config import GatewayConfig
+from xwm_bridge.gateway import protocol as p
+from xwm_bridge.gateway.protocol import GatewayError
+from xwm_bridge.tasks import wait_for
+
+log = logging.getLogger("xwm_bridge.gateway")
+
+#: the one text a client sees for any failed dial (never the OS reason)
+DIAL_FAILED = "gateway connection failed"
+
+
+async def open_socket(url: str, s: GatewayConfig, runtime_id: str) -> ClientConnection:
+    try:
+        return await websockets.connect(
+            url,
+            open_timeout=s.connect_timeout,
+            max_size=s.max_message_bytes,
+            ping_interval=None,
+            close_timeout=2,
+            proxy=None,
+        )
+    except (OSError, TimeoutError, websockets.WebSocketException) as exc:
+        # the reason (refused, timed out, not a WebSocket, TLS) stays in our log: in
+        # the client's answer it would tell open ports from closed ones
+        log.info(
+            "gateway dial failed",
+            extra={"runtime_id": runtime_id, "error": f"{type(exc).__name__}: {exc}"},
+        )
+        raise GatewayError(DIAL_FAILED, "SOCKET_FAILURE") from None
+
+
+async def handshake(ws: ClientConnection, hs: p.Handshake, s: GatewayConfig) -> None:
+    """Feed ``hs`` the socket's frames and write what it answers, until it is connected
+    or has failed (its ``state`` and ``error`` say which)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + s.challenge_timeout
+    while hs.state in (p.HandshakeState.AWAIT_CHALLENGE, p.HandshakeState.AWAIT_HELLO):
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            hs.on_timeout()
+            return
+        try:
+            data = await wait_for(ws.recv(), remaining)
+        except TimeoutError:
+            hs.on_timeout()
+            return
+        except websockets.ConnectionClosed as exc:
+            rcvd = exc.rcvd
+            hs.on_close(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
+            return
+        frame = p.decode_frame(data)
+        if frame is None:
+            continue
+        out = hs.on_frame(frame)
+        if out is not None:
+            deadline = loop.time() + s.hello_timeout  # the write of connect included
+            try:
+                await wait_for(ws.send(out, text=True), s.hello_timeout)  # a text frame
+            except TimeoutError:  # a gateway that does not read
+                hs.on_timeout()
+                return
+            except websockets.ConnectionClosed as exc:
+                # closed right after the challenge: a failed attempt, not a crash
+                rcvd = exc.rcvd
+                hs.on_close(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
+                return
+
+
+async def close_quietly(ws: ClientConnection) -> None:
+    with contextlib.suppress(Exception):
+        await wait_for(ws.close(), 2.0)
