@@ -503,3 +503,25 @@ async def test_capabilities_ignores_params(
     plain = await rpc(http, bridge.rpc_url, "acp.capabilities")
     with_params = await rpc(http, bridge.rpc_url, "acp.capabilities", {"anything": [1, 2]})
     assert plain == with_params
+
+
+async def test_catch_up_refusals_carry_the_cors_headers(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    """A browser client reads why its catch-up was refused (400 bad cursor, 403 another
+    client's session), not an opaque CORS failure."""
+    other = {"Authorization": "Bearer other-client-token-77", "Origin": ALLOWED_ORIGIN}
+    bridge = await start_bridge(
+        env=provider_env(fake_upstream.url, XWM_CLIENT_TOKENS="other-client-token-77")
+    )
+    await rpc(http, bridge.rpc_url, "session.start", session_params("mine", "hi"))
+    cases = [
+        ({**AUTH, "Origin": ALLOWED_ORIGIN}, "/acp/sessions/mine/events?afterSeq=x", 400),
+        (other, "/acp/sessions/mine/events", 403),
+    ]
+    for headers, path, expected in cases:
+        status, resp_headers, body = await request(http, "GET", bridge.url + path, None, headers)
+        assert status == expected, body
+        assert resp_headers["Access-Control-Allow-Origin"] == ALLOWED_ORIGIN
+        assert resp_headers["Vary"].startswith("Origin")
+        assert orjson.loads(body)["error"]["message"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 from aiohttp import web
 
@@ -91,6 +92,13 @@ def drop_overlap(missed: list[LedgerEntry], sub: Subscription) -> None:
         sub.pending.popleft()
 
 
+def _refusal(status: int, body: dict[str, Any], headers: dict[str, str]) -> web.Response:
+    """A refused catch-up, with the route's CORS headers (a browser client reads why)."""
+    return web.Response(
+        status=status, body=jsonrpc.dumps(body), content_type="application/json", headers=headers
+    )
+
+
 async def stream_events(
     request: web.Request,
     bridge: Bridge,
@@ -107,12 +115,12 @@ async def stream_events(
     )
     if after is None or not session_id:
         body = jsonrpc.error(None, jsonrpc.INVALID_PARAMS, BAD_AFTER)
-        return web.Response(status=400, body=jsonrpc.dumps(body), content_type="application/json")
+        return _refusal(400, body, headers)
     try:
         await bridge.sessions.check_owner(session_id, principal)
     except jsonrpc.RpcError as exc:  # another principal's session
         body = jsonrpc.error(None, exc.code, exc.message)
-        return web.Response(status=403, body=jsonrpc.dumps(body), content_type="application/json")
+        return _refusal(403, body, headers)
     follow = request.query.get("follow", "0").lower() in ("1", "true", "yes")
     sessions = bridge.sessions
     stream = web.StreamResponse(
