@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge import coerce
+from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.router import keywords
 from xwm_bridge.router.memory import MemorySource, Preferences
 from xwm_bridge.router.skills import (
@@ -51,6 +52,9 @@ _SEPARATORS = re.compile(r"[-_\s]+")
 
 Classify = Callable[[str], Awaitable[str]]
 NO_APPROVAL = InstallApproval()
+#: ``routing.availableSkills`` items at most: each one's keywords are searched in the
+#: whole prompt, on the event loop (20,000 of them with a 2 MB prompt held it for minutes)
+MAX_AVAILABLE_SKILLS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,12 @@ class RoutingRequest:
         approval = get("installApproval")
         skills = get("availableSkills")
         explicit_skills = get("explicitSkills")
+        if isinstance(skills, list) and len(skills) > MAX_AVAILABLE_SKILLS:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"routing.availableSkills: at most {MAX_AVAILABLE_SKILLS} skills "
+                f"(got {len(skills)})",
+            )
         return cls(
             prompt=text(params.get("taskPrompt")),
             working_directory=coerce.path_text(params.get("workingDirectory"), "workingDirectory"),

@@ -150,10 +150,11 @@ def candidate_keywords(c: SkillCandidate) -> list[str]:
 def static_find(prompt: str) -> list[SkillCandidate]:
     if not _IN_CATALOG(prompt):  # the common case: one regex search
         return []
+    lowered = prompt.lower()
     return [
         SkillCandidate(id=cid, label=label)
         for cid, label, kws in CATALOG
-        if keywords.any_of(prompt, kws)
+        if keywords.any_in(lowered, kws)
     ]
 
 
@@ -187,7 +188,8 @@ async def resolve_skills(
             return SkillResult(resolved=forced, source=LOCAL_MATCH)
     available = dedupe_candidates(available_raw) if available_raw else []
     if available and prompt.strip():
-        local = [a.display for a in available if keywords.any_of(prompt, candidate_keywords(a))]
+        lowered = prompt.lower()  # once, not once per candidate (a prompt may be MiBs)
+        local = [a.display for a in available if keywords.any_in(lowered, candidate_keywords(a))]
         matched = dedupe_strings(local)
         if matched:
             return SkillResult(resolved=matched, source=LOCAL_MATCH)

@@ -57,3 +57,28 @@ def test_matcher_agrees_with_the_regex(name: str, parts: list[str]) -> None:
     assert pattern is not None
     expected = pattern.search(text.lower()) is not None
     assert keywords.Matcher(LISTS[name])(text) is expected
+
+
+def test_an_overlong_keyword_never_matches_nor_stays_compiled() -> None:
+    # a client's skill id is a keyword: a 1.5 MB one took seconds of regex parsing on
+    # the event loop and stayed cached (4096 of them); no skill name is that long
+    long = "q" * (keywords.MAX_KEYWORD + 1)
+    assert not keywords.any_of(f"use {long} now", [long, "   "])
+    assert keywords.any_of(f"use {long[:-1]} now", [long[:-1]])
+    assert not keywords.contains(long, long)
+
+
+ODD = ["_x", "a_ b", "a", "b", "(", "-q", "q"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([*FRAGMENTS, *GLUE, *ODD]), max_size=8).map("".join),
+    st.lists(st.sampled_from([*FRAGMENTS, *ODD]), min_size=1, max_size=4),
+)
+def test_any_of_agrees_with_one_alternation(text: str, words: list[str]) -> None:
+    """Each keyword searched on its own (its literal first) answers as the one regex
+    alternation of all of them did."""
+    pattern = keywords._pattern(tuple(words))
+    expected = pattern is not None and pattern.search(text.lower()) is not None
+    assert keywords.any_of(text, words) is expected

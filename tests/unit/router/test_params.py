@@ -88,3 +88,17 @@ def test_install_approval(approval: Any, request_id: str, keys: tuple[str, ...])
 )
 def test_available_skills(skills: Any, expected: tuple[SkillCandidate, ...]) -> None:
     assert parse({"availableSkills": skills}).available_skills == expected
+
+
+def test_too_many_available_skills_is_a_clear_invalid_params() -> None:
+    # each candidate's keywords are searched in the whole prompt: 20,000 of them with a
+    # 2 MB prompt held the event loop (every session) for many minutes
+    from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+    from xwm_bridge.router.resolver import MAX_AVAILABLE_SKILLS
+
+    skills = [{"id": f"s{i}"} for i in range(MAX_AVAILABLE_SKILLS)]
+    assert len(parse({"availableSkills": skills}).available_skills) == MAX_AVAILABLE_SKILLS
+    with pytest.raises(RpcError) as err:
+        parse({"availableSkills": [*skills, {"id": "one-more"}]})
+    assert err.value.code == INVALID_PARAMS
+    assert f"at most {MAX_AVAILABLE_SKILLS}" in err.value.message
