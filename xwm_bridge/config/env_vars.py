@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from xwm_bridge.config.model import BridgeConfig
 
@@ -76,13 +76,26 @@ SECRET_ENV_VARS = frozenset(
 CONFIG_FILE_ENV = "XWM_BRIDGE_CONFIG"
 
 
+#: the credentials of the config loaded last (``BridgeConfig.credentials()``, set by
+#: ``load_config``): a key the YAML takes from a variable of another name
+#: (``auth_api_key: ${GEMINI_API_KEY}``) is a secret of the bridge all the same
+_config_credentials: frozenset[str] = frozenset()
+
+
+def hold_back(credentials: Iterable[str]) -> None:
+    """Keep these values (and variables holding them) out of helper commands too."""
+    global _config_credentials
+    _config_credentials = frozenset(v for v in credentials if v.strip())
+
+
 def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment of a helper command the operator configured (``<cli> mcp
     list``, the skill commands, ``claude_review``): ``environ`` without the bridge's
     secret variables (:data:`SECRET_ENV_VARS`), nor any variable holding one of
-    their values, or a comma-separated list with one. (Agents get less: only the
-    names their provider lists, ``providers/stdio/launch.py``.)"""
-    values: set[str] = set()
+    their values or a credential of the loaded config (:func:`hold_back`), or a
+    comma-separated list with one. (Agents get less: only the names their provider
+    lists, ``providers/stdio/launch.py``.)"""
+    values: set[str] = set(_config_credentials)
     for name in SECRET_ENV_VARS:
         value = environ.get(name, "")
         values.update(p for p in (v.strip() for v in value.split(",")) if p)

@@ -22,6 +22,7 @@ from xwm_bridge.config.env_vars import (
     CONFIG_FILE_ENV,
     ENV_VARS,
     NESTED_ENV_VARS,
+    hold_back,
     provider_env_var,
 )
 from xwm_bridge.config.model import BridgeConfig, ConfigError
@@ -92,6 +93,7 @@ def load_config(
     config = _build(BridgeConfig, data, "")
     config = _apply_provider_env(config, env, sources)
     _validate(config)
+    hold_back(config.credentials())  # helper commands' environments (without_secrets)
     for f in dataclasses.fields(BridgeConfig):
         sources.setdefault(f.name, "default")
     return LoadedConfig(config=config, sources=sources)
