@@ -28,6 +28,9 @@ from xwm_bridge.router import keywords
 from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.skills")
+#: once a skill command has exited, how long a child it left holding its stdout may
+#: keep the pipe open before the command's process group is killed
+EXIT_GRACE = 0.5
 
 LOCAL_MATCH, FIND_SKILLS, NONE = "local_match", "find_skills", "none"
 
@@ -338,20 +341,37 @@ class SkillCommands:
             proc.stdin.write(orjson.dumps(payload))
             await proc.stdin.drain()
             proc.stdin.close()
+        async with asyncio.TaskGroup() as tg:
+            reading = tg.create_task(self._read(proc.stdout))
+            exited = tg.create_task(proc.wait())
+            await asyncio.wait((reading, exited), return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():  # it exited: a child it left may hold its stdout open
+                await asyncio.wait((reading,), timeout=EXIT_GRACE)
+            if not reading.done() or reading.result() is None:
+                _kill_group(proc)  # that child, or a command that wrote too much
+        return reading.result() or b""  # too large: treated as malformed
+
+    async def _read(self, stdout: asyncio.StreamReader) -> bytes | None:
+        """The whole output; None past ``max_output``."""
         chunks: list[bytes] = []
         size = 0
-        while chunk := await proc.stdout.read(65536):
+        while chunk := await stdout.read(65536):
             size += len(chunk)
             if size > self._max_output:
-                return b""  # too large: treated as malformed (the process is killed)
+                return None
             chunks.append(chunk)
-        await proc.wait()
         return b"".join(chunks)
 
 
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the command's process group: it and whatever it started (its own
+    session), also once the command itself has exited."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 async def _reap(proc: asyncio.subprocess.Process) -> None:
+    _kill_group(proc)  # nothing it started outlives the call
     if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
             await wait_for(proc.wait(), 5)

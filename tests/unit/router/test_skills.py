@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import wait_until
 from xwm_bridge.config import BridgeConfig, RouterConfig
 from xwm_bridge.router.resolver import RoutingRequest
 from xwm_bridge.router.service import Router
@@ -284,3 +285,33 @@ async def test_skill_commands_run_without_the_bridges_secrets(
     child = seen(find)
     assert child["HARMLESS"] == "kept"
     assert not {"ACP_AUTH_TOKEN", "XWM_CLIENT_TOKENS", "A_COPY"} & set(child)
+
+
+async def test_a_background_child_holding_stdout_neither_delays_nor_outlives_the_command(
+    tmp_path: Path,
+) -> None:
+    """A finder that answers and exits, leaving a child with its stdout: the answer
+    counts at once (not after the deadline), and the child is killed with the group."""
+    pid_file = tmp_path / "child.pid"
+    body = (
+        "import subprocess\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print(json.dumps({'id': 'video-translator', 'label': 'Video translator'}))\n"
+    )
+    finder = script(tmp_path, "forking", body)
+    cmds = SkillCommands(enabled=True, find_bin=finder, install_bin="", timeout=10, max_output=4096)
+    started = time.monotonic()
+    found = await cmds.find("x")
+    assert [c.id for c in found] == ["video-translator"]
+    assert time.monotonic() - started < 5  # not the 10 s deadline
+    child = int(pid_file.read_text())
+    await wait_until(lambda: not _alive(child))  # killed with the group
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
