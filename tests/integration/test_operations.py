@@ -63,6 +63,26 @@ async def test_livez_readyz_and_metrics_unauthenticated(
     assert 'xwm_bytes_received_total{transport="http"}' in text
 
 
+async def test_turn_metric_provider_label_is_bounded(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    """A turn that routes to no provider (multi-agent here) is labelled with the routed
+    provider (none), not with whatever ``provider`` string the client sent: one new
+    histogram series per client-chosen value grew /metrics without bound."""
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    route = {"routingMode": "explicit", "explicitExecutionTarget": "multiAgent"}
+    for i in range(3):
+        params = {"sessionId": f"ma{i}", "taskPrompt": "hi", "provider": f"chosen-{i}"}
+        await rpc(http, bridge.rpc_url, "session.start", {**params, "routing": route})
+    async with http.get(f"{bridge.url}/metrics") as resp:
+        text = await resp.text()
+    assert "chosen-" not in text
+    assert (
+        'xwm_turn_duration_seconds_count{mode="multi-agent",outcome="failed",provider="",'
+        'target="multi-agent"} 3.0'
+    ) in text
+
+
 async def test_readyz_requires_providers_when_configured(
     start_bridge: StartBridge,
     fake_upstream: FakeUpstream,

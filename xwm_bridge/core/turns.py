@@ -172,8 +172,10 @@ class TurnRunner:
             elapsed = time.monotonic() - started
             outcome = OUTCOMES[status]
             mode = turn.mode.value
+            # the routed provider (a configured id), never the client's own ``provider``
+            # string: a label value per client-chosen string would grow /metrics unbounded
             self._metrics.turn_durations.get(
-                decision.execution_target, mode, provider, outcome
+                decision.execution_target, mode, decision.provider_id, outcome
             ).observe(elapsed)
         fields = {
             "session_id": sp.session_id[:128],
