@@ -261,6 +261,25 @@ async def test_health_reports_provider_outcomes_and_samples(
     assert codex["state"] == "ok" and codex["turns"] == 2
 
 
+async def test_health_tracks_configured_providers_after_client_chosen_names(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
+) -> None:
+    """Turns that route to no provider carry the client's own ``provider`` string; the
+    health view's book of provider outcomes (bounded at MAX_PROVIDERS) filled up with
+    them, and a configured provider first used afterwards stayed "unknown" for good."""
+    from xwm_bridge.app.health import MAX_PROVIDERS
+
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    route = {"routingMode": "explicit", "explicitExecutionTarget": "multiAgent"}
+    for i in range(MAX_PROVIDERS):
+        params = {"sessionId": f"hx{i}", "taskPrompt": "hi", "provider": f"chosen-{i}"}
+        await rpc(http, bp.rpc_url, "session.start", {**params, "routing": route})
+    await turn(http, bp.rpc_url, "hc", "fine")
+    health = (await rpc(http, bp.rpc_url, "bridge.health", {}))["result"]
+    codex = next(p for p in health["providers"] if p["id"] == "codex")
+    assert codex["state"] == "ok" and codex["turns"] == 1
+
+
 async def test_session_list_over_stdio(fake_upstream: FakeUpstream, tmp_path: Any) -> None:
     """Every transport: the methods answer on acp-stdio too."""
     import sys

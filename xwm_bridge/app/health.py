@@ -55,9 +55,13 @@ class ProviderStats:
 @dataclass(slots=True)
 class ProviderBook:
     stats: dict[str, ProviderStats] = field(default_factory=dict)
+    #: the provider ids worth a row (the configured ones); None: any. A turn routed to
+    #: no provider carries the client's own ``provider`` string, which must not take
+    #: one of the MAX_PROVIDERS places
+    known: frozenset[str] | None = None
 
     def observe(self, provider: str, status: str, error: str) -> None:
-        if not provider:
+        if not provider or (self.known is not None and provider not in self.known):
             return
         entry = self.stats.get(provider)
         if entry is None:
@@ -182,7 +186,7 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
 class HealthSampler:
     def __init__(self, bridge: Bridge) -> None:
         self._bridge = bridge
-        self.book = ProviderBook()
+        self.book = ProviderBook(known=frozenset(p.id for p in bridge.config.available_providers))
         self._redactor = Redactor(bridge.config.secrets())
         self._last: dict[str, Any] | None = None
 
