@@ -76,13 +76,19 @@ class _Clock:
         return f"{self._stamp}.{int((now - second) * 1000):03d}Z"
 
 
-def _cap(value: str, limit: int) -> str:
+def _cap(value: str, limit: int, redactor: Redactor | None = None) -> str:
+    """``value`` cut to ``limit`` characters; redacted first (a secret across the cut
+    would no longer be whole, and its first characters would stay in the line)."""
     if len(value) <= limit:
         return value
+    if redactor:
+        value = redactor.text(value)
+        if len(value) <= limit:
+            return value
     return f"{value[:limit]}…(+{len(value) - limit} chars)"
 
 
-def _capped(fields: dict[str, Any]) -> dict[str, Any]:
+def _capped(fields: dict[str, Any], redactor: Redactor | None = None) -> dict[str, Any]:
     """Every string field cut to :data:`MAX_FIELD_CHARS` (values often come from clients
     and peers); containers stay, and are bounded by the line cap."""
     out = fields
@@ -90,13 +96,15 @@ def _capped(fields: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
             if out is fields:
                 out = dict(fields)
-            out[key] = _cap(value, MAX_FIELD_CHARS)
+            out[key] = _cap(value, MAX_FIELD_CHARS, redactor)
     return out
 
 
-def _put_capped(entry: dict[str, Any], fields: dict[str, Any] | None, exc: str) -> None:
+def _put_capped(
+    entry: dict[str, Any], fields: dict[str, Any] | None, exc: str, redactor: Redactor
+) -> None:
     if fields:
-        entry.update(_capped(fields))
+        entry.update(_capped(fields, redactor))
     if exc:
         entry["exc"] = exc
 
@@ -105,14 +113,15 @@ def _put_capped(entry: dict[str, Any], fields: dict[str, Any] | None, exc: str) 
 _INT_RANGE = range(-(2**63), 2**64)
 
 
-def _scalar(value: Any) -> Any:
+def _scalar(value: Any, redactor: Redactor | None = None) -> Any:
     if isinstance(value, (str, float, bool)) or (isinstance(value, int) and value in _INT_RANGE):
         return value
-    return _cap(repr(value), MAX_FIELD_CHARS)  # an int past 64 bits too: orjson refuses it
+    # an int past 64 bits too: orjson refuses it
+    return _cap(repr(value), MAX_FIELD_CHARS, redactor)
 
 
-def _scalars(entry: dict[str, Any]) -> dict[str, Any]:
-    return {k: _scalar(v) for k, v in entry.items()}
+def _scalars(entry: dict[str, Any], redactor: Redactor | None = None) -> dict[str, Any]:
+    return {k: _scalar(v, redactor) for k, v in entry.items()}
 
 
 #: ``log_format`` values: ``auto`` = text when stderr is a terminal, else JSON
@@ -162,7 +171,7 @@ def render_line(
         "ts": clock.stamp(created),
         "level": level,
         "logger": logger,
-        "msg": _cap(msg, MAX_FIELD_CHARS),
+        "msg": _cap(msg, MAX_FIELD_CHARS, redactor),
     }
     rid, tid = request_id.get(), turn_id.get()
     if rid:
@@ -170,9 +179,9 @@ def render_line(
     if tid:
         entry["turn_id"] = tid
     if exc:
-        exc = _cap(exc, MAX_EXC_CHARS)
+        exc = _cap(exc, MAX_EXC_CHARS, redactor)
     if text:  # a terminal's line, not JSON: every form of every secret replaced
-        _put_capped(entry, fields, exc)
+        _put_capped(entry, fields, exc, redactor)
         return redactor.redact_bytes(render_text(entry)) + b"\n"
     if fields:
         entry.update(fields)
@@ -184,14 +193,14 @@ def render_line(
             # a string field may be over the cap (a line at most MAX_FIELD_CHARS bytes
             # long holds none: a character is at least a byte): cut them and encode
             # again. Most lines are far shorter, and skip the pass over their fields.
-            _put_capped(entry, fields, exc)
+            _put_capped(entry, fields, exc, redactor)
             line = orjson.dumps(entry, default=repr)
     except TypeError:  # e.g. a peer's value nested deeper than orjson writes
-        _put_capped(entry, fields, exc)
-        entry = _scalars(entry)
+        _put_capped(entry, fields, exc, redactor)
+        entry = _scalars(entry, redactor)
         line = orjson.dumps(entry)
     if len(line) > MAX_LINE_BYTES:  # big containers (lists, dicts) in the fields
-        entry = _scalars(entry)
+        entry = _scalars(entry, redactor)
         line = orjson.dumps(entry)
     if redactor.hit(line):  # rebuilt from the line: repr()-ed objects are strings by now
         line = orjson.dumps(redactor.value(orjson.loads(line)))

@@ -116,6 +116,25 @@ def test_client_supplied_fields_are_capped() -> None:
     assert "chars)" in str(doc["session_id"])
 
 
+def test_a_secret_across_the_field_cap_is_redacted_before_the_cut() -> None:
+    """A long value was cut at the cap first and redacted after: a secret straddling
+    the cut was no longer whole, so its first characters reached the log."""
+    token = "s3cr3t-token-0123456789"
+    value = "x" * (MAX_FIELD_CHARS - 8) + token + " tail"
+    exc = "y" * (obslog.MAX_EXC_CHARS - 8) + token
+    big = ["z" * (MAX_FIELD_CHARS - 8) + token, *["w" * 100] * 1000]  # over the line cap
+    for as_text in (False, True):
+        for fields in ({"error": value}, {"ids": big}):
+            out = render_line(
+                Redactor((token,)), _Clock(), 0.0, "info", "t", value, fields, exc, text=as_text
+            )
+            assert b"s3cr3t" not in out, (as_text, list(fields))
+    doc = orjson.loads(
+        render_line(Redactor((token,)), _Clock(), 0.0, "info", "t", "m", {"error": value})
+    )
+    assert str(doc["error"]).startswith("x" * (MAX_FIELD_CHARS - 8) + "[REDACTE…(+7 chars)")
+
+
 def test_big_containers_are_shortened() -> None:
     out = render_line(Redactor(), _Clock(), 0.0, "info", "t", "m", {"ids": ["x" * 100] * 10_000})
     assert len(out) < 3 * MAX_FIELD_CHARS
@@ -134,19 +153,20 @@ def test_deep_values_do_not_break_the_line() -> None:
 
 def _reference_line(redactor: Redactor, msg: str, fields: dict[str, object], exc: str) -> bytes:
     """The line as rendered before the short-line fast path: every string field
-    capped first, then encoded (the fast path must give the same bytes)."""
+    capped (redacted before the cut) first, then encoded (the fast path must give the
+    same bytes)."""
     entry: dict[str, object] = {"ts": _Clock().stamp(0.0), "level": "info", "logger": "t"}
-    entry["msg"] = obslog._cap(msg, MAX_FIELD_CHARS)
-    entry.update(obslog._capped(fields))
+    entry["msg"] = obslog._cap(msg, MAX_FIELD_CHARS, redactor)
+    entry.update(obslog._capped(fields, redactor))
     if exc:
-        entry["exc"] = obslog._cap(exc, obslog.MAX_EXC_CHARS)
+        entry["exc"] = obslog._cap(exc, obslog.MAX_EXC_CHARS, redactor)
     try:
         line = orjson.dumps(entry, default=repr)
     except TypeError:  # an int past 64 bits, or nested deeper than orjson writes
-        entry = obslog._scalars(entry)
+        entry = obslog._scalars(entry, redactor)
         line = orjson.dumps(entry)
     if len(line) > obslog.MAX_LINE_BYTES:
-        line = orjson.dumps(obslog._scalars(entry))
+        line = orjson.dumps(obslog._scalars(entry, redactor))
     if redactor.hit(line):
         line = orjson.dumps(redactor.value(orjson.loads(line)))
     return line + b"\n"
