@@ -156,3 +156,38 @@ async def test_sse_turn_stream_carries_the_resolution(
     assert perms[1]["pending"] is False and perms[1]["requestId"] == perms[0]["requestId"]
     assert perms[1]["outcome"] == "reject_once" and perms[1]["answeredBy"]["transport"] == "http"
     assert "permission denied" in events[-1]["result"]["output"]
+
+
+async def test_a_client_never_lists_another_clients_requests(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """With several client tokens, permission.list shows a client the requests of its
+    own sessions only: a resolved request whose session was closed (so no session names
+    an owner any more) was listed to every client, tool call and answerer included."""
+    from tests.conftest import eventually
+    from tests.integration.test_security import TOKEN_A, TOKEN_ADMIN, TOKEN_B, call
+
+    cfg = {**config(tmp_path), "client_tokens": [TOKEN_A, TOKEN_B], "admin_tokens": [TOKEN_ADMIN]}
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url, target = bp.rpc_url, tmp_path / "secret-plan.txt"
+    params = agent_params("a-perm", f"permission {target}", workingDirectory=str(tmp_path))
+    turn = asyncio.ensure_future(call(http, url, TOKEN_A, "session.start", params))
+
+    async def listed(token: str, **extra: Any) -> list[dict[str, Any]]:
+        reply = await call(http, url, token, "permission.list", extra)
+        requests: list[dict[str, Any]] = reply["result"]["requests"]
+        return requests
+
+    asked = (await eventually(lambda: listed(TOKEN_A)))[0]
+    assert await listed(TOKEN_B) == []
+    answer = {"sessionId": "a-perm", "requestId": asked["requestId"], "optionId": "once"}
+    assert "result" in await call(http, url, TOKEN_A, "session.permission", answer)
+    assert (await asyncio.wait_for(turn, 20))["result"]["success"] is True
+    closed = await call(http, url, TOKEN_A, "session.close", {"sessionId": "a-perm"})
+    assert closed["result"]["accepted"] is True
+    assert [r["requestId"] for r in await listed(TOKEN_A, includeResolved=True)] == [
+        asked["requestId"]
+    ]
+    assert await listed(TOKEN_B, includeResolved=True) == []
+    admin = await listed(TOKEN_ADMIN, includeResolved=True)
+    assert [r["requestId"] for r in admin] == [asked["requestId"]]

@@ -268,13 +268,17 @@ class OperatorMethods:
                 for r in resolved
                 if r.state == "resolved" and (not session_id or r.session_id == session_id)
             ]
-        if not self.sees_all_sessions(call):  # the requests of its own sessions only
-            requests = [r for r in requests if await self._owns(r.session_id, call)]
+        if not self.sees_all_sessions(call):  # the requests of its own turns only
+            requests = [r for r in requests if await self._owns(r, call)]
         return {"requests": [r.wire() for r in requests], "watchCursor": cursor}
 
-    async def _owns(self, session_id: str, call: CallContext) -> bool:
+    async def _owns(self, record: PermissionRecord, call: CallContext) -> bool:
+        """Raised by the caller's turn; a record of an earlier version names no principal:
+        then by its session's owner (a session that is gone names none)."""
+        if record.principal:
+            return record.principal == call.principal
         try:
-            await self._bridge.sessions.check_owner(session_id, call.principal)
+            await self._bridge.sessions.check_owner(record.session_id, call.principal)
         except RpcError:
             return False
         return True

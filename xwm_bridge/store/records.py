@@ -147,6 +147,9 @@ class PermissionRecord:
     resolved_at: float = 0.0
     #: the process (or replica) holding the request
     owner: str = ""
+    #: who ran the turn that raised it (a digest, never on the wire): permission.list
+    #: shows a client only its own, also once the session is gone
+    principal: str = ""
 
     @property
     def key(self) -> tuple[str, str]:

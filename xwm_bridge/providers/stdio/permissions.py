@@ -122,6 +122,7 @@ class PermissionBroker:
         provider: str = "",
         tool_call: dict[str, Any] | None = None,
         timeout: float = 0.0,
+        principal: str = "",
     ) -> PendingPermission:
         request_id = f"perm-{next(_ids)}"
         offered = tuple(
@@ -140,6 +141,7 @@ class PermissionBroker:
             created_at=now,
             deadline=now + timeout if timeout > 0 else 0.0,
             owner=self.owner,
+            principal=principal,
         )
         entry = PendingPermission(
             session_id,

@@ -173,6 +173,7 @@ class TurnState:
                 reason=reason,
                 by=Answerer("policy", ""),
                 resolved_at=now,
+                principal=self.ctx.principal,
             ),
             action,
         )
@@ -196,6 +197,7 @@ class TurnState:
             provider=provider_id_of(self.ctx),
             tool_call=tool_call,
             timeout=timeout,
+            principal=self.ctx.principal,
         )
         try:
             await self.ctx.emit(mapping.permission_payload(entry.request_id, params))
