@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xwm_bridge.observability.logging import Redactor
+from xwm_bridge.observability.logging import Redactor, capped
 from xwm_bridge.store.base import CANCELLED, COMPLETED
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class ProviderStats:
             return
         self.failures += 1
         self.consecutive_failures += 1
-        self.last_error, self.last_error_at = error[:500], now
+        self.last_error, self.last_error_at = capped(error, 500), now
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ from xwm_bridge.core.replay import ReplayParams, replay
 from xwm_bridge.jsonrpc import INTERNAL_ERROR, RpcError
 from xwm_bridge.mounts.reconcile import MountsRequest, reconcile
 from xwm_bridge.observability import context as obs
+from xwm_bridge.observability.logging import capped
 from xwm_bridge.providers.stdio.permissions import PermissionAnswer
 from xwm_bridge.router.dispatch import resolve_dispatch
 from xwm_bridge.router.resolver import EMPTY_FIELDS, RoutingRequest
@@ -231,8 +232,11 @@ class BridgeMethods:
         except Exception as exc:  # Redis down, or the owner did not reply in time
             raise RpcError(
                 INTERNAL_ERROR,
-                f"permission request {answer.request_id} is held by replica {stored.owner}, "
-                f"which did not answer: {type(exc).__name__}: {exc}"[:500],
+                capped(
+                    f"permission request {answer.request_id} is held by replica "
+                    f"{stored.owner}, which did not answer: {type(exc).__name__}: {exc}",
+                    500,
+                ),
             ) from None
 
     async def session_replay(

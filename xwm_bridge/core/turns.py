@@ -21,7 +21,7 @@ from xwm_bridge.core.sessions import SessionRegistry, TurnHandle
 from xwm_bridge.core.turn import TurnRequest
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.observability import context as obs
-from xwm_bridge.observability.logging import events
+from xwm_bridge.observability.logging import capped, events
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.router.resolver import RoutingDecision, RoutingRequest
 from xwm_bridge.store.base import CANCELLED, COMPLETED, FAILED, INTERRUPTED, RUNNING
@@ -189,7 +189,7 @@ class TurnRunner:
         if outcome == "success":
             events.info(TURNS_LOGGER, "turn finished", fields)
         else:
-            fields["error"] = str(result.get("error") or "")[:500]
+            fields["error"] = capped(str(result.get("error") or ""), 500)
             # a failed turn is a warning, with its reason; a cancelled one is not a failure
             line = events.warning if outcome == "failed" else events.info
             line(TURNS_LOGGER, "turn finished", fields)

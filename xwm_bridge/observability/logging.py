@@ -294,6 +294,10 @@ class EventLog:
         self.level = level
         self.text = text
 
+    def redact(self, value: str) -> str:
+        """``value`` with the process's secrets (those of :func:`setup_logging`) masked."""
+        return self._redactor.text(value)
+
     def info(self, logger: str, msg: str, fields: dict[str, Any]) -> None:
         if self.level <= logging.INFO and self._sink is not None:
             self._sink.put(
@@ -326,6 +330,15 @@ class EventLog:
 
 #: configured by :func:`setup_logging`; until then events go nowhere (library use, tests)
 events = EventLog(None, Redactor(), logging.INFO)
+
+
+def capped(value: str, limit: int) -> str:
+    """``value`` cut to ``limit`` characters for a log field or a message that keeps
+    an error's text. When it is cut, the process's secrets are masked first: a secret
+    across the cut would no longer be whole, and its first characters would stay."""
+    if len(value) <= limit:
+        return value
+    return events.redact(value)[:limit]
 
 
 class JsonFormatter(logging.Formatter):

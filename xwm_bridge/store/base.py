@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from xwm_bridge import jsonrpc
+from xwm_bridge.observability.logging import capped
 from xwm_bridge.store.records import (
     MAX_PROMPT_CHARS,
     PermissionRecord,
@@ -95,7 +96,7 @@ class StoreCounters:
     failed_at: float = 0.0
 
     def failed(self, error: str) -> None:
-        self.last_error = error[:300]
+        self.last_error = capped(error, 300)
         self.failed_at = time.monotonic()
 
     def recent_error(self) -> str:

@@ -27,6 +27,7 @@ from typing import Final, TypeAlias
 
 import orjson
 
+from xwm_bridge.observability.logging import capped
 from xwm_bridge.store.base import (
     HEALTH_TIMEOUT,
     RUNNING,
@@ -118,7 +119,7 @@ class MemoryStore:
         self.counters.bad_records += 1
         log.error(
             "session store dropped a record",
-            extra={"op": op, "session_id": session_id[:128], "error": f"{exc}"[:300]},
+            extra={"op": op, "session_id": session_id[:128], "error": capped(f"{exc}", 300)},
         )
 
     def append(self, session_id: str, entry: LedgerEntry) -> None:

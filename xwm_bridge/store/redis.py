@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 
+from xwm_bridge.observability.logging import capped
 from xwm_bridge.store import redis_reads, redis_schema
 from xwm_bridge.store.base import (
     HEALTH_TIMEOUT,
@@ -366,7 +367,7 @@ class RedisStore:
         self.counters.bad_records += 1
         log.error(
             "session store dropped a record",
-            extra={"op": kind, "session_id": session_id[:128], "error": f"{exc}"[:300]},
+            extra={"op": kind, "session_id": session_id[:128], "error": capped(f"{exc}", 300)},
         )
 
     async def _serve(self) -> None:

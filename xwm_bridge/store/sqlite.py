@@ -34,6 +34,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from xwm_bridge.observability.logging import capped
 from xwm_bridge.store import sqlite_history, sqlite_lock, sqlite_reads
 from xwm_bridge.store.base import (
     HEALTH_TIMEOUT,
@@ -398,7 +399,7 @@ class SQLiteStore:
                 "ops": len(ops),
                 "op": ops[0][0],
                 "session_id": session_of(ops[0])[:128],
-                "error": f"{type(exc).__name__}: {exc}"[:300],
+                "error": capped(f"{type(exc).__name__}: {exc}", 300),
             },
         )
 

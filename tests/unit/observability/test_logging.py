@@ -196,3 +196,18 @@ def test_short_lines_skip_the_cap_pass_and_render_the_same(
     redactor = Redactor(["s3cr3t-token"])
     got = render_line(redactor, _Clock(), 0.0, "info", "t", "m", dict(fields), exc)
     assert got == _reference_line(redactor, "m", fields, exc)
+
+
+def test_capped_masks_a_secret_across_the_cut() -> None:
+    secret = "sk-live-0123456789abcdef"
+    events = obslog.events
+    saved = events._sink, events._redactor, events.level
+    events.configure(None, Redactor([secret]), logging.INFO)  # as setup_logging does
+    try:
+        text = "x" * 490 + secret + "y" * 100  # the secret straddles character 500
+        out = obslog.capped(text, 500)
+        assert len(out) == 500
+        assert secret[:5] not in out and out.startswith("x" * 490 + "[REDAC")
+        assert obslog.capped("short " + secret, 500) == "short " + secret  # uncut: left
+    finally:  # to the line's own redaction
+        events.configure(*saved)

@@ -24,6 +24,7 @@ from xwm_bridge.config import BridgeConfig, ProviderConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
 from xwm_bridge.core.usage import RECORD_KEY, TurnUsage, Usage
+from xwm_bridge.observability.logging import capped
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.providers.collector import remote_fields
 from xwm_bridge.providers.single_agent import failure_result, provider_id_of
@@ -208,7 +209,7 @@ class StdioAgentExecutor:
             if exc.timed_out:
                 await self._interrupt(agent, acp_sid, ctx, None)
             elif not agent.alive:  # pending permission requests die with the agent
-                self.broker.close_session(ctx.session_id, AGENT_EXITED, str(exc)[:500])
+                self.broker.close_session(ctx.session_id, AGENT_EXITED, capped(str(exc), 500))
             await ctx.emit_error(str(exc))
             self._account(ctx, provider, opened, state.usage)
             return {**self.failure(ctx, str(exc)), **extras, **self._extras(state)}
