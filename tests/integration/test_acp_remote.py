@@ -18,7 +18,16 @@ from acp.http import create_http_stream
 from acp.ws import create_websocket_stream
 
 from tests.acp_schema import FrameChecker
-from tests.conftest import AUTH, TOKEN, FakeUpstream, StartBridge, log_entries, wait_until
+from tests.conftest import (
+    AUTH,
+    TOKEN,
+    FakeUpstream,
+    StartBridge,
+    log_entries,
+    rpc,
+    session_params,
+    wait_until,
+)
 from tests.integration.acp_helpers import RecordingClient, caps, prompt
 from tests.integration.agent_helpers import agent_provider
 from xwm_bridge import inflight
@@ -323,6 +332,31 @@ async def test_sessions_belong_to_their_principal(
         assert err.value.code == -32002
         with pytest.raises(RequestError):
             await conn.resume_session(cwd=str(tmp_path), session_id=mine.session_id, mcp_servers=[])
+
+
+async def test_another_principals_bridge_session_is_not_loaded_over_acp(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    http: aiohttp.ClientSession,
+) -> None:
+    # a session of the bridge contract (/acp/rpc) has an owner but no acp.owner key:
+    # another principal's session/load replayed its prompts and wrote acp.* keys into it
+    other = "other-client-token-42"
+    cfg = config(fake_upstream, tmp_path, client_tokens=[other])
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    started = await rpc(http, bp.rpc_url, "session.start", session_params("owned", "my secret"))
+    assert started["result"]["success"] is True
+    theirs = {"Authorization": f"Bearer {other}"}
+    url = f"{bp.url}/acp/remote"
+    async with sdk_client(url, "ws", headers=theirs) as (conn, client, _c):
+        for reopen in (conn.load_session, conn.resume_session):
+            with pytest.raises(RequestError) as err:
+                await reopen(cwd=str(tmp_path), session_id="owned", mcp_servers=[])
+            assert err.value.code == -32002
+        assert client.updates == []  # nothing of the owner's session replayed
+    more = await rpc(http, bp.rpc_url, "session.message", session_params("owned", "again"))
+    assert more["result"]["success"] is True  # the owner's session, untouched
 
 
 async def test_a_connection_id_answers_only_the_principal_that_opened_it(

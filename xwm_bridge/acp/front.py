@@ -99,6 +99,9 @@ class AcpFrontDoor:
             if known is not None and known.owner and known.owner != principal:
                 return None, ()
             return known, ()
+        owner = live.owner if live is not None else (record.owner if record else "")
+        if not self.bridge.sessions.may_use(owner, principal):
+            return None, ()  # another's bridge session (/acp/rpc): no acp.owner key
         upstream = live.upstream if live is not None else dict(record.upstream if record else ())
         history = tuple(live.history) if live is not None else (record.history if record else ())
         session = self.sessions.get(session_id)
