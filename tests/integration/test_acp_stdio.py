@@ -351,6 +351,34 @@ async def test_sessions_listed_and_loaded_after_a_restart(
         assert err.value.code == -32002
 
 
+async def test_load_replays_a_ledger_longer_than_one_replay_page(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # session/load read one store.replay page (the oldest replay_max_items entries):
+    # the newest turns of a longer ledger were never replayed
+    cfg = config(fake_upstream, tmp_path, store={"replay_max_items": 3})
+    async with spawn_acp(tmp_path, cfg) as acp:
+        session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        for text in ("one", "two", "three"):
+            await acp.conn.prompt(session_id=session.session_id, prompt=prompt(text))
+        live = "".join(
+            u["content"]["text"]
+            for u in acp.checker.updates()
+            if u["sessionUpdate"] == "agent_message_chunk"
+        )
+        before = len(acp.checker.frames)
+        await acp.conn.load_session(
+            cwd=str(tmp_path), session_id=session.session_id, mcp_servers=[]
+        )
+        replay = [
+            (u["params"]["update"]["sessionUpdate"], u["params"]["update"]["content"]["text"])
+            for u in acp.checker.frames[before:]
+            if u.get("method") == "session/update"
+        ]
+        assert [t for k, t in replay if k == "user_message_chunk"] == ["one", "two", "three"]
+        assert "".join(t for k, t in replay if k == "agent_message_chunk") == live
+
+
 async def test_a_final_only_provider_still_reaches_the_client(
     fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:

@@ -26,7 +26,7 @@ from xwm_bridge.acp.turns import TurnRelay
 from xwm_bridge.core.context import CallContext, Handler
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.providers.stdio import mcp
-from xwm_bridge.store.base import NOTIFICATION
+from xwm_bridge.store.base import NOTIFICATION, LedgerEntry
 from xwm_bridge.store.records import SessionQuery
 
 if TYPE_CHECKING:
@@ -162,9 +162,8 @@ class AcpMethods:
         session.buffer = []  # live updates of a running turn wait for the replay
         self.front.attach(session, self.conn)
         sid = session.session_id
-        store = self.front.bridge.store
         try:
-            ledger = await store.replay(sid, 0, self.front.config.store.replay_max_items)
+            ledger = await self._ledger(sid)
             last = ledger[-1].event_id if ledger else -1
             notes = [e.message for e in ledger if e.kind == NOTIFICATION]
             for update in mapping.replay_updates(history, notes):
@@ -181,6 +180,20 @@ class AcpMethods:
 
         await session.end_replay(last, send)
         return self.front.catalog.state(session.choice)
+
+    async def _ledger(self, sid: str) -> list[LedgerEntry]:
+        """The session's whole ledger, oldest first: one ``store.replay`` call returns at
+        most ``store.replay_max_items`` entries (the oldest), so read page after page
+        (the store bounds the ledger itself)."""
+        store = self.front.bridge.store
+        size = self.front.config.store.replay_max_items
+        ledger = page = await store.replay(sid, 0, size)
+        while len(page) >= size:
+            page = await store.replay(sid, 0, size, after_event=ledger[-1].event_id)
+            if not page or page[0].event_id <= ledger[-1].event_id:
+                break  # no progress: never loop on a store that repeats itself
+            ledger = ledger + page
+        return ledger
 
     async def session_resume(
         self, params: dict[str, Any], call: CallContext, method: str
