@@ -62,8 +62,7 @@ async def handshake(ws: ClientConnection, hs: p.Handshake, s: GatewayConfig) -> 
             hs.on_timeout()
             return
         except websockets.ConnectionClosed as exc:
-            rcvd = exc.rcvd
-            hs.on_close(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
+            _closed(hs, exc)
             return
         frame = p.decode_frame(data)
         if frame is None:
@@ -77,10 +76,13 @@ async def handshake(ws: ClientConnection, hs: p.Handshake, s: GatewayConfig) -> 
                 hs.on_timeout()
                 return
             except websockets.ConnectionClosed as exc:
-                # closed right after the challenge: a failed attempt, not a crash
-                rcvd = exc.rcvd
-                hs.on_close(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
+                _closed(hs, exc)  # right after the challenge: a failed attempt, not a crash
                 return
+
+
+def _closed(hs: p.Handshake, exc: websockets.ConnectionClosed) -> None:
+    rcvd = exc.rcvd
+    hs.on_close(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
 
 
 async def close_quietly(ws: ClientConnection) -> None:
