@@ -19,6 +19,7 @@ from tests.conftest import (
     sse,
     updates,
 )
+from xwm_bridge.store.base import StoreUnavailable
 
 pytestmark = pytest.mark.asyncio
 
@@ -186,3 +187,25 @@ async def test_following_a_session_another_principal_then_creates_ends_the_strea
     assert [e for e in parse_all(leaked.decode())] == []
     async with http.get(url, headers=other) as resp:  # and now it is refused at once
         assert resp.status == 403
+
+
+async def test_a_store_that_cannot_answer_is_a_503_not_a_traceback(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bp = await start_bridge()
+    store = bp.bridge.sessions.store
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("session store: Redis at 10.0.0.5:6379 did not answer within 3s")
+
+    monkeypatch.setattr(store, "replay", down)
+    monkeypatch.setattr(store, "load", down)
+    async with http.get(f"{bp.url}/acp/sessions/s1/events", headers=AUTH) as resp:
+        assert resp.status == 503
+        body = await resp.json()
+    assert body["error"]["message"] == "session store unavailable"
+    # the methods that read the store say the same (-32603, with that message)
+    replay = await rpc(http, bp.rpc_url, "session.replay", {"sessionId": "s1"})
+    assert replay["error"] == {"code": -32603, "message": "session store unavailable"}
+    logs = "\n".join(bp.logs)
+    assert "10.0.0.5:6379" in logs and "Traceback" not in logs

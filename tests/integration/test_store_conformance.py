@@ -26,6 +26,7 @@ from xwm_bridge.store.base import (
     SessionRecord,
     SessionStore,
     StoreLimits,
+    StoreUnavailable,
     emitted_pos,
     relayed_pos,
 )
@@ -391,7 +392,6 @@ async def test_sqlite_recover_that_fails_midway_leaves_nothing_half_done(tmp_pat
     turn record is written (after the session row and the ledger entry) leaves the
     turn still ``running``, and the next start interrupts it completely; the record
     was marked interrupted alone before, so no later recover came back to its turn."""
-    import sqlite3
 
     store = SQLiteStore(tmp_path / "sessions.db")
     await store.start()
@@ -406,7 +406,7 @@ async def test_sqlite_recover_that_fails_midway_leaves_nothing_half_done(tmp_pat
         # the disk is full: the turn record's body (its 8000-byte prompt) needs new pages
         pages = await store._call(lambda db: db.execute("PRAGMA page_count").fetchone()[0])
         await store._call(lambda db: db.execute(f"PRAGMA max_page_count = {pages}"))
-        with pytest.raises(sqlite3.OperationalError, match="full"):
+        with pytest.raises(StoreUnavailable, match="full"):  # sqlite3.OperationalError
             await store.recover()
         await store._call(lambda db: db.execute("PRAGMA max_page_count = 1073741823"))
         loaded = await store.load("s1")
@@ -450,6 +450,23 @@ async def test_redis_health_names_the_failed_check(tmp_path: Path) -> None:
                 server.proc.send_signal(signal.SIGCONT)
             assert (broken.check, broken.ok) == ("reachable", False)
             assert f"127.0.0.1:{server.port}" in broken.error
+        finally:
+            await store.close()
+
+
+async def test_a_read_redis_does_not_answer_is_a_store_unavailable_error(tmp_path: Path) -> None:
+    async with redis_server(tmp_path) as server:
+        store = RedisStore(server.url, timeout=0.3)
+        await store.start()
+        try:
+            server.proc.send_signal(signal.SIGSTOP)  # a Redis that does not answer
+            try:
+                with pytest.raises(StoreUnavailable) as err:
+                    await store.load("s1")
+            finally:
+                server.proc.send_signal(signal.SIGCONT)
+            assert f"127.0.0.1:{server.port}" in str(err.value)
+            assert await store.load("s1") is None  # and reads work again once it is back
         finally:
             await store.close()
 

@@ -15,9 +15,12 @@ from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.observability import context as obs
 from xwm_bridge.observability.logging import events
 from xwm_bridge.observability.metrics import Metrics
+from xwm_bridge.store.base import StoreUnavailable
 
 log = logging.getLogger("xwm_bridge.dispatch")
 AUDIT_LOGGER = "xwm_bridge.dispatch"
+#: the answer to a request whose store read failed (the log line says why)
+STORE_UNAVAILABLE = "session store unavailable"
 
 
 class Dispatcher:
@@ -87,6 +90,10 @@ class Dispatcher:
             self._audit(request, call, handler, "abandoned", 0, started, counter, value)
             obs.request_id.reset(token)
             raise
+        except StoreUnavailable as exc:  # an outage, not a bug: no traceback
+            outcome, code = "store_unavailable", jsonrpc.INTERNAL_ERROR
+            log.warning(STORE_UNAVAILABLE, extra={"method": request.method, "error": str(exc)})
+            response = jsonrpc.error(request.id, jsonrpc.INTERNAL_ERROR, STORE_UNAVAILABLE)
         except Exception:
             outcome, code = "internal_error", jsonrpc.INTERNAL_ERROR
             log.exception("method failed", extra={"method": request.method})

@@ -56,7 +56,7 @@ class Metrics:
         self.requests = Counter(
             "xwm_requests",
             "JSON-RPC requests by method, transport and outcome (ok, error, internal_error, "
-            "abandoned; turns: failed, cancelled)",
+            "store_unavailable, abandoned; turns: failed, cancelled)",
             ["method", "transport", "outcome"],
             registry=r,
         )

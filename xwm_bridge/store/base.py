@@ -53,6 +53,11 @@ class StoreError(Exception):
     """The store cannot be opened or reached; the message names it (never a password)."""
 
 
+class StoreUnavailable(StoreError):
+    """A read the store could not answer (its backend down, or too slow): the request
+    that needed it fails, said so, with no traceback; the message is for the log."""
+
+
 #: deadline of one health probe (``/readyz`` answers within it)
 HEALTH_TIMEOUT = 2.0
 #: a failed real write keeps the store unhealthy this long, whatever its probe says

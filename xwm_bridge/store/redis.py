@@ -41,6 +41,7 @@ from xwm_bridge.store.base import (
     StoreError,
     StoreHealth,
     StoreLimits,
+    StoreUnavailable,
     WriteBacklog,
     interrupted_turn,
     recovered,
@@ -215,7 +216,16 @@ class RedisStore:
         self._ensure_running()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._ops.put_nowait(("call", fn, fut))
-        return await wait_for(fut, self.timeout * 3)
+        try:
+            return await wait_for(fut, self.timeout * 3)
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"session store: Redis at {self._where} did not answer within {self.timeout * 3:g}s"
+            ) from None
+        except (OSError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+            raise StoreUnavailable(
+                f"session store: cannot reach Redis at {self._where}: {exc}"
+            ) from None
 
     async def flush(self) -> None:
         """Wait until every write queued so far has reached Redis."""

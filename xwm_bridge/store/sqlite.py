@@ -34,7 +34,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from xwm_bridge.observability.logging import capped
 from xwm_bridge.store import sqlite_history, sqlite_lock, sqlite_reads
 from xwm_bridge.store.base import (
     HEALTH_TIMEOUT,
@@ -44,6 +43,7 @@ from xwm_bridge.store.base import (
     StoreError,
     StoreHealth,
     StoreLimits,
+    StoreUnavailable,
     WriteBacklog,
 )
 from xwm_bridge.store.records import (
@@ -72,8 +72,8 @@ from xwm_bridge.store.sqlite_writes import (
     append_rows,
     apply_permission,
     delete,
+    dropped,
     live_writes,
-    session_of,
     session_row,
     turn_row,
 )
@@ -184,6 +184,8 @@ class SQLiteStore:
         except TimeoutError:
             error = f"no answer from the store thread within {deadline_s:g}s"
             return StoreHealth(self.name, "writable", False, f"{self.path}: {error}")
+        except StoreUnavailable as exc:  # its message names the file
+            return StoreHealth(self.name, "writable", False, str(exc))
         except Exception as exc:
             return StoreHealth(self.name, "writable", False, f"{self.path}: {exc}")
         if recent := self.counters.probe_passed():
@@ -240,7 +242,15 @@ class SQLiteStore:
         fut: Future[T] = Future()
         self._ops.put(("call", fn, fut))
         self._wake.set()
-        return await wait_for(asyncio.wrap_future(fut), READ_TIMEOUT)
+        try:
+            return await wait_for(asyncio.wrap_future(fut), READ_TIMEOUT)
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"session store {self.path}: no answer from the store thread within "
+                f"{READ_TIMEOUT:g}s"
+            ) from None
+        except sqlite3.OperationalError as exc:  # locked, disk I/O error, read-only file
+            raise StoreUnavailable(f"session store {self.path}: {exc}") from None
 
     async def load(self, session_id: str) -> SessionRecord | None:
         return await self._call(lambda db: sqlite_reads.record(db, session_id))
@@ -387,21 +397,7 @@ class SQLiteStore:
                 self._dropped([op], exc)
 
     def _dropped(self, ops: list[Op], exc: Exception) -> None:
-        backend = isinstance(exc, sqlite3.OperationalError)
-        if backend:
-            self.counters.write_errors += len(ops)
-            self.counters.failed(str(exc))
-        else:
-            self.counters.bad_records += len(ops)
-        log.error(
-            "session store write failed; dropped" if backend else "session store dropped a record",
-            extra={
-                "ops": len(ops),
-                "op": ops[0][0],
-                "session_id": session_of(ops[0])[:128],
-                "error": capped(f"{type(exc).__name__}: {exc}", 300),
-            },
-        )
+        dropped(ops, exc, self.counters)
 
     def _forget_session(self, sid: str) -> None:
         """A session deleted (a queued delete, or pruned): what the thread tracked of it

@@ -4,16 +4,20 @@ The store thread (``sqlite.py``) runs them in one transaction per batch."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from typing import Any
 
 import orjson
 
+from xwm_bridge.observability.logging import capped
 from xwm_bridge.store import sqlite_history
-from xwm_bridge.store.base import LedgerEntry, SessionRecord
+from xwm_bridge.store.base import LedgerEntry, SessionRecord, StoreCounters
 from xwm_bridge.store.records import PermissionRecord, TurnRecord
 from xwm_bridge.store.sqlite_rows import batch_rows
 from xwm_bridge.store.sqlite_schema import SESSION_COLUMNS
+
+log = logging.getLogger("xwm_bridge.store")
 
 #: a queued operation: its kind, then its arguments
 Op = tuple[Any, ...]
@@ -182,3 +186,23 @@ def apply_permission(db: sqlite3.Connection, op: Op) -> None:
         db.execute(
             "DELETE FROM permissions WHERE session_id = ? AND request_id = ?", (op[1], op[2])
         )
+
+
+def dropped(ops: list[Op], exc: Exception, counters: StoreCounters) -> None:
+    """Count and log writes the store gave up: the backend refused them (a failed write,
+    ``/readyz`` unready for a while) or they are bad records (dropped alone)."""
+    backend = isinstance(exc, sqlite3.OperationalError)
+    if backend:
+        counters.write_errors += len(ops)
+        counters.failed(str(exc))
+    else:
+        counters.bad_records += len(ops)
+    log.error(
+        "session store write failed; dropped" if backend else "session store dropped a record",
+        extra={
+            "ops": len(ops),
+            "op": ops[0][0],
+            "session_id": session_of(ops[0])[:128],
+            "error": capped(f"{type(exc).__name__}: {exc}", 300),
+        },
+    )

@@ -18,6 +18,7 @@ until the client leaves, falls too far behind, the bridge shuts down,
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -25,11 +26,14 @@ from aiohttp import web
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.app.bridge import Bridge
+from xwm_bridge.app.dispatcher import STORE_UNAVAILABLE
 from xwm_bridge.core.feed import Subscription
-from xwm_bridge.store.base import RESULT, LedgerEntry
+from xwm_bridge.store.base import RESULT, LedgerEntry, StoreUnavailable
 from xwm_bridge.transport.exchange import SSE_HEADERS, SSE_KEEPALIVE
 from xwm_bridge.transport.notify import OrderedSender
 from xwm_bridge.wire import PLAIN, WireEncoder
+
+log = logging.getLogger("xwm_bridge.http")
 
 FOLLOW_MAX_SECONDS = 3600.0
 #: the largest afterSeq / event id a client may name: ledger positions (2·seq + 1)
@@ -99,6 +103,13 @@ def _refusal(status: int, body: dict[str, Any], headers: dict[str, str]) -> web.
     )
 
 
+def _unavailable(exc: StoreUnavailable, headers: dict[str, str]) -> web.Response:
+    """The store could not answer: 503, said so (the log line has why; no traceback)."""
+    log.warning(STORE_UNAVAILABLE, extra={"route": "catch-up", "error": str(exc)})
+    body = jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, STORE_UNAVAILABLE)
+    return _refusal(503, body, headers)
+
+
 async def stream_events(
     request: web.Request,
     bridge: Bridge,
@@ -121,6 +132,8 @@ async def stream_events(
     except jsonrpc.RpcError as exc:  # another principal's session
         body = jsonrpc.error(None, exc.code, exc.message)
         return _refusal(403, body, headers)
+    except StoreUnavailable as exc:
+        return _unavailable(exc, headers)
     follow = request.query.get("follow", "0").lower() in ("1", "true", "yes")
     sessions = bridge.sessions
     stream = web.StreamResponse(
@@ -133,7 +146,12 @@ async def stream_events(
     try:
         limit = bridge.config.store.ledger_max_entries
         after_seq, after_event = after
-        missed = await sessions.store.replay(session_id, after_seq, limit, after_event=after_event)
+        try:
+            missed = await sessions.store.replay(
+                session_id, after_seq, limit, after_event=after_event
+            )
+        except StoreUnavailable as exc:
+            return _unavailable(exc, headers)
         if sub is not None:
             drop_overlap(missed, sub)
         await stream.prepare(request)

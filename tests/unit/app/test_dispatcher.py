@@ -1,0 +1,37 @@
+"""Dispatcher: method table, error envelopes, outcomes (app/dispatcher.py)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from xwm_bridge import jsonrpc
+from xwm_bridge.app.dispatcher import Dispatcher
+from xwm_bridge.core.context import CallContext
+from xwm_bridge.observability.metrics import Metrics
+from xwm_bridge.store.base import StoreUnavailable
+
+
+async def test_a_store_that_cannot_answer_is_said_so_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def handler(params: dict[str, Any], call: CallContext, method: str) -> dict[str, Any]:
+        raise StoreUnavailable("session store: Redis at 10.0.0.5:6379 did not answer within 3s")
+
+    metrics = Metrics()
+    dispatcher = Dispatcher({"session.list": handler}, metrics)
+    caplog.set_level(logging.WARNING)
+    request = jsonrpc.Request("session.list", {}, 7)
+    response = await dispatcher.handle(request, CallContext(None, "http"))
+    assert response == jsonrpc.error(7, jsonrpc.INTERNAL_ERROR, "session store unavailable")
+    assert "10.0.0.5" not in str(response)  # the store's address is the operator's, in the log
+    logged = [r for r in caplog.records if r.getMessage() == "session store unavailable"]
+    assert logged and logged[0].exc_info is None
+    assert "10.0.0.5:6379" in getattr(logged[0], "error", "")
+    outcome = metrics.registry.get_sample_value(
+        "xwm_requests_total",
+        {"method": "session.list", "transport": "http", "outcome": "store_unavailable"},
+    )
+    assert outcome == 1
