@@ -155,7 +155,12 @@ class AcpConnection:
         rid = next(self._ids)
         self._pending[rid] = fut
         fut.add_done_callback(lambda _: self._pending.pop(rid, None))
-        await self.send(jsonrpc.request(rid, method, params), scope)
+        try:
+            await self.send(jsonrpc.request(rid, method, params), scope)
+        except BaseException:  # not sent: nobody will wait for it
+            self._pending.pop(rid, None)
+            fut.cancel()
+            raise
         return fut
 
     def forget(self, fut: asyncio.Future[Any]) -> None:

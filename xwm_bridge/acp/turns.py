@@ -197,12 +197,14 @@ class TurnRelay:
         )
         out = {**params, "sessionId": self.session.session_id}
         fut = await client.start_request(method, out, self.session.session_id)
-        done, _ = await asyncio.wait(
-            {fut, self._cancelled}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
+        try:
+            done, _ = await asyncio.wait(
+                {fut, self._cancelled}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:  # answered: a no-op; else dropped, also when this task is cancelled
+            client.forget(fut)
         if fut in done:
             return fut.result()
-        client.forget(fut)
         if self._cancelled.done():
             raise RpcError(codec.REQUEST_CANCELLED, "request cancelled: the turn was cancelled")
         raise RpcError(
