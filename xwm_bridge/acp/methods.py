@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import math
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,7 @@ def _text_param(params: dict[str, Any], key: str) -> str:
 
 
 def _cwd(params: dict[str, Any]) -> str:
-    cwd = _text_param(params, "cwd")
+    cwd = coerce.path_text(_text_param(params, "cwd"), "cwd")  # no NUL: no path holds one
     if not os.path.isabs(cwd):
         raise RpcError(INVALID_PARAMS, f"cwd must be an absolute path, got {cwd!r}")
     return cwd
@@ -73,9 +74,12 @@ def decode_cursor(cursor: Any) -> tuple[float, str] | None:
         return None
     try:
         at, sid = orjson.loads(base64.urlsafe_b64decode(str(cursor).encode()))
-        return float(at), str(sid)
     except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
         raise RpcError(INVALID_PARAMS, "invalid cursor") from None
+    # what encode_cursor writes: a finite number and a session id (not "nan", a bool…)
+    if type(at) not in (int, float) or not math.isfinite(at) or not isinstance(sid, str):
+        raise RpcError(INVALID_PARAMS, "invalid cursor")
+    return float(at), sid
 
 
 class AcpMethods:
