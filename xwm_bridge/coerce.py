@@ -77,6 +77,21 @@ def flag(value: Any, default: bool) -> bool:
     return default
 
 
+_FRAME_TRUE = frozenset({"true", "1", "yes"})
+
+
+def frame_bool(value: Any) -> bool:
+    """**frame bool**: bools as-is, numbers non-zero, strings only ``true``/``1``/``yes``
+    (any case); anything else false. Gateway frames and skill-command output."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value != 0
+    if isinstance(value, str):
+        return value.strip().lower() in _FRAME_TRUE
+    return False
+
+
 def loose_bool(value: Any) -> bool:
     """**loose bool**: bools as-is, strings via flag (default false), numbers non-zero."""
     if isinstance(value, bool):

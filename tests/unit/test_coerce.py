@@ -250,3 +250,17 @@ def test_text_of_a_value_too_deep_to_encode_is_the_default() -> None:
     from tests.nesting import nested
 
     assert coerce.text(nested(300), "dflt") == "dflt"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, True), (False, False), (1, True), (-3, True), (0.5, True), (0, False),
+        (0.0, False), ("true", True), (" TRUE ", True), ("1", True), ("Yes", True),
+        ("on", False), ("y", False), ("false", False), ("", False), (None, False),
+        ([1], False), ({"a": 1}, False),
+    ],
+)  # fmt: skip
+def test_frame_bool(value: Any, expected: bool) -> None:
+    """**frame bool** (spec README): gateway frames and skill-command output."""
+    assert coerce.frame_bool(value) is expected

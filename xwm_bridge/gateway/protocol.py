@@ -129,7 +129,7 @@ def decode_frame(data: str | bytes) -> Frame | None:
         error = obj.get("error")
         return ResponseFrame(
             id=coerce.text(obj.get("id")),
-            ok=obj.get("ok") is True,
+            ok=coerce.frame_bool(obj.get("ok")),
             payload=obj.get("payload"),
             error=error if isinstance(error, dict) else {},
         )

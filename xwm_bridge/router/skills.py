@@ -238,14 +238,18 @@ async def resolve_skills(
 # --- command output (§4.4) ------------------------------------------------------------------
 
 
-def candidate_from(item: Any) -> SkillCandidate:
+def candidate_from(
+    item: Any, *, installed: Callable[[Any], bool] = coerce.loose_bool
+) -> SkillCandidate:
+    """A client's ``availableSkills`` item (``installed``: loose bool), or with
+    ``installed=coerce.frame_bool`` one of a skill command's candidates (routing.md §4.4)."""
     if not isinstance(item, dict):
         return SkillCandidate()
     return SkillCandidate(
         id=coerce.text(item.get("id")),
         label=coerce.text(item.get("label")),
         description=coerce.text(item.get("description")),
-        installed=coerce.loose_bool(item.get("installed")),
+        installed=installed(item.get("installed")),
     )
 
 
@@ -265,11 +269,11 @@ def parse_command_output(stdout: bytes) -> list[SkillCandidate]:
     elif "skills" in doc:
         items = doc["skills"]
     else:
-        single = candidate_from(doc)
+        single = candidate_from(doc, installed=coerce.frame_bool)
         return [single] if (single.id or single.label) else []
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         return []
-    return dedupe_candidates([candidate_from(i) for i in items])
+    return dedupe_candidates([candidate_from(i, installed=coerce.frame_bool) for i in items])
 
 
 class SkillCommands:

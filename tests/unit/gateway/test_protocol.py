@@ -56,8 +56,13 @@ def test_decode_event_and_response() -> None:
     assert ev == p.EventFrame("chat", {"a": 1}, 7)
     res = p.decode_frame('{"type":"res","id":" 1-0 ","ok":true,"payload":[1]}')
     assert res == p.ResponseFrame("1-0", True, [1], {})
-    bad_ok = p.decode_frame('{"type":"res","id":"1","ok":"true"}')
-    assert isinstance(bad_ok, p.ResponseFrame) and bad_ok.ok is False  # frame bool only
+    # ok is a frame bool (spec README): bools as-is, non-zero numbers, "true"/"1"/"yes"
+    for raw, ok in [
+        ('"true"', True), ('" YES "', True), ('"1"', True), ("1", True), ("2.5", True),
+        ('"on"', False), ('"false"', False), ("0", False), ("null", False), ("{}", False),
+    ]:  # fmt: skip
+        frame = p.decode_frame('{"type":"res","id":"1","ok":' + raw + "}")
+        assert isinstance(frame, p.ResponseFrame) and frame.ok is ok, raw
 
 
 @pytest.mark.parametrize(

@@ -315,3 +315,10 @@ def _alive(pid: int) -> bool:
             return fh.read().split(") ", 1)[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_command_output_reads_installed_as_a_frame_bool() -> None:
+    out = parse_command_output(
+        b'[{"id":"a","installed":"yes"},{"id":"b","installed":"on"},{"id":"c","installed":1}]'
+    )
+    assert [(c.id, c.installed) for c in out] == [("a", True), ("b", False), ("c", True)]
