@@ -84,7 +84,9 @@ def decode(data: bytes | str) -> Incoming:
         elif not isinstance(params, dict):
             return _invalid(reply_id, has_id, jsonrpc.INVALID_PARAMS, "params must be an object")
         return jsonrpc.Request(method=method, params=params, id=rid if has_id else None)
-    if has_id and ("result" in obj or "error" in obj):
+    if "result" in obj or "error" in obj:
+        if not has_id:  # JSON-RPC: a response is never answered (one without an id
+            return Invalid(None)  # is a peer's complaint: answering it could loop)
         err = obj.get("error")
         if err is not None and not isinstance(err, dict):
             err = {"code": jsonrpc.INTERNAL_ERROR, "message": str(err)}
@@ -99,7 +101,9 @@ def _too_deep(obj: dict[str, Any]) -> Incoming:
     one of the bridge's requests becomes an error answer; nothing of it is kept."""
     rid = obj.get("id")
     rid = rid if _valid_id(rid) else None
-    if "method" not in obj and rid is not None and ("result" in obj or "error" in obj):
+    if "method" not in obj and ("result" in obj or "error" in obj):
+        if rid is None:
+            return Invalid(None)  # a response, never answered
         return Response(rid, None, {"code": jsonrpc.INVALID_PARAMS, "message": TOO_DEEP})
     return Invalid(jsonrpc.error(rid, jsonrpc.INVALID_PARAMS, TOO_DEEP))
 

@@ -63,3 +63,19 @@ def test_frames_nested_past_the_cap() -> None:
         f'{{"jsonrpc":"2.0","id":5,"method":"m","params":{{"a":{nested_json(63)}}}}}'
     )
     assert not isinstance(fine, codec.Invalid)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}',
+        b'{"jsonrpc":"2.0","error":{"code":-32600,"message":"invalid request"}}',
+        b'{"jsonrpc":"2.0","id":null,"result":{}}',
+        b'{"jsonrpc":"2.0","id":null,"error":' + b'{"a":' * 70 + b"1" + b"}" * 71,
+    ],
+)
+def test_a_response_without_an_id_is_never_answered(frame: bytes) -> None:
+    """JSON-RPC 2.0: a response is never answered (a peer's error about one of our frames
+    answered by an error of ours, which it answers again: a loop)."""
+    item = codec.decode(frame)
+    assert isinstance(item, codec.Invalid) and item.reply is None
