@@ -531,3 +531,36 @@ async def test_sessions_past_the_live_bound_reopen_from_the_store(
         with pytest.raises(RequestError) as err:  # another connection must load it first
             await conn.prompt(session_id=others[2].session_id, prompt=prompt("not mine"))
         assert err.value.code == -32602
+
+
+async def test_a_session_stream_of_another_principal_s_session_is_not_found(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    http: aiohttp.ClientSession,
+) -> None:
+    """A GET with another client's session id answered 200 (no events), which told
+    that the id exists; now it is 404, as for an id nobody has."""
+    other = "other-client-token-42"
+    cfg = config(fake_upstream, tmp_path, client_tokens=[other])
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    started = await rpc(http, bp.rpc_url, "session.start", session_params("owned", "hi"))
+    assert started["result"]["success"] is True
+    url = f"{bp.url}/acp/remote"
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+    theirs = {"Authorization": f"Bearer {other}", "Content-Type": "application/json"}
+    async with http.post(url, data=orjson.dumps(init), headers=theirs) as resp:
+        cid = resp.headers["Acp-Connection-Id"]
+    stream = {"Authorization": f"Bearer {other}", "Acp-Connection-Id": cid}
+    stream["Accept"] = "text/event-stream"
+    for sid in ("owned", "nobody-has-this-id"):
+        async with http.get(url, headers={**stream, "Acp-Session-Id": sid}) as resp:
+            assert resp.status == 404, sid
+    async with http.post(url, data=orjson.dumps(init), headers=JSON) as resp:
+        mine = resp.headers["Acp-Connection-Id"]
+    own = {**JSON, "Acp-Connection-Id": mine, "Accept": "text/event-stream"}
+    async with (
+        asyncio.timeout(10),
+        http.get(url, headers={**own, "Acp-Session-Id": "owned"}) as resp,
+    ):
+        assert resp.status == 200  # the owner's own stream of it

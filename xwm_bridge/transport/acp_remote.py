@@ -30,6 +30,7 @@ from xwm_bridge.acp import codec
 from xwm_bridge.acp.connection import SESSION_SCOPED, AcpConnection
 from xwm_bridge.acp.front import AcpFrontDoor
 from xwm_bridge.acp.remote import END, Outbox, RemoteConnection
+from xwm_bridge.acp.sessions import OWNER_KEY
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.tasks import wait_for
 from xwm_bridge.transport.exchange import SSE_HEADERS, SSE_KEEPALIVE
@@ -231,9 +232,25 @@ class AcpRemote:
         )
 
     async def _known_session(self, remote: RemoteConnection, session_id: str) -> bool:
-        if session_id in remote.sessions or self.front.sessions.get(session_id) is not None:
+        """A session this connection's principal may use: another client's answers as an
+        unknown one does (a 200 would tell that the id exists)."""
+        if session_id in remote.sessions:
             return True
-        return await self.front.bridge.store.load(session_id) is not None
+        principal = remote.conn.principal if remote.conn is not None else remote.principal
+        acp = self.front.sessions.get(session_id)
+        if acp is not None and acp.owner and acp.owner != principal:
+            return False
+        sessions = self.front.bridge.sessions
+        live = sessions.get(session_id)
+        if live is not None:
+            return sessions.may_use(live.owner, principal)
+        if acp is not None:
+            return True
+        record = await self.front.bridge.store.load(session_id)
+        if record is None:
+            return False
+        acp_owner = dict(record.upstream).get(OWNER_KEY, "")
+        return sessions.may_use(record.owner or acp_owner, principal)
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         if "text/event-stream" not in request.headers.get("Accept", "").lower():
