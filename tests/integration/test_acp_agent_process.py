@@ -220,3 +220,16 @@ async def test_an_agent_has_at_most_64_requests_served_at_once() -> None:
     finally:
         release.set()
         await agent.close()
+
+
+async def test_a_request_cancelled_before_it_started_frees_its_place() -> None:
+    """A restart cancels the requests being served; one cancelled before its task ran
+    must not keep its place (64 such and every later request would be refused)."""
+    agent = AcpAgent(spec())
+    line = b'{"jsonrpc":"2.0","id":1,"method":"fs/read_text_file","params":{"sessionId":"s"}}'
+    await agent._on_line(line)
+    assert agent._serving == 1
+    for task in agent._tasks.tasks():  # what _stop does, before the task got to run
+        task.cancel()
+    await asyncio.gather(*agent._tasks.tasks(), return_exceptions=True)
+    assert agent._serving == 0

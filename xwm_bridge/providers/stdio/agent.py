@@ -305,7 +305,8 @@ class AcpAgent:
                     await self._write(refusal)
                 return
             self._serving += 1
-            self._spawn_task(self._serve_request(msg), f"agent-request:{msg.method}")
+            task = self._tasks.spawn(self._serve_request(msg), name=f"agent-request:{msg.method}")
+            task.add_done_callback(self._served)  # also when cancelled before it ran
         else:
             self._bad_line(msg.detail)
 
@@ -315,13 +316,10 @@ class AcpAgent:
             extra = {"agent": self.spec.name, "error": detail, "bad_lines": self.bad_lines}
             log.warning("bad line from agent", extra=extra)
 
-    async def _serve_request(self, msg: codec.Incoming) -> None:
-        try:
-            await self._answer_request(msg)
-        finally:
-            self._serving -= 1
+    def _served(self, _: asyncio.Task[None]) -> None:
+        self._serving -= 1
 
-    async def _answer_request(self, msg: codec.Incoming) -> None:
+    async def _serve_request(self, msg: codec.Incoming) -> None:
         handlers = self.sessions.get(str(msg.params.get("sessionId", "")))
         try:
             if handlers is None:
