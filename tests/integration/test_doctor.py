@@ -23,17 +23,13 @@ from tests.conftest import (
 from tests.integration.agent_helpers import FAKE_AGENT
 
 
-async def doctor(
-    tmp: Path, config: dict[str, Any], *args: str, **env: str
-) -> tuple[int, dict[str, Any]]:
-    path = tmp / "doctor.yaml"
-    path.write_text(yaml.safe_dump(config))
+async def run_doctor(tmp: Path, path: Path, *args: str, **env: str) -> tuple[int, bytes, bytes]:
+    """``xwm-bridge doctor --config path …``: exit code, stdout, stderr."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "xwm_bridge",
         "doctor",
-        "--json",
         "--config",
         str(path),
         *args,
@@ -44,8 +40,17 @@ async def doctor(
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
+    return proc.returncode, out, err
+
+
+async def doctor(
+    tmp: Path, config: dict[str, Any], *args: str, **env: str
+) -> tuple[int, dict[str, Any]]:
+    path = tmp / "doctor.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = await run_doctor(tmp, path, "--json", *args, **env)
     assert out, err
-    return proc.returncode, orjson.loads(out)
+    return code, orjson.loads(out)
 
 
 def by(doc: dict[str, Any], check: str) -> dict[str, dict[str, Any]]:
@@ -94,20 +99,8 @@ async def test_a_malformed_openclaw_url_is_a_config_error_not_a_traceback(tmp_pa
     path = tmp_path / "doctor.yaml"
     for bad in ("ws://127.0.0.1:99999", "ws://[::1", "ws://user:hunter2@[::1"):
         path.write_text(yaml.safe_dump({"openclaw_url": bad}))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "xwm_bridge",
-            "doctor",
-            "--config",
-            str(path),
-            env=base_env(XWM_STATE_DIR=str(tmp_path / "state")),
-            cwd=str(ROOT),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 2, (bad, out, err)
+        code, out, err = await run_doctor(tmp_path, path)
+        assert code == 2, (bad, out, err)
         assert b"config error: openclaw_url" in err and b"Traceback" not in err, err
         assert b"hunter2" not in err + out
 
