@@ -23,7 +23,7 @@ from xwm_bridge.config import BridgeConfig, ConfigError, ProviderConfig
 from xwm_bridge.core.context import CallContext, Handler
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
-from xwm_bridge.providers.stdio.agent import AgentError
+from xwm_bridge.providers.stdio.agent import AcpAgent, AgentError
 
 DEFAULT_LISTEN = "127.0.0.1:8791"
 DEFAULT_ORIGINS = "https://xworkmate.svc.plus,http://localhost:*,http://127.0.0.1:*"
@@ -147,8 +147,16 @@ class AdapterMethods:
         #: the YAML provider's label unless GEMINI_ADAPTER_PROVIDER_LABEL says otherwise
         self._label = bridge.config.providers[0].label or settings.provider_label
         self._base = BridgeMethods(bridge)
-        agent = self._agent = bridge.stdio_agents.agent(settings.provider_id)
-        agent.spec = replace(agent.spec, protocol_version=settings.protocol_version)
+        self._agents = bridge.stdio_agents
+        # every process of the provider (one per directory under bwrap), not only this one
+        self._agents.set_protocol_version(settings.provider_id, settings.protocol_version)
+
+    @property
+    def _agent(self) -> AcpAgent:
+        """The provider's process for the adapter's own calls, asked of the executor each
+        time: one it closed (the sandbox's process cap) is replaced by a tracked one, never
+        restarted on the side (where shutdown would not close it)."""
+        return self._agents.agent(self._settings.provider_id)
 
     def table(self) -> dict[str, Handler]:
         return {

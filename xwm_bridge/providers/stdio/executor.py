@@ -18,6 +18,7 @@ import logging
 import os
 import re
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 from xwm_bridge.config import BridgeConfig, ProviderConfig
@@ -75,6 +76,9 @@ class StdioAgentExecutor:
         self._providers = {p.id.lower(): p for p in config.available_providers if p.is_stdio}
         self._agents: OrderedDict[tuple[str, str], AcpAgent] = OrderedDict()
         self._model_labels: dict[str, set[str]] = {}
+        #: provider id → the ACP protocolVersion its processes' initialize sends, when not
+        #: the default (agent-adapter's GEMINI_ADAPTER_PROTOCOL_VERSION)
+        self._protocol_versions: dict[str, int] = {}
 
     @property
     def sandboxed(self) -> bool:
@@ -93,9 +97,21 @@ class StdioAgentExecutor:
         agent = self._agents.get(key)
         if agent is None:
             spec = agent_spec(self._providers[pid], self.config, key[1])
+            if pid in self._protocol_versions:
+                spec = replace(spec, protocol_version=self._protocol_versions[pid])
             agent = self._agents[key] = AcpAgent(spec)
         self._agents.move_to_end(key)
         return agent
+
+    def set_protocol_version(self, provider_id: str, version: int) -> None:
+        """The ``protocolVersion`` every process of the provider initializes with, those
+        running (from their next start) and those started later (one per directory
+        when sandboxed)."""
+        pid = provider_id.lower()
+        self._protocol_versions[pid] = version
+        for (p, _), agent in self._agents.items():
+            if p == pid:
+                agent.spec = replace(agent.spec, protocol_version=version)
 
     def status(self) -> list[dict[str, Any]]:
         """Every configured stdio agent: started or not, restarts, last error."""
