@@ -71,5 +71,13 @@ class SessionFeed:
             for sub in subs:
                 sub.offer(entry)
 
+    def publish_many(self, session_id: str, entries: list[Entry]) -> None:
+        """:meth:`publish` for entries recorded together (one lookup when nobody follows)."""
+        subs = self._subs.get(session_id)
+        if subs:
+            for entry in entries:
+                for sub in subs:
+                    sub.offer(entry)
+
     def __len__(self) -> int:
         return sum(len(s) for s in self._subs.values())

@@ -309,14 +309,15 @@ class SessionRegistry:
             return
         pos = relayed_pos(session.seq) if relayed else emitted_pos(session.seq)
         sid = session.session_id
-        entries = [LedgerEntry(pos, turn_id, m, event_id=session.next_event()) for m in messages]
+        first = session.events + 1  # consecutive event ids, one timestamp: they came together
+        session.events += len(messages)
+        now = time.time()
+        entries = [LedgerEntry(pos, turn_id, m, now, first + i) for i, m in enumerate(messages)]
         if len(entries) == 1:
             self.store.append(sid, entries[0])
         else:
             self.store.append_many(sid, entries)
-        publish = self.feed.publish
-        for entry in entries:
-            publish(sid, entry)
+        self.feed.publish_many(sid, entries)
         if self.events is not None and self.events.recording:
             for entry in entries:
                 # eventId: the ledger entry's id (session.replay's eventIds), so a watcher
