@@ -645,3 +645,11 @@ def test_credentials_are_the_narrow_set_masked_in_replies(tmp_path: Path) -> Non
     assert {"ak", "t1"} <= set(cfg.credentials())
     assert "http" not in cfg.credentials() and "method-id" not in cfg.credentials()
     assert {"ak", "t1", "http", "method-id"} <= set(cfg.secrets())
+
+
+def test_an_empty_openclaw_url_is_no_gateway_not_a_config_error(tmp_path: Path) -> None:
+    """``openclaw_url: ""`` in a YAML that has no OpenClaw gateway kept starting before
+    the URL was validated; an openclaw connect then says the endpoint is missing."""
+    path = tmp_path / "bridge.yaml"
+    path.write_text('openclaw_url: ""\n')
+    assert load_config(config_file=str(path), env={}).config.openclaw_url == ""

@@ -185,7 +185,10 @@ def _validate(config: BridgeConfig) -> None:
 
 def _validate_openclaw_url(url: str) -> None:
     """``ws(s)://host[:port][/path]``: anything else was dialed (and failed) forever.
+    Empty: no OpenClaw gateway (an ``openclaw`` connect says the endpoint is missing).
     The value is not echoed: a URL may carry credentials."""
+    if not url.strip():
+        return
     try:
         parts = urlsplit(url.strip())
         ok = parts.scheme in ("ws", "wss") and bool(parts.hostname) and parts.port != 0

@@ -134,7 +134,11 @@ def build_connect_config(
 ) -> ConnectConfig:
     """Resolve endpoint and credentials; ``openclaw`` mode takes both from bridge config."""
     if cp.mode.lower() == OPENCLAW:
-        url = config.openclaw_url
+        url = config.openclaw_url.strip()
+        if not url:  # config validation lets only an empty one through
+            raise GatewayError(
+                "no OpenClaw gateway is configured (openclaw_url)", "INVALID_ENDPOINT"
+            )
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "wss" else 80)
         token = openclaw_token(config)

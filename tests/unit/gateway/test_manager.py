@@ -227,3 +227,11 @@ async def test_the_reaper_outlives_a_failed_reap(
     finally:
         reaper.cancel()
     assert "gateway reaper" in caplog.text
+
+
+def test_openclaw_mode_without_an_openclaw_url_is_invalid_before_any_dial() -> None:
+    config = BridgeConfig(openclaw_url="")
+    cp = ConnectParams.parse({"runtimeId": "rt", "gatewayProviderId": "openclaw"})
+    with pytest.raises(GatewayError) as err:
+        build_connect_config(cp, config, "")
+    assert err.value.code == "INVALID_ENDPOINT"  # it dialed ":80" and retried for ever
