@@ -43,7 +43,7 @@ DESCRIPTIONS: dict[str, str] = {
     "image": "container image reference reported by `/api/ping`",
     "public_base_url": "this bridge's public URL (bootstrap `bridgeOrigin`, the only accepted `bridge`)",
     "accounts_base_url": "accounts service for `/bridge/bootstrap/consume`",
-    "openclaw_url": "endpoint dialed for `gatewayProviderId: openclaw` runtimes (`ws(s)://host[:port][/path]`; anything else is a config error)",
+    "openclaw_url": "endpoint dialed for `gatewayProviderId: openclaw` runtimes (`ws(s)://host[:port][/path]`; empty: none, an `openclaw` connect answers `INVALID_ENDPOINT`; anything else is a config error)",
     "openclaw_token": "token sent to the `openclaw` gateway; empty = bare `internal_service_token`/`bridge_auth_token`",
     "allowed_roots": "absolute directories the bridge itself reads and writes for clients and agents (artifacts, attachments, agents' `fs/*` and `terminal/*`); it does not confine what an agent does on its own (see `agents.sandbox`); empty = none",
     "log_level": "debug, info, warning or error",
