@@ -151,20 +151,20 @@ def queue_rows(bridge: Bridge) -> list[dict[str, Any]]:
     return [{"threadId": tid, "waiting": n} for n, tid in depths[:MAX_QUEUE_ROWS]]
 
 
+def _masked(rows: list[dict[str, Any]], redactor: Redactor) -> list[dict[str, Any]]:
+    """Rows with every secret of the config masked in their ``lastError``."""
+    for row in rows:
+        if row.get("lastError"):
+            row["lastError"] = redactor.text(str(row["lastError"]))
+    return rows
+
+
 def snapshot(bridge: Bridge, book: ProviderBook, redactor: Redactor) -> dict[str, Any]:
     """``bridge.health``: everything the health view shows, secrets redacted."""
-    agents = bridge.stdio_agents.status()
-    for row in agents:
-        if row.get("lastError"):
-            row["lastError"] = redactor.text(str(row["lastError"]))
-    gateways = bridge.gateway.status()
-    for row in gateways:
-        if row.get("lastError"):
-            row["lastError"] = redactor.text(str(row["lastError"]))
     return {
-        "providers": provider_rows(bridge, book),
-        "agents": agents,
-        "gateways": gateways,
+        "providers": _masked(provider_rows(bridge, book), redactor),
+        "agents": _masked(bridge.stdio_agents.status(), redactor),
+        "gateways": _masked(bridge.gateway.status(), redactor),
         "queues": {
             "waiting": bridge.queues.total_waiting(),
             "running": bridge.sessions.running_count(),

@@ -1,8 +1,11 @@
-"""Pure parts of the health sampler."""
+"""The health sampler: its pure parts, and the snapshot of a bridge that is not started."""
 
 from __future__ import annotations
 
-from xwm_bridge.app.health import ProviderBook, changes
+from xwm_bridge.app.bridge import Bridge
+from xwm_bridge.app.health import ProviderBook, changes, snapshot
+from xwm_bridge.config import BridgeConfig, ProviderConfig
+from xwm_bridge.observability.logging import Redactor
 
 
 def test_changes_ignore_figures_and_time() -> None:
@@ -55,3 +58,18 @@ def test_figures_sum_every_label_set_and_count_failed_requests() -> None:
     assert (f["bytesIn"], f["bytesOut"]) == (120, 7)
     assert (f["turns"], f["turnSeconds"]) == (2, 2.0)
     assert (f["upstreamErrors"], f["wsConnections"]) == (3, 2)
+
+
+def test_a_provider_s_last_error_is_masked_like_the_agents() -> None:
+    """bridge.health masked agents' and gateways' lastError with every secret of the
+    config; a provider's kept the raw text (only the wire's narrower set applied)."""
+    secret = "internal-token-0123456789"
+    cfg = BridgeConfig(
+        internal_service_token=secret,
+        providers=(ProviderConfig("codex", endpoint="http://127.0.0.1:9"),),
+    )
+    book = ProviderBook()
+    book.observe("codex", "failed", f"upstream said: bad token {secret}")
+    health = snapshot(Bridge(cfg), book, Redactor(cfg.secrets()))
+    (row,) = [r for r in health["providers"] if r["id"] == "codex"]
+    assert secret not in row["lastError"] and "[REDACTED]" in row["lastError"]
