@@ -31,6 +31,9 @@ log = logging.getLogger("xwm_bridge.skills")
 #: once a skill command has exited, how long a child it left holding its stdout may
 #: keep the pipe open before the command's process group is killed
 EXIT_GRACE = 0.5
+#: skill commands (finder, installer) running at once; a call past it waits for a place
+#: within the command timeout, else finds nothing (logged)
+MAX_RUNNING_COMMANDS = 4
 
 LOCAL_MATCH, FIND_SKILLS, NONE = "local_match", "find_skills", "none"
 
@@ -293,6 +296,7 @@ class SkillCommands:
         self._install = install_bin
         self._timeout = timeout
         self._max_output = max_output
+        self._places = asyncio.Semaphore(MAX_RUNNING_COMMANDS)
 
     @property
     def finds(self) -> bool:
@@ -316,6 +320,20 @@ class SkillCommands:
         exe = self._executable(name)
         if exe is None:
             return []
+        try:
+            await wait_for(self._places.acquire(), self._timeout)
+        except TimeoutError:
+            log.warning(
+                "skill command not run: others took every place",
+                extra={"command": exe, "running": MAX_RUNNING_COMMANDS},
+            )
+            return []
+        try:
+            return await self._run_one(exe, payload)
+        finally:
+            self._places.release()
+
+    async def _run_one(self, exe: str, payload: dict[str, Any]) -> list[SkillCandidate]:
         try:
             proc = await asyncio.create_subprocess_exec(
                 exe,

@@ -20,6 +20,7 @@ from xwm_bridge.config import BridgeConfig, RouterConfig
 from xwm_bridge.router.resolver import RoutingRequest
 from xwm_bridge.router.service import Router
 from xwm_bridge.router.skills import (
+    MAX_RUNNING_COMMANDS,
     InstallApproval,
     SkillCandidate,
     SkillCommands,
@@ -322,3 +323,30 @@ def test_command_output_reads_installed_as_a_frame_bool() -> None:
         b'[{"id":"a","installed":"yes"},{"id":"b","installed":"on"},{"id":"c","installed":1}]'
     )
     assert [(c.id, c.installed) for c in out] == [("a", True), ("b", False), ("c", True)]
+
+
+async def test_at_most_four_skill_commands_run_at_once(tmp_path: Path) -> None:
+    """Each routing preflight may start a finder: without a cap, a burst of requests
+    started as many processes (the classifier has classifier_max_concurrency)."""
+    body = (
+        "import glob, os\n"
+        "d = os.path.dirname(sys.argv[0])\n"
+        "me = os.path.join(d, f'run-{os.getpid()}')\n"
+        "open(me, 'w').close()\n"
+        "running = len(glob.glob(os.path.join(d, 'run-*')))\n"
+        "open(os.path.join(d, f'seen-{os.getpid()}'), 'w').write(str(running))\n"
+        "time.sleep(0.4)\n"
+        "os.remove(me)\n"
+        "print(json.dumps({'id': 'video-translator'}))\n"
+    )
+    finder = script(tmp_path, "counting", body)
+    cmds = SkillCommands(enabled=True, find_bin=finder, install_bin="", timeout=20, max_output=99)
+    found = await asyncio.gather(*(cmds.find("x") for _ in range(8)))
+    assert all([c.id for c in f] == ["video-translator"] for f in found)  # all served
+    seen = _counts(tmp_path)
+    assert len(seen) == 8 and max(seen) <= MAX_RUNNING_COMMANDS == 4
+
+
+def _counts(directory: Path) -> list[int]:
+    """How many commands each one saw running as it started."""
+    return [int(p.read_text()) for p in directory.glob("seen-*")]
