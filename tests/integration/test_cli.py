@@ -164,6 +164,19 @@ def test_busy_port_exits_1() -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_busy_port_of_the_adapter_says_gemini_adapter_failed() -> None:
+    """adapters.md §1.1: the adapter's listen failure is ``gemini adapter failed: …``."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        env = base_env(GEMINI_ADAPTER_LISTEN_ADDR=f"127.0.0.1:{port}", GEMINI_ADAPTER_BIN="true")
+        proc = run("agent-adapter", env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert "gemini adapter failed:" in proc.stderr and "ACP server failed" not in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -152,7 +152,9 @@ async def _serve(
     signals = Signals(on_first, cfg.limits.shutdown_grace)
     signals.on_force = bridge.force_shutdown
     try:
-        return await _serve_until_stopped(cfg, bridge, server, notifier, stop, host, port)
+        # the spec's words: contract.md (serve), adapters.md §1.1 (agent-adapter)
+        failed = "ACP server failed" if adapter is None else "gemini adapter failed"
+        return await _serve_until_stopped(cfg, bridge, server, notifier, stop, host, port, failed)
     finally:
         signals.remove()
 
@@ -165,6 +167,7 @@ async def _serve_until_stopped(
     stop: asyncio.Event,
     host: str,
     port: int,
+    failed: str,
 ) -> int:
     try:
         await server.setup()  # starts the bridge (the app's cleanup_ctx)
@@ -175,7 +178,7 @@ async def _serve_until_stopped(
     try:
         actual_port = await server.listen(host or None, port)
     except OSError as exc:
-        click.echo(f"ACP server failed: {exc}", err=True)
+        click.echo(f"{failed}: {exc}", err=True)
         await server.close()
         return EXIT_LISTEN
     if not cfg.available_providers:
