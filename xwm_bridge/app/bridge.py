@@ -42,7 +42,7 @@ from xwm_bridge.providers.stdio.permissions import POLICY, PermissionAnswer, Per
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.router.service import Router
 from xwm_bridge.store import open_store, state_dir
-from xwm_bridge.store.base import SessionStore
+from xwm_bridge.store.base import SessionStore, StoreUnavailable
 from xwm_bridge.store.cluster import Cluster
 from xwm_bridge.store.records import Answerer, PermissionRecord
 from xwm_bridge.store.redis import RedisStore
@@ -50,6 +50,8 @@ from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.bridge")
 PRUNE_INTERVAL = 300.0
+#: the warning when periodic prunes start failing for a store outage (once per outage)
+PRUNE_FAILED = "session store prune failed: store unavailable"
 #: after a forced exit, how long cancelled turns get to tell their upstreams
 FORCED_CANCEL_WAIT = 2.0
 #: idle keep-alive connections to upstreams are reused for this long (the pool stays
@@ -59,7 +61,12 @@ UPSTREAM_KEEPALIVE = 30.0
 
 def store_error_counts(store: SessionStore) -> dict[str, int]:
     c = store.counters
-    return {"bad_record": c.bad_records, "write": c.write_errors, "restart": c.restarts}
+    return {
+        "bad_record": c.bad_records,
+        "write": c.write_errors,
+        "restart": c.restarts,
+        "prune": c.prune_errors,
+    }
 
 
 class Bridge:
@@ -122,6 +129,8 @@ class Bridge:
         self._closed = False
         #: set by :meth:`force_shutdown` (a second signal): the drain stops waiting
         self._forced = asyncio.Event()
+        #: the last periodic prune failed for a store outage (logged once, see _prune)
+        self._prune_failing = False
 
     def _answer_forwarded(self, answer: dict[str, Any]) -> dict[str, Any]:
         """A ``session.permission`` another replica took for a request raised here."""
@@ -239,13 +248,32 @@ class Bridge:
                 log.debug("reaped idle sessions", extra={"count": reaped})
             if time.monotonic() >= next_prune:  # the store keeps them until retention
                 next_prune = time.monotonic() + PRUNE_INTERVAL
-                try:
-                    pruned = await self.store.prune()
-                except Exception:
-                    log.exception("session store prune failed")
-                else:
-                    if pruned:
-                        log.debug("pruned stored sessions", extra={"count": pruned})
+                await self._prune()
+
+    async def _prune(self) -> None:
+        """One periodic prune. A store outage (Redis down, the SQLite thread stuck) is
+        not a bug: it is counted (``xwm_store_errors_total{kind="prune"}``) and logged
+        once as a warning, with no traceback, when prunes start failing, and once at
+        info when one goes through again."""
+        store = self.store
+        try:
+            pruned = await store.prune()
+        except (StoreUnavailable, TimeoutError) as exc:
+            store.counters.prune_errors += 1
+            if not self._prune_failing:
+                self._prune_failing = True
+                reason = str(exc) or "no answer in time"
+                log.warning(PRUNE_FAILED, extra={"store": store.name, "error": reason})
+            return
+        except Exception:  # anything else is a bug: its traceback is wanted
+            store.counters.prune_errors += 1
+            log.exception("session store prune failed", extra={"store": store.name})
+            return
+        if self._prune_failing:
+            self._prune_failing = False
+            log.info("session store prune recovered", extra={"store": store.name})
+        if pruned:
+            log.debug("pruned stored sessions", extra={"count": pruned})
 
     @property
     def forced(self) -> bool:

@@ -95,6 +95,8 @@ class StoreCounters:
     write_errors: int = 0
     #: times the writer loop or thread was restarted after an unexpected error
     restarts: int = 0
+    #: periodic prunes that failed (counted by the bridge's reaper: a store outage)
+    prune_errors: int = 0
     #: the last backend error, cleared by the next successful write batch
     last_error: str = ""
     #: when it happened (``time.monotonic()``)
