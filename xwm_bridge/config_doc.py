@@ -134,7 +134,7 @@ DESCRIPTIONS: dict[str, str] = {
     "gateway.challenge_timeout": "seconds to wait for `connect.challenge` after the dial",
     "gateway.hello_timeout": "seconds to wait for the `connect` response (`hello-ok`)",
     "gateway.request_timeout": "default deadline of `xworkmate.gateway.request`, in seconds",
-    "gateway.turn_timeout": "deadline of a gateway-mode turn; on expiry the run is aborted (`chat.abort`)",
+    "gateway.turn_timeout": "deadline of a gateway-mode turn; on expiry the run is aborted (`chat.abort`); also the cap of a client's `timeoutMs` in `xworkmate.gateway.request` (or `request_timeout`, if larger)",
     "gateway.abort_timeout": "seconds allowed for the `chat.abort` of a cancelled or expired turn",
     "gateway.idle_ttl": "a runtime with no request and no live owner WebSocket for this long is closed",
     "gateway.backoff_initial": "first reconnect delay in seconds (doubles, with jitter, reset on hello-ok)",

@@ -299,8 +299,7 @@ class GatewayManager:
         method = coerce.text(params.get("method"))
         raw = params.get("params")
         gw_params = raw if isinstance(raw, dict) else {}
-        timeout_ms = coerce.positive_int(params.get("timeoutMs"))
-        timeout = timeout_ms / 1000 if timeout_ms > 0 else self._settings.request_timeout
+        timeout = self.request_deadline(params.get("timeoutMs"))
         rt = self.get(principal, runtime_id)
         if rt is None:
             return {
@@ -314,6 +313,18 @@ class GatewayManager:
             except GatewayError as exc:
                 return {"ok": False, "payload": None, "error": exc.to_wire()}
         return {"ok": True, "payload": payload, "error": None}
+
+    def request_deadline(self, timeout_ms: Any) -> float:
+        """The deadline of a client's request, in seconds: its ``timeoutMs`` (a positive
+        int; none: ``gateway.request_timeout``), at most ``gateway.turn_timeout`` (or the
+        request timeout, if larger). The spec gives no bound; without one a client's
+        request could hold its runtime (never reaped while a call is in flight) and
+        its own connection for years. Clamped, not refused: the original took any value."""
+        settings = self._settings
+        ms = coerce.positive_int(timeout_ms)
+        if ms <= 0:
+            return settings.request_timeout
+        return min(ms / 1000, max(settings.turn_timeout, settings.request_timeout))
 
     async def disconnect(
         self, params: dict[str, Any], principal: str, notify: Notify | None, connection: Any | None

@@ -235,3 +235,71 @@ def test_openclaw_mode_without_an_openclaw_url_is_invalid_before_any_dial() -> N
     with pytest.raises(GatewayError) as err:
         build_connect_config(cp, config, "")
     assert err.value.code == "INVALID_ENDPOINT"  # it dialed ":80" and retried for ever
+
+
+class SilentSocket:
+    """A connected gateway that takes every frame and never answers."""
+
+    async def send(self, data: bytes, text: bool = False) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def silent_runtime(manager: GatewayManager) -> GatewayRuntime:
+    rt = GatewayRuntime("rt", "alice", manager._settings)
+    rt._ws = SilentSocket()  # type: ignore[assignment]
+    rt.snapshot.status = "connected"
+    manager._runtimes[("alice", "rt")] = rt
+    return rt
+
+
+async def test_a_client_timeout_ms_is_capped_at_the_gateway_turn_timeout() -> None:
+    """A request's ``timeoutMs`` had no upper bound: a client could hold a runtime
+    (never reaped while a call is in flight) and its HTTP request for years."""
+    settings = GatewayConfig(request_timeout=0.1, turn_timeout=0.2)
+    manager = GatewayManager(BridgeConfig(gateway=settings))
+    silent_runtime(manager)
+    params = {"runtimeId": "rt", "method": "health", "timeoutMs": 10**12}  # ~31 years
+    # the guard only catches a hang: the capped deadline is 0.2 s
+    answer = await asyncio.wait_for(manager.request(params, "alice", None, None), 10)
+    assert answer["ok"] is False and answer["payload"] is None
+    assert answer["error"]["code"] == "RPC_TIMEOUT"
+    assert answer["error"]["message"] == "health request timeout"
+
+
+@pytest.mark.parametrize(
+    ("settings", "timeout_ms", "deadline"),
+    [
+        (GatewayConfig(), 5_000, 5.0),  # below the cap: as the client asked
+        (GatewayConfig(), None, 15.0),  # none: gateway.request_timeout (spec: 15 s)
+        (GatewayConfig(), 0, 15.0),
+        (GatewayConfig(), 10**12, 120.0),  # past it: gateway.turn_timeout
+        (GatewayConfig(), "9" * 18, 120.0),  # a string with a leading int
+        (GatewayConfig(), 1e300, 120.0),
+        # a default request timeout above the turn timeout is the cap
+        (GatewayConfig(request_timeout=300.0, turn_timeout=60.0), 10**9, 300.0),
+    ],
+)
+async def test_the_deadline_of_a_request(
+    monkeypatch: pytest.MonkeyPatch,
+    settings: GatewayConfig,
+    timeout_ms: object,
+    deadline: float,
+) -> None:
+    manager = GatewayManager(BridgeConfig(gateway=settings))
+    rt = silent_runtime(manager)
+    seen: list[float | None] = []
+
+    async def request(method: str, params: object, deadline_s: float | None = None) -> object:
+        seen.append(deadline_s)
+        return {"ok": 1}
+
+    monkeypatch.setattr(rt, "request", request)
+    params: dict[str, object] = {"runtimeId": "rt", "method": "health"}
+    if timeout_ms is not None:
+        params["timeoutMs"] = timeout_ms
+    answer = await manager.request(params, "alice", None, None)
+    assert answer == {"ok": True, "payload": {"ok": 1}, "error": None}
+    assert seen == [deadline]
