@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from internal.peers.fake_llm import STATE_KEY, create_app
-from tests.conftest import ServeApp
+from tests.conftest import ServeApp, wait_until
 from xwm_bridge.router.classifier import (
     SYSTEM_PROMPT,
     Classifier,
@@ -181,3 +181,67 @@ async def test_a_long_classifier_reply_is_read_to_its_end(
     url = await serve_app(app)
     label = await make(client).classify("task", Endpoint(f"{url}/v1", "KEY"))
     assert label == "multi-agent"
+
+
+def classifier_tasks() -> list[asyncio.Task[Any]]:
+    """Tasks running a classifier call (whoever owns them)."""
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if not t.done() and "Classifier." in getattr(t.get_coro(), "__qualname__", "")
+    ]
+
+
+async def test_a_shared_call_goes_on_when_the_turn_that_started_it_is_cancelled(
+    serve_app: ServeApp, client: aiohttp.ClientSession
+) -> None:
+    """The second of two identical questions lost the classification (``""``, its
+    turn fell back) when the first one's turn was cancelled mid-call."""
+    url, state = await llm(serve_app)
+    c = make(client)
+    ep = Endpoint(f"{url}/v1", "KEY")
+    first = asyncio.ensure_future(c.classify("slow:300 multi-agent", ep))
+    second = asyncio.ensure_future(c.classify("slow:300 multi-agent", ep))
+    await wait_until(lambda: len(state.requests) == 1)  # both wait on the one call
+    first.cancel()
+    assert await asyncio.wait_for(second, 10) == "multi-agent"
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert len(state.requests) == 1  # one call, carried on for the second
+    assert c._inflight == {} and classifier_tasks() == []
+    # and its answer was cached as usual
+    assert await c.classify("slow:300 multi-agent", ep) == "multi-agent"
+    assert len(state.requests) == 1
+
+
+async def test_a_shared_call_is_cancelled_when_no_one_waits_for_it(
+    serve_app: ServeApp, client: aiohttp.ClientSession
+) -> None:
+    url, state = await llm(serve_app)
+    c = make(client)
+    ep = Endpoint(f"{url}/v1", "KEY")
+    waiters = [asyncio.ensure_future(c.classify("slow:3000 gateway", ep)) for _ in range(2)]
+    await wait_until(lambda: len(state.requests) == 1)
+    for w in waiters:
+        w.cancel()
+    results = await asyncio.gather(*waiters, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results)
+    assert c._inflight == {}
+    await wait_until(lambda: classifier_tasks() == [], within=2)  # not the 3 s answer
+    assert not c._cache  # a cancelled call is no answer to keep
+    assert len(state.requests) == 1
+
+
+async def test_close_ends_a_shared_call_and_its_waiters_get_no_answer(
+    serve_app: ServeApp, client: aiohttp.ClientSession
+) -> None:
+    url, state = await llm(serve_app)
+    c = make(client)
+    ep = Endpoint(f"{url}/v1", "KEY")
+    waiter = asyncio.ensure_future(c.classify("slow:3000 gateway", ep))
+    await wait_until(lambda: len(state.requests) == 1)
+    await asyncio.wait_for(c.close(), 5)
+    assert await asyncio.wait_for(waiter, 5) == ""  # no answer, not a cancelled turn
+    assert c._inflight == {} and classifier_tasks() == []
+    assert await c.classify("gateway", ep) == ""  # closed: no new call
+    assert len(state.requests) == 1

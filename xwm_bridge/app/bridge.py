@@ -331,6 +331,8 @@ class Bridge:
         await self.gateway.close()
         if self._upstream_pool is not None:
             await self._upstream_pool.close()
+        if self._router is not None:  # its classifier calls use the HTTP client
+            await self._router.close()
         if self._http is not None:
             await self._http.close()
         if self.cluster is not None:

@@ -7,6 +7,11 @@ server-configured ``router.llm_base_url``; a client-supplied
 per (endpoint, model, prompt) hash for a TTL, identical concurrent questions
 share one call, and a process-wide semaphore bounds the calls in flight. It is
 plain async I/O, so a slow classifier only delays the thread that asked.
+
+A shared call is a task of the classifier's own (with the call's deadline), not
+of the turn that started it: a waiter whose turn is cancelled leaves, and the
+others still get the answer; the call is cancelled when its last waiter leaves,
+or at :meth:`Classifier.close`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import aiohttp
 import orjson
 
 from xwm_bridge.httpbody import BodyTooLarge, read_capped
+from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.classifier")
 
@@ -79,6 +85,14 @@ def choose_endpoint(
     return None
 
 
+@dataclass(slots=True)
+class _Shared:
+    """One classifier call in flight, and how many questions wait for it."""
+
+    task: asyncio.Task[str]
+    waiters: int = 0
+
+
 class Classifier:
     def __init__(
         self,
@@ -98,7 +112,10 @@ class Classifier:
         self._ttl = cache_ttl
         self._entries = max(cache_entries, 0)
         self._cache: OrderedDict[str, tuple[float, str]] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future[str]] = {}
+        self._inflight: dict[str, _Shared] = {}
+        #: owner of the shared calls (a call outlives the turn that started it)
+        self._tasks = Supervisor()
+        self._closed = False
         self._slots = asyncio.Semaphore(max_concurrency)
         self.calls = 0  # upstream requests made (for tests and metrics)
 
@@ -110,8 +127,9 @@ class Classifier:
         return h.hexdigest()
 
     async def classify(self, prompt: str, endpoint: Endpoint | None) -> str:
-        """A label from :data:`LABELS`, or ``""`` for no answer (never raises)."""
-        if endpoint is None or self._http is None:
+        """A label from :data:`LABELS`, or ``""`` for no answer (never raises; only
+        the caller's own cancellation comes through)."""
+        if endpoint is None or self._http is None or self._closed:
             return ""
         prompt = prompt.strip()
         key = self._key(endpoint, prompt)
@@ -119,22 +137,48 @@ class Classifier:
         if cached is not None and cached[0] > self._clock():
             self._cache.move_to_end(key)
             return cached[1]
-        pending = self._inflight.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
-        label = ""
+        shared = self._inflight.get(key)
+        if shared is None:
+            task = self._tasks.spawn(self._call(prompt, endpoint), name="classifier-call")
+            shared = self._inflight[key] = _Shared(task)
+            task.add_done_callback(lambda t: self._settled(key, shared))
+        shared.waiters += 1
         try:
-            label = await self._call(prompt, endpoint)
+            # the call is not this caller's: its cancel ends the wait, not the call
+            return await asyncio.shield(shared.task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if shared.task.cancelled() and (current is None or not current.cancelling()):
+                return ""  # the call was ended (close), not this caller
+            raise
+        except Exception:  # a bug in the call: the supervisor logged it
+            return ""
         finally:
+            shared.waiters -= 1
+            if shared.waiters == 0 and not shared.task.done():
+                # no one is left to answer: end the call; a new question starts anew
+                if self._inflight.get(key) is shared:
+                    del self._inflight[key]
+                shared.task.cancel()
+
+    def _settled(self, key: str, shared: _Shared) -> None:
+        """The call ended: it leaves the in-flight map, and its answer is cached."""
+        if self._inflight.get(key) is shared:
             del self._inflight[key]
-            future.set_result(label)
+        task = shared.task
+        if task.cancelled() or task.exception() is not None:
+            return
+        label = task.result()
         if label and self._ttl > 0 and self._entries:
             self._cache[key] = (self._clock() + self._ttl, label)
             while len(self._cache) > self._entries:
                 self._cache.popitem(last=False)
-        return label
+
+    async def close(self) -> None:
+        """Cancel the calls in flight (their waiters get no answer) and ask no more."""
+        self._closed = True
+        await self._tasks.shutdown(0)
+        self._inflight.clear()
 
     async def _call(self, prompt: str, endpoint: Endpoint) -> str:
         assert self._http is not None

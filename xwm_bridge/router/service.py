@@ -107,6 +107,10 @@ class Router:
             installer=self.skills.install,
         )
 
+    async def close(self) -> None:
+        """End the classifier calls in flight (at shutdown, before the HTTP client)."""
+        await self.classifier.close()
+
     async def record(
         self, req: RoutingRequest, decision: RoutingDecision, result: dict[str, Any]
     ) -> bool:
