@@ -81,6 +81,8 @@ class FakeUpstream:
         """Let every held turn go (a failed test must not leave one blocking teardown)."""
         for hold in self.state.holds.values():
             hold.set()
+        for pace in self.state.paces.values():
+            pace.open()
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ Directives at the start of ``taskPrompt`` change one turn:
 ``POST /_reset`` clears it. In-process tests can also hold a session's turns:
 ``state.holds[session_id] = asyncio.Event()`` makes each of its turns wait (after it
 shows in ``state.active``, before its latency) until the event is set or the turn is
-cancelled.
+cancelled; ``state.paces[session_id] = Pace()`` sends each chunk of its turns only when
+the test grants it (``Pace.step``), so a test knows what was streamed when.
 """
 
 from __future__ import annotations
@@ -41,6 +42,38 @@ _DIRECTIVE = re.compile(
 )
 
 
+class Pace:
+    """Chunks one at a time, as the test grants them (no timing involved)."""
+
+    def __init__(self) -> None:
+        self._permits = asyncio.Semaphore(0)
+        self.granted = 0
+        self.opened = False
+
+    def step(self, n: int = 1) -> None:
+        self.granted += n
+        for _ in range(n):
+            self._permits.release()
+
+    def open(self) -> None:
+        """Every chunk from now on goes at once."""
+        self.opened = True
+        self._permits.release()
+
+    async def wait(self, cancel: asyncio.Event) -> None:
+        """Until a chunk may go, or the turn is cancelled."""
+        permit = asyncio.ensure_future(self._permits.acquire())
+        stop = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({permit, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not permit.done():
+                permit.cancel()
+            elif self.opened:
+                self._permits.release()  # open: the next chunk finds a permit too
+
+
 @dataclass
 class FakeState:
     latency_ms: float = 0.0
@@ -50,6 +83,8 @@ class FakeState:
     active: dict[str, asyncio.Event] = field(default_factory=dict)
     #: session id → turns of that session wait until it is set (tests' event, not a sleep)
     holds: dict[str, asyncio.Event] = field(default_factory=dict)
+    #: session id → its turns' chunks go one per ``Pace.step`` (see :class:`Pace`)
+    paces: dict[str, Pace] = field(default_factory=dict)
     completed: int = 0
     cancelled_turns: int = 0
     keep_requests: int = 1000
@@ -137,14 +172,17 @@ async def _turn(
         size = max(1, -(-len(output) // n))
         pieces = [output[i : i + size] for i in range(0, len(output), size)]
         gap = int(directive[5:]) / 1000 if directive.startswith("drip:") else 0.0
+        pace = state.paces.get(session_id)
         for seq, piece in enumerate(pieces, 1):
+            if pace is not None:
+                await pace.wait(cancel)
             if gap and seq > 1:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(cancel.wait(), gap)
-                if cancel.is_set():
-                    state.cancelled_turns += 1
-                    result = {"success": False, "error": "cancelled", "turnId": turn_id}
-                    return {"jsonrpc": "2.0", "id": rid, "result": result}, None, 200
+            if cancel.is_set() and (pace is not None or (gap and seq > 1)):
+                state.cancelled_turns += 1
+                result = {"success": False, "error": "cancelled", "turnId": turn_id}
+                return {"jsonrpc": "2.0", "id": rid, "result": result}, None, 200
             await emit(
                 {
                     "jsonrpc": "2.0",

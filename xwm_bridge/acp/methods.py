@@ -163,26 +163,27 @@ class AcpMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session, history = await self._reopen(params)
-        session.buffer = []  # live updates of a running turn wait for the replay
-        self.front.attach(session, self.conn)
         sid = session.session_id
-        try:
-            ledger = await self._ledger(sid)
-            last = ledger[-1].event_id if ledger else -1
-            notes = [e.message for e in ledger if e.kind == NOTIFICATION]
-            for update in mapping.replay_updates(history, notes):
-                await self.conn.send(
-                    jsonrpc.notification("session/update", {"sessionId": sid, "update": update}),
-                    sid,
-                )
-        except BaseException:
-            session.buffer = None
-            raise
 
         async def send(message: dict[str, Any]) -> None:
             await self.conn.send(message, sid)
 
-        await session.end_replay(last, send)
+        # another load's replay (or a resume) of this session first: it would take the
+        # session and its buffer from under this one (live updates lost or out of order)
+        async with session.attaching:
+            session.buffer = []  # live updates of a running turn wait for the replay
+            self.front.attach(session, self.conn)
+            try:
+                ledger = await self._ledger(sid)
+                last = ledger[-1].event_id if ledger else -1
+                notes = [e.message for e in ledger if e.kind == NOTIFICATION]
+                for update in mapping.replay_updates(history, notes):
+                    body = {"sessionId": sid, "update": update}
+                    await send(jsonrpc.notification("session/update", body))
+                await session.end_replay(last, send)
+            except BaseException:
+                session.buffer = None
+                raise
         return self.front.catalog.state(session.choice)
 
     async def _ledger(self, sid: str) -> list[LedgerEntry]:
@@ -203,7 +204,8 @@ class AcpMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session, _ = await self._reopen(params)
-        self.front.attach(session, self.conn)
+        async with session.attaching:  # after a load's replay under way: it hands over
+            self.front.attach(session, self.conn)
         return self.front.catalog.state(session.choice)
 
     async def _reopen(self, params: dict[str, Any]) -> tuple[AcpSession, tuple[str, ...]]:

@@ -13,6 +13,7 @@ connection detaches; the running turn goes on, and ``session/load`` or
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import OrderedDict
@@ -58,6 +59,10 @@ class AcpSession:
     client: Client | None = None
     #: while ``session/load`` replays: live updates wait here with their ledger position
     buffer: list[tuple[int | None, dict[str, Any]]] | None = None
+    #: held by ``session/load`` from its attach to the end of its replay, and by
+    #: ``session/resume`` to attach: one attach at a time, so a second load or a resume
+    #: never takes the session (or its buffer) from a replay half done
+    attaching: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: the client's ``mcpServers`` (validated; in memory only: env values may be secrets)
     mcp_servers: list[dict[str, Any]] = field(default_factory=list)
     #: the prompts of this session running now (their relays, for cancel)
@@ -85,11 +90,17 @@ class AcpSession:
     async def end_replay(
         self, after_pos: int, send: Callable[[dict[str, Any]], Awaitable[None]]
     ) -> None:
-        """Flush what arrived during the replay, skipping what the replay already held."""
-        buffered, self.buffer = self.buffer or [], None
-        for pos, message in buffered:
-            if pos is None or pos > after_pos:
-                await send(message)
+        """Flush what arrived during the replay, skipping what the replay already held.
+
+        Updates that arrive while the flush awaits the client join the buffer and go
+        next: the session turns live only once the buffer is empty, so no live update
+        overtakes a buffered one."""
+        while self.buffer:  # None: the client detached meanwhile
+            buffered, self.buffer = self.buffer, []
+            for pos, message in buffered:
+                if pos is None or pos > after_pos:
+                    await send(message)
+        self.buffer = None
 
 
 def new_session_id() -> str:
@@ -163,7 +174,7 @@ class AcpSessions:
             for sid, session in list(self._live.items()):
                 if len(self._live) <= self._max:
                     return
-                if session.turns or session.buffer is not None:
+                if session.turns or session.buffer is not None or session.attaching.locked():
                     continue
                 client = session.client
                 if client is None or client.closed:

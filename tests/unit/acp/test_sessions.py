@@ -1,7 +1,9 @@
-"""The front door's live ACP sessions stay bounded, attached ones included."""
+"""The front door's live ACP sessions stay bounded, attached ones included; a load's
+replay hands over to live updates in order."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from xwm_bridge.acp.options import Choice
@@ -58,3 +60,47 @@ def test_sessions_running_a_turn_are_kept() -> None:
     live.add(session("next", client))
     assert live.get("busy") is busy and live.get("next") is not None
     assert live.get("idle") is None and client.evicted == ["idle"]
+
+
+async def test_a_session_being_attached_is_kept() -> None:
+    """A load waiting for another's replay holds the session object: had it left memory,
+    a second object of the same id would take the next attach and the turn's updates."""
+    live = AcpSessions(max_live=1)
+    waiting = live.add(session("waiting"))  # detached and idle, but a load is attaching it
+    async with waiting.attaching:
+        live.add(session("other"))
+        assert live.get("waiting") is waiting
+
+
+class RecordingClient(OpenClient):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    async def send(self, message: dict[str, Any], scope: str | None) -> None:
+        self.log.append(message["n"])
+
+
+async def test_a_live_update_during_the_flush_waits_for_the_buffered_ones() -> None:
+    """end_replay took the buffer and turned the session live before sending it: an
+    update that came while the client was slow to take a buffered one overtook the rest."""
+    log: list[str] = []
+    live = session("s", RecordingClient(log))
+    live.buffer = [(5, {"n": "old"}), (6, {"n": "b1"}), (7, {"n": "b2"})]
+    writing, written = asyncio.Event(), asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["n"] == "b1":  # the client is slow to take it (a full socket buffer)
+            writing.set()
+            await written.wait()
+        log.append(message["n"])
+
+    flushing = asyncio.ensure_future(live.end_replay(5, send))
+    await asyncio.wait_for(writing.wait(), 5)
+    await live.deliver({"n": "live"}, 8)  # the turn goes on meanwhile
+    written.set()
+    await asyncio.wait_for(flushing, 5)
+    assert log == ["b1", "b2", "live"]
+    assert live.buffer is None
+    await live.deliver({"n": "after"}, 9)
+    assert log[-1] == "after"
