@@ -191,7 +191,8 @@ DESCRIPTIONS: dict[str, str] = {
     "agents.search_paths": "absolute directories searched for agent executables before `PATH` (`:`-separated in env)",
     "agents.sandbox": "`none`, or `bwrap`: agents run under bubblewrap, writing only their session directory, their state dirs and a private `/tmp`; their `terminal/*` commands too (session directory only)",
     "agents.bwrap_path": "the bubblewrap executable (`agents.sandbox: bwrap`)",
-    "agents.max_sandboxed_processes": "sandboxed agent processes kept at once (one per provider and working directory; idle ones are closed first)",
+    "agents.max_sandboxed_processes": "sandboxed agent processes kept at once (one per provider and working directory): past it the least recently used idle one is closed, never one with a call in flight (a turn, agent-adapter's `gemini.*`); when all are busy, see `agents.process_wait`",
+    "agents.process_wait": "seconds a call that needs a new sandboxed agent process waits for one to become idle when all `agents.max_sandboxed_processes` are busy; then it fails (`all N sandboxed agent processes …`); 0 = fail at once",
     "agents.probe_timeout": "seconds `doctor` allows each stdio agent to start and answer `initialize`",
     "agents.toolbridge_env": "`NAME=value` items given to the toolbridge MCP server (`providers[].toolbridge`); the agent can see them",
 }

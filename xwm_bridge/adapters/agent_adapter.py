@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -151,12 +152,11 @@ class AdapterMethods:
         # every process of the provider (one per directory under bwrap), not only this one
         self._agents.set_protocol_version(settings.provider_id, settings.protocol_version)
 
-    @property
-    def _agent(self) -> AcpAgent:
-        """The provider's process for the adapter's own calls, asked of the executor each
-        time: one it closed (the sandbox's process cap) is replaced by a tracked one, never
-        restarted on the side (where shutdown would not close it)."""
-        return self._agents.agent(self._settings.provider_id)
+    def _agent(self) -> AbstractAsyncContextManager[AcpAgent]:
+        """The provider's process for one of the adapter's own calls, held from the
+        executor for the call's length: tracked (shutdown closes it), counted by the
+        sandbox's process cap, and never closed by it while the call runs."""
+        return self._agents.using(self._settings.provider_id)
 
     def table(self) -> dict[str, Handler]:
         return {
@@ -176,7 +176,8 @@ class AdapterMethods:
     ) -> dict[str, Any]:
         pid = self._settings.provider_id
         try:
-            init = await self._agent.ensure_started()
+            async with self._agent() as agent:
+                init = await agent.ensure_started()
         except AgentError as exc:
             return {
                 "singleAgent": False,
@@ -223,8 +224,9 @@ class AdapterMethods:
         pid, upstream = self._settings.provider_id, self._settings.upstream_method
         base = {"provider": pid, "mode": Mode.SINGLE_AGENT.value}
         try:
-            await self._agent.ensure_started()
-            result = await self._agent.call(upstream, params, RAW_TIMEOUT)
+            async with self._agent() as agent:
+                await agent.ensure_started()
+                result = await agent.call(upstream, params, RAW_TIMEOUT)
         except AgentError as exc:
             out = {"success": False, **base, "error": str(exc), "upstreamMethod": upstream}
             if exc.code is not None:
@@ -238,7 +240,8 @@ class AdapterMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         try:
-            init = await self._agent.ensure_started()
+            async with self._agent() as agent:
+                init = await agent.ensure_started()
         except AgentError as exc:
             return {"success": False, "error": str(exc)}
         keys = ("protocolVersion", "authMethods", "agentCapabilities", "agentInfo")
@@ -254,12 +257,13 @@ class AdapterMethods:
             return {"success": False, "error": "method is required"}
         raw_params = params.get("params")
         try:
-            await self._agent.ensure_started()
-            result = await self._agent.call(
-                coerce.text(raw_method),
-                raw_params if isinstance(raw_params, dict) else {},
-                RAW_TIMEOUT,
-            )
+            async with self._agent() as agent:
+                await agent.ensure_started()
+                result = await agent.call(
+                    coerce.text(raw_method),
+                    raw_params if isinstance(raw_params, dict) else {},
+                    RAW_TIMEOUT,
+                )
         except AgentError as exc:
             if exc.code is None:
                 return {"success": False, "error": str(exc)}

@@ -179,8 +179,12 @@ class AgentsConfig:
     #: agent's state dirs and a private /tmp).
     sandbox: str = "none"
     bwrap_path: str = "bwrap"
-    #: sandboxed agent processes kept at once (one per provider and directory).
+    #: sandboxed agent processes kept at once (one per provider and directory); one
+    #: with a call in flight is never closed to make room.
     max_sandboxed_processes: int = 8
+    #: how long a call needing a new sandboxed process waits for one to become idle when
+    #: all ``max_sandboxed_processes`` are busy (then it fails; 0 = fail at once).
+    process_wait: float = 60.0
     #: deadline of ``doctor``'s ``initialize`` of each stdio agent.
     probe_timeout: float = 15.0
     #: ``NAME=value`` items given to the toolbridge MCP server (the agent sees them).

@@ -137,6 +137,8 @@ def _validate(config: BridgeConfig) -> None:
         raise ConfigError(f"agents.sandbox: must be one of {', '.join(SANDBOXES)}")
     if ag.probe_timeout <= 0 or ag.max_sandboxed_processes < 1:
         raise ConfigError("agents: probe_timeout and max_sandboxed_processes must be > 0")
+    if ag.process_wait < 0:
+        raise ConfigError("agents.process_wait: must be 0 or more")
     for i, d in enumerate(ag.search_paths):
         if not os.path.isabs(d):
             raise ConfigError(f"agents.search_paths[{i}]: must be an absolute path, got {d!r}")

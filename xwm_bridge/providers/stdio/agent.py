@@ -100,6 +100,9 @@ class AcpAgent:
         self._start_lock = asyncio.Lock()
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
         self.sessions: dict[str, SessionHandlers] = {}
+        #: calls holding this process now (the executor's ``acquire``): the sandbox's
+        #: process cap closes only a process that none holds
+        self.users = 0
         self.init_result: dict[str, Any] = {}
         #: bumped on every (re)start; ACP sessions of an older generation are gone.
         self.generation = 0
@@ -356,6 +359,7 @@ class AcpAgent:
             "starts": self.generation,
             "restarts": max(0, self.generation - 1),
             "activeSessions": len(self.sessions),
+            "busy": self.users > 0,
             "lastExit": self.last_exit or None,
             "lastError": self.last_error or None,
             "lastErrorAt": self.last_error_at or None,

@@ -1,7 +1,8 @@
 """Single-agent turns routed to a local stdio ACP agent (``kind: stdio`` providers).
 
-A turn: pick the agent process (one per provider; one per provider and working
-directory under ``agents.sandbox: bwrap``), start it if needed, open or continue
+A turn: acquire the agent process (one per provider; one per provider and working
+directory under ``agents.sandbox: bwrap``, at most ``agents.max_sandboxed_processes``,
+never closing one another call holds), start it if needed, open or continue
 the ACP session (:mod:`.acp_sessions`: auth, resume/load, mode, options, model),
 build the prompt blocks (:mod:`.prompt`), run ``session/prompt`` and account for
 its usage (:mod:`xwm_bridge.core.usage`: turn result, session totals, metrics).
@@ -17,7 +18,8 @@ import contextlib
 import logging
 import os
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -55,6 +57,10 @@ def failure_kind(exc: AgentError) -> str:
     return "remote_error" if exc.code is not None else "transport"
 
 
+class AgentBusy(AgentError):
+    """Every sandboxed process is held by a call and none may be added (the cap)."""
+
+
 class StdioAgentExecutor:
     def __init__(
         self,
@@ -79,6 +85,10 @@ class StdioAgentExecutor:
         #: provider id → the ACP protocolVersion its processes' initialize sends, when not
         #: the default (agent-adapter's GEMINI_ADAPTER_PROTOCOL_VERSION)
         self._protocol_versions: dict[str, int] = {}
+        #: set (and replaced) when a process is released by its last holder
+        self._released = asyncio.Event()
+        #: provider id → calls waiting for a place under the sandbox's process cap
+        self._waiting: Counter[str] = Counter()
 
     @property
     def sandboxed(self) -> bool:
@@ -90,18 +100,75 @@ class StdioAgentExecutor:
     def providers(self) -> list[ProviderConfig]:
         return list(self._providers.values())
 
-    def agent(self, provider_id: str, cwd: str = "") -> AcpAgent:
-        """The provider's agent process (per working directory when sandboxed)."""
+    async def acquire(self, provider_id: str, cwd: str = "") -> AcpAgent:
+        """The provider's agent process (per working directory when sandboxed), held by
+        the caller until :meth:`release` (use :meth:`using`).
+
+        Under the sandbox a new process past ``agents.max_sandboxed_processes`` first
+        closes the least recently used one that no call holds, never one with a call in
+        flight; when every one is held it waits for a release, at most
+        ``agents.process_wait`` seconds, then raises :class:`AgentBusy`.
+        """
         pid = provider_id.lower()
         key = (pid, cwd if self.sandboxed else "")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.agents.process_wait
+        while key not in self._agents and not self._has_room():
+            idle = next((k for k, a in self._agents.items() if not a.users), None)
+            if idle is not None:
+                await self._agents.pop(idle).close()
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise self._busy(pid)
+            self._waiting[pid] += 1
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await wait_for(self._released.wait(), remaining)
+            finally:
+                self._waiting[pid] -= 1
         agent = self._agents.get(key)
         if agent is None:
             spec = agent_spec(self._providers[pid], self.config, key[1])
             if pid in self._protocol_versions:
                 spec = replace(spec, protocol_version=self._protocol_versions[pid])
             agent = self._agents[key] = AcpAgent(spec)
+        agent.users += 1
         self._agents.move_to_end(key)
         return agent
+
+    def release(self, agent: AcpAgent) -> None:
+        """The caller is done with ``agent``; once no call holds it, the cap may close it."""
+        agent.users -= 1
+        if agent.users <= 0:
+            agent.users = 0
+            self._released.set()
+            self._released = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def using(self, provider_id: str, cwd: str = "") -> AsyncIterator[AcpAgent]:
+        """:meth:`acquire` … :meth:`release` around one use of the process."""
+        agent = await self.acquire(provider_id, cwd)
+        try:
+            yield agent
+        finally:
+            self.release(agent)
+
+    def _has_room(self) -> bool:
+        return not self.sandboxed or len(self._agents) < self.config.agents.max_sandboxed_processes
+
+    def _busy(self, provider_id: str) -> AgentBusy:
+        limit, wait = self.config.agents.max_sandboxed_processes, self.config.agents.process_wait
+        log.warning(
+            "no free sandboxed agent process",
+            extra={"agent": provider_id, "processes": len(self._agents), "waited": wait},
+        )
+        busy = f"are busy (agents.max_sandboxed_processes: {limit})"
+        if wait > 0:
+            busy = f"stayed busy for {wait:g}s (agents.max_sandboxed_processes: {limit})"
+        return AgentBusy(
+            f"all {limit} sandboxed agent processes {busy}; try again when one is idle"
+        )
 
     def set_protocol_version(self, provider_id: str, version: int) -> None:
         """The ``protocolVersion`` every process of the provider initializes with, those
@@ -124,26 +191,18 @@ class StdioAgentExecutor:
                 row.update({"running": False, "starts": 0, "restarts": 0, "lastError": None})
             else:
                 row.update(procs[-1])  # the most recently used
+                row["busy"] = sum(p["busy"] for p in procs)  # processes a call holds
                 row["running"] = any(p["running"] for p in procs)
                 row["starts"] = sum(p["starts"] for p in procs)
                 row["restarts"] = sum(p["restarts"] for p in procs)
                 row["activeSessions"] = sum(p["activeSessions"] for p in procs)
                 row["processes"] = len(procs)
+            row["waiting"] = self._waiting[pid]  # calls waiting for a place (the cap)
             out.append(row)
         return out
 
     def _provider_id(self, ctx: TurnContext) -> str:
         return provider_id_of(ctx)
-
-    async def _trim(self, keep: AcpAgent) -> None:
-        """Close the least recently used idle sandboxed processes above the cap."""
-        if not self.sandboxed:
-            return
-        limit = self.config.agents.max_sandboxed_processes
-        idle = [k for k, a in self._agents.items() if not a.sessions and a is not keep]
-        while len(self._agents) > limit and idle:
-            agent = self._agents.pop(idle.pop(0))
-            await agent.close()
 
     def failure(self, ctx: TurnContext, message: str) -> dict[str, Any]:
         return failure_result(ctx, message)
@@ -193,8 +252,21 @@ class StdioAgentExecutor:
             await ctx.emit_error(str(exc))
             return self.failure(ctx, str(exc))
         try:
-            agent = self.agent(provider.id, cwd)
-            await self._trim(agent)
+            agent = await self.acquire(provider.id, cwd)
+        except AgentError as exc:
+            if not isinstance(exc, AgentBusy):  # no free place is not the agent's failure
+                self._failed(provider.id, failure_kind(exc))  # e.g. bwrap is not installed
+            await ctx.emit_error(str(exc))
+            return self.failure(ctx, str(exc))
+        try:
+            return await self._run(ctx, provider, cwd, agent)
+        finally:
+            self.release(agent)
+
+    async def _run(
+        self, ctx: TurnContext, provider: ProviderConfig, cwd: str, agent: AcpAgent
+    ) -> dict[str, Any]:
+        try:
             await self._start(agent, provider)
             opened = await self.sessions.open(ctx, agent, provider, cwd)
             blocks, attachments = await self._prompt_blocks(ctx, agent, opened)
