@@ -108,7 +108,7 @@ DESCRIPTIONS: dict[str, str] = {
     "toolbridge.vault_namespace": "optional `X-Vault-Namespace`",
     "toolbridge.vault_timeout": "deadline for one Vault request, in seconds",
     "toolbridge.vault_allowed_paths": "`mount/path` prefixes `vault_kv` may touch (e.g. `secret/app`); empty = any",
-    "toolbridge.max_concurrent_calls": "MCP requests handled at once; more wait (stdin is not read meanwhile)",
+    "toolbridge.max_concurrent_calls": "MCP tool calls run at once; up to 16 more requests wait while stdin is still read (cancels, pings), then reading stops",
     "router.llm_base_url": "classifier endpoint used with `llm_api_key` (the server key is never sent to a client-supplied URL); also the default for clients' own keys",
     "router.llm_api_key": "server key for the LLM routing classifier (secret; redacted in logs)",
     "router.classifier_timeout": "seconds allowed for one classifier call",

@@ -88,7 +88,8 @@ class ToolbridgeConfig:
     vault_timeout: float = 30.0
     #: ``mount/path`` prefixes vault_kv may touch; empty = any path.
     vault_allowed_paths: tuple[str, ...] = ()
-    #: tool calls running at once; further requests wait (stdin is not read meanwhile).
+    #: tool calls running at once; up to 16 more requests wait (stdin is still read, so
+    #: a cancel or a ping gets through), past that stdin is not read meanwhile.
     max_concurrent_calls: int = 8
 
 

@@ -1,9 +1,11 @@
 """The toolbridge stdio loop: frames in (newline JSON or Content-Length), JSON lines out.
 
-Unlike the original, requests run concurrently (bounded by
-``toolbridge.max_concurrent_calls``) so a long tool call does not block
-``ping`` or a ``notifications/cancelled`` that abandons it. Requests without an
-id get no output at all (adapters.md §2.1).
+Unlike the original, requests run concurrently: at most
+``toolbridge.max_concurrent_calls`` tool calls run at once, and past that up to
+:data:`MAX_WAITING` more wait for a slot while the server reads on, so a long
+tool call does not block ``ping`` or a ``notifications/cancelled`` that abandons
+it. Only with that many requests unanswered does reading stop (backpressure).
+Requests without an id get no output at all (adapters.md §2.1).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from xwm_bridge.wire import PLAIN, WireEncoder
 
 log = logging.getLogger("xwm_bridge.toolbridge")
 Write = Callable[[bytes], Awaitable[None]]
+#: requests read past the running calls (tool calls waiting for a slot, or a ping);
+#: with this many more unanswered, reading stops until one ends
+MAX_WAITING = 16
 
 
 class ToolbridgeServer:
@@ -48,9 +53,12 @@ class ToolbridgeServer:
         self._write = write
         self._write_lock = asyncio.Lock()
         self._decoder = StdioDecoder(max_message=max_message)
+        #: tool calls running at once; a call waits for one in its own task
         self._slots = asyncio.Semaphore(cfg.max_concurrent_calls)
+        #: requests unanswered (running or waiting); the reader waits for one of these
+        self._admitted = asyncio.Semaphore(cfg.max_concurrent_calls + MAX_WAITING)
         self._inflight: dict[Any, asyncio.Task[None]] = {}
-        self._tasks = Supervisor()  # one task per call in flight, bounded by _slots
+        self._tasks = Supervisor()  # one task per request in flight, bounded by _admitted
 
     async def _send(self, message: dict[str, Any]) -> None:
         data = self._wire.encode(message)
@@ -84,6 +92,10 @@ class ToolbridgeServer:
         raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"unknown method: {method}")
 
     async def call_tool(self, call: protocol.ToolCall) -> dict[str, Any]:
+        async with self._slots:
+            return await self._run_tool(call)
+
+    async def _run_tool(self, call: protocol.ToolCall) -> dict[str, Any]:
         started = asyncio.get_running_loop().time()
         try:
             if call.name == "chat":
@@ -125,10 +137,10 @@ class ToolbridgeServer:
             await self._send(reply)
 
     def _call_done(self, rid: Any, task: asyncio.Task[None]) -> None:
-        """Free the call's slot and in-flight entry. A done callback, not a ``finally``
-        in the coroutine: a call cancelled before its first step (its cancel was in the
-        same read) never runs its body, and its slot would leak."""
-        self._slots.release()
+        """Free the request's admission and in-flight entry. A done callback, not a
+        ``finally`` in the coroutine: a call cancelled before its first step (its cancel
+        was in the same read) never runs its body, and its admission would leak."""
+        self._admitted.release()
         if _trackable(rid) and self._inflight.get(rid) is task:
             del self._inflight[rid]
 
@@ -139,7 +151,9 @@ class ToolbridgeServer:
             return
         if self._on_notification(req):
             return
-        await self._slots.acquire()  # backpressure: stop reading while all slots are busy
+        # backpressure: stop reading only with MAX_WAITING requests waiting past the
+        # running calls (a wait for a call slot here kept a cancel from being read)
+        await self._admitted.acquire()
         task = self._tasks.spawn(self._serve_one(req), name=f"mcp-call-{req.method}")
         task.add_done_callback(functools.partial(self._call_done, req.id))
         if _trackable(req.id):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 
 from xwm_bridge.config import ToolbridgeConfig
+from xwm_bridge.toolbridge import server as server_module
 from xwm_bridge.toolbridge.server import ToolbridgeServer
 
 
@@ -39,4 +42,64 @@ async def test_cancel_before_the_call_starts_frees_its_slot() -> None:
         )
         await asyncio.wait_for(server.serve(), 10)
     assert [orjson.loads(line) for line in out] == [{"jsonrpc": "2.0", "id": 2, "result": {}}]
+    assert server._inflight == {}
+
+
+async def test_cancel_and_ping_are_read_while_every_slot_is_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With every call slot taken and one more call waiting for a slot, the server
+    still reads on: a ``notifications/cancelled`` reaches the running call and a
+    ``ping`` is answered (the reader waited for a slot, so neither was read until a
+    running call ended, and the cancelled call's response was sent after all)."""
+    started: list[str] = []
+    cancelled: list[str] = []
+    running = {1: asyncio.Event(), 2: asyncio.Event()}
+    both_cancelled, replied = asyncio.Event(), asyncio.Event()
+
+    async def review(_cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
+        started.append(args["prompt"])
+        running[len(started)].set()
+        try:
+            await asyncio.Event().wait()  # until cancelled
+        except asyncio.CancelledError:
+            cancelled.append(args["prompt"])
+            if len(cancelled) == 2:
+                both_cancelled.set()
+            raise
+        return "unreachable"
+
+    monkeypatch.setattr(server_module, "claude_review", review)
+    call = (
+        '{{"jsonrpc":"2.0","id":{0},"method":"tools/call",'
+        '"params":{{"name":"claude_review","arguments":{{"prompt":"p{0}"}}}}}}\n'
+    )
+    cancel = '{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{0}}}}}\n'
+    script = [  # (what has happened before, the next read)
+        (None, (call.format(1) + call.format(2)).encode()),
+        (running[1], cancel.format(1).encode()),  # call 2 is waiting for the only slot
+        (running[2], b'{"jsonrpc":"2.0","id":3,"method":"ping"}\n'),
+        (replied, cancel.format(2).encode()),
+        (both_cancelled, b""),
+    ]
+    out: list[bytes] = []
+
+    async def read() -> bytes:
+        event, chunk = script.pop(0)
+        if event is not None:
+            await event.wait()
+        return chunk
+
+    async def write(data: bytes) -> None:
+        out.append(data)
+        replied.set()
+
+    async with aiohttp.ClientSession() as http:
+        server = ToolbridgeServer(
+            ToolbridgeConfig(max_concurrent_calls=1), http, read, write, max_message=1 << 20
+        )
+        await asyncio.wait_for(server.serve(), 10)
+    assert [orjson.loads(line) for line in out] == [{"jsonrpc": "2.0", "id": 3, "result": {}}]
+    assert started == ["p1", "p2"]  # call 2 took the slot call 1's cancel freed
+    assert cancelled == ["p1", "p2"]
     assert server._inflight == {}
