@@ -135,6 +135,22 @@ def _error_text(exc: hvac.exceptions.VaultError) -> str:
     return f"vault api error {code}: {detail}".rstrip(": ")
 
 
+def _object(value: Any, what: str) -> dict[str, Any]:
+    """``value`` as a JSON object (absent: ``{}``). hvac hands back the raw
+    ``requests.Response`` for anything but a 200 with a JSON body (a login page, a
+    proxy's answer): that, or a JSON value of the wrong shape, is a tool error."""
+    if isinstance(value, requests.Response):
+        if value.status_code == 204:
+            return {}
+        kind = value.headers.get("Content-Type", "no content type").split(";")[0]
+        raise ToolError(f"vault api error: unexpected response (HTTP {value.status_code}, {kind})")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ToolError(f"vault api error: unexpected response ({what} is not a JSON object)")
+    return value
+
+
 def _run(cfg: ToolbridgeConfig, call: VaultCall) -> dict[str, Any]:
     kv = _client(cfg).secrets.kv.v2
     out: dict[str, Any] = {"operation": call.operation, "mount": call.mount, "path": call.path}
@@ -142,19 +158,21 @@ def _run(cfg: ToolbridgeConfig, call: VaultCall) -> dict[str, Any]:
         resp = kv.read_secret_version(
             path=call.path, mount_point=call.mount, raise_on_deleted_version=True
         )
-        body = resp.get("data") or {}
-        out["data"] = body.get("data") or {}
-        out["metadata"] = body.get("metadata") or {}
+        body = _object(_object(resp, "the body").get("data"), "data")
+        out["data"] = _object(body.get("data"), "data.data")
+        out["metadata"] = _object(body.get("metadata"), "data.metadata")
     elif call.operation == "write":
         resp = kv.create_or_update_secret(
             path=call.path, secret=call.data, cas=call.cas, mount_point=call.mount
         )
         out["data"] = call.data
         # Vault puts version/created_time directly under data (weakness in §3.4 fixed)
-        out["metadata"] = (resp or {}).get("data") or {}
+        out["metadata"] = _object(_object(resp, "the body").get("data"), "data")
     elif call.operation == "list":
         resp = kv.list_secrets(path=call.path, mount_point=call.mount)
-        keys = (resp.get("data") or {}).get("keys") or []
+        keys = _object(_object(resp, "the body").get("data"), "data").get("keys") or []
+        if not isinstance(keys, list):
+            raise ToolError("vault api error: unexpected response (data.keys is not a list)")
         out["keys"] = [str(k) for k in keys]
     else:
         kv.delete_latest_version_of_secret(path=call.path, mount_point=call.mount)
