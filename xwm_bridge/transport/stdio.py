@@ -143,11 +143,20 @@ def stdin_reader(fd: int = 0) -> Callable[[], Awaitable[bytes]]:
 
 
 def stdout_writer(fd: int = 1) -> Callable[[bytes], Awaitable[None]]:
+    """Write whole lines to ``fd`` from a worker thread, one line at a time.
+
+    A cancelled write (its request was cancelled, its deadline passed) ends the
+    awaiting task, not the thread: the thread lock, not the callers' asyncio
+    locks (released on that cancellation), keeps the next line from being written
+    into the middle of it."""
+    one_line = threading.Lock()
+
     def write_all(data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        with one_line:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
 
     async def write(data: bytes) -> None:
         await asyncio.to_thread(write_all, data)
