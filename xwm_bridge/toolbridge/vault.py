@@ -26,7 +26,8 @@ from xwm_bridge.toolbridge.tools import ToolError
 
 OPERATIONS = {"read": "read", "get": "read", "write": "write", "put": "write"}
 OPERATIONS |= {"list": "list", "delete": "delete"}
-_SEGMENT = re.compile(r"^[A-Za-z0-9_.@+=,:~ -]+$")
+#: a whole segment (``fullmatch``: ``$`` also matches before a final newline)
+_SEGMENT = re.compile(r"[A-Za-z0-9_.@+=,:~ -]+")
 MAX_PATH = 512
 
 
@@ -97,7 +98,7 @@ def _cas(value: Any) -> int | None:
 
 
 def _check_segment(segment: str, what: str) -> None:
-    if segment in ("", ".", "..") or not _SEGMENT.match(segment):
+    if segment in ("", ".", "..") or not _SEGMENT.fullmatch(segment):
         raise ToolError(f"invalid {what}: {segment!r}")
 
 

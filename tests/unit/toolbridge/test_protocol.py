@@ -173,6 +173,9 @@ def test_vault_cas_infinite_is_ignored(cas: Any) -> None:
         (VAULT, {"operation": "read", "path": "a/./b"}, "invalid path: '.'"),
         (VAULT, {"operation": "read", "path": "a%2e"}, "invalid path: 'a%2e'"),
         (VAULT, {"operation": "read", "path": "a\nb"}, "invalid path: 'a\\nb'"),
+        # a segment ending in a newline: the pattern's ``$`` matched before it
+        (VAULT, {"operation": "read", "path": "a\n/b"}, "invalid path: 'a\\n'"),
+        (VAULT, {"operation": "read", "path": "..\n/b"}, "invalid path: '..\\n'"),
         (
             VAULT,
             {"operation": "write", "path": "a", "data": ""},
