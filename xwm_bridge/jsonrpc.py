@@ -99,10 +99,13 @@ class Request:
     method: str
     params: dict[str, Any] = field(default_factory=dict)
     id: Any = None
+    #: ``False``: a request even with ``id`` null (the frame had an ``id`` member, as
+    #: JSON-RPC 2.0 and ACP v1 allow); ``None``: a null ``id`` means a notification
+    notification: bool | None = field(default=None, compare=False)
 
     @property
     def is_notification(self) -> bool:
-        return self.id is None
+        return self.id is None if self.notification is None else self.notification
 
 
 def _member(obj: dict[str, Any], name: str) -> tuple[bool, Any]:

@@ -10,10 +10,11 @@ from typing import Any
 
 import orjson
 import pytest
-from acp import RequestError, image_block, text_block
+from acp import RequestError, image_block, schema, text_block
 from acp.schema import TextContentBlock
 
 from internal.peers.fake_llm import create_app as llm_app
+from tests.acp_schema import strict
 from tests.conftest import ROOT, FakeUpstream, ServeApp, base_env, fresh_state_dir, wait_until
 from tests.integration.acp_helpers import RecordingClient, caps, prompt, spawn_acp, write_config
 from tests.integration.agent_helpers import agent_provider
@@ -471,8 +472,14 @@ async def test_bad_input_gets_errors_and_eof_exits_cleanly(
         b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":1}}'
     )
     assert init["result"]["protocolVersion"] == 1 and init["result"]["authMethods"] == []
-    unknown = await ask(b'{"jsonrpc":"2.0","id":3,"method":"session/fly","params":{}}')
-    assert unknown["id"] == 3 and unknown["error"]["code"] == -32601
+    # ACP v1 takes JSON-RPC's "id": null on a request: it is answered, with that id
+    null_id = await ask(
+        b'{"jsonrpc":"2.0","id":null,"method":"initialize","params":{"protocolVersion":1}}'
+    )
+    assert null_id["id"] is None and "error" not in null_id, null_id
+    strict(schema.InitializeResponse, null_id["result"])
+    unknown = await ask(b'{"jsonrpc":"2.0","id":"three","method":"session/fly","params":{}}')
+    assert unknown["id"] == "three" and unknown["error"]["code"] == -32601
     early = await ask(
         b'{"jsonrpc":"2.0","id":4,"method":"session/prompt","params":{"sessionId":"acp-x",'
         b'"prompt":[{"type":"text","text":"hi"}]}}'

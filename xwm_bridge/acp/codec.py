@@ -75,6 +75,9 @@ def decode(data: bytes | str) -> Incoming:
         )
     reply_id = rid if has_id else None
     if "method" in obj:
+        # a request is a frame with an id member, null included (ACP v1's RequestId and
+        # JSON-RPC 2.0 allow it: answered with id null); without one, a notification
+        is_request = "id" in obj
         method = obj["method"]
         if not isinstance(method, str) or not method.strip():
             return _invalid(reply_id, has_id, jsonrpc.INVALID_REQUEST, "method must be a string")
@@ -83,7 +86,7 @@ def decode(data: bytes | str) -> Incoming:
             params = {}
         elif not isinstance(params, dict):
             return _invalid(reply_id, has_id, jsonrpc.INVALID_PARAMS, "params must be an object")
-        return jsonrpc.Request(method=method, params=params, id=rid if has_id else None)
+        return jsonrpc.Request(method, params, rid, notification=not is_request)
     if "result" in obj or "error" in obj:
         if not has_id:  # JSON-RPC: a response is never answered (one without an id
             return Invalid(None)  # is a peer's complaint: answering it could loop)

@@ -79,3 +79,16 @@ def test_a_response_without_an_id_is_never_answered(frame: bytes) -> None:
     answered by an error of ours, which it answers again: a loop)."""
     item = codec.decode(frame)
     assert isinstance(item, codec.Invalid) and item.reply is None
+
+
+def test_a_request_with_a_null_id_is_a_request() -> None:
+    """ACP v1's RequestId includes null (JSON-RPC 2.0: discouraged, but a request, answered
+    with id null); only a frame without an ``id`` member is a notification."""
+    req = codec.decode(b'{"jsonrpc":"2.0","id":null,"method":"initialize","params":{}}')
+    assert isinstance(req, jsonrpc.Request) and req.id is None
+    assert not req.is_notification
+    note = codec.decode(b'{"jsonrpc":"2.0","method":"initialize","params":{}}')
+    assert isinstance(note, jsonrpc.Request) and note.is_notification
+    bad = codec.decode(b'{"jsonrpc":"2.0","id":null,"method":"m","params":[1]}')
+    assert isinstance(bad, codec.Invalid) and bad.reply is not None
+    assert bad.reply["id"] is None and bad.reply["error"]["code"] == jsonrpc.INVALID_PARAMS
