@@ -18,6 +18,7 @@ from tests.acp_schema import strict
 from tests.conftest import ROOT, FakeUpstream, ServeApp, base_env, fresh_state_dir, wait_until
 from tests.integration.acp_helpers import RecordingClient, caps, prompt, spawn_acp, write_config
 from tests.integration.agent_helpers import agent_provider
+from tests.nesting import nested_json
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 
@@ -478,6 +479,15 @@ async def test_bad_input_gets_errors_and_eof_exits_cleanly(
     )
     assert null_id["id"] is None and "error" not in null_id, null_id
     strict(schema.InitializeResponse, null_id["result"])
+    # a notification is never answered, not even one whose params are not an object or
+    # nest too deep (the next frame out answers the request behind them)
+    for note in (
+        b'{"jsonrpc":"2.0","method":"session/cancel","params":["acp-x"]}',
+        b'{"jsonrpc":"2.0","method":"session/cancel","params":' + nested_json(300).encode() + b"}",
+        b'{"jsonrpc":"2.0","method":"_xwm/nothing","params":{"_meta":{}}}',
+    ):
+        assert proc.stdin is not None
+        proc.stdin.write(note + b"\n")
     unknown = await ask(b'{"jsonrpc":"2.0","id":"three","method":"session/fly","params":{}}')
     assert unknown["id"] == "three" and unknown["error"]["code"] == -32601
     early = await ask(

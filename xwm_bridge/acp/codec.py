@@ -34,9 +34,11 @@ class Response:
 
 @dataclass(frozen=True, slots=True)
 class Invalid:
-    """A frame that cannot be served; ``reply`` is the error envelope to send, if any."""
+    """A frame that cannot be served; ``reply`` is the error envelope to send, if any.
+    ``dropped`` says why a notification was not served (it is never answered)."""
 
     reply: dict[str, Any] | None
+    dropped: str = ""
 
 
 Incoming = jsonrpc.Request | Response | Invalid
@@ -85,6 +87,8 @@ def decode(data: bytes | str) -> Incoming:
         if params is None:
             params = {}
         elif not isinstance(params, dict):
+            if not is_request:  # a notification is never answered, not even an error
+                return Invalid(None, f"{method[:64]}: params must be an object")
             return _invalid(reply_id, has_id, jsonrpc.INVALID_PARAMS, "params must be an object")
         return jsonrpc.Request(method, params, rid, notification=not is_request)
     if "result" in obj or "error" in obj:
@@ -104,6 +108,9 @@ def _too_deep(obj: dict[str, Any]) -> Incoming:
     one of the bridge's requests becomes an error answer; nothing of it is kept."""
     rid = obj.get("id")
     rid = rid if _valid_id(rid) else None
+    method = obj.get("method")
+    if isinstance(method, str) and method.strip() and "id" not in obj:
+        return Invalid(None, f"{method[:64]}: {TOO_DEEP}")  # a notification: never answered
     if "method" not in obj and ("result" in obj or "error" in obj):
         if rid is None:
             return Invalid(None)  # a response, never answered
@@ -112,5 +119,6 @@ def _too_deep(obj: dict[str, Any]) -> Incoming:
 
 
 def _invalid(rid: Any, has_id: bool, code: int, message: str) -> Invalid:
-    # an invalid notification still gets an answer (id null): silence would hide the bug
+    # a frame that is not a valid request, even one without an id, is an Invalid Request
+    # answered with id null (JSON-RPC 2.0); a well-formed notification never is (above)
     return Invalid(jsonrpc.error(rid if has_id else None, code, message))

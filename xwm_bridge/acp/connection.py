@@ -93,6 +93,8 @@ class AcpConnection:
         if isinstance(item, codec.Invalid):
             if item.reply is not None:
                 await self.send(item.reply, None)
+            elif item.dropped:
+                log.info("ACP notification dropped", extra={"reason": item.dropped})
         elif isinstance(item, codec.Response):
             self._resolve(item)
         else:

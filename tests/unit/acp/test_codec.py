@@ -92,3 +92,21 @@ def test_a_request_with_a_null_id_is_a_request() -> None:
     bad = codec.decode(b'{"jsonrpc":"2.0","id":null,"method":"m","params":[1]}')
     assert isinstance(bad, codec.Invalid) and bad.reply is not None
     assert bad.reply["id"] is None and bad.reply["error"]["code"] == jsonrpc.INVALID_PARAMS
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b'{"jsonrpc":"2.0","method":"session/cancel","params":["acp-1"]}',
+        b'{"jsonrpc":"2.0","method":"session/cancel","params":"acp-1"}',
+        b'{"jsonrpc":"2.0","method":"session/cancel","params":{"a":'
+        + b'{"a":' * 70
+        + b"1"
+        + b"}" * 72,
+    ],
+)
+def test_a_notification_is_never_answered(frame: bytes) -> None:
+    """JSON-RPC 2.0: a notification gets no response, not even an error: one whose params
+    are not an object (or nest past the cap) is dropped, not answered with id null."""
+    item = codec.decode(frame)
+    assert isinstance(item, codec.Invalid) and item.reply is None
