@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge import coerce
+from xwm_bridge.acp.content import commands_update, content_block, tool_content
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.providers.stdio.codec import PROMPT_BLOCKS_PARAM
 
@@ -73,7 +74,6 @@ TOOL_STATUSES = frozenset(("pending", "in_progress", "completed", "failed"))
 PLAN_PRIORITIES = frozenset(("high", "medium", "low"))
 PLAN_STATUSES = frozenset(("pending", "in_progress", "completed"))
 OPTION_KINDS = frozenset(("allow_once", "allow_always", "reject_once", "reject_always"))
-CONTENT_TYPES = frozenset(("text", "image", "audio", "resource_link", "resource"))
 #: agent updates passed through as they are (the front door owns modes, options, titles)
 PASSTHROUGH_UPDATES = frozenset(("available_commands_update",))
 UPDATE_METHODS = ("session.update", "acp.session.update")
@@ -226,30 +226,6 @@ def _chunk(kind: str, content: dict[str, Any]) -> dict[str, Any]:
     return {"sessionUpdate": kind, "content": content}
 
 
-def _content_block(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, dict) and value.get("type") in CONTENT_TYPES:
-        return value
-    return None
-
-
-def _tool_content(items: Any, terminals: bool) -> list[dict[str, Any]] | None:
-    if not isinstance(items, list):
-        return None
-    out: list[dict[str, Any]] = []
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type")
-        keep = (
-            (kind == "content" and _content_block(item.get("content")) is not None)
-            or (kind == "diff" and isinstance(item.get("path"), str))
-            or (kind == "terminal" and terminals and isinstance(item.get("terminalId"), str))
-        )
-        if keep:
-            out.append(item)
-    return out
-
-
 def _locations(items: Any) -> list[dict[str, Any]] | None:
     if not isinstance(items, list):
         return None
@@ -279,7 +255,7 @@ def tool_call_fields(p: Mapping[str, Any], terminals: bool, *, start: bool) -> d
         out["status"] = status
     elif start:
         out["status"] = "pending"
-    content = _tool_content(p.get("content"), terminals)
+    content = tool_content(p.get("content"), terminals)
     if content is not None:
         out["content"] = content
     locations = _locations(p.get("locations"))
@@ -371,7 +347,7 @@ def acp_updates(message: Mapping[str, Any], state: TurnMapState) -> list[dict[st
             if update_kind == "agent_message_chunk":
                 state.message_chars += len(delta)
             return [_chunk(update_kind, _text_block(delta))]
-        block = _content_block(p.get("content"))
+        block = content_block(p.get("content"))
         return [_chunk(update_kind, block)] if block is not None else []
     if kind == "step":
         title = coerce.text(p.get("title"), "Step")
@@ -392,7 +368,11 @@ def acp_updates(message: Mapping[str, Any], state: TurnMapState) -> list[dict[st
         return [usage] if usage is not None else []
     if kind == "agent_update":
         update = p.get("update")
-        if isinstance(update, dict) and update.get("sessionUpdate") in PASSTHROUGH_UPDATES:
+        if (
+            isinstance(update, dict)
+            and update.get("sessionUpdate") in PASSTHROUGH_UPDATES
+            and commands_update(update)
+        ):
             return [update]
     return []
 
@@ -465,7 +445,7 @@ def chosen_option(answer: Any, options: list[dict[str, Any]]) -> str | None:
 def user_message_updates(blocks: Any) -> list[dict[str, Any]]:
     out = []
     for block in blocks if isinstance(blocks, list) else []:
-        content = _content_block(block)
+        content = content_block(block)
         if content is not None:
             out.append(_chunk("user_message_chunk", content))
     return out

@@ -262,3 +262,45 @@ def test_replay_of_a_stored_session() -> None:
         ("user_message_chunk", "third"),
         ("agent_message_chunk", "final only"),
     ]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"type": "text"},  # no text
+        {"type": "text", "text": 5},
+        {"type": "image", "mimeType": "image/png"},  # no data
+        {"type": "image", "data": "iVBO"},  # no mimeType
+        {"type": "audio", "data": "UklG", "mimeType": None},
+        {"type": "resource_link", "uri": "file:///a.txt"},  # no name
+        {"type": "resource_link", "name": "a", "uri": 7},
+        {"type": "resource", "resource": {"text": "x"}},  # no uri
+        {"type": "resource", "resource": {"uri": "file:///a"}},  # neither text nor blob
+        {"type": "resource", "resource": "file:///a"},
+    ],
+)
+def test_a_malformed_content_block_from_upstream_is_not_relayed(content: dict[str, Any]) -> None:
+    """A bridge upstream is not an ACP peer: a block the schema would reject (required
+    fields missing, wrong types) is dropped, never sent to the client as is (the SDK's
+    client drops the whole notification; a strict one fails on it)."""
+    assert updates(bridge({"type": "delta", "delta": "", "content": content})) == []
+    tool = {"type": "tool_call", "toolCallId": "t1", "title": "x"}
+    (update,) = updates(bridge({**tool, "content": [{"type": "content", "content": content}]}))
+    assert update["content"] == []
+    replayed = mapping.user_message_updates([content, {"type": "text", "text": "kept"}])
+    assert [u["content"] for u in replayed] == [{"type": "text", "text": "kept"}]
+
+
+def test_a_malformed_tool_call_content_or_command_list_is_not_relayed() -> None:
+    tool = {"type": "tool_call_update", "toolCallId": "t1"}
+    diffs = [
+        {"type": "diff", "path": "/a"},  # no newText
+        {"type": "diff", "path": "/a", "newText": "b", "oldText": 3},
+        {"type": "diff", "path": "/a", "newText": "b", "oldText": None},  # kept: nullable
+    ]
+    (update,) = updates(bridge({**tool, "content": diffs}))
+    assert update["content"] == [diffs[2]]
+    bad = {"sessionUpdate": "available_commands_update", "availableCommands": "nope"}
+    assert updates(bridge({"type": "agent_update", "update": bad})) == []
+    unnamed = {"sessionUpdate": "available_commands_update", "availableCommands": [{"x": 1}]}
+    assert updates(bridge({"type": "agent_update", "update": unnamed})) == []
