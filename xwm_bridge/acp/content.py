@@ -4,7 +4,8 @@ Upstreams (HTTP providers, gateways, the multi-agent loop) are not ACP peers: a 
 block, a tool-call content item or an ``available_commands_update`` they hand over goes
 to the client only when it has the fields the schema requires, with the types it
 requires; anything else is dropped (the SDK's client would drop the whole notification,
-and a strict client fail on it). Unknown extra fields are kept (ACP tolerates them).
+and a strict client fail on it). Unknown extra fields are kept (ACP tolerates them). A client's
+``session/prompt`` blocks get the same check (``-32602`` naming what is missing).
 Sans-I/O.
 """
 
@@ -18,6 +19,16 @@ _REQUIRED = {
     "image": ("data", "mimeType"),
     "audio": ("data", "mimeType"),
     "resource_link": ("uri", "name"),
+}
+
+
+#: what a block of each type needs, for the ``-32602`` of a client's malformed prompt
+REQUIREMENTS = {
+    "text": "a text block needs text (a string)",
+    "image": "an image block needs data and mimeType (strings)",
+    "audio": "an audio block needs data and mimeType (strings)",
+    "resource_link": "a resource_link block needs uri and name (strings)",
+    "resource": "a resource block needs a resource object with uri and text or blob (strings)",
 }
 
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge import coerce
+from xwm_bridge.acp import content
 from xwm_bridge.acp.content import commands_update, content_block, tool_content
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.providers.stdio.codec import PROMPT_BLOCKS_PARAM
@@ -118,12 +119,8 @@ def check_prompt(blocks: Any, support: PromptSupport) -> list[dict[str, Any]]:
                 f"(promptCapabilities allow {', '.join(sorted(allowed))})",
             )
         assert isinstance(block, dict)
-        if kind == "text" and not isinstance(block.get("text"), str):
-            raise RpcError(INVALID_PARAMS, f"prompt[{i}]: text must be a string")
-        if kind == "resource_link" and not isinstance(block.get("uri"), str):
-            raise RpcError(INVALID_PARAMS, f"prompt[{i}]: uri must be a string")
-        if kind == "resource" and not isinstance(block.get("resource"), dict):
-            raise RpcError(INVALID_PARAMS, f"prompt[{i}]: resource must be an object")
+        if content_block(block) is None:  # the fields the ACP schema requires, typed
+            raise RpcError(INVALID_PARAMS, f"prompt[{i}]: {content.REQUIREMENTS[kind]}")
         out.append(block)
     return out
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from acp import schema
+from pydantic import ValidationError
 
 from tests.acp_schema import strict
 from xwm_bridge.acp import mapping
@@ -209,6 +210,30 @@ def test_bad_prompts_are_invalid_params(prompt: Any) -> None:
     with pytest.raises(RpcError) as err:
         mapping.check_prompt(prompt, PromptSupport())
     assert err.value.code == -32602
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "image", "mimeType": "image/png"},  # no data
+        {"type": "image", "data": "AAAA"},  # no mimeType
+        {"type": "resource_link", "uri": "file:///a.txt"},  # ResourceLink requires a name
+        {"type": "resource_link", "uri": "file:///a.txt", "name": 3},
+        {"type": "resource", "resource": {"text": "x"}},  # no uri
+        {"type": "resource", "resource": {"uri": "file:///a"}},  # neither text nor blob
+    ],
+)
+def test_a_prompt_block_the_schema_rejects_is_invalid_params(block: dict[str, Any]) -> None:
+    """``session/prompt`` params the ACP schema rejects are ``-32602`` naming the block,
+    not a turn that sends them on to an agent (or replays them, invalid, on load)."""
+    with pytest.raises(ValidationError):
+        schema.PromptRequest.model_validate({"sessionId": "s", "prompt": [block]})
+    with pytest.raises(RpcError) as err:
+        mapping.check_prompt([{"type": "text", "text": "see"}, block], PromptSupport(image=True))
+    assert err.value.code == -32602 and err.value.message.startswith("prompt[1]: "), err.value
+    # what the schema takes passes, extra fields and _meta included (ACP tolerates them)
+    link = {"type": "resource_link", "uri": "file:///a", "name": "a", "_meta": {"x": 1}}
+    assert mapping.check_prompt([link], PromptSupport()) == [link]
 
 
 def test_permission_request_and_answers() -> None:
