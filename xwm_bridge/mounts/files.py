@@ -43,12 +43,18 @@ def _thread_unlock(path: Path, lock: threading.Lock) -> None:
 
 
 def read_text(path: Path) -> str:
-    """The file's text, ``""`` if missing; refuses symlinks and oversized files."""
+    """The file's text, ``""`` if missing; refuses symlinks, anything but a regular file
+    and oversized files."""
+    # O_NONBLOCK: a FIFO named like a managed file opens at once instead of waiting for
+    # a writer (for ever, holding the reconcile and its worker thread); fstat refuses it
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         return ""
     with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
         data = fh.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
         raise OSError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes")

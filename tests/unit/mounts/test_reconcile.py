@@ -4,6 +4,7 @@ managed block, confinement to configured homes, malformed files, concurrency."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import stat
@@ -371,3 +372,49 @@ def test_per_file_locks_are_dropped_when_released(env: dict[str, Path]) -> None:
     with files.Locked(path), files.Locked(env["codex"] / "other.toml"):
         assert set(files._LOCKS) == {str(path), str(env["codex"] / "other.toml")}
     assert files._LOCKS == {}
+
+
+def _bounded(params: dict[str, Any], config: MountsConfig, unblock: Any) -> dict[str, Any]:
+    """``reconcile`` within 10 s; past it ``unblock()`` frees the stuck worker thread (a
+    thread cannot be cancelled) and the test fails instead of hanging."""
+
+    async def go() -> dict[str, Any]:
+        task = asyncio.ensure_future(reconcile(MountsRequest.parse(params), config))
+        done, _ = await asyncio.wait({task}, timeout=10)
+        if not done:
+            unblock()
+            await task
+            pytest.fail("reconcile did not finish")
+        return task.result()
+
+    return asyncio.run(go())
+
+
+def test_a_fifo_named_like_a_managed_file_is_refused_not_waited_on(
+    env: dict[str, Path],
+) -> None:
+    """A FIFO at ``config.toml`` or ``openclaw.json`` made the reconcile (and its worker
+    thread) wait for a writer for ever; it is opened without blocking and refused."""
+    exe(env["bin"] / "codex")
+    exe(env["bin"] / "openclaw")
+    fifos = [env["codex"] / "config.toml", env["openclaw"] / "openclaw.json"]
+    for fifo in fifos:
+        fifo.parent.mkdir(parents=True)
+        os.mkfifo(fifo)
+
+    def unblock() -> None:  # a writer that closes at once: the blocked read sees EOF
+        for fifo in fifos:
+            with contextlib.suppress(OSError):  # ENXIO: nobody is reading that one
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    params = {"config": {"autoSync": True, "managedMcpServers": [SERVER]}}
+    t = targets(_bounded(params, cfg(env), unblock))
+    assert t["codex"]["syncState"] == "error"
+    detail = f"{fifos[0]} could not be updated: {fifos[0]} is not a regular file"
+    assert t["codex"]["detail"] == detail
+    assert stat.S_ISFIFO(os.lstat(fifos[0]).st_mode)  # left as it is, nothing written
+    assert not (env["codex"] / "config.toml.bak").exists()
+    assert t["openclaw"]["detail"] == "OpenClaw acts as the host/control plane mount."
+    # read only (no autoSync): nothing counted, no wait either
+    t = targets(_bounded({}, cfg(env), unblock))
+    assert t["codex"]["discoveredMcpCount"] == 0
