@@ -8,6 +8,7 @@ import os
 import stat
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 #: per-file thread locks with the number of holders and waiters; an entry is dropped
@@ -15,6 +16,8 @@ from pathlib import Path
 _LOCKS: dict[str, tuple[threading.Lock, int]] = {}
 _LOCKS_GUARD = threading.Lock()
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+#: how long :class:`Locked` waits for a file's lock (thread lock and ``flock`` together)
+LOCK_TIMEOUT = 10.0
 
 
 def inside(path: Path, root: Path) -> bool:
@@ -42,6 +45,37 @@ def _thread_unlock(path: Path, lock: threading.Lock) -> None:
             del _LOCKS[str(path)]
 
 
+def _thread_forget(path: Path) -> None:
+    """A waiter that gave up without the lock leaves (the lock is not its to release)."""
+    with _LOCKS_GUARD:
+        lock, users = _LOCKS[str(path)]
+        if users > 1:
+            _LOCKS[str(path)] = (lock, users - 1)
+        else:
+            del _LOCKS[str(path)]
+
+
+def _busy(lock_path: Path) -> str:
+    return f"{lock_path} is held by another writer (waited {LOCK_TIMEOUT:g} s)"
+
+
+def _flock_until(fd: int, deadline: float, lock_path: Path) -> None:
+    """``flock(LOCK_EX)`` polled without blocking until ``deadline``: a blocking one
+    has no timeout, and a stuck holder (another bridge, a hung NFS server) kept the
+    reconcile and its worker thread waiting for ever."""
+    pause = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(_busy(lock_path)) from None
+            time.sleep(min(pause, remaining))  # a worker thread: the event loop runs on
+            pause = min(pause * 2, 0.1)
+
+
 def read_text(path: Path) -> str:
     """The file's text, ``""`` if missing; refuses symlinks, anything but a regular file
     and oversized files."""
@@ -62,7 +96,8 @@ def read_text(path: Path) -> str:
 
 
 class Locked:
-    """Serializes edits of one file across threads and processes."""
+    """Serializes edits of one file across threads and processes, waiting at most
+    :data:`LOCK_TIMEOUT` seconds (then :class:`TimeoutError`, an ``OSError``)."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -70,13 +105,23 @@ class Locked:
         self._fd = -1
 
     def __enter__(self) -> Locked:
-        self._thread = _thread_lock(self._path)
-        self._thread.acquire()
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        lock_path = self._path.with_name(f".{self._path.name}.xworkmate.lock")
+        thread = _thread_lock(self._path)
         try:
-            lock = self._path.with_name(f".{self._path.name}.xworkmate.lock")
-            self._fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if not thread.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise TimeoutError(_busy(lock_path))
         except BaseException:
+            _thread_forget(self._path)
+            raise
+        self._thread = thread
+        try:
+            self._fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            _flock_until(self._fd, deadline, lock_path)
+        except BaseException:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
             _thread_unlock(self._path, self._thread)
             self._thread = None
             raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import stat
@@ -418,3 +419,38 @@ def test_a_fifo_named_like_a_managed_file_is_refused_not_waited_on(
     # read only (no autoSync): nothing counted, no wait either
     t = targets(_bounded({}, cfg(env), unblock))
     assert t["codex"]["discoveredMcpCount"] == 0
+
+
+@pytest.mark.parametrize("holder", ["another process", "another thread"])
+def test_a_stuck_lock_holder_fails_the_write_at_the_deadline(
+    env: dict[str, Path], monkeypatch: pytest.MonkeyPatch, holder: str
+) -> None:
+    """``Locked`` waited on its thread lock and on ``flock(LOCK_EX)`` with no deadline: a
+    stuck holder (another bridge, a hung NFS server) held the reconcile for ever."""
+    from xwm_bridge.mounts import files
+
+    monkeypatch.setattr(files, "LOCK_TIMEOUT", 0.3)
+    exe(env["bin"] / "codex")
+    env["codex"].mkdir(parents=True)
+    path = env["codex"] / "config.toml"
+    path.write_text(USER_CONFIG)
+    lock_path = env["codex"] / ".config.toml.xworkmate.lock"
+    with contextlib.ExitStack() as held:
+        if holder == "another process":  # flock is per open file: another fd is enough
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            held.callback(os.close, fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            held.enter_context(files.Locked(path))
+        params = {"config": {"autoSync": True, "managedMcpServers": [SERVER]}}
+        t = targets(_bounded(params, cfg(env), held.close))["codex"]
+    assert t["syncState"] == "error"
+    assert t["detail"] == (
+        f"{path} could not be updated: {lock_path} is held by another writer (waited 0.3 s)"
+    )
+    assert path.read_text() == USER_CONFIG  # untouched
+    assert files._LOCKS == {}  # the waiter that gave up left no entry behind
+    # once the holder is gone the next reconcile writes
+    params = {"config": {"autoSync": True, "managedMcpServers": [SERVER]}}
+    assert targets(run(params, cfg(env)))["codex"]["syncState"] == "ready"
+    assert path.read_text().count(BEGIN) == 1
