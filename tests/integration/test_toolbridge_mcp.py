@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -19,12 +22,42 @@ from tests.conftest import ROOT, ServeApp
 from tests.mcp_client import mcp_session, toolbridge_env
 
 FAKE_CLAUDE = """#!{python}
-import json, os, sys, time
+import json, os, subprocess, sys, time
 args = sys.argv[1:]
 with open(os.environ["FAKE_CLAUDE_LOG"], "a") as log:
     log.write(json.dumps(args) + "\\n")
     log.write(json.dumps(sorted(k for k in os.environ if k.startswith(("VAULT_", "LLM_")))) + "\\n")
-prompt = args[args.index("-p") + 1]
+# parsed the way the real CLI (Commander) does: -p/--print takes no value, the prompt
+# is the positional argument, "--" ends the options
+valued = {{"--output-format", "--permission-mode", "--model", "--system-prompt", "--tools"}}
+flags = {{"-p", "--print", "--dangerously-skip-permissions", "--verbose"}}
+options, positional, rest = {{}}, [], iter(args)
+for arg in rest:
+    if arg == "--":
+        positional += list(rest)
+    elif arg in valued:
+        options[arg] = next(rest)
+    elif arg in flags:
+        options[arg] = True
+    elif arg.startswith("-"):
+        sys.stderr.write("error: unknown option '" + arg + "'\\n"); sys.exit(1)
+    else:
+        positional.append(arg)
+if options.get("--dangerously-skip-permissions") or options.get("--permission-mode") != "plan":
+    sys.stderr.write("permissions bypassed\\n"); sys.exit(4)
+if not positional:
+    sys.stderr.write("Error: Input must be provided through stdin or as a prompt argument\\n")
+    sys.exit(1)
+prompt = positional[0]
+if prompt == "grandchild":  # leaves a process behind that holds none of its pipes
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    with open(os.environ["FAKE_CLAUDE_LOG"] + ".child", "w") as f:
+        f.write(str(child.pid))
+if prompt == "holder":  # leaves a process behind that holds its stdout and stderr
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 if prompt == "sleep":
     time.sleep(30)
 elif prompt == "fail":
@@ -170,7 +203,6 @@ async def test_claude_review(fake_claude: tuple[Path, Path]) -> None:
     assert child_env == ["LLM_MODEL"]  # the toolbridge's secrets stay out of the CLI's env
     assert first == [
         "-p",
-        "diff",
         "--output-format",
         "json",
         "--permission-mode",
@@ -179,7 +211,63 @@ async def test_claude_review(fake_claude: tuple[Path, Path]) -> None:
         "opus",
         "--tools",
         "Read",
+        "--",
+        "diff",
     ]
+
+
+@pytest.mark.parametrize("prompt", ["--dangerously-skip-permissions", "- [ ] a checklist"])
+async def test_claude_review_prompt_starting_with_a_dash_is_only_the_prompt(
+    fake_claude: tuple[Path, Path], prompt: str
+) -> None:
+    """``-p`` takes no value in the real CLI: right after it, a prompt starting with
+    ``-`` was parsed as an option (``--dangerously-skip-permissions`` undid
+    ``--permission-mode plan``); after ``--`` it reaches the CLI as the prompt."""
+    script, log = fake_claude
+    env = toolbridge_env(CLAUDE_BIN=str(script), FAKE_CLAUDE_LOG=str(log))
+    async with mcp_session(env) as session:
+        result = await session.call_tool("claude_review", {"prompt": prompt, "tools": "Read"})
+        assert _text(result) == f"reviewed: {prompt}"
+    assert json.loads(log.read_text().splitlines()[0])[-2:] == ["--", prompt]
+
+
+async def _exited(pid: int, within: float) -> bool:
+    """Whether ``pid`` (not our child) exits within ``within`` seconds: its pidfd becomes
+    readable when it does (a zombie counts)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True  # gone already
+    loop = asyncio.get_running_loop()
+    exited = loop.create_future()
+    loop.add_reader(fd, lambda: exited.done() or exited.set_result(None))
+    try:
+        await asyncio.wait_for(exited, within)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def test_claude_review_kills_what_the_cli_left_behind(
+    fake_claude: tuple[Path, Path],
+) -> None:
+    """The CLI's process group was killed only on a timeout or an overflow: a process
+    the CLI started outlived a call that ended normally."""
+    script, log = fake_claude
+    env = toolbridge_env(CLAUDE_BIN=str(script), FAKE_CLAUDE_LOG=str(log))
+    child_pid = log.with_name(log.name + ".child")
+    async with mcp_session(env) as session:
+        result = await session.call_tool("claude_review", {"prompt": "grandchild"})
+        assert _text(result) == "reviewed: grandchild"
+        pid = int(child_pid.read_text())
+        try:  # SIGKILL is sent before the answer; its delivery is asynchronous
+            assert await _exited(pid, 5), "the CLI's child outlived the call"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 async def test_claude_review_deadline_and_cap(
@@ -318,3 +406,20 @@ async def test_cli_lists_toolbridge_and_rejects_unknown_mode() -> None:
         out, _ = await asyncio.wait_for(proc.communicate(), 20)
         assert proc.returncode == code, out
         assert needle in out
+
+
+async def test_claude_review_is_not_held_by_a_process_keeping_its_output_open(
+    fake_claude: tuple[Path, Path],
+) -> None:
+    """A process the CLI left holding its stdout kept the read open: a review that had
+    finished waited out the whole timeout and was reported as timed out."""
+    script, log = fake_claude
+    env = toolbridge_env(
+        CLAUDE_BIN=str(script), CLAUDE_REVIEW_TIMEOUT_SEC="20", FAKE_CLAUDE_LOG=str(log)
+    )
+    async with mcp_session(env) as session:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        result = await session.call_tool("claude_review", {"prompt": "holder"})
+        assert _text(result) == "reviewed: holder"
+        assert loop.time() - started < 15

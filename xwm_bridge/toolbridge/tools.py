@@ -21,7 +21,8 @@ from xwm_bridge import coerce
 from xwm_bridge.config import ToolbridgeConfig, without_secrets
 from xwm_bridge.llm import ChatRequest, LLMError, complete
 
-#: the toolbridge's own secrets are not handed to the Claude CLI it runs
+#: how long, after the CLI exits, a process it left may keep its output open
+EXIT_GRACE = 0.5
 
 
 class ToolError(Exception):
@@ -66,7 +67,11 @@ def claude_argv(binary: str, cfg: ToolbridgeConfig, args: dict[str, Any]) -> lis
     prompt = coerce.text(args.get("prompt"))
     if not prompt:
         raise ToolError("prompt is required")
-    argv = [binary, "-p", prompt, "--output-format", "json", "--permission-mode", "plan"]
+    # ``-p`` (``--print``) takes no value: the prompt is the CLI's positional argument.
+    # Right after ``-p`` a prompt such as ``--dangerously-skip-permissions`` was parsed
+    # as that option (undoing ``--permission-mode plan``); after ``--``, last, it is
+    # only ever the prompt (and no variadic option such as ``--tools`` can swallow it)
+    argv = [binary, "-p", "--output-format", "json", "--permission-mode", "plan"]
     for flag, key, default in (
         ("--model", "model", cfg.claude_review_model),
         ("--system-prompt", "system", cfg.claude_review_system),
@@ -75,7 +80,7 @@ def claude_argv(binary: str, cfg: ToolbridgeConfig, args: dict[str, Any]) -> lis
         value = coerce.text(args.get(key)) or default
         if value:
             argv += [flag, value]
-    return argv
+    return [*argv, "--", prompt]
 
 
 def parse_claude_output(stdout: str, stderr: str) -> str:
@@ -149,7 +154,11 @@ async def claude_review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
             async with asyncio.TaskGroup() as group:
                 out_task = group.create_task(_read_capped(proc.stdout, cap))
                 err_task = group.create_task(_read_capped(proc.stderr, cap))
-            code = await proc.wait()
+                code = await proc.wait()
+                # it exited: a process it left may hold its stdout/stderr open
+                _, held = await asyncio.wait((out_task, err_task), timeout=EXIT_GRACE)
+                if held:
+                    _kill_group(proc)  # its output then ends, instead of at the deadline
         out, err = out_task.result(), err_task.result()
     except* ToolError as eg:
         raise eg.exceptions[0] from None
@@ -158,8 +167,8 @@ async def claude_review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
             f"claude review timed out after {go_duration(cfg.claude_review_timeout)}"
         ) from None
     finally:
+        _kill_group(proc)  # always: nothing the CLI started outlives the call
         if proc.returncode is None:
-            _kill_group(proc)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()

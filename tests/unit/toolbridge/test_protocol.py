@@ -120,7 +120,6 @@ def test_claude_argv_defaults_and_overrides() -> None:
     assert claude_argv("c", cfg, {"prompt": "p", "tools": "Grep"}) == [
         "c",
         "-p",
-        "p",
         "--output-format",
         "json",
         "--permission-mode",
@@ -129,6 +128,8 @@ def test_claude_argv_defaults_and_overrides() -> None:
         "sys",
         "--tools",
         "Grep",
+        "--",
+        "p",
     ]
     with pytest.raises(ToolError, match=r"^prompt is required$"):
         claude_argv("c", cfg, {"prompt": "  "})
