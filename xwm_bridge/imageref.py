@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
 def ping_fields(image: str) -> dict[str, str]:
@@ -14,5 +14,6 @@ def ping_fields(image: str) -> dict[str, str]:
     ref = image.rsplit("@", 1)[0] if "@" in image else image
     colon, slash = ref.rfind(":"), ref.rfind("/")
     tag = ref[colon + 1 :] if colon > slash else ref
-    commit = tag if _HEX40.match(tag) else ""
+    # fullmatch: ``^…$`` with ``match`` took a tag ending in a newline for a commit
+    commit = tag if _HEX40.fullmatch(tag) else ""
     return {"status": "ok", "image": image, "tag": tag, "commit": commit, "version": tag}

@@ -24,6 +24,7 @@ HEX40 = "0123456789abcdef0123456789abcdef01234567"
         (f"app:{HEX40}0", f"{HEX40}0", ""),  # 41 characters
         (HEX40, HEX40, HEX40),
         ("a@b@c", "a@b", ""),  # only from the last @
+        (f"app:{HEX40}\n@sha256:abc", f"{HEX40}\n", ""),  # a trailing newline is not hex
     ],
 )
 def test_image_fields(image: str, tag: str, commit: str) -> None:

@@ -47,7 +47,13 @@ log = logging.getLogger("xwm_bridge.agents")
 CANCEL_WAIT = 5.0
 #: distinct ``model`` label values per provider in /metrics (then ``other``)
 MAX_MODEL_LABELS = 32
-_CURRENCY = re.compile(r"^[A-Z]{3}$")
+_CURRENCY = re.compile(r"[A-Z]{3}")
+
+
+def currency_label(currency: str) -> str:
+    """The ``currency`` label of ``xwm_agent_cost_total``: an ISO 4217-shaped code the
+    agent sent, else ``other`` (fullmatch: ``^…$`` with ``match`` let ``"USD\\n"`` in)."""
+    return currency if _CURRENCY.fullmatch(currency) else "other"
 
 
 def failure_kind(exc: AgentError) -> str:
@@ -374,7 +380,7 @@ class StdioAgentExecutor:
                 if value:
                     counts.get(provider.id, model, kind).inc(value)
             if turn.cost:
-                currency = turn.currency if _CURRENCY.match(turn.currency) else "other"
+                currency = currency_label(turn.currency)
                 self.metrics.agent_costs.get(provider.id, model, currency).inc(turn.cost)
         return {"usage": usage.wire(), "sessionUsage": {**totals.wire(), "turns": totals.turns}}
 

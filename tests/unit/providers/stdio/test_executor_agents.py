@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import wait_until
 from xwm_bridge.config import AgentsConfig, BridgeConfig, ProviderConfig
-from xwm_bridge.providers.stdio.executor import AgentBusy, StdioAgentExecutor
+from xwm_bridge.providers.stdio.executor import AgentBusy, StdioAgentExecutor, currency_label
 from xwm_bridge.providers.stdio.permissions import PermissionBroker
 
 
@@ -120,3 +120,16 @@ async def test_the_unsandboxed_executor_has_one_process_per_provider_and_no_cap(
     async with ex.using("gem", "/a") as a, ex.using("gem", "/b") as b:
         assert a is b and a.users == 2
     assert a.users == 0
+
+
+@pytest.mark.parametrize(
+    ("currency", "label"),
+    [("USD", "USD"), ("EUR", "EUR"), ("USD\n", "other"), ("usd", "other"), ("USDT", "other"),
+     ("", "other"), ("US", "other")],
+)  # fmt: skip
+def test_the_cost_metric_currency_label_is_a_whole_three_letter_code(
+    currency: str, label: str
+) -> None:
+    """The agent's currency is a label value only if it is wholly ``[A-Z]{3}``: the
+    anchored ``match`` took ``"USD\\n"`` (a distinct label) as a code."""
+    assert currency_label(currency) == label
