@@ -119,14 +119,21 @@ class ToolbridgeServer:
         return result
 
     def _on_notification(self, req: jsonrpc.Request) -> bool:
-        """Handle the notifications we act on; True when consumed."""
+        """Handle the notifications we act on; True when consumed.
+
+        A message with an id is a request whatever its method (MCP: notifications
+        MUST NOT include an id) and must be answered: ``notifications/cancelled`` with
+        an id went unanswered (and cancelled). It is dispatched like any other, so it
+        gets ``-32601 unknown method: …`` and, malformed, cancels nothing."""
+        if not req.is_notification:
+            return False
         if req.method == "notifications/cancelled":
             rid = protocol.request_id_of_cancel(req.params)
             task = self._inflight.get(rid) if _trackable(rid) else None
             if task is not None:
                 task.cancel()
             return True
-        return req.is_notification and req.method.startswith("notifications/")
+        return req.method.startswith("notifications/")
 
     async def _serve_one(self, req: jsonrpc.Request) -> None:
         try:

@@ -103,3 +103,54 @@ async def test_cancel_and_ping_are_read_while_every_slot_is_busy(
     assert started == ["p1", "p2"]  # call 2 took the slot call 1's cancel freed
     assert cancelled == ["p1", "p2"]
     assert server._inflight == {}
+
+
+async def test_a_notification_method_sent_with_an_id_is_answered_and_cancels_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A message with an id is a request (MCP: notifications MUST NOT include an id),
+    so it is answered: ``notifications/cancelled`` with an id got no response at all
+    (and cancelled the call it named); now it is ``-32601`` like any unknown method."""
+    gate = asyncio.Event()
+    replies: dict[Any, dict[str, Any]] = {}
+    all_replied = asyncio.Event()
+
+    async def review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
+        await gate.wait()
+        return "done"
+
+    monkeypatch.setattr(server_module, "claude_review", review)
+    chunks = [
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call",'
+        b'"params":{"name":"claude_review","arguments":{"prompt":"p"}}}\n'
+        b'{"jsonrpc":"2.0","id":7,"method":"notifications/cancelled",'
+        b'"params":{"requestId":1}}\n'
+        b'{"jsonrpc":"2.0","id":"n","method":"notifications/initialized"}\n'
+    ]
+
+    async def read() -> bytes:
+        if chunks:
+            return chunks.pop(0)
+        await all_replied.wait()
+        return b""
+
+    async def write(data: bytes) -> None:
+        reply = orjson.loads(data)
+        replies[reply["id"]] = reply
+        if {7, "n"} <= set(replies):
+            gate.set()  # the call named by the "cancel" is still running: let it finish
+        if len(replies) == 3:
+            all_replied.set()
+
+    async with aiohttp.ClientSession() as http:
+        server = ToolbridgeServer(ToolbridgeConfig(), http, read, write, max_message=1 << 20)
+        await asyncio.wait_for(server.serve(), 10)
+    assert replies[7]["error"] == {
+        "code": -32601,
+        "message": "unknown method: notifications/cancelled",
+    }
+    assert replies["n"]["error"] == {
+        "code": -32601,
+        "message": "unknown method: notifications/initialized",
+    }
+    assert replies[1]["result"]["content"][0]["text"] == "done"
