@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
         "tasks",
         "inflight",
         "beneath",
+        "flock",
         "heap",
         "console",
     ),

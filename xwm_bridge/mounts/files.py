@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from xwm_bridge.flock import lock_until
+
 #: per-file thread locks with the number of holders and waiters; an entry is dropped
 #: when the last one leaves (the paths are client-chosen: kept forever, they grew)
 _LOCKS: dict[str, tuple[threading.Lock, int]] = {}
@@ -59,23 +61,6 @@ def _busy(lock_path: Path) -> str:
     return f"{lock_path} is held by another writer (waited {LOCK_TIMEOUT:g} s)"
 
 
-def _flock_until(fd: int, deadline: float, lock_path: Path) -> None:
-    """``flock(LOCK_EX)`` polled without blocking until ``deadline``: a blocking one
-    has no timeout, and a stuck holder (another bridge, a hung NFS server) kept the
-    reconcile and its worker thread waiting for ever."""
-    pause = 0.005
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(_busy(lock_path)) from None
-            time.sleep(min(pause, remaining))  # a worker thread: the event loop runs on
-            pause = min(pause * 2, 0.1)
-
-
 def read_text(path: Path) -> str:
     """The file's text, ``""`` if missing; refuses symlinks, anything but a regular file
     and oversized files."""
@@ -117,7 +102,7 @@ class Locked:
         self._thread = thread
         try:
             self._fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            _flock_until(self._fd, deadline, lock_path)
+            lock_until(self._fd, deadline, _busy(lock_path))
         except BaseException:
             if self._fd >= 0:
                 os.close(self._fd)

@@ -35,11 +35,14 @@ from datetime import datetime
 from pathlib import Path
 
 from xwm_bridge.beneath import FILE_FLAGS, parent_fd
+from xwm_bridge.flock import lock_until
 
 GLOBAL, PROJECT_HOME, PROJECT_LOCAL = "global", "project-home", "project-local"
 _SECRET_WORDS = ("token", "password", "secret", "api_key", "apikey", "api key")
 _PREFIXES = ("preferred-route:", "preferred-model:", "preferred-skills:", "provider:")
 _READ_CAP_FACTOR = 2  # a file may exceed the cap by one block before rotation
+#: how long an append waits for the file's lock (another writer: a bridge, an editor)
+LOCK_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,14 +362,22 @@ def append(path: Path, block: str, max_bytes: int) -> None:
         | os.O_NONBLOCK
         | getattr(os, "O_CLOEXEC", 0)
     )
+    # a bounded wait: a stuck holder (another process, a hung NFS server) kept the
+    # turn's reply and a worker thread waiting for ever
+    deadline = time.monotonic() + LOCK_TIMEOUT
+    busy = f"{path} is locked by another writer (waited {LOCK_TIMEOUT:g} s)"
     fd = _open_regular(path, flags)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock_until(fd, deadline, busy)
         if max_bytes > 0 and os.fstat(fd).st_size + len(data) > max_bytes:
             # rotate under the lock: the next writer reopens and sees the fresh file
             os.replace(path, path.with_name(path.name + ".1"))
             fresh = _open_regular(path, flags)
-            fcntl.flock(fresh, fcntl.LOCK_EX)
+            try:
+                lock_until(fresh, deadline, busy)
+            except BaseException:
+                os.close(fresh)
+                raise
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
             fd = fresh

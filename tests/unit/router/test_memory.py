@@ -165,6 +165,33 @@ def test_append_refuses_a_fifo_without_blocking(tmp_path: Path, reader: bool) ->
         pool.shutdown()
 
 
+def test_append_waits_for_a_stuck_lock_holder_only_until_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blocking flock(LOCK_EX) had no deadline: another writer that held the file's
+    lock (a stuck process, a hung NFS server) kept the turn's reply and a worker thread
+    waiting for ever. The append now fails with a clear error at memory.LOCK_TIMEOUT,
+    and writes nothing."""
+    import fcntl
+
+    monkeypatch.setattr(memory, "LOCK_TIMEOUT", 0.2, raising=False)
+    target = tmp_path / "memory.md"
+    target.write_text("")
+    holder = os.open(target, os.O_RDONLY)  # its own open file description: its own lock
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(memory.append, target, "preferred-route: gateway\n", 1000)
+    try:
+        error = future.exception(timeout=10)  # TimeoutError here: append blocked
+        assert isinstance(error, TimeoutError)
+        assert "locked by another writer" in str(error)
+        assert target.read_text() == ""
+    finally:
+        fcntl.flock(holder, fcntl.LOCK_UN)  # a blocked writer (before the fix) goes on
+        os.close(holder)
+        pool.shutdown()
+
+
 # --- the Router: load + record round trip ------------------------------------------------
 
 
