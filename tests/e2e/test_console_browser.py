@@ -355,3 +355,39 @@ async def test_resolved_permission_records_stay_bounded(console: Any) -> None:
     assert 501 <= held <= 601, held  # the pending one and the newest resolved ones
     assert await page.locator("#perm-pending", has_text="still open").count() == 1
     assert await page.locator("#perm-resolved", has_text="decision 000").count() == 0
+
+
+async def test_a_client_token_is_told_it_needs_an_admin_token(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """With several principals, a client token passes console.auth but may not read the
+    bridge-wide feeds (-32003): the page says so at the login, not "connecting…" forever
+    with an uncaught error; an admin token then signs in."""
+    require_browser()
+    from tests.conftest import base_env
+
+    env = base_env(
+        ACP_AUTH_TOKEN=TOKEN,
+        XWM_PROVIDER_CODEX_URL=fake_upstream.url,
+        XWM_CLIENT_TOKENS="client-two",
+        XWM_ADMIN_TOKENS="admin-one",
+    )
+    bp = await start_bridge(env=env, config=console_config(tmp_path), tmp=tmp_path)
+    watch = Watch(bp.url)
+    async with browser() as b:
+        context = await b.new_context()
+        context.on("page", watch.attach)
+        page = await context.new_page()
+        await page.goto(f"{bp.url}/console")
+        await page.locator("#token").fill("client-two")
+        await page.locator("#login-submit").click()
+        error = page.locator("#login-error")
+        await error.wait_for(state="visible")
+        assert "admin token" in await error.inner_text()
+        assert await page.locator("#main").is_hidden()
+        assert await page.locator("#conn-text").inner_text() == "signed out"
+        assert await page.evaluate("sessionStorage.length") == 0
+        await login(page, bp.url, "admin-one")
+        await context.close()
+    assert watch.errors == [], watch.errors
+    assert watch.foreign == [], watch.foreign

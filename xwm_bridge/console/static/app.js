@@ -3,6 +3,7 @@
 // The token lives in sessionStorage (this tab) and is never put in a URL.
 
 const TOKEN_KEY = "xwm-bridge-token";
+const NOT_OPERATOR = "This token sees only its own sessions: the console needs an admin token (admin_tokens).";
 const $ = (id) => document.getElementById(id);
 
 // --- tiny DOM helper (textContent only: nothing from the bridge is parsed as HTML) ---
@@ -82,8 +83,9 @@ class Connection {
           reject(new Error(ev.code === 4401 ? "invalid bearer token" : "cannot connect"));
           return;
         }
+        if (this.stopped) return; // closed by the page (sign out): not a drop
         this.onState("down");
-        if (!this.stopped) this.onDrop();
+        this.onDrop();
       };
       ws.onerror = () => {};
     });
@@ -731,7 +733,18 @@ async function start(token) {
   $("login").hidden = true;
   $("main").hidden = false;
   $("logout").hidden = !hello.tokenRequired;
-  const cursor = await resync();
+  let cursor;
+  try {
+    cursor = await resync();
+  } catch (e) {
+    // the snapshots could not be read: say why at the login, never hang on "connecting…"
+    // (-32003: a client token, which sees its own sessions only and no bridge-wide feed)
+    c.close();
+    conn = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin(e.code === -32003 ? NOT_OPERATOR : `The console could not load: ${e.message}`);
+    return;
+  }
   route();
   c.watch(cursor);
 }
