@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import TOKEN, FakeUpstream, StartBridge, rpc
+from tests.conftest import TOKEN, FakeUpstream, StartBridge, rpc, wait_until
 from tests.e2e.console_browser import Watch, browser, console_config, login, require_browser
 from tests.integration.agent_helpers import agent_params
 
@@ -391,3 +391,56 @@ async def test_a_client_token_is_told_it_needs_an_admin_token(
         await context.close()
     assert watch.errors == [], watch.errors
     assert watch.foreign == [], watch.foreign
+
+
+async def test_an_answer_in_the_session_view_survives_other_sessions_events(
+    console: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A permission request answered from the open session's view: the page re-renders
+    on any session's event, and that must neither give the buttons back while the answer
+    is in flight (a second answer) nor drop the error of an answer that failed."""
+    import json
+
+    bp, context, _ = console
+    page = await context.new_page()
+    held: list[Any] = []  # (route, request id) of the first session.permission
+
+    def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+
+        def from_page(message: str | bytes) -> None:
+            msg = json.loads(message)
+            if msg.get("method") == "session.permission" and not held:
+                held.append((ws, msg["id"]))  # in flight until the test answers it
+                return
+            server.send(message)
+
+        ws.on_message(from_page)
+
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    turn = http_turn(
+        http,
+        bp.rpc_url,
+        agent_params("sv-1", f"permission {tmp_path / 'sv.txt'}", workingDirectory=str(tmp_path)),
+    )
+    await page.goto(f"{bp.url}/console#/sessions/sv-1")
+    button = page.locator('#turns button[data-option="once"]')
+    await button.click()
+    await wait_until(lambda: bool(held), within=10)  # the relay has it
+    assert await button.is_disabled()
+    # another session's turn: the page renders (its row appears)
+    await asyncio.wait_for(http_turn(http, bp.rpc_url, codex("sv-other-1", "hi")), 30)
+    await page.locator('[data-session="sv-other-1"]').wait_for()
+    assert await button.is_disabled()  # still in flight
+    ws, rid = held[0]
+    err = {"code": -32603, "message": "held by replica r2, which did not answer"}
+    ws.send(json.dumps({"jsonrpc": "2.0", "id": rid, "error": err}))
+    error = page.locator("#turns .perm .error")
+    await error.wait_for()
+    await asyncio.wait_for(http_turn(http, bp.rpc_url, codex("sv-other-2", "hi")), 30)
+    await page.locator('[data-session="sv-other-2"]').wait_for()
+    assert "did not answer" in await error.inner_text()  # still shown
+    await button.click()  # enabled again: this one reaches the bridge
+    result = (await asyncio.wait_for(turn, 30))["result"]
+    assert "permission granted (once)" in result["output"]

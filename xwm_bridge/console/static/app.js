@@ -300,10 +300,12 @@ function permCard(p, compact) {
 }
 
 // keep cards whose record did not change: a button never disappears under the pointer
+const cardKey = (p) => `${p.sessionId}|${p.requestId}|${p.state}|${p.resolution || ""}`;
+
 function reconcile(container, records, build) {
   const old = new Map([...container.children].map((el) => [el.dataset.key, el]));
   const nodes = records.map((p) => {
-    const key = `${p.sessionId}|${p.requestId}|${p.state}|${p.resolution || ""}`;
+    const key = cardKey(p);
     const el = old.get(key) || build(p);
     el.dataset.key = key;
     return el;
@@ -331,11 +333,16 @@ function renderPermissions() {
   renderTabs();
 }
 
+// The open session's permission cards, kept across renders as in the Permissions view: the
+// turn cards are rebuilt on every render (any session's event), and a rebuilt permission card
+// gave an answer in flight its buttons back and dropped a failed answer's error.
+let detailCards = new Map();
+
 function renderDetail() {
   const d = state.detail;
   $("detail-empty").hidden = Boolean(d);
   $("detail-body").hidden = !d;
-  if (!d) return;
+  if (!d) { detailCards = new Map(); return; }
   const s = state.sessions.get(d.sessionId) || d.session;
   $("d-title").textContent = d.sessionId;
   $("d-meta").replaceChildren(
@@ -347,10 +354,12 @@ function renderDetail() {
   );
   $("cancel").hidden = !s.running && s.state !== "running";
   const turns = [...d.turns.values()].sort((a, b) => (b.startedAt || 0) - (a.startedAt || 0));
-  $("turns").replaceChildren(...turns.map((t) => turnCard(t, d.sessionId)));
+  const cards = new Map();
+  $("turns").replaceChildren(...turns.map((t) => turnCard(t, d.sessionId, cards)));
+  detailCards = cards;
 }
 
-function turnCard(t, sessionId) {
+function turnCard(t, sessionId, cards) {
   const body = h("div", { class: "turn-body" });
   if (t.prompt) body.append(h("div", { class: "prompt", text: t.prompt }));
   const out = t.output || (t.result && typeof t.result.output === "string" ? t.result.output : "");
@@ -365,7 +374,12 @@ function turnCard(t, sessionId) {
         h("li", { class: e.status || "", text: `${e.content} (${e.status || "pending"})` })))));
   }
   const pendingHere = [...state.permissions.values()].filter((p) => p.sessionId === sessionId && p.turnId === t.turnId && p.resolution !== "policy");
-  for (const p of pendingHere) body.append(permCard(p, true));
+  for (const p of pendingHere) {
+    const key = cardKey(p);
+    const el = detailCards.get(key) || permCard(p, true);
+    cards.set(key, el);
+    body.append(el);
+  }
   setTimeout(tickCountdowns, 0);
   if (t.error && t.status !== "completed") body.append(h("div", { class: "turn-error", text: t.error }));
   if (t.result) {
