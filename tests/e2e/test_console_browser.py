@@ -444,3 +444,23 @@ async def test_an_answer_in_the_session_view_survives_other_sessions_events(
     await button.click()  # enabled again: this one reaches the bridge
     result = (await asyncio.wait_for(turn, 30))["result"]
     assert "permission granted (once)" in result["output"]
+
+
+async def test_the_open_sessions_turns_stay_bounded(
+    console: Any, http: aiohttp.ClientSession
+) -> None:
+    """A session left open while it runs turn after turn: the page keeps its newest 64
+    turns (app.js MAX_TURNS, what the bridge keeps of a session), not every turn it saw."""
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    await asyncio.wait_for(http_turn(http, bp.rpc_url, codex("long-1", "turn 000")), 30)
+    await page.goto(f"{bp.url}/console#/sessions/long-1")
+    await page.locator('.turn[data-status="completed"]').wait_for()
+    for i in range(1, 80):
+        await rpc(http, bp.rpc_url, "session.message", codex("long-1", f"turn {i:03d}"))
+    await page.locator(".turn .prompt", has_text="turn 079").wait_for()
+    await page.wait_for_function("() => document.querySelectorAll('#turns .turn').length === 64")
+    assert await page.evaluate("() => xwmConsole.held().turns") == 64
+    assert await page.locator(".turn .prompt", has_text="turn 015").count() == 0  # the oldest went
+    assert await page.locator(".turn .prompt", has_text="turn 016").count() == 1

@@ -170,6 +170,17 @@ function trimSessions() {
 // session): past MAX_RESOLVED + a margin, the oldest resolved ones go.
 const MAX_RESOLVED = 500;
 
+// The open session's turns kept: as many as the bridge keeps of a session (store/records.py
+// TURNS_PER_SESSION), the newest; a session left open for a day of turns stays this size.
+const MAX_TURNS = 64;
+
+function trimTurns(turns) {
+  for (const id of turns.keys()) {
+    if (turns.size <= MAX_TURNS) break;
+    turns.delete(id); // the oldest first: a Map keeps the order turns arrived in
+  }
+}
+
 function trimPermissions() {
   if (state.permissions.size <= MAX_RESOLVED + 100) return;
   const old = [...state.permissions.entries()]
@@ -180,7 +191,12 @@ function trimPermissions() {
 
 // What the page holds, for an operator in the browser's devtools (and the tests).
 globalThis.xwmConsole = {
-  held: () => ({ sessions: state.sessions.size, listed: state.order.length, permissions: state.permissions.size }),
+  held: () => ({
+    sessions: state.sessions.size,
+    listed: state.order.length,
+    permissions: state.permissions.size,
+    turns: state.detail ? state.detail.turns.size : 0,
+  }),
 };
 
 function newTurnView(t) {
@@ -609,7 +625,7 @@ function applyToDetail(d, e) {
     return false;
   }
   let t = d.turns.get(e.turnId);
-  if (e.type === "started" && !t) d.turns.set(e.turnId, (t = newTurnView(e)));
+  if (e.type === "started" && !t) { d.turns.set(e.turnId, (t = newTurnView(e))); trimTurns(d.turns); }
   if (!t) return false;
   if (e.type === "update") {
     if (e.eventId <= t.lastEventId) return false; // the replay had it
