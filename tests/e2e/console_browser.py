@@ -4,6 +4,7 @@ and the scripted ACP agent."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -15,7 +16,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.integration.agent_helpers import FAKE_AGENT
+from tests.conftest import TOKEN, FakeUpstream, StartBridge, base_env, rpc
+from tests.integration.agent_helpers import FAKE_AGENT, agent_params
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -102,3 +104,45 @@ async def login(page: Any, url: str, token: str) -> None:
     await page.locator("#login-submit").click()
     await page.locator("#main").wait_for(state="visible")
     await page.locator("#conn.live").wait_for()
+
+
+@asynccontextmanager
+async def open_console(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> AsyncIterator[tuple[Any, Any, Watch]]:
+    """The daemon (token, fake upstream, scripted agent) and a browser context on it;
+    when it ends: no console error, no request to any host but the daemon."""
+    require_browser()
+    env = base_env(ACP_AUTH_TOKEN=TOKEN, XWM_PROVIDER_CODEX_URL=fake_upstream.url)
+    bp = await start_bridge(env=env, config=console_config(tmp_path), tmp=tmp_path)
+    watch = Watch(bp.url)
+    async with browser() as b:
+        context = await b.new_context(viewport={"width": 1360, "height": 860})
+        context.on("page", watch.attach)
+        yield bp, context, watch
+        await context.close()
+    assert watch.errors == [], watch.errors
+    assert watch.foreign == [], watch.foreign
+
+
+#: the turns a test started over HTTP; awaited (or cancelled) when it ends
+_turns: list[asyncio.Future[Any]] = []
+
+
+def http_turn(http: Any, url: str, params: dict[str, Any]) -> asyncio.Future[Any]:
+    turn = asyncio.ensure_future(rpc(http, url, "session.start", params))
+    _turns.append(turn)
+    return turn
+
+
+async def settle_turns() -> None:
+    """A test that fails before awaiting its turn leaves no task behind (its exception,
+    never retrieved, would be logged by the garbage collector; see tests/ast_guard.py)."""
+    for turn in _turns:
+        turn.cancel()
+    await asyncio.gather(*_turns, return_exceptions=True)
+    _turns.clear()
+
+
+def codex(session_id: str, prompt: str) -> dict[str, Any]:
+    return agent_params(session_id, prompt, provider="codex")
