@@ -149,3 +149,54 @@ async def test_the_open_sessions_turns_stay_bounded(
     assert await page.evaluate("() => xwmConsole.held().turns") == 64
     assert await page.locator(".turn .prompt", has_text="turn 015").count() == 0  # the oldest went
     assert await page.locator(".turn .prompt", has_text="turn 016").count() == 1
+
+
+async def test_a_filter_change_does_not_undo_newer_events(
+    console: Any, http: aiohttp.ClientSession
+) -> None:
+    """A filter change re-reads session.list while the watch runs; a turn that starts
+    after the bridge read that snapshot but before its answer reaches the page must stay
+    running in the list (the snapshot's older row does not replace the newer event)."""
+    import json
+
+    bp, context, _ = console
+    page = await context.new_page()
+    asked: list[Any] = []
+    held: list[Any] = []  # (route, answer) of the filter's session.list
+
+    def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+
+        def from_page(message: str | bytes) -> None:
+            msg = json.loads(message)
+            if msg.get("method") == "session.list" and msg["params"].get("updatedSince"):
+                asked.append(msg["id"])
+            server.send(message)
+
+        def from_server(message: str | bytes) -> None:
+            msg = json.loads(message)
+            if asked and msg.get("id") == asked[0] and not held:
+                # a marker row, to see when the page has applied this answer
+                msg["result"]["sessions"].append({"sessionId": "fc-marker", "state": "idle"})
+                held.append((ws, msg))
+                return
+            ws.send(message)
+
+        ws.on_message(from_page)
+        server.on_message(from_server)
+
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    await asyncio.wait_for(http_turn(http, bp.rpc_url, codex("fc-1", "hi")), 30)
+    row = page.locator('[data-session="fc-1"] .pill')
+    await page.locator('[data-session="fc-1"] .pill', has_text="completed").wait_for()
+    await page.locator("#f-since").select_option("3600")  # still lists fc-1
+    await wait_until(lambda: bool(held), within=10)  # answered by the bridge, not delivered
+    turn = http_turn(http, bp.rpc_url, codex("fc-1", "slow:20000 still running"))
+    await page.locator('[data-session="fc-1"] .pill', has_text="running").wait_for()
+    ws, answer = held[0]
+    ws.send(json.dumps(answer))
+    await page.locator('[data-session="fc-marker"]').wait_for()
+    assert await row.inner_text() == "running"
+    await rpc(http, bp.rpc_url, "session.cancel", {"sessionId": "fc-1"})
+    assert (await asyncio.wait_for(turn, 30))["result"]["cancelled"] is True

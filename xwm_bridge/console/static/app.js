@@ -524,11 +524,15 @@ function matchesFilters(s) {
 async function loadSessions(more) {
   const params = filters();
   if (more && state.nextCursor) params.cursor = state.nextCursor;
-  const res = await conn.call("session.list", params);
-  if (!more) { state.sessions.clear(); state.order = []; state.paged = 0; }
-  for (const s of res.sessions) { state.sessions.set(s.sessionId, s); state.order.push(s.sessionId); }
-  state.paged += res.sessions.length;
-  state.nextCursor = res.nextCursor;
+  const res = await readSnapshot("session.list", params, (res) => {
+    if (!more) { state.sessions.clear(); state.order = []; state.paged = 0; }
+    for (const s of res.sessions) {
+      if (!state.sessions.has(s.sessionId)) state.order.push(s.sessionId);
+      state.sessions.set(s.sessionId, s);
+    }
+    state.paged += res.sessions.length;
+    state.nextCursor = res.nextCursor;
+  });
   return res.watchCursor;
 }
 
@@ -540,7 +544,10 @@ const seqOf = (cursor) => Number(String(cursor || "").split(":").pop()) || 0;
 async function loadDetail(id) {
   let res;
   try {
-    res = await conn.call("session.get", { sessionId: id });
+    res = await readSnapshot("session.get", { sessionId: id }, (r) => {
+      for (const p of r.permissions) state.permissions.set(`${p.sessionId}|${p.requestId}`, p);
+      if (!state.sessions.has(id)) { state.sessions.set(id, r.session); state.order.unshift(id); }
+    });
   } catch (e) {
     if (e.code !== -32602) throw e;
     // not started yet (its turn is on the way): an empty view that the watch fills in
@@ -564,8 +571,6 @@ async function loadDetail(id) {
     after = Math.max(...ids);
   }
   for (const t of turns.values()) if (t.result && typeof t.result.output === "string" && t.status !== "running") t.output = t.result.output;
-  for (const p of res.permissions) state.permissions.set(`${p.sessionId}|${p.requestId}`, p);
-  if (!state.sessions.has(id)) { state.sessions.set(id, res.session); state.order.unshift(id); }
   return { sessionId: id, session: res.session, turns, seq: seqOf(res.watchCursor) };
 }
 
@@ -604,10 +609,11 @@ async function answer(p, optionId, button) {
 }
 
 async function loadPermissions() {
-  const res = await conn.call("permission.list", { includeResolved: true });
-  state.permissions.clear();
-  for (const p of res.requests) state.permissions.set(`${p.sessionId}|${p.requestId}`, p);
-  trimPermissions();
+  await readSnapshot("permission.list", { includeResolved: true }, (res) => {
+    state.permissions.clear();
+    for (const p of res.requests) state.permissions.set(`${p.sessionId}|${p.requestId}`, p);
+    trimPermissions();
+  });
 }
 
 async function loadHealth() {
@@ -643,6 +649,50 @@ function applyToDetail(d, e) {
   return false;
 }
 
+// What an event changes in the session list and the permission records.
+function applyToLists(e) {
+  const sid = e.sessionId;
+  if (e.kind === "session" && e.type === "closed") {
+    state.sessions.delete(sid);
+    state.order = state.order.filter((x) => x !== sid);
+  } else if (e.kind === "turn" && (e.type === "started" || e.type === "finished")) {
+    let s = state.sessions.get(sid);
+    if (!s) { s = { sessionId: sid, threadId: e.threadId, provider: e.provider, state: "idle" }; state.sessions.set(sid, s); }
+    s.lastTurn = e;
+    s.updatedAt = e.ts;
+    s.provider = e.provider || s.provider;
+    s.threadId = e.threadId || s.threadId;
+    s.state = e.type === "started" ? "running" : e.status;
+    s.running = e.type === "started";
+    state.order = [sid, ...state.order.filter((x) => x !== sid)];
+    if (!matchesFilters(s)) state.order = state.order.filter((x) => x !== sid);
+    trimSessions();
+  } else if (e.kind === "permission") {
+    state.permissions.set(`${e.sessionId}|${e.requestId}`, { ...e });
+    trimPermissions();
+  }
+}
+
+// A snapshot read while the watch runs (a filter change, "more", a reset): the watch's events
+// that arrive meanwhile may be newer than it (the bridge reads it after its cursor, and the
+// answer can come after them), so they are kept and those after its cursor applied again on
+// top of it; else a turn that started meanwhile showed as not running until its next event.
+const reading = new Set();
+
+async function readSnapshot(method, params, apply) {
+  const seen = [];
+  reading.add(seen);
+  try {
+    const res = await conn.call(method, params);
+    apply(res);
+    const after = seqOf(res.watchCursor);
+    for (const e of seen) if (e.seq > after) applyToLists(e);
+    return res;
+  } finally {
+    reading.delete(seen);
+  }
+}
+
 function onEvent(e) {
   if (e.kind === "watch") {
     $("conn").className = "conn live";
@@ -652,24 +702,14 @@ function onEvent(e) {
   }
   const sid = e.sessionId;
   if (loading && loading.sessionId === sid && (e.kind === "session" || e.kind === "turn")) loading.events.push(e);
+  if (e.kind === "permission" || (e.kind === "turn" ? e.type !== "update" : e.kind === "session")) {
+    for (const seen of reading) seen.push(e);
+    applyToLists(e);
+  }
   const d = state.detail && state.detail.sessionId === sid ? state.detail : null;
   if (e.kind === "session") {
-    if (e.type === "closed") { state.sessions.delete(sid); state.order = state.order.filter((x) => x !== sid); }
     if (d) applyToDetail(d, e);
   } else if (e.kind === "turn") {
-    let s = state.sessions.get(sid);
-    if (e.type === "started" || e.type === "finished") {
-      if (!s) { s = { sessionId: sid, threadId: e.threadId, provider: e.provider, state: "idle" }; state.sessions.set(sid, s); }
-      s.lastTurn = e;
-      s.updatedAt = e.ts;
-      s.provider = e.provider || s.provider;
-      s.threadId = e.threadId || s.threadId;
-      s.state = e.type === "started" ? "running" : e.status;
-      s.running = e.type === "started";
-      state.order = [sid, ...state.order.filter((x) => x !== sid)];
-      if (!matchesFilters(s)) state.order = state.order.filter((x) => x !== sid);
-      trimSessions();
-    }
     if (d && applyToDetail(d, e) && state.view === "sessions") {
       // grow the output in place (no re-render of the whole page per chunk)
       const pre = document.querySelector(`[data-turn-output="${CSS.escape(e.turnId)}"]`);
@@ -680,10 +720,6 @@ function onEvent(e) {
         return;
       }
     }
-  } else if (e.kind === "permission") {
-    const rec = { ...e };
-    state.permissions.set(`${e.sessionId}|${e.requestId}`, rec);
-    trimPermissions();
   } else if (e.kind === "health" && state.health) {
     Object.assign(state.health, e);
   } else if (e.kind === "queue" && state.health) {
