@@ -53,7 +53,10 @@ return {#stale, kept}
 """
 # KEYS: ledger, record; ARGV: cap, ttl s, seq, event id, max bytes, entries… — the ledger
 # keeps the newest `cap` entries that fit in `max bytes` (the newest always); the record
-# hash keeps the ledger's byte size (reset when the list was empty: expired or deleted)
+# hash keeps the ledger's byte size (reset when the list was empty: expired or deleted).
+# A hash without a record (its session closed meanwhile: a session.close on another
+# replica between a turn's final save and its result entry) expires with the ledger: it
+# had no expiry, and nothing ever removed it. A record keeps its own (SAVE's).
 APPEND = """
 local added = 0
 for i = 6, #ARGV do added = added + #ARGV[i] end
@@ -67,6 +70,7 @@ while n > 0 and (n > cap or (total > max_bytes and n > 1)) do
   n = n - 1
 end
 redis.call('HSET', KEYS[2], 'ledger_bytes', total, 'ledger_seq', ARGV[3], 'ledger_events', ARGV[4])
+if redis.call('HEXISTS', KEYS[2], 'thread_id') == 0 then redis.call('EXPIRE', KEYS[2], ARGV[2]) end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return 1
 """
