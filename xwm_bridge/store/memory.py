@@ -4,8 +4,10 @@ Bounded by count, age and bytes: each session's ledger keeps the newest entries
 that fit in ``ledger_max_bytes`` (and always the newest one), and all sessions
 together (ledgers plus prompt histories) fit in ``memory_max_bytes`` — past it,
 the oldest ledger entries of any session go first, then the least recently saved
-sessions. An entry or a turn or permission record that cannot be encoded (and so
-could never be sent back) is dropped and counted, as the other stores do.
+sessions, never one whose turn is running (its record, turns and pending permission
+requests stay while it runs). Turn records of sessions gone are dropped by ``prune``.
+An entry or a turn or permission record that cannot be encoded (and so could never be
+sent back) is dropped and counted, as the other stores do.
 
 Ledger entries are kept encoded, as plain tuples of atomic values (see
 :data:`Kept`), and decoded only when replayed: the message's encoding is what the
@@ -181,9 +183,13 @@ class MemoryStore:
             ledger = self._ledgers.get(session_id)
             if ledger and ledger[0] is kept:
                 self._pop_oldest(session_id, ledger)
-        while self._bytes > cap and self._records:  # then the least recently saved sessions
-            oldest = next(iter(self._records))
-            self.delete(oldest)
+        while self._bytes > cap:  # then the least recently saved sessions, not running ones
+            victim = next(
+                (s for s, r in self._records.items() if r.last_turn_status != RUNNING), None
+            )
+            if victim is None:  # only running turns' records are left: they stay
+                break
+            self.delete(victim)
         if len(self._order) > 2 * self._live_entries + 1024:  # forget removed entries
             live = [(sid, k) for sid, ledger in self._ledgers.items() for k in ledger]
             live.sort(key=lambda item: item[1][_TS])
@@ -246,6 +252,10 @@ class MemoryStore:
         for sid, ledger in list(self._ledgers.items()):
             while ledger and ledger[0][_TS] < horizon:
                 self._pop_oldest(sid, ledger)
+        # turn records of sessions gone (one finished after its session was closed), as
+        # the SQLite store's prune does: nothing else would ever remove them
+        for sid in [s for s in self._turns if s not in self._records]:
+            del self._turns[sid]
         return len(stale)
 
     async def close(self) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 
-from xwm_bridge.store.base import LedgerEntry
+from xwm_bridge.store.base import COMPLETED, RUNNING, LedgerEntry, SessionRecord, StoreLimits
 from xwm_bridge.store.memory import MemoryStore
+from xwm_bridge.store.records import PermissionRecord, TurnRecord
 
 
 def _message(i: int) -> dict[str, object]:
@@ -35,3 +37,41 @@ def test_ledger_entries_add_no_tracked_objects_and_replay_decodes_them() -> None
     assert out[0].message == _message(n - 3) and out[0].turn_id == "t1"
     assert out[0].pos == 2 * (n - 3) + 1
     assert len(asyncio.run(store.replay("s", 0, 5))) == 5
+
+
+def test_prune_drops_turn_records_of_sessions_gone() -> None:
+    """A turn that finishes after its session was closed leaves a turn record with no
+    session record: the prune drops it, as the SQLite store's does."""
+    store = MemoryStore()
+    store.save(SessionRecord("kept", "t", updated_at=time.time()))
+    store.save_turn(TurnRecord("kept", "turn-1", started_at=1.0))
+    store.delete("closed")  # session.close while its turn ran
+    store.save_turn(TurnRecord("closed", "turn-1", started_at=1.0))  # the turn ends
+    assert asyncio.run(store.prune()) == 0
+    assert asyncio.run(store.turns("closed", 10)) == []
+    assert [t.turn_id for t in asyncio.run(store.turns("kept", 10))] == ["turn-1"]
+    assert set(store._turns) == {"kept"}
+
+
+def test_the_global_cap_never_evicts_a_running_session() -> None:
+    store = MemoryStore(StoreLimits(memory_max_bytes=50_000))
+    big = "p" * 10_000
+    store.save(SessionRecord("running", "t", history=(big,), last_turn_status=RUNNING))
+    store.save_turn(TurnRecord("running", "turn-0", started_at=1.0))
+    store.save_permission(PermissionRecord("running", "req-1", "turn-1"))
+    for i in range(10):  # idle sessions, saved after it: they go instead
+        store.save(SessionRecord(f"idle{i}", "t", history=(big,), last_turn_status=COMPLETED))
+    assert store.bytes_held <= 50_000
+    assert asyncio.run(store.load("running")) is not None
+    assert [t.turn_id for t in asyncio.run(store.turns("running", 10))] == ["turn-0"]
+    assert [p.request_id for p in asyncio.run(store.permissions())] == ["req-1"]
+    assert asyncio.run(store.load("idle9")) is not None  # the newest idle one fits
+    assert asyncio.run(store.load("idle0")) is None
+    # only running sessions left over the cap: they stay, and saving does not spin
+    store.save(SessionRecord("running2", "t", history=(big * 5,), last_turn_status=RUNNING))
+    assert asyncio.run(store.load("running")) is not None
+    assert asyncio.run(store.load("running2")) is not None
+    # once its turn has ended the session may go like any other
+    store.save(SessionRecord("running", "t", history=(big,), last_turn_status=COMPLETED))
+    store.save(SessionRecord("later", "t", history=("x",)))
+    assert asyncio.run(store.load("running")) is None
