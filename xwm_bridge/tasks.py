@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
@@ -95,3 +97,28 @@ async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:  # noqa: ASYNC
         return await aw
     async with asyncio.timeout(timeout):
         return await aw
+
+
+async def thread_done(fut: concurrent.futures.Future[Any], within: float) -> bool:
+    """Whether ``fut`` (set by a thread) is done within ``within`` seconds; never
+    cancels it, and waits without a helper thread: ``asyncio.to_thread(thread.join)``
+    left a non-daemon executor thread blocked on a stuck thread, and Python 3.11 waits
+    for those at exit without a limit."""
+    loop = asyncio.get_running_loop()
+    woke: asyncio.Future[None] = loop.create_future()
+
+    def done(_: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+            loop.call_soon_threadsafe(_resolve, woke)
+
+    fut.add_done_callback(done)
+    try:
+        await wait_for(woke, within)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -61,9 +61,6 @@ from xwm_bridge.store.sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION  # r
 from xwm_bridge.store.sqlite_schema import connect
 from xwm_bridge.store.sqlite_writes import (
     INSERT_ENTRY,
-    LARGEST_ENTRY,
-    TRIM_BYTES,
-    TRIM_OLDER,
     TRIM_TURNS,
     UPSERT_SESSION,
     UPSERT_TURN,
@@ -75,9 +72,10 @@ from xwm_bridge.store.sqlite_writes import (
     dropped,
     live_writes,
     session_row,
+    trim_ledger,
     turn_row,
 )
-from xwm_bridge.tasks import wait_for
+from xwm_bridge.tasks import thread_done, wait_for
 
 log = logging.getLogger("xwm_bridge.store")
 T = TypeVar("T")
@@ -110,6 +108,8 @@ class SQLiteStore:
         self.backlog = WriteBacklog(self._ops.qsize, self.name)
         self._thread: threading.Thread | None = None
         self._ready: Future[None] = Future()
+        #: set by the store thread as it ends (close() waits for it)
+        self._stopped: Future[None] = Future()
         self._closed = False
         self._wake = threading.Event()
         #: ledger entries (and their bytes) / turn records added per session since its
@@ -153,8 +153,10 @@ class SQLiteStore:
             raise StoreError(f"session store: cannot open {self.path}: {exc}") from None
 
     def _start_thread(self) -> None:
-        self._ready = Future()
-        self._thread = threading.Thread(target=self._run, name="sqlite-store", daemon=True)
+        self._ready, self._stopped = Future(), Future()
+        self._thread = threading.Thread(
+            target=self._run, args=(self._stopped,), name="sqlite-store", daemon=True
+        )
         self._thread.start()
 
     def _ensure_running(self) -> None:
@@ -195,17 +197,27 @@ class SQLiteStore:
         return StoreHealth(self.name, "writable", True)
 
     async def close(self) -> None:
-        if self._thread is None or self._closed:
+        """Apply every queued write and stop the thread within :data:`CLOSE_TIMEOUT`; a
+        thread busy past it (a statement that does not return) is left to run, a daemon:
+        logged, and the lock is held until it ends (it may still write)."""
+        if self._closed:
+            return
+        if self._thread is None:
             self._unlock()
             return
         self._closed = True
         self._ops.put(_STOP)
         self._wake.set()
-        thread = self._thread
+        stopped = self._stopped
         try:
-            await wait_for(asyncio.to_thread(thread.join), CLOSE_TIMEOUT)
-        finally:
-            self._unlock()
+            if not await thread_done(stopped, CLOSE_TIMEOUT):
+                log.error(
+                    "session store thread did not stop: writes queued are not applied;"
+                    " the lock is held until it ends",
+                    extra={"path": str(self.path), "waited_s": CLOSE_TIMEOUT},
+                )
+        finally:  # at once if the thread has ended, else by the thread as it ends
+            stopped.add_done_callback(lambda _: self._unlock())
 
     # --- writes (never block the loop) ---------------------------------------------------
 
@@ -286,7 +298,13 @@ class SQLiteStore:
 
     # --- the store thread ------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, stopped: Future[None]) -> None:
+        try:
+            self._work()
+        finally:
+            stopped.set_result(None)
+
+    def _work(self) -> None:
         try:
             db = connect(self.path)  # tuned, at the current layout
         except Exception as exc:  # reported to start()
@@ -350,26 +368,8 @@ class SQLiteStore:
         writes.clear()
 
     def _trim_ledger(self, db: sqlite3.Connection, sid: str, top: int, added_largest: int) -> None:
-        """Bring a session's ledger rows to its bounds (in the caller's transaction).
-        ``top``: its newest event id if known (else 0); ``added_largest``: the largest
-        entry just appended."""
-        cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
-        db.execute(  # the newest `cap` rows hold at least `cap` entries
-            "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT id FROM ledger"
-            " WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-            (sid, sid, cap),
-        )
-        if top > cap:  # rows whose entries are all older than the newest `cap`
-            db.execute(TRIM_OLDER, (sid, sid, top - cap + 1))
-        known = self._largest.get(sid)
-        biggest = max(known or 0, added_largest)
-        if known is None or cap * biggest > max_bytes:
-            # the window query reads every entry of the session: only when the count
-            # bound alone may not keep the byte bound
-            db.execute(TRIM_BYTES, (sid, sid, max_bytes))
-            row = db.execute(LARGEST_ENTRY, (sid,)).fetchone()
-            biggest = int(row[0] or 0)  # of the entries left
-        self._largest[sid] = biggest
+        """:func:`sqlite_writes.trim_ledger` with the thread's per-session largest entry."""
+        trim_ledger(db, sid, top, added_largest, self._limits, self._largest)
 
     def _forget(self, db: sqlite3.Connection) -> None:
         """Keep the per-session counters bounded (:data:`MAX_TRACKED_SESSIONS`): the

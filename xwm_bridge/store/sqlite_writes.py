@@ -12,7 +12,7 @@ import orjson
 
 from xwm_bridge.observability.logging import capped
 from xwm_bridge.store import sqlite_history
-from xwm_bridge.store.base import LedgerEntry, SessionRecord, StoreCounters
+from xwm_bridge.store.base import LedgerEntry, SessionRecord, StoreCounters, StoreLimits
 from xwm_bridge.store.records import PermissionRecord, TurnRecord
 from xwm_bridge.store.sqlite_rows import batch_rows
 from xwm_bridge.store.sqlite_schema import SESSION_COLUMNS
@@ -48,6 +48,37 @@ TRIM_BYTES = (
     " ROW_NUMBER() OVER (ORDER BY id DESC) AS rn FROM ledger WHERE session_id = ?)"
     " WHERE total > ? AND rn > 1)"
 )
+
+
+def trim_ledger(
+    db: sqlite3.Connection,
+    sid: str,
+    top: int,
+    added_largest: int,
+    limits: StoreLimits,
+    largest: dict[str, int],
+) -> None:
+    """Bring a session's ledger rows to its bounds (in the caller's transaction).
+    ``top``: its newest event id if known (else 0); ``added_largest``: the largest
+    entry just appended; ``largest``: per session, the largest entry it holds, when
+    known (updated)."""
+    cap, max_bytes = limits.ledger_max_entries, limits.ledger_max_bytes
+    db.execute(  # the newest `cap` rows hold at least `cap` entries
+        "DELETE FROM ledger WHERE session_id = ? AND id <= (SELECT id FROM ledger"
+        " WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+        (sid, sid, cap),
+    )
+    if top > cap:  # rows whose entries are all older than the newest `cap`
+        db.execute(TRIM_OLDER, (sid, sid, top - cap + 1))
+    known = largest.get(sid)
+    biggest = max(known or 0, added_largest)
+    if known is None or cap * biggest > max_bytes:
+        # the window query reads every entry of the session: only when the count
+        # bound alone may not keep the byte bound
+        db.execute(TRIM_BYTES, (sid, sid, max_bytes))
+        row = db.execute(LARGEST_ENTRY, (sid,)).fetchone()
+        biggest = int(row[0] or 0)  # of the entries left
+    largest[sid] = biggest
 
 
 def session_of(op: Op) -> str:

@@ -1,0 +1,85 @@
+"""SQLiteStore.close() with a store thread that does not stop: bounded, no helper
+thread left behind, the lock held while the thread may still write."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from xwm_bridge.store import sqlite as sqlite_store
+from xwm_bridge.store import sqlite_lock
+from xwm_bridge.store.base import SessionRecord, StoreError
+from xwm_bridge.store.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.asyncio
+
+
+def non_daemon_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if not t.daemon and t.is_alive()}
+
+
+async def test_close_of_a_stuck_store_thread_is_bounded_and_keeps_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sqlite_store, "CLOSE_TIMEOUT", 0.3)
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path)
+    await store.start()
+    before = non_daemon_threads()
+    loop = asyncio.get_running_loop()
+    entered, release = asyncio.Event(), threading.Event()
+
+    def stuck(db: sqlite3.Connection) -> None:  # a statement that does not return
+        loop.call_soon_threadsafe(entered.set)
+        release.wait(30)
+
+    reader = asyncio.create_task(store._call(stuck))
+    try:
+        await asyncio.wait_for(entered.wait(), 10)
+        store.save(SessionRecord("queued", "t"))  # behind the stuck read
+        started = loop.time()
+        with caplog.at_level(logging.ERROR, "xwm_bridge.store"):
+            await asyncio.wait_for(store.close(), 10)  # returns: no TimeoutError
+        assert loop.time() - started < 5
+        assert any("did not stop" in r.getMessage() for r in caplog.records)
+        # no non-daemon thread left waiting for it (3.11 would wait for it at exit)
+        assert non_daemon_threads() <= before
+        # the thread may still write: the lock stays held, also after a second close
+        await store.close()
+        with pytest.raises(StoreError, match="in use"):
+            sqlite_lock.acquire(path)
+    finally:
+        release.set()
+    await asyncio.wait_for(reader, 10)
+    await asyncio.wait_for(asyncio.wrap_future(store._stopped), 10)
+    # once it has ended, with the write queued behind it applied, the lock is free
+    fd = sqlite_lock.acquire(path)
+    sqlite_lock.release(fd)
+    again = SQLiteStore(path)
+    await again.start()
+    try:
+        assert await again.load("queued") is not None
+    finally:
+        await again.close()
+
+
+async def test_close_applies_queued_writes_and_releases_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path)
+    await store.start()
+    store.save(SessionRecord("s1", "t"))
+    await store.close()
+    assert store._thread is not None and not store._thread.is_alive()
+    fd = sqlite_lock.acquire(path)
+    sqlite_lock.release(fd)
+    again = SQLiteStore(path)
+    await again.start()
+    try:
+        assert await again.load("s1") is not None
+    finally:
+        await again.close()
