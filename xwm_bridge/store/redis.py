@@ -56,6 +56,8 @@ MAX_BATCH = 1024
 #: index entries one prune script call looks at
 TRIM_INDEX_BATCH = 1000
 Call = Callable[[aioredis.Redis], Awaitable[Any]]
+#: Redis away or too slow: an outage (logged without a traceback)
+OUTAGES = (OSError, TimeoutError, aioredis.ConnectionError, aioredis.TimeoutError)
 
 
 class RedisStore:
@@ -222,9 +224,16 @@ class RedisStore:
             raise StoreUnavailable(
                 f"session store: Redis at {self._where} did not answer within {self.timeout * 3:g}s"
             ) from None
-        except (OSError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+        except OUTAGES as exc:
             raise StoreUnavailable(
                 f"session store: cannot reach Redis at {self._where}: {exc}"
+            ) from None
+        except aioredis.ResponseError as exc:  # READONLY, OOM, MASTERDOWN…: an outage
+            if not redis_reads.refused(exc):
+                raise  # WRONGTYPE, ERR …: a bug, with its traceback
+            error = capped(f"{exc}", 300)
+            raise StoreUnavailable(
+                f"session store: Redis at {self._where} refused: {error}"
             ) from None
 
     async def flush(self) -> None:
@@ -365,7 +374,13 @@ class RedisStore:
         except Exception as exc:
             self.counters.write_errors += len(writes)
             self.counters.failed(f"{type(exc).__name__}: {exc}")
-            log.exception("session store write failed", extra={"ops": len(writes)})
+            outage = isinstance(exc, OUTAGES) or redis_reads.refused(exc)  # else a bug
+            error = capped(f"{type(exc).__name__}: {exc}", 300)
+            log.error(
+                "session store write failed",
+                exc_info=not outage,
+                extra={"ops": len(writes), "store": self._where, "error": error},
+            )
         else:
             self.counters.last_error = ""
         for op in writes:

@@ -9,11 +9,28 @@ from dataclasses import replace
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis import exceptions as rex
 
 from xwm_bridge.store.base import LedgerEntry, SessionRecord, selected
 from xwm_bridge.store.records import PermissionRecord, SessionPage, SessionQuery, TurnRecord
 from xwm_bridge.store.redis_schema import from_hash, key, load_entry, text
 
+#: Redis answers that mean it cannot serve for now, or is not let to by its operator:
+#: a replica (READONLY; MASTERDOWN when it serves no stale data), memory full (OOM), a
+#: dataset loading (LOADING), a script running (BUSY), its disk failing (MISCONF), too
+#: few replicas (NOREPLICAS), a cluster reconfiguring (TRYAGAIN, CLUSTERDOWN), an ACL
+#: (NOPERM). An outage of the store, not a bug; every other error answer (WRONGTYPE,
+#: ERR …, NOSCRIPT, EXECABORT) is one, and keeps its traceback.
+REFUSED = ("READONLY", "MASTERDOWN", "OOM", "LOADING", "BUSY", "MISCONF", "NOREPLICAS")
+REFUSED_TOO = ("TRYAGAIN", "CLUSTERDOWN", "NOPERM")
+REFUSALS = (
+    rex.ReadOnlyError,
+    rex.OutOfMemoryError,
+    rex.BusyLoadingError,
+    rex.TryAgainError,
+    rex.ClusterDownError,
+    rex.NoPermissionError,
+)
 LIST_BATCH = 200
 #: most index entries one session.list page reads (a very selective filter pages on)
 LIST_SCAN_MAX = 5000
@@ -116,3 +133,15 @@ async def permissions(db: aioredis.Redis, prefix: str) -> list[PermissionRecord]
             await db.srem(key(prefix, "perms"), sid)
         out += [PermissionRecord.loads(v) for v in values]
     return out
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether a Redis error answer is a refusal of the backend (:data:`REFUSED`)
+    rather than a bug. redis-py strips the code of the answers it has a class for and
+    keeps the others' (``BUSY …``), prefixed in a pipeline (``… caused error: BUSY …``)."""
+    if isinstance(exc, REFUSALS):
+        return True
+    if not isinstance(exc, rex.ResponseError):
+        return False
+    answer = str(exc).rsplit("caused error: ", 1)[-1]
+    return answer.split(" ", 1)[0] in REFUSED + REFUSED_TOO

@@ -71,6 +71,7 @@ from xwm_bridge.store.sqlite_writes import (
     delete,
     dropped,
     live_writes,
+    refused,
     session_row,
     trim_ledger,
     turn_row,
@@ -261,7 +262,9 @@ class SQLiteStore:
                 f"session store {self.path}: no answer from the store thread within "
                 f"{READ_TIMEOUT:g}s"
             ) from None
-        except sqlite3.OperationalError as exc:  # locked, disk I/O error, read-only file
+        except sqlite3.DatabaseError as exc:  # locked, disk I/O error, read-only, damaged
+            if not refused(exc):
+                raise  # IntegrityError, ProgrammingError…: a bug, with its traceback
             raise StoreUnavailable(f"session store {self.path}: {exc}") from None
 
     async def load(self, session_id: str) -> SessionRecord | None:
@@ -359,8 +362,8 @@ class SQLiteStore:
         try:
             self._apply(db, writes)
         except Exception as exc:
-            if isinstance(exc, sqlite3.OperationalError) or len(writes) == 1:
-                self._dropped(writes, exc)  # the backend refuses: retrying alone won't help
+            if refused(exc) or len(writes) == 1:
+                dropped(writes, exc, self.counters)  # the backend refuses: retrying won't help
             else:
                 self._isolate(db, writes)
         else:
@@ -394,10 +397,7 @@ class SQLiteStore:
             try:
                 self._apply(db, [op])
             except Exception as exc:
-                self._dropped([op], exc)
-
-    def _dropped(self, ops: list[Op], exc: Exception) -> None:
-        dropped(ops, exc, self.counters)
+                dropped([op], exc, self.counters)
 
     def _forget_session(self, sid: str) -> None:
         """A session deleted (a queued delete, or pruned): what the thread tracked of it
@@ -497,4 +497,4 @@ class SQLiteStore:
                 db.execute("ROLLBACK")
             raise
         for op, exc in bad:
-            self._dropped([op], exc)
+            dropped([op], exc, self.counters)

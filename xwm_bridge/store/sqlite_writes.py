@@ -219,10 +219,19 @@ def apply_permission(db: sqlite3.Connection, op: Op) -> None:
         )
 
 
+def refused(exc: BaseException) -> bool:
+    """Whether an error is the database's refusal, an outage rather than a bad record or
+    a bug: ``OperationalError`` (locked, disk full or failing, read-only file) and a bare
+    ``DatabaseError`` (the file damaged: ``database disk image is malformed``, ``file is
+    not a database``). Its subclasses (``IntegrityError``, ``ProgrammingError``, …) are a
+    bad record or a bug."""
+    return isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError
+
+
 def dropped(ops: list[Op], exc: Exception, counters: StoreCounters) -> None:
     """Count and log writes the store gave up: the backend refused them (a failed write,
     ``/readyz`` unready for a while) or they are bad records (dropped alone)."""
-    backend = isinstance(exc, sqlite3.OperationalError)
+    backend = refused(exc)
     if backend:
         counters.write_errors += len(ops)
         counters.failed(str(exc))
