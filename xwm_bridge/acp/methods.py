@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import logging
 import math
 import os
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from xwm_bridge.acp.connection import AcpConnection
     from xwm_bridge.acp.front import AcpFrontDoor
 
+log = logging.getLogger("xwm_bridge.acp")
 AGENT_INFO = {"name": "xwm-bridge", "title": "xworkmate bridge", "version": __version__}
 BEARER_METHOD = {
     "id": "bearer",
@@ -80,6 +82,19 @@ def decode_cursor(cursor: Any) -> tuple[float, str] | None:
     if type(at) not in (int, float) or not math.isfinite(at) or not isinstance(sid, str):
         raise RpcError(INVALID_PARAMS, "invalid cursor")
     return float(at), sid
+
+
+def _cancelled(relay: TurnRelay, error: Exception) -> dict[str, Any]:
+    """The answer of a prompt whose turn raised ``error`` (a routing or gateway error, a
+    store outage, the shutdown): once the client sent ``session/cancel``, ACP has the
+    agent answer ``cancelled`` whatever ended the turn; before that, the error."""
+    if not relay.cancel_requested:
+        raise error
+    log.info(
+        "ACP prompt cancelled; its turn then failed",
+        extra={"error": coerce.text(str(error))[:500], "kind": type(error).__name__},
+    )
+    return {"stopReason": "cancelled"}
 
 
 class AcpMethods:
@@ -297,10 +312,11 @@ class AcpMethods:
             )
             if session.mcp_servers and self.front.takes_client_mcp(session.choice.route):
                 turn["mcpServers"] = session.mcp_servers
-        except BaseException as exc:
+        except Exception as exc:
             session.turns.discard(relay)
-            if isinstance(exc, Exception) and relay.cancel_requested:
-                return {"stopReason": "cancelled"}  # cancelled meanwhile: the answer (ACP)
+            return _cancelled(relay, exc)
+        except BaseException:
+            session.turns.discard(relay)
             raise
         ctx = CallContext(
             relay, self.conn.transport, self.conn.principal, self.conn.bearer, client=relay
@@ -319,7 +335,7 @@ class AcpMethods:
         task.add_done_callback(ended)
         result, error = await asyncio.shield(task)
         if error is not None:
-            raise error
+            return _cancelled(relay, error)
         return await relay.respond(result)
 
     async def _run_turn(
