@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from acp import RequestError
 
-from tests.conftest import FakeUpstream, StartBridge
+from tests.conftest import FakeUpstream, StartBridge, log_entries, wait_until
 from tests.integration.acp_helpers import prompt
 from tests.integration.test_acp_remote import config, sdk_client
 from xwm_bridge import jsonrpc
@@ -28,6 +29,22 @@ FAILURES: dict[str, Exception] = {
     "store": StoreUnavailable("session store: Redis did not answer within 3s"),
     "shutdown": ShuttingDownError("the bridge is shutting down"),
 }
+
+
+def prompt_audits(bp: Any) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in log_entries(bp.logs)
+        if e.get("msg") == "request" and e.get("method") == "session/prompt"
+    ]
+
+
+def requests(bp: Any, outcome: str) -> float:
+    value = bp.bridge.metrics.registry.get_sample_value(
+        "xwm_requests_total",
+        {"method": "session/prompt", "transport": "acp-ws", "outcome": outcome},
+    )
+    return float(value or 0)
 
 
 @pytest.mark.parametrize("failure", sorted(FAILURES))
@@ -61,3 +78,30 @@ async def test_a_turn_that_fails_after_the_cancel_answers_cancelled(
         await asyncio.wait_for(entered.wait(), 15)
         await conn.cancel(session_id=session.session_id)
         assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
+    (audit,) = prompt_audits(bp)
+    assert audit["outcome"] == "cancelled" and "code" not in audit
+    assert requests(bp, "cancelled") == 1 and requests(bp, "ok") == 0
+
+
+async def test_prompts_are_audited_ok_cancelled_and_failed_as_their_turns(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, _):
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        sid = session.session_id
+        assert (await conn.prompt(session_id=sid, prompt=prompt("fine"))).stop_reason == "end_turn"
+        turn = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=prompt("slow:20000 x")))
+        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+        await conn.cancel(session_id=sid)
+        assert (await asyncio.wait_for(turn, 15)).stop_reason == "cancelled"
+        with pytest.raises(RequestError) as err:
+            await conn.prompt(session_id=sid, prompt=prompt("error"))
+        assert err.value.code == jsonrpc.INTERNAL_ERROR and "turn failed" in str(err.value)
+    audits = prompt_audits(bp)
+    assert [a["outcome"] for a in audits] == ["ok", "cancelled", "failed"]
+    assert [a.get("code") for a in audits] == [None, None, jsonrpc.INTERNAL_ERROR]
+    # the routed target and provider, as on a session.message audit line
+    assert {(a["target"], a["provider"]) for a in audits} == {("single-agent", "codex")}
+    assert [a["success"] for a in audits] == [True, False, False]
+    assert [requests(bp, o) for o in ("ok", "cancelled", "failed", "error")] == [1, 1, 1, 0]

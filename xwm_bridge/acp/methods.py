@@ -25,6 +25,7 @@ from xwm_bridge.acp import codec, mapping
 from xwm_bridge.acp.options import Choice
 from xwm_bridge.acp.sessions import AcpSession, new_session_id, session_info
 from xwm_bridge.acp.turns import TurnRelay
+from xwm_bridge.app.dispatcher import report_turn
 from xwm_bridge.core.context import CallContext, Handler
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.providers.stdio import mcp
@@ -94,6 +95,7 @@ def _cancelled(relay: TurnRelay, error: Exception) -> dict[str, Any]:
         "ACP prompt cancelled; its turn then failed",
         extra={"error": coerce.text(str(error))[:500], "kind": type(error).__name__},
     )
+    report_turn("cancelled", {})
     return {"stopReason": "cancelled"}
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from xwm_bridge import coerce, jsonrpc
 from xwm_bridge.acp import codec, mapping
 from xwm_bridge.acp.sessions import AcpSession
+from xwm_bridge.app.dispatcher import report_turn
 from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.providers.stdio.permissions import PermissionAnswer
 
@@ -226,6 +227,10 @@ class TurnRelay:
     async def respond(self, result: dict[str, Any]) -> dict[str, Any]:
         """The ``session/prompt`` result of the turn's bridge result."""
         stop = mapping.stop_reason(result, self.cancel_requested)
+        # the request's audit line and metric: as for the turn on the HTTP path
+        report_turn(
+            "failed" if stop is None else "cancelled" if stop == "cancelled" else "ok", result
+        )
         if stop is None:
             raise RpcError(
                 jsonrpc.INTERNAL_ERROR,

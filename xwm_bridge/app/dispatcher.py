@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from xwm_bridge import coerce, jsonrpc
@@ -21,6 +22,23 @@ log = logging.getLogger("xwm_bridge.dispatch")
 AUDIT_LOGGER = "xwm_bridge.dispatch"
 #: the answer to a request whose store read failed (the log line says why)
 STORE_UNAVAILABLE = "session store unavailable"
+#: outcomes a handler may report for the turn it answered (see :func:`report_turn`)
+TURN_OUTCOMES = frozenset(("ok", "cancelled", "failed"))
+
+#: what the running handler reported of its turn: ``(outcome, bridge turn result)``
+_turn: ContextVar[tuple[str, Mapping[str, Any]] | None] = ContextVar("xwm_turn", default=None)
+
+
+def report_turn(outcome: str, result: Mapping[str, Any]) -> None:
+    """A handler that answers a bridge turn in its own terms (the ACP front door's
+    ``session/prompt``: ``{stopReason}``, or a JSON-RPC error for a failed turn) says how
+    it ended: ``ok``, ``cancelled`` or ``failed``, with the turn's bridge result (its
+    ``resolvedExecutionTarget`` and provider, when it ran). The request's audit line and
+    ``xwm_requests_total`` then read as for a ``session.message`` on HTTP. Called in the
+    request's own task (the handler's), before it returns or raises."""
+    if outcome not in TURN_OUTCOMES:
+        raise ValueError(f"unknown turn outcome {outcome!r}")
+    _turn.set((outcome, result))
 
 
 class Dispatcher:
@@ -73,6 +91,7 @@ class Dispatcher:
         outcome, code = "ok", 0
         value: dict[str, Any] = {}
         handler = self._methods.get(request.method)
+        turn_token = _turn.set(None)
         try:
             if handler is None:
                 raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"unknown method: {request.method}")
@@ -88,6 +107,7 @@ class Dispatcher:
             # the caller went away (connection closed, HTTP client gone): a turn still
             # queued is skipped, one already running goes on; audited either way
             self._audit(request, call, handler, "abandoned", 0, started, counter, value)
+            _turn.reset(turn_token)
             obs.request_id.reset(token)
             raise
         except StoreUnavailable as exc:  # an outage, not a bug: no traceback
@@ -98,7 +118,14 @@ class Dispatcher:
             outcome, code = "internal_error", jsonrpc.INTERNAL_ERROR
             log.exception("method failed", extra={"method": request.method})
             response = jsonrpc.error(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
-        self._audit(request, call, handler, outcome, code, started, counter, value)
+        facts: Mapping[str, Any] = value
+        turn = _turn.get()
+        _turn.reset(turn_token)
+        if turn is not None and outcome in ("ok", "error"):
+            # the turn's own end, answered as a result or as an error; its target and
+            # provider go into the audit line
+            outcome, facts = turn[0], turn[1]
+        self._audit(request, call, handler, outcome, code, started, counter, facts)
         obs.request_id.reset(token)
         return None if request.is_notification else response
 
@@ -111,7 +138,7 @@ class Dispatcher:
         code: int,
         started: float,
         counter: list[int] | None,
-        value: dict[str, Any],
+        value: Mapping[str, Any],
     ) -> None:
         method = request.method if handler is not None else "other"
         self.metrics.request_outcomes.get(method, call.transport, outcome).inc()

@@ -35,3 +35,36 @@ async def test_a_store_that_cannot_answer_is_said_so_without_a_traceback(
         {"method": "session.list", "transport": "http", "outcome": "store_unavailable"},
     )
     assert outcome == 1
+
+
+async def test_a_handler_reports_how_its_turn_ended() -> None:
+    # the ACP front door's session/prompt answers {stopReason} or an error: the outcome
+    # and the turn's target come from what it reports, as for a session.message
+    from xwm_bridge.app.dispatcher import report_turn
+
+    turn = {"success": False, "resolvedExecutionTarget": "single-agent", "resolvedProviderId": "p"}
+
+    async def cancelled(params: dict[str, Any], call: CallContext, method: str) -> dict[str, Any]:
+        report_turn("cancelled", turn)
+        return {"stopReason": "cancelled"}
+
+    async def failed(params: dict[str, Any], call: CallContext, method: str) -> dict[str, Any]:
+        report_turn("failed", turn)
+        raise jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, "turn failed: boom")
+
+    async def plain(params: dict[str, Any], call: CallContext, method: str) -> dict[str, Any]:
+        return {}
+
+    metrics = Metrics()
+    dispatcher = Dispatcher({"a": cancelled, "b": failed, "c": plain}, metrics)
+    for method in ("a", "b", "c"):
+        await dispatcher.handle(jsonrpc.Request(method, {}, 1), CallContext(None, "acp-stdio"))
+
+    def count(method: str, outcome: str) -> float | None:
+        labels = {"method": method, "transport": "acp-stdio", "outcome": outcome}
+        return metrics.registry.get_sample_value("xwm_requests_total", labels)
+
+    assert count("a", "cancelled") == 1 and count("b", "failed") == 1
+    assert count("c", "ok") == 1  # a report does not outlive its request
+    with pytest.raises(ValueError):
+        report_turn("fine", {})
