@@ -25,6 +25,7 @@ from acp.schema import (
     CreateTerminalResponse,
     DeniedOutcome,
     FileSystemCapabilities,
+    InitializeResponse,
     ReadTextFileResponse,
     ReleaseTerminalResponse,
     RequestPermissionResponse,
@@ -137,6 +138,8 @@ class AcpProcess:
     client: RecordingClient
     checker: FrameChecker
     proc: asyncio.subprocess.Process
+    #: the bridge's ``initialize`` answer
+    init: InitializeResponse
 
 
 def write_config(tmp: Path, config: dict[str, Any], name: str = "acp.yaml") -> Path:
@@ -178,5 +181,5 @@ async def spawn_acp(
             conn.initialize(protocol_version=1, client_capabilities=capabilities or caps()), 30
         )
         assert init.protocol_version == 1
-        yield AcpProcess(conn, client, checker, proc)
+        yield AcpProcess(conn, client, checker, proc, init)
     checker.assert_clean()

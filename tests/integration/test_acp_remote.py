@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from acp import RequestError, connect_to_agent
+from acp import RequestError, connect_to_agent, image_block, text_block
 from acp.client.connection import ClientSideConnection
 from acp.http import create_http_stream
 from acp.ws import create_websocket_stream
@@ -564,3 +564,38 @@ async def test_a_session_stream_of_another_principal_s_session_is_not_found(
         http.get(url, headers={**own, "Acp-Session-Id": "owned"}) as resp,
     ):
         assert resp.status == 200  # the owner's own stream of it
+
+
+async def test_images_are_offered_once_an_agent_said_it_takes_them(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # promptCapabilities.image follows what the stdio agents' own initialize said; each
+    # connection's prompts are held to what its initialize was told
+    cfg = config(fake_upstream, tmp_path)
+    cfg["providers"][1]["env"] = ["FAKE_AGENT_PROMPT_CAPS=image"]
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    blocks = [text_block("describe"), image_block("iVBORw0KGgo=", "image/png")]
+
+    async def offers_images(conn: ClientSideConnection) -> bool:
+        init = await conn.initialize(protocol_version=1, client_capabilities=caps())
+        prompt_caps = init.agent_capabilities and init.agent_capabilities.prompt_capabilities
+        return bool(prompt_caps and prompt_caps.image)
+
+    async with sdk_client(url, "ws") as (first, _, _):
+        assert not await offers_images(first)  # HTTP upstreams, and an agent not run yet
+        session = await first.new_session(
+            cwd=str(tmp_path), mcp_servers=[], **{"xwm-bridge/route": "single-agent:fake"}
+        )
+        await first.prompt(session_id=session.session_id, prompt=prompt("hi"))  # it runs
+        async with sdk_client(url, "ws") as (second, _, checker):
+            assert await offers_images(second)
+            other = await second.new_session(
+                cwd=str(tmp_path), mcp_servers=[], **{"xwm-bridge/route": "single-agent:fake"}
+            )
+            answer = await second.prompt(session_id=other.session_id, prompt=blocks)
+            assert answer.stop_reason == "end_turn"
+            assert checker.text() == "text,image:image/png"
+        with pytest.raises(RequestError) as err:  # this client was told: no images
+            await first.prompt(session_id=session.session_id, prompt=blocks)
+        assert err.value.code == -32602

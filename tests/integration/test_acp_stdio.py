@@ -511,20 +511,40 @@ async def test_bad_input_gets_errors_and_eof_exits_cleanly(
 IMAGE = image_block("iVBORw0KGgo=", "image/png")
 
 
-@pytest.mark.parametrize(
-    ("agent_caps", "seen"), [("image", "text,image:image/png"), ("", "text,text")]
-)
-async def test_images_reach_a_stdio_agent_that_takes_them(
-    agent_caps: str, seen: str, fake_upstream: FakeUpstream, tmp_path: Path
+def offers_images(acp: Any) -> bool:
+    caps = acp.init.agent_capabilities
+    return bool(caps and caps.prompt_capabilities and caps.prompt_capabilities.image)
+
+
+@pytest.mark.parametrize("agent_caps", ["image", ""])
+async def test_images_are_offered_once_a_stdio_agent_said_it_takes_them(
+    agent_caps: str, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
+    # promptCapabilities.image: only when a configured agent's own initialize said
+    # image: true (learnt when it ran, kept in the state dir); only it gets the image
     cfg = config(fake_upstream, tmp_path, acp={"default_route": "single-agent:fake"})
     cfg["providers"][1]["env"] = [f"FAKE_AGENT_PROMPT_CAPS={agent_caps}"]
-    async with spawn_acp(tmp_path, cfg) as acp:
+    state = tmp_path / "state"
+    blocks = [text_block("describe"), IMAGE]
+    async with spawn_acp(tmp_path, cfg, state_dir=state) as acp:
+        assert not offers_images(acp)  # the agent has not run: not known to take images
         session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
-        blocks = [text_block("describe"), IMAGE]
-        answer = await acp.conn.prompt(session_id=session.session_id, prompt=blocks)
-        assert answer.stop_reason == "end_turn"
-        assert acp.checker.text() == seen
+        with pytest.raises(RequestError) as err:
+            await acp.conn.prompt(session_id=session.session_id, prompt=blocks)
+        assert err.value.code == -32602 and "'image' is not accepted" in str(err.value)
+        answer = await acp.conn.prompt(session_id=session.session_id, prompt=prompt("hi"))
+        assert answer.stop_reason == "end_turn"  # the agent ran: its initialize is learnt
+    async with spawn_acp(tmp_path, cfg, state_dir=state) as acp:
+        assert offers_images(acp) is (agent_caps == "image")
+        session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        if agent_caps == "image":
+            answer = await acp.conn.prompt(session_id=session.session_id, prompt=blocks)
+            assert answer.stop_reason == "end_turn"
+            assert acp.checker.text() == "text,image:image/png"
+        else:
+            with pytest.raises(RequestError) as err:
+                await acp.conn.prompt(session_id=session.session_id, prompt=blocks)
+            assert err.value.code == -32602
 
 
 async def test_openclaw_gateway_route_connects_a_runtime_and_streams(

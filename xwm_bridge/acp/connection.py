@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from xwm_bridge import coerce, inflight, jsonrpc
 from xwm_bridge.acp import codec
+from xwm_bridge.acp.mapping import PromptSupport
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.jsonrpc import RpcError
@@ -75,6 +76,9 @@ class AcpConnection:
         self.initialized = False
         self.client_capabilities: dict[str, Any] = {}
         self.client_info: dict[str, Any] = {}
+        #: the ``promptCapabilities`` this client was given (``initialize``): what its
+        #: prompts may hold; ``None`` before it asked (then the front door's current ones)
+        self.prompt_support: PromptSupport | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._inflight = Supervisor()

@@ -38,11 +38,21 @@ class AcpFrontDoor:
         #: running turns (they outlive the request that started them) and permission
         #: relays (each bounded by ``agents.permission_timeout``)
         self.tasks = Supervisor()
-        # images reach only stdio agents that take them (others get a text marker)
-        stdio = any(p.is_stdio for p in bridge.config.available_providers)
-        self.prompt_support = PromptSupport(image=stdio)
         #: every message to an ACP client is encoded here: secrets redacted, never raises
         self.wire = WireEncoder(bridge.config.credentials())
+
+    def prompt_support(self) -> PromptSupport:
+        """The ``promptCapabilities`` to advertise now. ``image`` only once a configured
+        stdio agent said in its own ``initialize`` answer that it takes images (the agent
+        catalog: learnt when the agent first runs, kept across restarts in the state dir):
+        only such an agent gets an image as sent. A stdio agent that takes none, an HTTP
+        upstream, multi-agent and the gateways get a text marker instead, so a bridge
+        with no such agent (or none run yet) does not offer images."""
+        catalog = self.bridge.stdio_agents.catalog
+        image = any(
+            p.is_stdio and catalog.takes(p.id, "image") for p in self.config.available_providers
+        )
+        return PromptSupport(image=image)
 
     def connect(
         self,

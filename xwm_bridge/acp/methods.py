@@ -140,11 +140,12 @@ class AcpMethods:
         self.conn.client_capabilities = caps if isinstance(caps, dict) else {}
         self.conn.client_info = info if isinstance(info, dict) else {}
         self.conn.initialized = True
+        support = self.conn.prompt_support = self.front.prompt_support()
         return {
             "protocolVersion": codec.PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": True,
-                "promptCapabilities": self.front.prompt_support.wire(),
+                "promptCapabilities": support.wire(),
                 "mcpCapabilities": {"http": False, "sse": False},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
             },
@@ -299,7 +300,8 @@ class AcpMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session = await self._open(params)
-        blocks = mapping.check_prompt(params.get("prompt"), self.front.prompt_support)
+        support = self.conn.prompt_support or self.front.prompt_support()
+        blocks = mapping.check_prompt(params.get("prompt"), support)
         relay = TurnRelay(self.front, session, blocks)
         # in session.turns before the first await: a session/cancel right behind the
         # prompt (while the title is stored or a gateway connected) finds it

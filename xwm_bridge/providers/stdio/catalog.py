@@ -42,6 +42,12 @@ class AgentCatalog:
     def models(self, provider_id: str) -> set[str]:
         return {m["id"] for m in self.get(provider_id).get("models") or [] if "id" in m}
 
+    def takes(self, provider_id: str, capability: str) -> bool:
+        """Did the agent's own ``initialize`` say ``promptCapabilities.<capability>: true``?
+        (False while it never ran.)"""
+        caps = self.get(provider_id).get("promptCapabilities")
+        return isinstance(caps, dict) and caps.get(capability) is True
+
     def learn_init(self, provider_id: str, init: dict[str, Any]) -> None:
         features = AgentFeatures.of(init)
         info = init.get("agentInfo")
