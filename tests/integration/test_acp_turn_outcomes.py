@@ -28,6 +28,7 @@ FAILURES: dict[str, Exception] = {
     "routing": RpcError(jsonrpc.INVALID_PARAMS, "no route to provider 'gone'"),
     "store": StoreUnavailable("session store: Redis did not answer within 3s"),
     "shutdown": ShuttingDownError("the bridge is shutting down"),
+    "bug": RuntimeError("a bug in the turn path"),  # answered cancelled, logged with traceback
 }
 
 
@@ -54,6 +55,7 @@ async def test_a_turn_that_fails_after_the_cancel_answers_cancelled(
     fake_upstream: FakeUpstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # the turn fails (a routing error, a store outage, the shutdown) only once the
     # client's session/cancel has been taken: ACP has the agent answer "cancelled"
@@ -81,6 +83,9 @@ async def test_a_turn_that_fails_after_the_cancel_answers_cancelled(
     (audit,) = prompt_audits(bp)
     assert audit["outcome"] == "cancelled" and "code" not in audit
     assert requests(bp, "cancelled") == 1 and requests(bp, "ok") == 0
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("ACP prompt cancelled")]
+    # an expected failure is one line; a bug keeps its traceback
+    assert bool(line.exc_info) == (failure == "bug")
 
 
 async def test_prompts_are_audited_ok_cancelled_and_failed_as_their_turns(

@@ -27,9 +27,10 @@ from xwm_bridge.acp.sessions import AcpSession, new_session_id, session_info
 from xwm_bridge.acp.turns import TurnRelay
 from xwm_bridge.app.dispatcher import report_turn
 from xwm_bridge.core.context import CallContext, Handler
+from xwm_bridge.core.queues import ShuttingDownError
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.providers.stdio import mcp
-from xwm_bridge.store.base import NOTIFICATION, LedgerEntry
+from xwm_bridge.store.base import NOTIFICATION, LedgerEntry, StoreUnavailable
 from xwm_bridge.store.records import SessionQuery
 
 if TYPE_CHECKING:
@@ -85,16 +86,21 @@ def decode_cursor(cursor: Any) -> tuple[float, str] | None:
     return float(at), sid
 
 
+#: how a turn may end after a cancel without being a bug (logged without a traceback)
+EXPECTED_AFTER_CANCEL = (RpcError, StoreUnavailable, ShuttingDownError, TimeoutError)
+
+
 def _cancelled(relay: TurnRelay, error: Exception) -> dict[str, Any]:
     """The answer of a prompt whose turn raised ``error`` (a routing or gateway error, a
     store outage, the shutdown): once the client sent ``session/cancel``, ACP has the
     agent answer ``cancelled`` whatever ended the turn; before that, the error."""
     if not relay.cancel_requested:
         raise error
-    log.info(
-        "ACP prompt cancelled; its turn then failed",
-        extra={"error": coerce.text(str(error))[:500], "kind": type(error).__name__},
-    )
+    fields = {"error": coerce.text(str(error))[:500], "kind": type(error).__name__}
+    if isinstance(error, EXPECTED_AFTER_CANCEL):
+        log.info("ACP prompt cancelled; its turn then failed", extra=fields)
+    else:  # a bug: the answer is still "cancelled", but its traceback is wanted
+        log.error("ACP prompt cancelled; its turn then failed", extra=fields, exc_info=error)
     report_turn("cancelled", {})
     return {"stopReason": "cancelled"}
 
