@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ import aiohttp
 import orjson
 
 from xwm_bridge import coerce
+from xwm_bridge.proxy import ProxyEnvError, ProxySettings, aiohttp_session_options
 from xwm_bridge.tasks import wait_for
 
 CONNECT_TIMEOUT = 10.0
@@ -194,7 +196,12 @@ class Client:
         self._http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Client:
-        self._http = aiohttp.ClientSession(trust_env=False)
+        # the proxies of this process's environment (xwm_bridge/proxy.py)
+        try:
+            proxies = ProxySettings.from_env(os.environ)
+        except ProxyEnvError as exc:
+            raise ClientError(str(exc)) from None
+        self._http = aiohttp.ClientSession(**aiohttp_session_options(proxies))
         headers = {"Authorization": f"Bearer {self.token or 'anonymous'}"}
         try:
             self._ws = await wait_for(

@@ -283,6 +283,28 @@ def render() -> str:
     ]
     for p in DEFAULT_PROVIDERS:
         out.append(f"| `{p.id}` | {p.label} | `{p.endpoint}` | `{provider_env_var(p.id)}` |")
+    out += [
+        "",
+        "## Outbound proxies (environment only)",
+        "",
+        "Read once at start-up from the bridge's own environment (`xwm_bridge/proxy.py`),",
+        "never from a client; they apply to every outbound call and dial: upstream ACP",
+        "(HTTP and WebSocket), OpenClaw gateways, LLM calls (classifier, multi-agent,",
+        "toolbridge `chat`), accounts bootstrap, Vault, `doctor`, `xwm-bridge client`.",
+        "The lower-case name wins when both are set (an empty lower-case value means none).",
+        "",
+        "| Env var | Default | Meaning |",
+        "| --- | --- | --- |",
+        "| `http_proxy`, `HTTP_PROXY` | — | proxy for `http://` and `ws://` targets: "
+        "`http://[user:password@]host[:port]` (no scheme = `http://`, port 80); other "
+        "schemes are a config error |",
+        "| `https_proxy`, `HTTPS_PROXY` | — | proxy for `https://` and `wss://` targets "
+        "(a CONNECT tunnel), same form |",
+        "| `no_proxy`, `NO_PROXY` | — | comma- or space-separated: `*`, host names "
+        "(`example.com` = `.example.com`: the name and every name under it), `host:port`, "
+        "IP literals (`::1`, `[::1]:8080`), CIDR blocks; loopback is **not** excluded "
+        "unless listed |",
+    ]
     out.append("")
     return "\n".join(out)
 

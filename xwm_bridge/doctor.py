@@ -25,10 +25,13 @@ from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig
 from xwm_bridge.config_view import masked
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
+from xwm_bridge.providers.http1 import Http1Error
 from xwm_bridge.providers.http1_pool import Http1Pool
 from xwm_bridge.providers.stdio import registry
 from xwm_bridge.providers.stdio.probe import probe
+from xwm_bridge.providers.tunnel import check_tunnel
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
+from xwm_bridge.proxy import ProxySettings
 from xwm_bridge.store.health import probe_store
 from xwm_bridge.tasks import wait_for
 
@@ -67,7 +70,10 @@ def agent_rows(detection: registry.Detection) -> list[dict[str, Any]]:
 
 
 async def check_provider(
-    client: UpstreamClient, cfg: BridgeConfig, p: ProviderConfig
+    client: UpstreamClient,
+    cfg: BridgeConfig,
+    p: ProviderConfig,
+    proxies: ProxySettings | None = None,
 ) -> dict[str, Any]:
     if p.is_stdio:
         return await check_stdio_agent(cfg, p)
@@ -75,6 +81,9 @@ async def check_provider(
         endpoint = derive_endpoint(p.endpoint)
     except EndpointError as exc:
         return {"provider": p.id, "ok": False, "error": str(exc)}
+    where: dict[str, Any] = {"url": endpoint.url}
+    if proxies is not None and proxies.active:
+        where["proxy"] = proxies.describe(endpoint.url)
     probe = dataclasses.replace(
         p,
         stream=False,
@@ -97,15 +106,10 @@ async def check_provider(
             stream=False,
         )
     except UpstreamError as exc:
-        return {"provider": p.id, "url": endpoint.url, "ok": False, "error": str(exc)}
+        return {"provider": p.id, **where, "ok": False, "error": str(exc)}
     if reply.get("jsonrpc") != "2.0" or "result" not in reply:
-        return {
-            "provider": p.id,
-            "url": endpoint.url,
-            "ok": False,
-            "error": "not a JSON-RPC result",
-        }
-    return {"provider": p.id, "url": endpoint.url, "ok": True}
+        return {"provider": p.id, **where, "ok": False, "error": "not a JSON-RPC result"}
+    return {"provider": p.id, **where, "ok": True}
 
 
 def openclaw_configured(loaded: LoadedConfig) -> bool:
@@ -114,18 +118,40 @@ def openclaw_configured(loaded: LoadedConfig) -> bool:
     return loaded.sources.get("openclaw_url", "default") != "default" or bool(cfg.openclaw_token)
 
 
-async def check_openclaw(cfg: BridgeConfig) -> dict[str, Any]:
-    """TCP reachability of the configured ``openclaw`` gateway."""
+async def check_openclaw(cfg: BridgeConfig, proxies: ProxySettings | None = None) -> dict[str, Any]:
+    """TCP reachability of the configured ``openclaw`` gateway (through a CONNECT
+    tunnel when a proxy applies to it)."""
     parts = urlsplit(cfg.openclaw_url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
     row: dict[str, Any] = {"check": "gateway", "provider": "openclaw"}
+    route = proxies.for_url(cfg.openclaw_url) if proxies is not None else None
+    if route is not None:
+        row["proxy"] = f"via {route.display}"
+        try:
+            await wait_for(check_tunnel(route, host, port), CHECK_TIMEOUT)
+        except Http1Error as exc:
+            return {**row, "ok": False, "error": str(exc)}
+        except TimeoutError:
+            error = f"no answer to CONNECT from proxy {route.address} in {CHECK_TIMEOUT:g}s"
+            return {**row, "ok": False, "error": error}
+        return {**row, "ok": True, "detail": f"{host}:{port} reachable via the proxy"}
     try:
         _, writer = await wait_for(asyncio.open_connection(host, port), CHECK_TIMEOUT)
     except (OSError, TimeoutError) as exc:
         return {**row, "ok": False, "error": f"cannot connect to {host}:{port}: {exc}"}
     writer.close()
     return {**row, "ok": True, "detail": f"{host}:{port} accepts connections"}
+
+
+def proxy_row(proxies: ProxySettings) -> dict[str, Any]:
+    """Which forward proxy applies (credentials masked)."""
+    if not proxies.active:
+        return {"check": "proxy", "ok": True, "detail": "none (every call goes direct)"}
+    s = proxies.summary()
+    parts = [f"{k}: {s[k] or 'direct'}" for k in ("http", "https")]
+    parts.append(f"no_proxy: {s['no_proxy'] or '(empty)'}")
+    return {"check": "proxy", "ok": True, "detail": "; ".join(parts)}
 
 
 def passed(checks: list[dict[str, Any]]) -> bool:
@@ -183,20 +209,22 @@ async def run_checks(loaded: LoadedConfig, *, offline: bool = False) -> list[dic
         }
     )
     checks += config_checks(loaded)
+    proxies = loaded.proxies
+    checks.append(proxy_row(proxies))
     if offline:
         return checks
     pool = Http1Pool()
     try:
-        client = UpstreamClient(pool)
+        client = UpstreamClient(pool, proxies)
         results = await asyncio.gather(
-            *(check_provider(client, cfg, p) for p in cfg.available_providers)
+            *(check_provider(client, cfg, p, proxies) for p in cfg.available_providers)
         )
     finally:
         await pool.close()
     checks += [{"check": "provider", **r} for r in results]
     checks += agent_rows(detection)
     if openclaw_configured(loaded):
-        checks.append(await check_openclaw(cfg))
+        checks.append(await check_openclaw(cfg, proxies))
     store = await probe_store(cfg, CHECK_TIMEOUT)
     row: dict[str, Any] = {"check": "store", "ok": store.ok}
     checks.append(
@@ -228,5 +256,7 @@ def render_text(
             mark = "--  " if c.get("optional") else "FAIL"
         what = c.get("provider", c["check"])
         detail = c.get("error") or c.get("warning") or c.get("detail") or c.get("url", "")
+        if c.get("proxy"):
+            detail += f" ({c['proxy']})"
         lines.append(f"  [{mark}] {c['check']} {what}: {detail}")
     return "\n".join(lines)

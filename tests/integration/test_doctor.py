@@ -152,7 +152,8 @@ async def test_offline_validates_the_config_only(tmp_path: Path) -> None:
     }
     code, doc = await doctor(tmp_path, config, "--offline")
     assert code == 0, doc
-    assert {c["check"] for c in doc["checks"]} == {"auth", "config"}
+    # the proxy row is what the environment says: no network either
+    assert {c["check"] for c in doc["checks"]} == {"auth", "config", "proxy"}
     path = tmp_path / "bad.yaml"
     path.write_text("limits: {max_queue_depth: -1}\n")
     proc = await asyncio.create_subprocess_exec(

@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
         "imageref",
         "endpoint",
         "netaddr",
+        "proxy",
         "llm",
         "wire",
         "httpbody",

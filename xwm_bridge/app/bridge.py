@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -40,6 +41,7 @@ from xwm_bridge.providers.stdio.catalog import AgentCatalog
 from xwm_bridge.providers.stdio.executor import ProviderKindExecutor, StdioAgentExecutor
 from xwm_bridge.providers.stdio.permissions import POLICY, PermissionAnswer, PermissionBroker
 from xwm_bridge.providers.upstream import UpstreamClient
+from xwm_bridge.proxy import ProxySettings, aiohttp_session_options
 from xwm_bridge.router.service import Router
 from xwm_bridge.store import open_store, state_dir
 from xwm_bridge.store.base import SessionStore, StoreUnavailable
@@ -72,7 +74,15 @@ def store_error_counts(store: SessionStore) -> dict[str, int]:
 class Bridge:
     """Owns the sessions, thread queues, upstream client and background tasks."""
 
-    def __init__(self, config: BridgeConfig, sources: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: BridgeConfig,
+        sources: Mapping[str, str] | None = None,
+        proxies: ProxySettings | None = None,
+    ) -> None:
+        #: the forward proxies for every outbound call and dial, read once from the
+        #: bridge's own environment (load_config has already refused a bad value)
+        self.proxies = ProxySettings.from_env(os.environ) if proxies is None else proxies
         #: local agents found on PATH become providers (providers/stdio/registry.py)
         self.agents = registry.detect(config)
         config = self.config = self.agents.config
@@ -117,7 +127,7 @@ class Bridge:
             self.metrics,
             AgentCatalog(catalog_path / CATALOG_FILE if catalog_path else None),
         )
-        self.gateway = GatewayManager(config)
+        self.gateway = GatewayManager(config, self.proxies)
         self.metrics.bind_gateway(self.gateway.status_counts)
         self.metrics.bind_store(store.alive, lambda: store_error_counts(store))
         self.health = HealthSampler(self)
@@ -205,6 +215,8 @@ class Bridge:
 
     async def start(self) -> None:
         self.log_agents()
+        if self.proxies.active:  # credentials masked
+            log.info("outbound proxy", extra=self.proxies.summary())
         await self.store.start()
         if self.cluster is not None:
             await self.cluster.start()
@@ -213,10 +225,11 @@ class Bridge:
             log.warning("turns interrupted by the last shutdown", extra={"count": len(interrupted)})
         # the router's classifier, multi-agent LLM calls and bootstrap use aiohttp
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, ttl_dns_cache=60)
-        self._http = aiohttp.ClientSession(connector=connector, trust_env=False)
+        options = aiohttp_session_options(self.proxies)
+        self._http = aiohttp.ClientSession(connector=connector, **options)
         router = self._router = Router(self.config, self._http)
         self._upstream_pool = Http1Pool(idle_timeout=UPSTREAM_KEEPALIVE)
-        upstream = UpstreamClient(self._upstream_pool)
+        upstream = UpstreamClient(self._upstream_pool, self.proxies)
         single = SingleAgentExecutor(self.config, upstream, self.metrics)
         self._runner = TurnRunner(
             self.sessions,

@@ -3,6 +3,7 @@ command is given)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from xwm_bridge.cli.common import (
@@ -41,10 +42,12 @@ def toolbridge(config_file: str | None, log_level: str | None, log_format: str |
 async def _toolbridge(cfg: BridgeConfig) -> int:
     import aiohttp
 
+    from xwm_bridge.proxy import ProxySettings, aiohttp_session_options
     from xwm_bridge.toolbridge.server import ToolbridgeServer
     from xwm_bridge.transport.stdio import stdin_reader, stdout_writer
 
-    async with aiohttp.ClientSession(trust_env=False) as http:
+    proxies = ProxySettings.from_env(os.environ)  # load_config refused a bad value
+    async with aiohttp.ClientSession(**aiohttp_session_options(proxies)) as http:
         server = ToolbridgeServer(
             cfg.toolbridge,
             http,
@@ -52,6 +55,7 @@ async def _toolbridge(cfg: BridgeConfig) -> int:
             stdout_writer(),
             max_message=cfg.limits.max_body_bytes,
             wire=WireEncoder(cfg.credentials()),
+            proxies=proxies,
         )
         await _until_signal(server.serve())
     return 0

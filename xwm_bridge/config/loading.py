@@ -27,6 +27,7 @@ from xwm_bridge.config.env_vars import (
 )
 from xwm_bridge.config.model import BridgeConfig, ConfigError
 from xwm_bridge.config.validate import _validate
+from xwm_bridge.proxy import ProxyEnvError, ProxySettings
 
 _TOO_DEEP = (
     "config file {path}: nested too deeply or refers to itself (a YAML alias inside its anchor)"
@@ -39,6 +40,8 @@ class LoadedConfig:
     config: BridgeConfig
     #: dotted key → where its value came from ("default", "file", "env:NAME", "flag").
     sources: Mapping[str, str]
+    #: the forward proxies of the same environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY)
+    proxies: ProxySettings = dataclasses.field(default_factory=ProxySettings)
 
 
 def load_config(
@@ -93,10 +96,14 @@ def load_config(
     config = _build(BridgeConfig, data, "")
     config = _apply_provider_env(config, env, sources)
     _validate(config)
+    try:
+        proxies = ProxySettings.from_env(env)
+    except ProxyEnvError as exc:
+        raise ConfigError(str(exc)) from None
     hold_back(config.credentials())  # helper commands' environments (without_secrets)
     for f in dataclasses.fields(BridgeConfig):
         sources.setdefault(f.name, "default")
-    return LoadedConfig(config=config, sources=sources)
+    return LoadedConfig(config=config, sources=sources, proxies=proxies)
 
 
 def _read_yaml(path: Path, env: Mapping[str, str]) -> dict[str, Any]:

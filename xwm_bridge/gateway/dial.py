@@ -18,6 +18,7 @@ from websockets.asyncio.client import ClientConnection
 from xwm_bridge.config import GatewayConfig
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.protocol import GatewayError
+from xwm_bridge.proxy import ProxySettings, ws_error
 from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.gateway")
@@ -26,7 +27,13 @@ log = logging.getLogger("xwm_bridge.gateway")
 DIAL_FAILED = "gateway connection failed"
 
 
-async def open_socket(url: str, s: GatewayConfig, runtime_id: str) -> ClientConnection:
+async def open_socket(
+    url: str, s: GatewayConfig, runtime_id: str, proxies: ProxySettings | None = None
+) -> ClientConnection:
+    """The socket, through the forward proxy ``proxies`` names for ``url`` (a CONNECT
+    tunnel; ``connect_timeout`` bounds it all) or direct; never websockets' own reading
+    of the environment."""
+    route = proxies.for_url(url) if proxies is not None else None
     try:
         return await websockets.connect(
             url,
@@ -34,15 +41,21 @@ async def open_socket(url: str, s: GatewayConfig, runtime_id: str) -> ClientConn
             max_size=s.max_message_bytes,
             ping_interval=None,
             close_timeout=2,
-            proxy=None,
+            proxy=route.url if route is not None else None,
         )
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:
-        # the reason (refused, timed out, not a WebSocket, TLS) stays in our log: in
-        # the client's answer it would tell open ports from closed ones
-        log.info(
-            "gateway dial failed",
-            extra={"runtime_id": runtime_id, "error": f"{type(exc).__name__}: {exc}"},
+        # the reason (refused, timed out, not a WebSocket, TLS, the proxy's refusal)
+        # stays in our log: in the client's answer it would tell open ports from closed
+        # ones. The proxy appears by address only, never with its credentials.
+        error = (
+            "TimeoutError: no answer in time"
+            if isinstance(exc, TimeoutError)
+            else (f"{type(exc).__name__}: {ws_error(exc, route)}")
         )
+        extra = {"runtime_id": runtime_id, "error": error}
+        if route is not None:
+            extra["proxy"] = route.display
+        log.info("gateway dial failed", extra=extra)
         raise GatewayError(DIAL_FAILED, "SOCKET_FAILURE") from None
 
 

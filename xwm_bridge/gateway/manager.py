@@ -23,6 +23,7 @@ from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.runtime import ConnectConfig, GatewayRuntime, Notify
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.netaddr import HostPolicy
+from xwm_bridge.proxy import ProxySettings
 from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.gateway")
@@ -191,8 +192,9 @@ def _failure(error: GatewayError, snapshot: dict[str, Any] | None) -> dict[str, 
 
 
 class GatewayManager:
-    def __init__(self, config: BridgeConfig) -> None:
+    def __init__(self, config: BridgeConfig, proxies: ProxySettings | None = None) -> None:
         self._config = config
+        self._proxies = proxies
         self._settings = config.gateway
         self._runtimes: dict[tuple[str, str], GatewayRuntime] = {}
         self._lock = asyncio.Lock()
@@ -277,7 +279,9 @@ class GatewayManager:
                         GatewayError("too many gateway runtimes for this client", "TOO_MANY"),
                         None,
                     )
-                rt = GatewayRuntime(cp.runtime_id, principal, self._settings, self._tasks)
+                rt = GatewayRuntime(
+                    cp.runtime_id, principal, self._settings, self._tasks, self._proxies
+                )
                 self._runtimes[(principal, cp.runtime_id)] = rt
         with self.using(rt, notify, connection):
             hello, error = await rt.connect(cfg)

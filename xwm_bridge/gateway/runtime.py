@@ -26,6 +26,7 @@ from xwm_bridge.gateway import dial
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.snapshot import Snapshot
+from xwm_bridge.proxy import ProxySettings
 from xwm_bridge.tasks import Supervisor, wait_for
 
 log = logging.getLogger("xwm_bridge.gateway")
@@ -66,8 +67,11 @@ class GatewayRuntime:
         owner: str,
         settings: GatewayConfig,
         tasks: Supervisor | None = None,
+        proxies: ProxySettings | None = None,
     ) -> None:
         self.runtime_id = runtime_id
+        #: the forward proxies of the bridge's environment (xwm_bridge/proxy.py)
+        self._proxies = proxies
         #: owns the connection loop (the manager's supervisor)
         self._tasks = tasks or Supervisor()
         self.owner = owner
@@ -269,7 +273,7 @@ class GatewayRuntime:
 
     async def _attempt(self, cfg: ConnectConfig) -> ClientConnection:
         """Dial + handshake; on success the socket is installed and the snapshot connected."""
-        ws = await dial.open_socket(cfg.url, self.settings, self.runtime_id)
+        ws = await dial.open_socket(cfg.url, self.settings, self.runtime_id, self._proxies)
         hs = p.Handshake(
             cfg.client, cfg.identity, cfg.creds, request_id=self._ids.next(), clock_ms=now_ms
         )

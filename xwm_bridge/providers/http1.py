@@ -36,6 +36,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from xwm_bridge.proxy import ProxyRoute, ProxySettings
+
 MAX_HEAD_BYTES = 64 * 1024
 #: above this many unread body bytes the socket stops reading (back-pressure)
 HIGH_WATER = 1024 * 1024
@@ -52,16 +54,21 @@ class Http1Error(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A parsed ``http(s)://host:port/path`` URL, and its request line + Host header."""
+    """A parsed ``http(s)://host:port/path`` URL, and its request line + Host header.
+
+    ``proxy``: the forward proxy it goes through (decided once, when the target is
+    parsed): an ``http://`` target is sent to the proxy in absolute form, an
+    ``https://`` one through a CONNECT tunnel (``http1_pool.py``)."""
 
     url: str
     tls: bool
     host: str
     port: int
     path: str
+    proxy: ProxyRoute | None = None
 
     @classmethod
-    def parse(cls, url: str) -> Target:
+    def parse(cls, url: str, proxies: ProxySettings | None = None) -> Target:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url}")
@@ -69,7 +76,9 @@ class Target:
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
-        return cls(url, tls, parts.hostname, parts.port or (443 if tls else 80), path)
+        port = parts.port or (443 if tls else 80)
+        proxy = proxies.route(tls, parts.hostname, port) if proxies is not None else None
+        return cls(url, tls, parts.hostname, port, path, proxy)
 
     @property
     def origin(self) -> tuple[bool, str, int]:
@@ -80,7 +89,13 @@ class Target:
         host = f"[{self.host}]" if ":" in self.host else self.host
         default = 443 if self.tls else 80
         hostport = host if self.port == default else f"{host}:{self.port}"
-        lines = [f"POST {self.path} HTTP/1.1", f"Host: {hostport}"]
+        proxy = self.proxy
+        if proxy is not None and not self.tls:  # absolute form, to the proxy
+            lines = [f"POST http://{hostport}{self.path} HTTP/1.1", f"Host: {hostport}"]
+            if proxy.authorization:
+                lines.append(f"Proxy-Authorization: {proxy.authorization}")
+        else:
+            lines = [f"POST {self.path} HTTP/1.1", f"Host: {hostport}"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         for line in lines:
             if "\r" in line or "\n" in line:

@@ -13,6 +13,7 @@ import time
 from collections import deque
 
 from xwm_bridge.providers.http1 import Connection, Http1Error, Response, Target
+from xwm_bridge.providers.tunnel import open_via_proxy
 
 IDLE_TIMEOUT = 30.0
 MAX_IDLE_PER_ORIGIN = 128
@@ -92,8 +93,12 @@ class Http1Pool:
 
     async def _connect(self, target: Target, connect_timeout: float) -> Connection:
         loop = asyncio.get_running_loop()
+        proxy = target.proxy
         try:
             async with asyncio.timeout(connect_timeout):
+                if proxy is not None:  # proxy connect, CONNECT answer, TLS: one deadline
+                    tls = self._ssl_context if target.tls else None
+                    return await open_via_proxy(proxy, target.host, target.port, tls)
                 _, conn = await loop.create_connection(
                     lambda: Connection(loop),
                     target.host,
@@ -102,8 +107,9 @@ class Http1Pool:
                     server_hostname=target.host if target.tls else None,
                 )
         except TimeoutError:
+            via = f" via proxy {proxy.address}" if proxy is not None else ""
             raise Http1Error(
-                f"cannot connect to {target.host}:{target.port}: timed out after "
+                f"cannot connect to {target.host}:{target.port}{via}: timed out after "
                 f"{connect_timeout:g}s",
                 "timeout",
             ) from None

@@ -28,6 +28,7 @@ from xwm_bridge.providers.upstream_call import (
     UpstreamCall,
     UpstreamProtocolError,
 )
+from xwm_bridge.proxy import ProxySettings, ws_error
 from xwm_bridge.tasks import wait_for
 
 __all__ = ["MAX_UPSTREAM_RESPONSE", "UpstreamClient", "UpstreamError"]
@@ -50,8 +51,11 @@ class UpstreamError(Exception):
 
 
 class UpstreamClient:
-    def __init__(self, pool: Http1Pool) -> None:
+    def __init__(self, pool: Http1Pool, proxies: ProxySettings | None = None) -> None:
         self._pool = pool
+        #: the forward proxies (xwm_bridge/proxy.py); each URL's is decided once, with
+        #: its cached head below, so a call without a proxy costs nothing more
+        self._proxies = proxies or ProxySettings()
         #: (url, stream, authorization) → parsed target and pre-built request head
         self._heads: dict[tuple[str, bool, str], tuple[Target, bytes]] = {}
 
@@ -65,7 +69,7 @@ class UpstreamClient:
             }
             if authorization:
                 headers["Authorization"] = authorization
-            target = Target.parse(url)
+            target = Target.parse(url, self._proxies)
             if len(self._heads) >= 256:  # bounded: urls and credentials come from config
                 self._heads.clear()
             hit = self._heads[key] = (target, target.head(headers))
@@ -160,8 +164,8 @@ class UpstreamClient:
         assert call.response is not None
         return call.response
 
-    @staticmethod
     async def _call_ws(
+        self,
         provider: ProviderConfig,
         url: str,
         authorization: str,
@@ -169,14 +173,17 @@ class UpstreamClient:
         on_notifications: OnNotifications,
     ) -> dict[str, Any]:
         headers = {"Authorization": authorization} if authorization else None
+        route = self._proxies.for_url(url)
         try:
             async with ws_connect(
                 url,
                 additional_headers=headers,
+                # the whole open (proxy connect and CONNECT answer included)
                 open_timeout=provider.connect_timeout,
                 max_size=MAX_UPSTREAM_RESPONSE,
                 compression=None,
-                proxy=None,
+                # explicit: never websockets' own reading of the environment
+                proxy=route.url if route is not None else None,
             ) as ws:
                 await ws.send(call.request, text=True)  # JSON goes out as a text frame
                 while True:
@@ -191,9 +198,9 @@ class UpstreamClient:
                     if call.response is not None:
                         return call.response
         except websockets.exceptions.WebSocketException as exc:
-            raise UpstreamError(f"{url}: {_describe(exc)}", kind="transport") from None
+            raise UpstreamError(f"{url}: {ws_error(exc, route)}", kind="transport") from None
         except OSError as exc:
-            raise UpstreamError(f"{url}: {_describe(exc)}", kind="transport") from None
+            raise UpstreamError(f"{url}: {ws_error(exc, route)}", kind="transport") from None
 
     async def send_cancel(
         self,
@@ -226,8 +233,3 @@ async def _deliver(events: list[Event], on_notifications: OnNotifications) -> No
     notes = [event.message for event in events if isinstance(event, Notification)]
     if notes:
         await on_notifications(notes)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text or type(exc).__name__

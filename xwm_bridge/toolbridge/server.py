@@ -22,6 +22,7 @@ from xwm_bridge import jsonrpc
 from xwm_bridge.config import ToolbridgeConfig
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.proxy import ProxySettings
 from xwm_bridge.tasks import Supervisor
 from xwm_bridge.toolbridge import protocol
 from xwm_bridge.toolbridge.tools import ToolError, chat, claude_review
@@ -45,8 +46,11 @@ class ToolbridgeServer:
         *,
         max_message: int,
         wire: WireEncoder = PLAIN,
+        proxies: ProxySettings | None = None,
     ) -> None:
         self._cfg = cfg
+        #: the forward proxies (xwm_bridge/proxy.py); ``http`` already honours them
+        self._proxies = proxies
         self._wire = wire
         self._http = http
         self._read = read
@@ -103,7 +107,7 @@ class ToolbridgeServer:
             elif call.name == "claude_review":
                 text = await claude_review(self._cfg, call.arguments)
             else:
-                text = await vault_kv(self._cfg, call.arguments)
+                text = await vault_kv(self._cfg, call.arguments, self._proxies)
         except ToolError as exc:
             outcome, result = "error", protocol.tool_error(str(exc))
         else:

@@ -22,7 +22,11 @@ import requests
 
 from xwm_bridge import coerce
 from xwm_bridge.config import ToolbridgeConfig
+from xwm_bridge.proxy import ProxyRoute, ProxySettings
 from xwm_bridge.toolbridge.tools import ToolError
+
+#: urllib3's words for a proxy that refused CONNECT
+_TUNNEL_STATUS = re.compile(r"Tunnel connection failed: (\d{3})")
 
 OPERATIONS = {"read": "read", "get": "read", "write": "write", "put": "write"}
 OPERATIONS |= {"list": "list", "delete": "delete"}
@@ -113,13 +117,28 @@ def _check_allowed(allowed: tuple[str, ...], mount: str, path: str) -> None:
     raise ToolError(f"path not allowed: {target}")
 
 
-def _client(cfg: ToolbridgeConfig) -> hvac.Client:
+def _client(cfg: ToolbridgeConfig, route: ProxyRoute | None) -> hvac.Client:
+    # requests' own reading of the environment (its NO_PROXY rules, ~/.netrc) is off:
+    # the proxy is the one xwm_bridge/proxy.py chose for the Vault URL, or none
+    session = requests.Session()
+    session.trust_env = False
+    url = cfg.vault_url.rstrip("/")
+    scheme = url.split(":", 1)[0].lower()
     return hvac.Client(
-        url=cfg.vault_url.rstrip("/"),
+        url=url,
         token=cfg.vault_token,
         namespace=cfg.vault_namespace or None,
         timeout=max(1, math.ceil(cfg.vault_timeout)),
+        session=session,
+        proxies={scheme: route.url} if route is not None else None,
     )
+
+
+def _proxy_error(exc: requests.RequestException, route: ProxyRoute | None) -> str | None:
+    if route is None or not isinstance(exc, requests.exceptions.ProxyError):
+        return None
+    status = _TUNNEL_STATUS.search(str(exc))
+    return route.refused(int(status.group(1))) if status else route.unreachable("no tunnel")
 
 
 def _error_text(exc: hvac.exceptions.VaultError) -> str:
@@ -152,8 +171,8 @@ def _object(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _run(cfg: ToolbridgeConfig, call: VaultCall) -> dict[str, Any]:
-    kv = _client(cfg).secrets.kv.v2
+def _run(cfg: ToolbridgeConfig, call: VaultCall, route: ProxyRoute | None) -> dict[str, Any]:
+    kv = _client(cfg, route).secrets.kv.v2
     out: dict[str, Any] = {"operation": call.operation, "mount": call.mount, "path": call.path}
     if call.operation == "read":
         resp = kv.read_secret_version(
@@ -180,15 +199,19 @@ def _run(cfg: ToolbridgeConfig, call: VaultCall) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v or k in ("operation", "mount", "path")}
 
 
-async def vault_kv(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
+async def vault_kv(
+    cfg: ToolbridgeConfig, args: dict[str, Any], proxies: ProxySettings | None = None
+) -> str:
     call = VaultCall.parse(cfg, args)
+    route = proxies.for_url(cfg.vault_url) if proxies is not None else None
     try:
         async with asyncio.timeout(cfg.vault_timeout + 5):
-            result = await asyncio.to_thread(_run, cfg, call)
+            result = await asyncio.to_thread(_run, cfg, call, route)
     except hvac.exceptions.VaultError as exc:
         raise ToolError(_error_text(exc)) from None
     except requests.RequestException as exc:
-        raise ToolError(f"vault request failed: {type(exc).__name__}") from None
+        proxy = _proxy_error(exc, route)
+        raise ToolError(f"vault request failed: {proxy or type(exc).__name__}") from None
     except TimeoutError:
         raise ToolError(f"vault request timed out after {cfg.vault_timeout:g}s") from None
     return orjson.dumps(result, option=orjson.OPT_INDENT_2).decode()
