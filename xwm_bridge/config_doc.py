@@ -35,6 +35,7 @@ DESCRIPTIONS: dict[str, str] = {
     "admin_tokens": "accepted bearer tokens that may also replay, follow, message, cancel and close every principal's sessions (the operator console); a blank entry is a config error",
     "allow_unauthenticated": "allow a non-loopback listen address without `auth_token`",
     "allowed_origins": "browser origins allowed on `/acp/rpc` and `/acp`; `scheme://host:*` = any port",
+    "allowed_hosts": "with no token configured (loopback, or `allow_unauthenticated`), further `Host` names the bridge answers (any port; names as written, never resolved); loopback addresses, `localhost`, `*.localhost`, IP literals and the listen host always pass; any other `Host` gets `421` (DNS rebinding); `*` = any. Ignored when a token is required",
     "internal_service_token": "upstream `Authorization` (normalized to `Bearer …`); accounts `X-Service-Token`",
     "bridge_auth_token": "fallback upstream `Authorization` when `internal_service_token` is empty",
     "multi_agent_enabled": "advertise `multiAgent` in `acp.capabilities` (multi-agent turns run either way)",

@@ -252,6 +252,15 @@ def test_allowed_origins_comma_split() -> None:
     assert cfg.allowed_origins == ("https://a.example", "http://b:*")
 
 
+def test_allowed_hosts_comma_split_and_checked(tmp_path: Path) -> None:
+    assert load().config.allowed_hosts == ()
+    cfg = load(env={"XWM_ALLOWED_HOSTS": " bridge.lan , ,*,, "}).config
+    assert cfg.allowed_hosts == ("bridge.lan", "*")
+    for bad in ("'http://bridge.lan'", "'a b'", "'user@host'"):
+        with pytest.raises(ConfigError, match=r"allowed_hosts\[0\]: expected a host name"):
+            load(tmp_path, f"allowed_hosts: [{bad}]\n")
+
+
 def test_allowed_roots_colon_split(tmp_path: Path) -> None:
     loaded = load(env={"XWM_ALLOWED_ROOTS": f" {tmp_path}/a : :/srv/b:"})
     assert loaded.config.allowed_roots == (f"{tmp_path}/a", "/srv/b")

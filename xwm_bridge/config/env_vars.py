@@ -15,6 +15,7 @@ ENV_VARS: dict[str, str] = {
     "client_tokens": "XWM_CLIENT_TOKENS",
     "admin_tokens": "XWM_ADMIN_TOKENS",
     "allowed_origins": "ACP_ALLOWED_ORIGINS",
+    "allowed_hosts": "XWM_ALLOWED_HOSTS",
     "internal_service_token": "INTERNAL_SERVICE_TOKEN",
     "bridge_auth_token": "BRIDGE_AUTH_TOKEN",
     "multi_agent_enabled": "ACP_MULTI_AGENT_ENABLED",
@@ -111,6 +112,7 @@ def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
 
 _LIST_SEPARATORS = {
     "allowed_origins": ",",
+    "allowed_hosts": ",",
     "allowed_roots": ":",
     "client_tokens": ",",
     "admin_tokens": ",",

@@ -146,6 +146,10 @@ class BridgeConfig:
     admin_tokens: tuple[Secret, ...] = ()
     allow_unauthenticated: bool = False
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS
+    #: ``Host`` names a bridge without a token answers besides loopback, IP literals
+    #: and the listen host (DNS rebinding, transport/security.py ``ServedHosts``);
+    #: ``*`` = any.
+    allowed_hosts: tuple[str, ...] = ()
     internal_service_token: Secret = ""
     bridge_auth_token: Secret = ""
     multi_agent_enabled: bool = True

@@ -70,6 +70,9 @@ def _validate(config: BridgeConfig) -> None:
         for i, token in enumerate(getattr(config, key)):
             if not token.strip():  # a blank token would switch authentication off
                 raise ConfigError(f"{key}[{i}]: must not be blank")
+    for i, name in enumerate(config.allowed_hosts):
+        if not name.strip() or any(c in name for c in " \t/@"):
+            raise ConfigError(f"allowed_hosts[{i}]: expected a host name, got {name!r}")
     if config.log_level.lower() not in LOG_LEVELS:
         raise ConfigError(f"log_level: must be one of {', '.join(LOG_LEVELS)}")
     if config.log_format not in LOG_FORMATS:

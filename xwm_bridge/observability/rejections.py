@@ -32,6 +32,8 @@ TOO_DEEP = "too_deep"
 #: (transport/front.py; aiohttp answers and logs its own)
 BAD_REQUEST = "bad_request"
 HEAD_TOO_LARGE = "head_too_large"
+#: a ``Host`` a bridge without a token does not serve (DNS rebinding; 421)
+HOST_NOT_ALLOWED = "host_not_allowed"
 
 
 def decode_reason(code: int) -> str:

@@ -167,7 +167,10 @@ class HttpTransport(HttpChecks):
     def app(self, paths: Iterable[str] = SERVE_PATHS) -> web.Application:
         """The aiohttp application with the given routes (contract.md §2), anything
         else 404; the bridge starts with it and stops with it."""
-        app = web.Application(client_max_size=self.limits.max_body_bytes)
+        app = web.Application(
+            client_max_size=self.limits.max_body_bytes,
+            middlewares=[self.served] if self.hosts.active else [],
+        )
         routes = self._routes()
         for path in paths:
             method, handler = routes[path]

@@ -1,6 +1,8 @@
 """What the HTTP transport checks of a request before its method runs (contract.md §4).
 
-:class:`HttpChecks` is the base of ``HttpTransport`` (``http.py``): the origin and
+:class:`HttpChecks` is the base of ``HttpTransport`` (``http.py``): the ``Host``
+check of a bridge without a token (421, before any route: :meth:`HttpChecks.served`,
+an aiohttp middleware, and :meth:`HttpChecks.denied` for the front), the origin and
 bearer checks, the CORS headers of an answer, the refusals (origin 403, bearer
 401, body 413/400, parser 400/431), each counted and logged (``rejections.py``),
 and the :class:`CallContext` an admitted request calls as. The front
@@ -10,7 +12,7 @@ the route modules (``http_sse.py``, ``http_ws.py``) get them as bound methods.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -18,6 +20,7 @@ from aiohttp import web
 from xwm_bridge import jsonrpc
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import CallContext
+from xwm_bridge.netaddr import parse_listen
 from xwm_bridge.observability import rejections as rj
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.transport.exchange import CORS_HEADERS, JSON_HEADERS, VARY, Reply, RequestView
@@ -26,6 +29,7 @@ from xwm_bridge.transport.security import (
     BearerAuth,
     OriginPolicy,
     PrincipalCache,
+    ServedHosts,
     peer_of,
 )
 
@@ -55,6 +59,21 @@ class CallFactory(Protocol):
     ) -> CallContext: ...
 
 
+#: the answer to a request naming a ``Host`` a bridge without a token does not serve
+MISDIRECTED = Reply(
+    421,
+    b"421 misdirected request: this bridge does not answer that Host name (allowed_hosts)\n",
+    {"Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff"},
+)
+
+
+def _listen_host(listen: str) -> str:
+    try:
+        return parse_listen(listen)[0]
+    except ValueError:
+        return ""
+
+
 def rpc_error_response(status: int, code: int, message: str) -> web.Response:
     return web_reply(rpc_error(status, code, message))
 
@@ -82,6 +101,10 @@ class HttpChecks:
         self.origins = OriginPolicy(config.allowed_origins)
         self.auth = BearerAuth(config.auth_token, (*config.client_tokens, *config.admin_tokens))
         self.principals = PrincipalCache()
+        #: DNS rebinding: only a bridge that accepts any bearer checks the Host
+        self.hosts = ServedHosts(
+            not self.auth.required, _listen_host(config.listen), config.allowed_hosts
+        )
         self.limits = config.limits
         self.metrics = metrics
 
@@ -113,8 +136,28 @@ class HttpChecks:
             **fields,
         )
 
+    def misdirected(self, request: RequestView, transport: str) -> Reply:
+        host = request.headers.get("Host", "")
+        self._reject(request, transport, rj.HOST_NOT_ALLOWED, 421, host=host[:200])
+        return MISDIRECTED
+
+    @web.middleware
+    async def served(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        """Every route of a bridge without a token: a foreign ``Host`` gets 421."""
+        if self.hosts.refuses(request.headers.get("Host")):
+            upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+            return web_reply(self.misdirected(request, "ws" if upgrade else "http"))
+        return await handler(request)
+
     def denied(self, request: RequestView, transport: str = "http") -> Reply | None:
-        """Origin then bearer checks (contract.md §4 steps 4-5): the refusal, or None."""
+        """Host (a bridge without a token), origin, then bearer checks (contract.md §4
+        steps 4-5): the refusal, or None."""
+        if self.hosts.active and self.hosts.refuses(request.headers.get("Host")):
+            return self.misdirected(request, transport)
         origin = request.headers.get("Origin", "").strip()
         if origin and not self.origins.allows(origin):
             self._reject(request, transport, rj.ORIGIN, 403, origin=origin[:200])

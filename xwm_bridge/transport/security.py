@@ -1,12 +1,15 @@
-"""Origin allow-list, bearer authentication and bind policy (contract.md §3).
+"""Origin allow-list, bearer authentication, served ``Host`` names and bind policy
+(contract.md §3).
 
 Fixes of the original: tokens compared in constant time; origin rules are
-parsed (scheme + host exact, ``:*`` = any port) instead of string prefixes.
+parsed (scheme + host exact, ``:*`` = any port) instead of string prefixes; a
+bridge without a token answers only its own ``Host`` names (DNS rebinding).
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -110,6 +113,68 @@ class BearerAuth:
             for token in self._tokens:
                 ok |= hmac.compare_digest(candidate, token)
         return "" if ok else INVALID
+
+
+class ServedHosts:
+    """The ``Host`` names a bridge that requires no token answers (DNS rebinding).
+
+    Without a token any bearer passes, so the only thing between a web page and the
+    bridge is the browser's same-origin rule. A page on ``evil.example`` whose name
+    is rebound to 127.0.0.1 is same-origin with the bridge: its GETs carry no
+    ``Origin``, but every request names ``Host: evil.example[:port]``. Answered:
+    no ``Host`` (not a browser), IP literals (a rebinding needs a name),
+    ``localhost`` and ``*.localhost``, the listen host and ``allowed_hosts``
+    (names, any port; ``*`` = any). ``active`` is False when a token is required
+    (proxies forward any public name; the token is the check) or with ``*``.
+    Accepted header values are remembered, so a request costs one set lookup.
+    """
+
+    MAX_SEEN = 256
+
+    def __init__(self, active: bool, listen_host: str, allowed: tuple[str, ...]) -> None:
+        names = {_bare(n) for n in (listen_host, *allowed) if n.strip()}
+        self.active = active and "*" not in names
+        self._names = frozenset(names)
+        self._seen: set[str] = set()
+
+    def refuses(self, host: str | None) -> bool:
+        """Whether a request with this ``Host`` header value is refused (421)."""
+        if not self.active or not host or host in self._seen:
+            return False
+        if not self._allowed(host):
+            return True
+        if len(self._seen) >= self.MAX_SEEN:
+            self._seen.clear()
+        self._seen.add(host)
+        return False
+
+    def _allowed(self, host: str) -> bool:
+        name = _bare(host_name(host))
+        if not name:
+            return False
+        if name in self._names or name == "localhost" or name.endswith(".localhost"):
+            return True
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
+
+
+def host_name(host: str) -> str:
+    """The name of a ``Host`` value: ``name[:port]`` or ``[v6][:port]``; "" if malformed."""
+    value = host.strip()
+    if value.startswith("["):
+        name, _, rest = value[1:].partition("]")
+        return name if not rest or (rest[0] == ":" and rest[1:].isdigit()) else ""
+    if value.count(":") == 1:
+        name, _, port = value.partition(":")
+        return name if port.isdigit() else ""
+    return value
+
+
+def _bare(name: str) -> str:
+    return name.strip().strip("[]").rstrip(".").lower()
 
 
 def principal_of(header: str | None) -> tuple[str, str]:

@@ -1,4 +1,5 @@
-"""xwm_bridge.transport.security: origin policy, bearer auth, listen parsing (contract.md §3)."""
+"""xwm_bridge.transport.security: origin policy, bearer auth, served hosts, listen parsing
+(contract.md §3)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from xwm_bridge.transport.security import (
     BearerAuth,
     OriginPolicy,
     OriginRule,
+    ServedHosts,
+    host_name,
 )
 
 PROPS = settings(max_examples=200, deadline=None)
@@ -201,3 +204,67 @@ def test_only_the_token_is_accepted(token: str, header: str) -> None:
         assert ok == (bool(value) and (value == expected_token or credential == expected_token))
     else:
         assert ok == (value[:7].lower() == "bearer " and bool(value[7:].strip()))
+
+
+# --- served Host names (DNS rebinding) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "name"),
+    [
+        ("127.0.0.1:8787", "127.0.0.1"),
+        ("[::1]:8787", "::1"),
+        ("[::1]", "::1"),
+        ("::1", "::1"),
+        ("evil.example", "evil.example"),
+        ("evil.example:80", "evil.example"),
+        ("evil.example:x", ""),
+        ("[::1]x", ""),
+        ("[::1]:", ""),
+    ],
+)
+def test_host_name(host: str, name: str) -> None:
+    assert host_name(host) == name
+
+
+@pytest.mark.parametrize(
+    ("host", "refused"),
+    [
+        (None, False),  # HTTP/1.0 without Host: not a browser
+        ("", False),
+        ("127.0.0.1:8787", False),
+        ("127.8.9.1", False),
+        ("[::1]:8787", False),
+        ("192.168.1.5:8787", False),  # an IP literal cannot be a rebound name
+        ("localhost:8787", False),
+        ("LocalHost.", False),
+        ("app.localhost:3000", False),
+        ("bridge.lan:9", False),  # allowed_hosts, any port
+        ("my-box", False),  # the listen host
+        ("evil.example:8787", True),
+        ("evil.example", True),
+        ("localhost.evil.example", True),
+        ("127.0.0.1.evil.example", True),
+        ("bridge.lan.evil.example", True),
+        ("evil.example:8787:1", True),
+        ("[evil.example]:8787", True),
+    ],
+)
+def test_served_hosts(host: str | None, refused: bool) -> None:
+    hosts = ServedHosts(True, "my-box", ("Bridge.LAN",))
+    assert hosts.refuses(host) is refused
+    assert hosts.refuses(host) is refused  # the same answer from the cache
+
+
+def test_served_hosts_inactive_with_a_token_or_a_wildcard() -> None:
+    assert not ServedHosts(False, "127.0.0.1", ()).refuses("evil.example")
+    assert not ServedHosts(False, "127.0.0.1", ()).active
+    assert not ServedHosts(True, "127.0.0.1", ("*",)).refuses("evil.example")
+
+
+def test_served_hosts_cache_is_bounded() -> None:
+    hosts = ServedHosts(True, "", ())
+    for port in range(ServedHosts.MAX_SEEN * 3):
+        assert not hosts.refuses(f"127.0.0.1:{port}")
+    assert len(hosts._seen) <= ServedHosts.MAX_SEEN
+    assert hosts.refuses("evil.example")
