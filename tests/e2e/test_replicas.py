@@ -262,6 +262,48 @@ async def test_a_permission_raised_on_one_replica_is_answered_through_the_other(
         assert late["error"]["code"] == -32602, late
 
 
+async def test_an_answer_to_another_clients_request_is_not_forwarded(
+    start_bridge: StartBridge, redis: RedisServer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A stored request names the principal whose turn raised it: another client's
+    answer is refused here (-32003), not forwarded to the replica holding it, also when
+    no session names an owner any more (closed while its turn is being cancelled)."""
+    from tests.integration.test_security import TOKEN_A, TOKEN_B, call
+    from xwm_bridge.core.principals import principal_of
+    from xwm_bridge.store.records import PermissionRecord
+
+    env = base_env(
+        XWM_CLIENT_TOKENS=f"{TOKEN_A},{TOKEN_B}",
+        XWM_SESSION_STORE="redis",
+        XWM_REDIS_URL=redis.url,
+    )
+    bp = await start_bridge(env=env, config={"store": {"redis_timeout": 1}}, tmp=tmp_path)
+    client = aioredis.Redis.from_url(redis.url)
+    try:
+        alice = principal_of(f"Bearer {TOKEN_A}")[0]
+        record = PermissionRecord(
+            "gs2", "perm-8", created_at=time.time(), owner="ghost", principal=alice
+        )
+        await client.set("xwm:replica:ghost", "1", px=60_000)
+        await client.hset("xwm:p:gs2", "perm-8", record.dumps())
+        await client.sadd("xwm:perms", "gs2")
+        answer = {"sessionId": "gs2", "requestId": "perm-8", "optionId": "once"}
+        reply = await asyncio.wait_for(
+            call(http, bp.rpc_url, TOKEN_B, "session.permission", answer), 10
+        )
+        assert reply.get("error") == {
+            "code": -32003,
+            "message": "session belongs to another client",
+        }
+        # its own client's answer is forwarded (and the ghost does not reply)
+        reply = await asyncio.wait_for(
+            call(http, bp.rpc_url, TOKEN_A, "session.permission", answer), 10
+        )
+        assert "held by replica ghost, which did not answer" in reply["error"]["message"]
+    finally:
+        await client.aclose()
+
+
 async def test_an_answer_for_a_replica_that_does_not_reply_fails_in_time(
     start_bridge: StartBridge, redis: RedisServer, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 
 from tests.conftest import AUTH, StartBridge, rpc
 from tests.integration.agent_helpers import agent_params, agent_provider
@@ -191,3 +192,53 @@ async def test_a_client_never_lists_another_clients_requests(
     assert await listed(TOKEN_B, includeResolved=True) == []
     admin = await listed(TOKEN_ADMIN, includeResolved=True)
     assert [r["requestId"] for r in admin] == [asked["requestId"]]
+
+
+async def test_another_client_cannot_answer_while_the_session_closes(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """session.close takes the session out of the registry, then cancels its turn;
+    until the cancel lands, the turn's permission request is still pending with no
+    session to name an owner. The answer is checked against the principal the
+    request itself records: another client is refused, an admin may answer."""
+    from tests.conftest import eventually
+    from tests.integration.test_security import TOKEN_A, TOKEN_ADMIN, TOKEN_B, call
+
+    cfg = {**config(tmp_path), "client_tokens": [TOKEN_A, TOKEN_B], "admin_tokens": [TOKEN_ADMIN]}
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url, target = bp.rpc_url, tmp_path / "granted.txt"
+    params = agent_params("closing", f"permission {target}", workingDirectory=str(tmp_path))
+    turn = asyncio.ensure_future(call(http, url, TOKEN_A, "session.start", params))
+
+    async def pending() -> list[dict[str, Any]]:
+        reply = await call(http, url, TOKEN_ADMIN, "permission.list", {})
+        requests: list[dict[str, Any]] = reply["result"]["requests"]
+        return requests
+
+    asked = (await eventually(pending))[0]
+    # hold the close between the registry removal and the cancel of the turn
+    sessions, held = bp.bridge.sessions, []
+    monkeypatch.setattr(sessions, "cancel", lambda sid: held.append(sid) or True)
+    closed = await call(http, url, TOKEN_A, "session.close", {"sessionId": "closing"})
+    assert closed["result"]["closed"] is True and held == ["closing"]
+    assert sessions.get("closing") is None
+
+    async def record_gone() -> bool:  # the delete is through: no stored owner either
+        return await bp.bridge.store.load("closing") is None
+
+    await eventually(record_gone)
+    answer = {"sessionId": "closing", "requestId": asked["requestId"], "optionId": "once"}
+    stolen = await call(http, url, TOKEN_B, "session.permission", answer)
+    assert stolen.get("error") == {"code": -32003, "message": "session belongs to another client"}
+    assert [r["requestId"] for r in await pending()] == [asked["requestId"]]  # still open
+    # an admin (the console) may answer any request
+    admin = await call(
+        http, url, TOKEN_ADMIN, "session.permission", {**answer, "optionId": "reject"}
+    )
+    assert admin["result"]["outcome"] == "reject_once"
+    result = (await asyncio.wait_for(turn, 20))["result"]
+    assert "permission denied" in result["output"] and not target.exists()
+    monkeypatch.undo()

@@ -149,7 +149,11 @@ class Bridge:
         answerer = Answerer(
             str(by.get("transport", "")), str(by.get("address", "")), str(by.get("principal", ""))
         )
-        return self.permissions.answer(PermissionAnswer.parse(answer), answerer)
+        return self.permissions.answer(
+            PermissionAnswer.parse(answer),
+            answerer,
+            lambda owner: self.sessions.may_use(owner, answerer.principal),
+        )
 
     def _permission_changed(self, type_: str, record: PermissionRecord) -> None:
         """Pending requests live in the store (every replica and a reconnecting client

@@ -16,6 +16,7 @@ from xwm_bridge.core.context import CallContext, Handler
 from xwm_bridge.core.params import SessionParams, session_id_of
 from xwm_bridge.core.queues import QueueFullError, ShuttingDownError
 from xwm_bridge.core.replay import ReplayParams, replay
+from xwm_bridge.core.sessions import SESSION_FORBIDDEN
 from xwm_bridge.jsonrpc import INTERNAL_ERROR, RpcError
 from xwm_bridge.mounts.reconcile import MountsRequest, reconcile
 from xwm_bridge.observability import context as obs
@@ -197,7 +198,8 @@ class BridgeMethods:
         """The client's answer to a ``permission`` update of a stdio agent, from any
         transport (the first valid answer wins; the record says who gave it)."""
         answer = PermissionAnswer.parse(params)
-        await self._bridge.sessions.check_owner(answer.session_id, call.principal)
+        sessions = self._bridge.sessions
+        await sessions.check_owner(answer.session_id, call.principal)
         by = Answerer(call.transport, call.peer, call.principal)
         broker = self._bridge.permissions
         if self._bridge.cluster is not None and not broker.knows(
@@ -206,7 +208,9 @@ class BridgeMethods:
             forwarded = await self._answer_elsewhere(answer, by)
             if forwarded is not None:
                 return forwarded
-        return broker.answer(answer, by)
+        # the request's own principal too: its session may already be gone (closed, its
+        # turn not yet cancelled), and an unknown session is anyone's
+        return broker.answer(answer, by, lambda owner: sessions.may_use(owner, call.principal))
 
     async def _answer_elsewhere(
         self, answer: PermissionAnswer, by: Answerer
@@ -219,6 +223,8 @@ class BridgeMethods:
         stored = next((p for p in await self._bridge.store.permissions() if p.key == key), None)
         if stored is None or not stored.owner:
             return None
+        if not self._bridge.sessions.may_use(stored.principal, by.principal):
+            raise RpcError(jsonrpc.FORBIDDEN, SESSION_FORBIDDEN)
         payload = {
             "sessionId": answer.session_id,
             "requestId": answer.request_id,

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge import coerce
-from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
+from xwm_bridge.core.sessions import SESSION_FORBIDDEN
+from xwm_bridge.jsonrpc import FORBIDDEN, INVALID_PARAMS, RpcError
 from xwm_bridge.observability.logging import events
 from xwm_bridge.providers.stdio import mapping
 from xwm_bridge.store.records import Answerer, PermissionRecord
@@ -170,9 +171,23 @@ class PermissionBroker:
                 return record
         return None
 
-    def answer(self, answer: PermissionAnswer, by: Answerer | None = None) -> dict[str, Any]:
-        """The first valid answer wins; a later one is told who answered first."""
+    def answer(
+        self,
+        answer: PermissionAnswer,
+        by: Answerer | None = None,
+        may_answer: Callable[[str], bool] | None = None,
+    ) -> dict[str, Any]:
+        """The first valid answer wins; a later one is told who answered first.
+
+        ``may_answer(principal)``: may the caller answer a request raised by a turn
+        of ``principal`` (the request's own, not its session's: the session may be
+        gone, closed while its turn is still being cancelled)? Else ``-32003``."""
         entry = self.pending.get((answer.session_id, answer.request_id))
+        if may_answer is not None:
+            record = entry.record if entry is not None else None
+            record = record or self.find_resolved(answer.session_id, answer.request_id)
+            if record is not None and not may_answer(record.principal):
+                raise RpcError(FORBIDDEN, SESSION_FORBIDDEN)
         if entry is None or entry.future.done():
             done = self.find_resolved(answer.session_id, answer.request_id)
             if done is not None:

@@ -65,3 +65,28 @@ async def test_a_discarded_open_request_is_resolved_turn_ended() -> None:
     entry = broker.open("s1", OPTIONS)
     broker.discard(entry)
     assert seen == ["", "turn_ended"] and broker.pending == {}
+
+
+async def test_an_answer_is_checked_against_the_requests_own_principal() -> None:
+    """``may_answer`` sees the principal of the turn that raised the request, pending or
+    resolved (a refused caller is not told who answered)."""
+    broker = PermissionBroker()
+    entry = broker.open("s1", OPTIONS, principal="alice")
+    asked: list[str] = []
+
+    def only_alice(principal: str) -> bool:  # as SessionRegistry.may_use for alice
+        asked.append(principal)
+        return not principal or principal == "alice"
+
+    answer = PermissionAnswer("s1", entry.request_id, "once")
+    with pytest.raises(RpcError, match="session belongs to another client") as info:
+        broker.answer(answer, Answerer("ws", "127.0.0.1:1", "mallory"), lambda p: False)
+    assert info.value.code == -32003 and not entry.future.done()
+    by = Answerer("ws", "127.0.0.1:2", "alice")
+    assert broker.answer(answer, by, only_alice)["outcome"] == "allow_once"
+    with pytest.raises(RpcError, match="session belongs to another client"):
+        broker.answer(answer, None, lambda p: False)  # resolved: "by ws 127.0.0.1:2" not said
+    assert asked == ["alice"]
+    unowned = broker.open("s2", OPTIONS)  # no principal recorded: anyone's, as a session
+    assert broker.answer(PermissionAnswer("s2", unowned.request_id, "once"), None, only_alice)
+    assert asked == ["alice", ""]
