@@ -51,6 +51,9 @@ def base_env(**extra: str) -> dict[str, str]:
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("ACP_", "XWM_", "INTERNAL_SERVICE", "BRIDGE_", "IMAGE", "LLM_"))
+        # a proxy of the machine running the suite would take the daemons' loopback
+        # upstream calls (loopback is not exempt: operations.md); a test sets its own
+        and k.lower() not in ("http_proxy", "https_proxy", "no_proxy", "all_proxy")
     }
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONUNBUFFERED"] = "1"
