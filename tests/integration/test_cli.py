@@ -259,6 +259,9 @@ def test_help_lists_every_method_and_route() -> None:
         assert method in serve.stdout, method
     for path in SERVE_PATHS:
         assert path in serve.stdout, path
+    # the environment the daemon reads for its own safety and its outbound calls
+    for name in ("ACP_AUTH_TOKEN", "XWM_ALLOWED_HOSTS", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+        assert name in serve.stdout, name
     adapter = run("agent-adapter", "--help")
     for path in ADAPTER_PATHS:
         assert path in adapter.stdout, path

@@ -83,7 +83,10 @@ def serve(
     \b
     Security: bearer token ACP_AUTH_TOKEN (constant-time check), origin
     allow-list ACP_ALLOWED_ORIGINS, body and message limits from the config.
+    Without a token, only requests naming the bridge's own host (an IP, localhost,
+    the listen host, XWM_ALLOWED_HOSTS) are answered; others get 421 (DNS rebinding).
     Upstream credentials: INTERNAL_SERVICE_TOKEN, else BRIDGE_AUTH_TOKEN.
+    Outbound calls and dials honour HTTP_PROXY, HTTPS_PROXY and NO_PROXY.
     Local agents: known ACP agents found on PATH (opencode, gemini, codex-acp,
     claude-agent-acp, qwen, goose) become providers (agents.detect, XWM_AGENTS_DETECT).
     Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace);
