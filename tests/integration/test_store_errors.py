@@ -14,7 +14,9 @@ from redis import exceptions as rex
 
 from tests.conftest import closed_port
 from tests.redis_server import redis_server
+from xwm_bridge.store import redis_reads
 from xwm_bridge.store.base import RUNNING, SessionRecord, StoreUnavailable
+from xwm_bridge.store.records import PermissionRecord
 from xwm_bridge.store.redis import RedisStore
 from xwm_bridge.store.redis_reads import refused
 from xwm_bridge.store.sqlite import SQLiteStore
@@ -161,3 +163,33 @@ async def test_sqlite_writes_to_a_damaged_file_are_failed_writes_not_bad_records
         monkeypatch.setattr(store, "_apply", applied)
     finally:
         await store.close()
+
+
+async def test_redis_pending_permissions_liveness_check_outage_is_store_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``permissions`` asks whether each request's replica is alive: Redis going away
+    between the listing and that check is an outage too, not a raw redis error."""
+    async with redis_server(tmp_path) as server:
+        store = RedisStore(server.url, prefix="err:", timeout=1.0)
+        await store.start()
+        other = RedisStore(server.url, prefix="err:", replica_id="other")
+        await other.start()
+        try:
+            other.save(SessionRecord("s1", "t1"))
+            other.save_permission(PermissionRecord("s1", "r1", created_at=1.0))
+            await other.flush()
+            await other.close()
+            listed = redis_reads.permissions
+
+            async def listing_then_outage(db: Any, prefix: str) -> list[PermissionRecord]:
+                found = await listed(db, prefix)
+                server.proc.kill()  # Redis goes away before the owners are checked
+                await server.proc.wait()
+                return found
+
+            monkeypatch.setattr(redis_reads, "permissions", listing_then_outage)
+            with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{server.port}"):
+                await store.permissions()
+        finally:
+            await store.close()

@@ -337,14 +337,18 @@ class RedisStore:
         return result
 
     async def permissions(self) -> list[PermissionRecord]:
-        found: list[PermissionRecord] = await self._call(
-            lambda db: redis_reads.permissions(db, self.prefix)
-        )
-        alive: dict[str, bool] = {self.replica_id: True}
+        async def read(db: aioredis.Redis) -> tuple[list[PermissionRecord], dict[str, bool]]:
+            # the owners' liveness in the same read: an outage is StoreUnavailable
+            found = await redis_reads.permissions(db, self.prefix)
+            alive: dict[str, bool] = {self.replica_id: True, "": False}
+            for p in found:
+                if p.owner not in alive:
+                    alive[p.owner] = bool(await db.exists(self.key("replica", p.owner)))
+            return found, alive
+
+        found, alive = await self._call(read)
         pending = []
         for p in found:
-            if p.owner not in alive:
-                alive[p.owner] = bool(p.owner) and await self.replica_alive(p.owner)
             if alive[p.owner]:
                 pending.append(p)
             else:  # its replica died: so did its turn
