@@ -83,3 +83,40 @@ async def test_close_applies_queued_writes_and_releases_the_lock(tmp_path: Path)
         assert await again.load("s1") is not None
     finally:
         await again.close()
+
+
+async def test_start_that_times_out_keeps_the_lock_until_the_thread_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """start() giving up on a slow open: the store thread may still open (and would
+    then serve): the lock stays held until it has ended, and it ends without an error."""
+    monkeypatch.setattr(sqlite_store, "READ_TIMEOUT", 0.3)  # start()'s wait for the open
+    loop = asyncio.get_running_loop()
+    entered, release = asyncio.Event(), threading.Event()
+    real_connect = sqlite_store.connect
+
+    def slow_connect(path: Path) -> sqlite3.Connection:
+        loop.call_soon_threadsafe(entered.set)
+        release.wait(30)
+        return real_connect(path)
+
+    monkeypatch.setattr(sqlite_store, "connect", slow_connect)
+    thread_errors: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", thread_errors.append)
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path)
+    try:
+        with pytest.raises(StoreError, match="cannot open"):
+            await asyncio.wait_for(store.start(), 10)
+        await asyncio.wait_for(entered.wait(), 10)
+        with pytest.raises(StoreError, match="in use"):  # the thread is still opening
+            sqlite_lock.acquire(path)
+    finally:
+        release.set()
+    await asyncio.wait_for(asyncio.wrap_future(store._stopped), 10)  # it stops once open
+    assert thread_errors == []
+    await store.close()
+    monkeypatch.setattr(sqlite_store, "connect", real_connect)
+    again = SQLiteStore(path)  # the lock is free once it has ended
+    await again.start()
+    await again.close()

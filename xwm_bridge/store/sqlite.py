@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import queue
 import sqlite3
@@ -70,6 +69,7 @@ from xwm_bridge.store.sqlite_writes import (
     apply_permission,
     delete,
     dropped,
+    forget_oldest,
     live_writes,
     refused,
     session_row,
@@ -150,7 +150,14 @@ class SQLiteStore:
             self._start_thread()
             await wait_for(asyncio.wrap_future(self._ready), READ_TIMEOUT)
         except (OSError, sqlite3.Error, TimeoutError) as exc:
-            self._unlock()
+            if self._thread is None:  # the directory or the lock failed
+                self._unlock()
+            else:  # a thread still opening stops once open: it releases the lock as it ends
+                self._closed = True
+                self._ops.put(_STOP)
+                if not isinstance(exc, TimeoutError):  # it failed to open: it is ending
+                    await thread_done(self._stopped, CLOSE_TIMEOUT)
+                self._stopped.add_done_callback(lambda _: self._unlock())
             raise StoreError(f"session store: cannot open {self.path}: {exc}") from None
 
     def _start_thread(self) -> None:
@@ -308,6 +315,8 @@ class SQLiteStore:
             stopped.set_result(None)
 
     def _work(self) -> None:
+        if not self._ready.set_running_or_notify_cancel():
+            return  # start() gave up before the thread ran
         try:
             db = connect(self.path)  # tuned, at the current layout
         except Exception as exc:  # reported to start()
@@ -375,21 +384,10 @@ class SQLiteStore:
         trim_ledger(db, sid, top, added_largest, self._limits, self._largest)
 
     def _forget(self, db: sqlite3.Connection) -> None:
-        """Keep the per-session counters bounded (:data:`MAX_TRACKED_SESSIONS`): the
-        oldest half of the tracked sessions is trimmed now and forgotten."""
-        if len(self._untrimmed) > MAX_TRACKED_SESSIONS:
-            for sid in list(itertools.islice(self._untrimmed, len(self._untrimmed) // 2)):
-                del self._untrimmed[sid]
-                self._untrimmed_bytes.pop(sid, None)
-                self._trim_ledger(db, sid, 0, 0)
-        if len(self._untrimmed_turns) > MAX_TRACKED_SESSIONS:
-            half = len(self._untrimmed_turns) // 2
-            for sid in list(itertools.islice(self._untrimmed_turns, half)):
-                del self._untrimmed_turns[sid]
-                db.execute(TRIM_TURNS, (sid, sid, TURNS_PER_SESSION))
-        if len(self._largest) > MAX_TRACKED_SESSIONS:  # forgotten: one full trim next time
-            for sid in list(itertools.islice(self._largest, len(self._largest) // 2)):
-                del self._largest[sid]
+        """Keep the per-session counters bounded (:data:`MAX_TRACKED_SESSIONS`,
+        :func:`sqlite_writes.forget_oldest`)."""
+        counters = (self._untrimmed, self._untrimmed_bytes, self._untrimmed_turns)
+        forget_oldest(db, MAX_TRACKED_SESSIONS, self._limits, *counters, self._largest)
 
     def _isolate(self, db: sqlite3.Connection, writes: list[Op]) -> None:
         """A batch failed on a bad record: apply its writes one by one, drop the bad."""

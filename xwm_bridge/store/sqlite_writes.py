@@ -4,6 +4,7 @@ The store thread (``sqlite.py``) runs them in one transaction per batch."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
 from typing import Any
@@ -13,7 +14,7 @@ import orjson
 from xwm_bridge.observability.logging import capped
 from xwm_bridge.store import sqlite_history
 from xwm_bridge.store.base import LedgerEntry, SessionRecord, StoreCounters, StoreLimits
-from xwm_bridge.store.records import PermissionRecord, TurnRecord
+from xwm_bridge.store.records import TURNS_PER_SESSION, PermissionRecord, TurnRecord
 from xwm_bridge.store.sqlite_rows import batch_rows
 from xwm_bridge.store.sqlite_schema import SESSION_COLUMNS
 
@@ -48,6 +49,31 @@ TRIM_BYTES = (
     " ROW_NUMBER() OVER (ORDER BY id DESC) AS rn FROM ledger WHERE session_id = ?)"
     " WHERE total > ? AND rn > 1)"
 )
+
+
+def forget_oldest(
+    db: sqlite3.Connection,
+    limit: int,
+    limits: StoreLimits,
+    untrimmed: dict[str, int],
+    untrimmed_bytes: dict[str, int],
+    untrimmed_turns: dict[str, int],
+    largest: dict[str, int],
+) -> None:
+    """Keep the store thread's per-session counters to ``limit`` sessions each: past
+    it, the oldest half of the tracked sessions is trimmed now and forgotten."""
+    if len(untrimmed) > limit:
+        for sid in list(itertools.islice(untrimmed, len(untrimmed) // 2)):
+            del untrimmed[sid]
+            untrimmed_bytes.pop(sid, None)
+            trim_ledger(db, sid, 0, 0, limits, largest)
+    if len(untrimmed_turns) > limit:
+        for sid in list(itertools.islice(untrimmed_turns, len(untrimmed_turns) // 2)):
+            del untrimmed_turns[sid]
+            db.execute(TRIM_TURNS, (sid, sid, TURNS_PER_SESSION))
+    if len(largest) > limit:  # forgotten: one full trim next time
+        for sid in list(itertools.islice(largest, len(largest) // 2)):
+            del largest[sid]
 
 
 def trim_ledger(
