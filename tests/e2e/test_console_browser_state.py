@@ -200,3 +200,48 @@ async def test_a_filter_change_does_not_undo_newer_events(
     assert await row.inner_text() == "running"
     await rpc(http, bp.rpc_url, "session.cancel", {"sessionId": "fc-1"})
     assert (await asyncio.wait_for(turn, 30))["result"]["cancelled"] is True
+
+
+async def test_a_failed_cancel_says_why_next_to_the_button(
+    console: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """session.cancel failing (an error answer, given here in the bridge's place) shows
+    its message next to the Cancel turn button, enabled again, with no uncaught promise
+    rejection; the next click reaches the bridge, and the error goes."""
+    import json
+
+    bp, context, watch = console
+    page = await context.new_page()
+    refused: list[Any] = []
+
+    def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+
+        def from_page(message: str | bytes) -> None:
+            msg = json.loads(message)
+            if msg.get("method") == "session.cancel" and not refused:
+                refused.append(msg["id"])
+                err = {"code": -32603, "message": "session store unavailable"}
+                ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": err}))
+                return
+            server.send(message)
+
+        ws.on_message(from_page)
+
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    params = agent_params("cf-1", "slow", workingDirectory=str(tmp_path))
+    turn = http_turn(http, bp.rpc_url, params)
+    await page.goto(f"{bp.url}/console#/sessions/cf-1")
+    await page.locator('.turn[data-status="running"]').wait_for()
+    cancel = page.locator("#cancel")
+    await cancel.click()
+    error = page.locator(".detail-head .error")
+    await error.wait_for(timeout=10_000)
+    assert "session store unavailable" in await error.inner_text()
+    assert await cancel.is_enabled()
+    assert watch.errors == [], watch.errors  # the rejection was caught
+    await cancel.click()  # this one reaches the bridge
+    assert (await asyncio.wait_for(turn, 30))["result"]["cancelled"] is True
+    await page.locator('.turn[data-status="cancelled"]').wait_for()
+    assert await error.count() == 0 or await error.is_hidden()

@@ -369,6 +369,8 @@ function renderDetail() {
     h("span", { text: `updated ${fmtAgo(s.updatedAt)}` }),
   );
   $("cancel").hidden = !s.running && s.state !== "running";
+  // a failed cancel's error stays while its session is open and the button shown
+  if ($("cancel").hidden || $("cancel-error").dataset.session !== d.sessionId) $("cancel-error").hidden = true;
   const turns = [...d.turns.values()].sort((a, b) => (b.startedAt || 0) - (a.startedAt || 0));
   const cards = new Map();
   $("turns").replaceChildren(...turns.map((t) => turnCard(t, d.sessionId, cards)));
@@ -605,6 +607,26 @@ async function answer(p, optionId, button) {
     // still pending unless a resolved event replaces this card: it can be answered again
     for (const b of buttons) b.disabled = false;
     opts.append(h("div", { class: "error", text: e.message }));
+  }
+}
+
+// The Cancel turn button: a failure is shown next to it (as a permission answer's is),
+// never left as an uncaught rejection; the button can be pressed again.
+async function cancelTurn() {
+  if (!state.detail) return;
+  const sessionId = state.detail.sessionId;
+  const error = $("cancel-error");
+  error.hidden = true;
+  $("cancel").disabled = true;
+  try {
+    if (!conn) throw new Error("not connected");
+    await conn.call("session.cancel", { sessionId });
+  } catch (e) {
+    error.dataset.session = sessionId;
+    error.textContent = `cancel failed: ${e.message}`;
+    error.hidden = false;
+  } finally {
+    $("cancel").disabled = false;
   }
 }
 
@@ -847,11 +869,7 @@ function init() {
     conn = null;
     showLogin("");
   });
-  $("cancel").addEventListener("click", async () => {
-    if (!state.detail) return;
-    $("cancel").disabled = true;
-    try { await conn.call("session.cancel", { sessionId: state.detail.sessionId }); } finally { $("cancel").disabled = false; }
-  });
+  $("cancel").addEventListener("click", cancelTurn);
   for (const id of ["f-state", "f-provider", "f-since"]) $(id).addEventListener("change", () => loadSessions(false).then(render));
   $("f-thread").addEventListener("change", () => loadSessions(false).then(render));
   $("filters").addEventListener("submit", (ev) => ev.preventDefault());
