@@ -242,6 +242,18 @@ class ProxySettings:
         route = self.for_url(url)
         return "direct" if route is None else f"via {route.display}"
 
+    def secrets(self) -> tuple[str, ...]:
+        """What of the proxy credentials a log line must never show: each password, the
+        ``Proxy-Authorization`` token and the URL that carries them (the log redactor's)."""
+        out: list[str] = []
+        for route in (self.http, self.https):
+            if route is None or not route.authorization:
+                continue
+            token = route.authorization.removeprefix("Basic ")
+            _, _, password = base64.b64decode(token).decode().partition(":")
+            out += [route.url, token, password, quote(password, safe="")]
+        return tuple(dict.fromkeys(x for x in out if x))
+
     def summary(self) -> dict[str, str]:
         """The settings for ``doctor`` and the health view (credentials masked)."""
         return {

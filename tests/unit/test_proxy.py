@@ -126,3 +126,38 @@ def test_connect_request_and_answer() -> None:
         ConnectAnswer().feed(b"SSH-2.0-OpenSSH\r\n\r\n")
     with pytest.raises(ValueError, match="too long"):
         ConnectAnswer().feed(b"HTTP/1.1 200 OK\r\n" + b"X" * 20000)
+
+
+def test_the_proxy_credentials_are_secrets_of_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy URL with user:password@ is a credential: a client library's error text that
+    quotes it (or its Basic token) must not reach a log line (cli/common.py log_secrets)."""
+    import base64
+    import logging
+
+    from xwm_bridge.cli.common import log_secrets
+    from xwm_bridge.config import BridgeConfig
+    from xwm_bridge.observability import logging as obslog
+
+    settings = ProxySettings.from_env({"HTTPS_PROXY": "http://me:p%40ss-w0rd@proxy:3128"})
+    token = base64.b64encode(b"me:p@ss-w0rd").decode()
+    assert {"p@ss-w0rd", "p%40ss-w0rd", token} <= set(settings.secrets())
+    assert ProxySettings.from_env({"HTTP_PROXY": "http://proxy:3128"}).secrets() == ()
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://me:p%40ss-w0rd@proxy:3128")
+    lines: list[bytes] = []
+    sink = obslog.setup_logging("info", log_secrets(BridgeConfig()), write=lines.append)
+    try:
+        logging.getLogger("xwm_bridge.t").warning(
+            "dial failed", extra={"error": f"via http://me:p%40ss-w0rd@proxy:3128 ({token})"}
+        )
+        sink.flush()
+    finally:
+        obslog.setup_logging("info", write=lambda _: None)
+        logging.getLogger().handlers[:] = []
+        obslog.events.configure(None, obslog.Redactor(), logging.INFO)
+    text = b"".join(lines).decode()
+    assert "dial failed" in text
+    assert "ss-w0rd" not in text and token not in text

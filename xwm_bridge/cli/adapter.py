@@ -15,6 +15,7 @@ from xwm_bridge.cli.common import (
     _fail,
     _load,
     _run,
+    log_secrets,
 )
 from xwm_bridge.cli.group import cli
 from xwm_bridge.cli.serve import _serve
@@ -89,7 +90,8 @@ def agent_adapter(
             f"refusing to listen on {settings.listen} without GEMINI_ADAPTER_AUTH_TOKEN",
             EXIT_CONFIG,
         )
-    setup_logging(cfg.log_level, (*cfg.secrets(), settings.auth_token), log_format=cfg.log_format)
+    secrets = (*log_secrets(cfg), settings.auth_token)
+    setup_logging(cfg.log_level, secrets, log_format=cfg.log_format)
     sys.exit(_run(_serve(cfg, host, port, adapter=settings)))
 
 

@@ -22,6 +22,7 @@ from xwm_bridge.config import (
     load_config,
 )
 from xwm_bridge.observability.logging import flush_logs
+from xwm_bridge.proxy import ProxySettings
 from xwm_bridge.store.base import StoreError
 
 if TYPE_CHECKING:  # imported lazily at run time (``--help`` stays fast)
@@ -127,6 +128,12 @@ async def _until_signal(
     finally:
         signals.remove()
     return signals.count > 0
+
+
+def log_secrets(cfg: BridgeConfig) -> tuple[str, ...]:
+    """What the log redactor masks: the config's secrets and the proxy credentials of
+    the environment (load_config has refused a malformed proxy variable already)."""
+    return (*cfg.secrets(), *ProxySettings.from_env(os.environ).secrets())
 
 
 def _load(config_file: str | None, **flags: Any) -> BridgeConfig:

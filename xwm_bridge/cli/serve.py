@@ -21,6 +21,7 @@ from xwm_bridge.cli.common import (
     _fail,
     _run,
     log,
+    log_secrets,
 )
 from xwm_bridge.cli.group import cli
 from xwm_bridge.config import BridgeConfig, ConfigError, load_config
@@ -31,6 +32,7 @@ from xwm_bridge.store.base import StoreError
 if TYPE_CHECKING:  # imported lazily at run time (``--help`` stays fast)
     from xwm_bridge.app.bridge import Bridge
     from xwm_bridge.observability.sdnotify import Notifier
+    from xwm_bridge.proxy import ProxySettings
     from xwm_bridge.transport.serving import Server
 
 
@@ -114,8 +116,8 @@ def serve(
             "or pass --allow-unauthenticated if a proxy in front authenticates clients",
             EXIT_CONFIG,
         )
-    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
-    code = _run(_serve(cfg, host, port, sources=loaded.sources))
+    setup_logging(cfg.log_level, log_secrets(cfg), log_format=cfg.log_format)
+    code = _run(_serve(cfg, host, port, sources=loaded.sources, proxies=loaded.proxies))
     sys.exit(code)
 
 
@@ -125,6 +127,7 @@ async def _serve(
     port: int,
     adapter: Any = None,
     sources: Mapping[str, str] | None = None,
+    proxies: ProxySettings | None = None,
 ) -> int:
     from xwm_bridge.app.bridge import Bridge
     from xwm_bridge.app.dispatcher import Dispatcher
@@ -134,7 +137,7 @@ async def _serve(
     from xwm_bridge.transport.serving import Server
 
     notifier = Notifier.from_env()  # systemd Type=notify; agents never see the socket
-    bridge = Bridge(cfg, sources)
+    bridge = Bridge(cfg, sources, proxies)  # None: read from the environment
     paths: tuple[str, ...]
     if adapter is None:
         table, paths = BridgeMethods(bridge).table(), SERVE_PATHS

@@ -16,6 +16,7 @@ from xwm_bridge.cli.common import (
     _run,
     _start_bridge,
     _until_signal,
+    log_secrets,
 )
 from xwm_bridge.cli.group import cli
 from xwm_bridge.config import BridgeConfig
@@ -36,7 +37,7 @@ def acp_stdio(config_file: str | None, log_level: str | None, log_format: str | 
     Logs go to stderr. Exits 0 at end of input once running requests finish.
     """
     cfg = _load(config_file, log_level=log_level, log_format=log_format)
-    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
+    setup_logging(cfg.log_level, log_secrets(cfg), log_format=cfg.log_format)
     sys.exit(_run(_acp_stdio(cfg)))
 
 
@@ -89,7 +90,7 @@ def acp(config_file: str | None, log_level: str | None) -> None:
     from xwm_bridge.store import with_own_state_dir
 
     cfg = with_own_state_dir(_load(config_file, log_level=log_level), "acp")
-    setup_logging(cfg.log_level, cfg.secrets())
+    setup_logging(cfg.log_level, log_secrets(cfg))
     sys.exit(_run(_acp(cfg)))
 
 

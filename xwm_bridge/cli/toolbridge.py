@@ -13,6 +13,7 @@ from xwm_bridge.cli.common import (
     _load,
     _run,
     _until_signal,
+    log_secrets,
 )
 from xwm_bridge.cli.group import cli
 from xwm_bridge.config import BridgeConfig
@@ -35,7 +36,7 @@ def toolbridge(config_file: str | None, log_level: str | None, log_format: str |
     Logs go to stderr. Exits 0 at end of input once running calls finish.
     """
     cfg = _load(config_file, log_level=log_level, log_format=log_format)
-    setup_logging(cfg.log_level, cfg.secrets(), log_format=cfg.log_format)
+    setup_logging(cfg.log_level, log_secrets(cfg), log_format=cfg.log_format)
     sys.exit(_run(_toolbridge(cfg)))
 
 
