@@ -5,6 +5,7 @@ and the scripted ACP agent."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -146,3 +147,27 @@ async def settle_turns() -> None:
 
 def codex(session_id: str, prompt: str) -> dict[str, Any]:
     return agent_params(session_id, prompt, provider="codex")
+
+
+async def refuse_once(page: Any, method: str, message: str) -> list[Any]:
+    """Route the page's console WebSocket through a relay that answers the page's first
+    ``method`` request with ``-32603 message`` in the bridge's place (every other frame
+    passes); the list gets that request's id."""
+    refused: list[Any] = []
+
+    def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+
+        def from_page(frame: str | bytes) -> None:
+            msg = json.loads(frame)
+            if msg.get("method") == method and not refused:
+                refused.append(msg["id"])
+                err = {"code": -32603, "message": message}
+                ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": err}))
+                return
+            server.send(frame)
+
+        ws.on_message(from_page)
+
+    await page.route_web_socket("**/console/ws", relay)
+    return refused

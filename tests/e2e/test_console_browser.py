@@ -12,7 +12,15 @@ import aiohttp
 import pytest
 
 from tests.conftest import TOKEN, FakeUpstream, StartBridge, rpc
-from tests.e2e.console_browser import Watch, codex, http_turn, login, open_console, settle_turns
+from tests.e2e.console_browser import (
+    Watch,
+    codex,
+    http_turn,
+    login,
+    open_console,
+    refuse_once,
+    settle_turns,
+)
 from tests.integration.agent_helpers import agent_params
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -235,27 +243,11 @@ async def test_a_failed_answer_can_be_given_again(
     """An answer that fails while the request stays pending (here the first
     session.permission gets the -32603 of a replica that did not reply): the error is
     shown and the buttons come back, so the operator answers again before it expires."""
-    import json
-
     bp, context, _ = console
     page = await context.new_page()
-    failed: list[Any] = []
-
-    def relay(ws: Any) -> None:
-        server = ws.connect_to_server()
-
-        def from_page(message: str | bytes) -> None:
-            msg = json.loads(message)
-            if msg.get("method") == "session.permission" and not failed:
-                failed.append(msg["id"])
-                err = {"code": -32603, "message": "held by replica r2, which did not answer"}
-                ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": err}))
-                return
-            server.send(message)
-
-        ws.on_message(from_page)
-
-    await page.route_web_socket("**/console/ws", relay)
+    failed = await refuse_once(
+        page, "session.permission", "held by replica r2, which did not answer"
+    )
     await login(page, bp.url, TOKEN)
     await page.goto(f"{bp.url}/console#/permissions")
     turn = http_turn(

@@ -20,6 +20,7 @@ from tests.e2e.console_browser import (
     http_turn,
     login,
     open_console,
+    refuse_once,
     require_browser,
     settle_turns,
 )
@@ -208,27 +209,9 @@ async def test_a_failed_cancel_says_why_next_to_the_button(
     """session.cancel failing (an error answer, given here in the bridge's place) shows
     its message next to the Cancel turn button, enabled again, with no uncaught promise
     rejection; the next click reaches the bridge, and the error goes."""
-    import json
-
     bp, context, watch = console
     page = await context.new_page()
-    refused: list[Any] = []
-
-    def relay(ws: Any) -> None:
-        server = ws.connect_to_server()
-
-        def from_page(message: str | bytes) -> None:
-            msg = json.loads(message)
-            if msg.get("method") == "session.cancel" and not refused:
-                refused.append(msg["id"])
-                err = {"code": -32603, "message": "session store unavailable"}
-                ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": err}))
-                return
-            server.send(message)
-
-        ws.on_message(from_page)
-
-    await page.route_web_socket("**/console/ws", relay)
+    refused = await refuse_once(page, "session.cancel", "session store unavailable")
     await login(page, bp.url, TOKEN)
     params = agent_params("cf-1", "slow", workingDirectory=str(tmp_path))
     turn = http_turn(http, bp.rpc_url, params)
@@ -239,6 +222,7 @@ async def test_a_failed_cancel_says_why_next_to_the_button(
     error = page.locator(".detail-head .error")
     await error.wait_for(timeout=10_000)
     assert "session store unavailable" in await error.inner_text()
+    assert refused  # the relay answered it, not the bridge
     assert await cancel.is_enabled()
     assert watch.errors == [], watch.errors  # the rejection was caught
     await cancel.click()  # this one reaches the bridge
