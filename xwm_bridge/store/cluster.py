@@ -48,6 +48,8 @@ POLL_MIN = 0.002
 POLL_MAX = 0.1
 QUEUE_TTL_MS = 86_400_000
 MAX_REMEMBERED_THREADS = 65_536
+#: releases Redis refused, kept for a retry (past it the oldest are given up, logged)
+MAX_UNRELEASED = 65_536
 
 # KEYS: queue, fence, holder, run; ARGV: ticket, replica id, run-key ttl ms → fencing
 # token if the ticket is head (the session is then marked running on this replica), 0 if
@@ -140,6 +142,12 @@ class Cluster:
         self._pop_if_head = self.client.register_script(POP_IF_HEAD)
         self._release = self.client.register_script(RELEASE)
         self._listener: asyncio.Task[None] | None = None
+        #: releases whose pipeline failed: ticket → (thread, keys, args), retried by
+        #: ``_retry_releases`` (a ticket left in ``q:<thread>`` blocks the thread on
+        #: every replica for as long as this one lives)
+        self._unreleased: OrderedDict[str, tuple[str, list[str], list[str | int]]] = OrderedDict()
+        self._owed = asyncio.Event()
+        self._retrier: asyncio.Task[None] | None = None
         #: thread → the fencing token this replica last released it with (bounded)
         self._last_token: OrderedDict[str, int] = OrderedDict()
         #: threads whose running turn follows this replica's own previous turn: no other
@@ -162,16 +170,19 @@ class Cluster:
         return self.store.replica_id
 
     async def start(self) -> None:
-        self._listener = asyncio.get_running_loop().create_task(
-            self._listen(), name="cluster-cancel-listener"
-        )
+        loop = asyncio.get_running_loop()
+        self._listener = loop.create_task(self._listen(), name="cluster-cancel-listener")
+        self._retrier = loop.create_task(self._retry_releases(), name="cluster-release-retry")
         await wait_for(self._ready.wait(), self.store.timeout)
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
+        for task in (self._listener, self._retrier):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._unreleased:  # this replica's liveness key goes: the others pop them
+            log.warning("closed with lease releases unsent", extra={"count": len(self._unreleased)})
 
     # --- tickets ----------------------------------------------------------------------------
 
@@ -256,10 +267,43 @@ class Cluster:
             while len(self._last_token) > MAX_REMEMBERED_THREADS:
                 self._last_token.popitem(last=False)
         keys = [self.key("q", ticket.thread_id), self.key("run", ticket.session_id)]
-        done = self.store.queue_eval(RELEASE, keys, [ticket.value, self.replica_id])
+        args: list[str | int] = [ticket.value, self.replica_id]
+        done = self.store.queue_eval(RELEASE, keys, args)
+        done.add_done_callback(lambda sent: self._sent(sent, ticket, keys, args))
         # answered only once released: a cancel sent after the answer finds nothing running
         with contextlib.suppress(TimeoutError):  # queued already: only the wait ends
             await wait_for(asyncio.shield(done), self.store.timeout)
+
+    def _sent(
+        self, sent: asyncio.Future[bool], ticket: Ticket, keys: list[str], args: list[str | int]
+    ) -> None:
+        """A release's batch was sent: if Redis refused it, owe the release (retried)."""
+        if not sent.cancelled() and sent.result():
+            return
+        self._unreleased[ticket.value] = (ticket.thread_id, keys, args)
+        while len(self._unreleased) > MAX_UNRELEASED:
+            _, (thread, _, _) = self._unreleased.popitem(last=False)
+            log.error("lease release given up", extra={"thread_id": thread[:128]})
+        log.warning("lease release failed; retrying", extra={"thread_id": ticket.thread_id[:128]})
+        self._owed.set()
+
+    async def _retry_releases(self) -> None:
+        """Send the releases Redis refused, oldest first, every ``lease_ttl / 3`` while
+        any is owed (until Redis takes them)."""
+        while True:
+            await self._owed.wait()
+            await asyncio.sleep(max(POLL_MAX, self.store.lease_ttl / 3))
+            while self._unreleased:
+                value, (thread, keys, args) = next(iter(self._unreleased.items()))
+                try:
+                    await wait_for(self._release(keys=keys, args=args), self.store.timeout)
+                except Exception as exc:  # still away: the next round
+                    log.debug("lease release retry failed", extra={"error": repr(exc)})
+                    break
+                self._unreleased.pop(value, None)
+                log.info("lease release retried", extra={"thread_id": thread[:128]})
+            if not self._unreleased:
+                self._owed.clear()
 
     def wrap(self, ticket: Ticket, job: Job) -> Job:
         """The turn as run by the local queue: lease, run, release (ordered after the

@@ -359,10 +359,11 @@ class RedisStore:
 
     def queue_eval(
         self, script: str, keys: list[str], args: list[str | int]
-    ) -> asyncio.Future[None]:
+    ) -> asyncio.Future[bool]:
         """Queue a script with the writes: it runs after every write queued before it.
-        The future resolves once the batch holding it has been sent."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        The future resolves once the batch holding it has been sent: True if Redis
+        took the batch, False if it failed (the script may not have run)."""
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._ops.put_nowait(("eval", script, keys, args, done))
         return done
 
@@ -370,6 +371,7 @@ class RedisStore:
         if not writes:
             return
         pipe = self.client.pipeline(transaction=False)
+        ok = False
         try:
             # building the commands too: a write it cannot take is a failed write,
             # not a restart of the writer (which goes on)
@@ -387,9 +389,10 @@ class RedisStore:
             )
         else:
             self.counters.last_error = ""
+            ok = True
         for op in writes:
             if op[0] == "eval" and not op[4].done():
-                op[4].set_result(None)
+                op[4].set_result(ok)
         writes.clear()
 
     def _dropped(self, kind: str, session_id: str, exc: Exception) -> None:
@@ -423,7 +426,7 @@ class RedisStore:
                     if op[0] == "call" and not op[2].done():
                         op[2].set_exception(exc)
                     elif op[0] == "eval" and not op[4].done():
-                        op[4].set_result(None)
+                        op[4].set_result(False)
             self.backlog.drained()
             if any(op[0] == "stop" for op in batch):
                 return

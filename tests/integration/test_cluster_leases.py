@@ -1,0 +1,76 @@
+"""The cross-replica thread queue (store/cluster.py) when Redis fails a lease write.
+
+A turn's ticket that stays in ``q:<thread>`` after its turn is gone blocks that
+thread on every replica for as long as its replica lives (its liveness key keeps
+the ticket "held"). These tests make the ticket's release fail against a real
+``redis-server`` and check that the thread is usable again once Redis is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from tests.redis_server import RedisServer, redis_server
+from xwm_bridge.store.cluster import Cluster
+from xwm_bridge.store.redis import RedisStore
+from xwm_bridge.tasks import wait_for
+
+pytestmark = pytest.mark.asyncio
+#: long enough for a retried release (the retry runs every lease_ttl / 3)
+GRANTED_WITHIN = 10.0
+
+
+@pytest.fixture
+async def redis(tmp_path: Path) -> AsyncIterator[RedisServer]:
+    async with redis_server(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+async def admin(redis: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis.url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def cluster_on(redis: RedisServer, redis_timeout: float) -> tuple[RedisStore, Cluster]:
+    store = RedisStore(redis.url, timeout=redis_timeout, lease_ttl=3.0)
+    await store.start()
+    cluster = Cluster(store, lambda sid: False)
+    await cluster.start()
+    return store, cluster
+
+
+async def close(store: RedisStore, cluster: Cluster) -> None:
+    await cluster.close()
+    await store.close()
+
+
+async def test_a_release_redis_refused_is_retried_and_frees_the_thread(
+    redis: RedisServer, admin: aioredis.Redis
+) -> None:
+    store, cluster = await cluster_on(redis, redis_timeout=1.0)
+    try:
+        first = await cluster.enqueue("th", "s1")
+        await cluster.acquire(first)
+        # the release's pipeline fails (as it does when the connection drops); the
+        # heartbeat (SET) and the lease scripts (EVALSHA) still go through
+        await admin.execute_command("ACL", "SETUSER", "default", "-eval")
+        try:
+            await cluster.release(first)
+        finally:
+            await admin.execute_command("ACL", "SETUSER", "default", "+eval")
+        assert store.counters.write_errors >= 1  # the failed release was counted
+        second = await cluster.enqueue("th", "s2")
+        token = await wait_for(cluster.acquire(second), GRANTED_WITHIN)
+        assert token > first.fence
+        assert await admin.lrange("xwm:q:th", 0, -1) == [second.value.encode()]
+        await cluster.release(second)
+    finally:
+        await close(store, cluster)
