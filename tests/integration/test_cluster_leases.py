@@ -1,13 +1,17 @@
-"""The cross-replica thread queue (store/cluster.py) when Redis fails a lease write.
+"""The cross-replica thread queue (store/cluster.py) when Redis fails or is away.
 
 A turn's ticket that stays in ``q:<thread>`` after its turn is gone blocks that
 thread on every replica for as long as its replica lives (its liveness key keeps
 the ticket "held"). These tests make the ticket's release fail against a real
-``redis-server`` and check that the thread is usable again once Redis is.
+``redis-server`` and check that the thread is usable again once Redis is; and a
+Redis that does not answer fails a turn's queueing, its wait and a remote cancel as
+an unavailable store (``-32603 session store unavailable``, no traceback), not as an
+internal error.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.redis_server import RedisServer, redis_server
+from xwm_bridge.store.base import StoreUnavailable
 from xwm_bridge.store.cluster import Cluster
 from xwm_bridge.store.redis import RedisStore
 from xwm_bridge.tasks import wait_for
@@ -72,5 +77,30 @@ async def test_a_release_redis_refused_is_retried_and_frees_the_thread(
         assert token > first.fence
         assert await admin.lrange("xwm:q:th", 0, -1) == [second.value.encode()]
         await cluster.release(second)
+    finally:
+        await close(store, cluster)
+
+
+async def test_a_redis_that_does_not_answer_is_an_unavailable_store(
+    redis: RedisServer,
+) -> None:
+    store, cluster = await cluster_on(redis, redis_timeout=0.3)
+    where = f"127.0.0.1:{redis.port}"
+    try:
+        running = await cluster.enqueue("th", "s1")
+        await cluster.acquire(running)
+        waiting = await cluster.enqueue("th", "s2")  # behind the running one
+        redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable, match=where):
+                await cluster.enqueue("th", "s3")
+            with pytest.raises(StoreUnavailable, match=where):
+                await wait_for(cluster.acquire(waiting), 5)
+            with pytest.raises(StoreUnavailable, match=where):
+                await cluster.cancel_remote("s1")
+        finally:
+            redis.proc.send_signal(signal.SIGCONT)
+        await cluster.release(waiting)
+        await cluster.release(running)
     finally:
         await close(store, cluster)

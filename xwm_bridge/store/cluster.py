@@ -36,11 +36,11 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
-from xwm_bridge.store.redis import RedisStore
+from xwm_bridge.store.redis import OUTAGES, RedisStore
 from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.cluster")
@@ -50,6 +50,7 @@ QUEUE_TTL_MS = 86_400_000
 MAX_REMEMBERED_THREADS = 65_536
 #: releases Redis refused, kept for a retry (past it the oldest are given up, logged)
 MAX_UNRELEASED = 65_536
+T = TypeVar("T")
 
 # KEYS: queue, fence, holder, run; ARGV: ticket, replica id, run-key ttl ms → fencing
 # token if the ticket is head (the session is then marked running on this replica), 0 if
@@ -184,6 +185,16 @@ class Cluster:
         if self._unreleased:  # this replica's liveness key goes: the others pop them
             log.warning("closed with lease releases unsent", extra={"count": len(self._unreleased)})
 
+    async def _ask(self, call: Awaitable[T]) -> T:
+        """One Redis command of the lease protocol within the store's timeout. Redis
+        away or too slow is an unavailable store: the request that needed it fails
+        as such (``-32603 session store unavailable``, logged without a traceback)."""
+        timeout = self.store.timeout
+        try:
+            return await wait_for(call, timeout)
+        except OUTAGES as exc:
+            raise self.store.unavailable(exc, timeout) from None
+
     # --- tickets ----------------------------------------------------------------------------
 
     def _lease_keys(self, ticket: Ticket) -> list[str]:
@@ -199,9 +210,7 @@ class Cluster:
         an idle thread's lease is granted in the same round trip."""
         ticket = Ticket(thread_id, f"{self.replica_id}:{uuid.uuid4().hex}", session_id)
         args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
-        token = await wait_for(
-            self._enqueue(keys=self._lease_keys(ticket), args=args), self.store.timeout
-        )
+        token = await self._ask(self._enqueue(keys=self._lease_keys(ticket), args=args))
         ticket.fence = int(token)
         return ticket
 
@@ -212,22 +221,23 @@ class Cluster:
         keys = self._lease_keys(ticket)
         args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
         delay = POLL_MIN
-        timeout = self.store.timeout
         while True:
             if ticket.released:  # the caller gave up while the turn waited
                 raise LeaseLostError(ticket.thread_id)
-            token = int(await wait_for(self._acquire(keys=keys, args=args), timeout))
+            token = int(await self._ask(self._acquire(keys=keys, args=args)))
             if token > 0:
                 return self._granted(ticket, token)
             if token < 0:  # presumed dead while waiting (a long pause): queue again
                 async with self.ordering(ticket.thread_id):
-                    await wait_for(self.client.rpush(keys[0], ticket.value), timeout)
+                    await self._ask(self.client.rpush(keys[0], ticket.value))
                 continue
-            head = await wait_for(self.client.lindex(keys[0], 0), timeout)
+            head = await self._ask(self.client.lindex(keys[0], 0))
             if head is not None:
                 owner = (head.decode() if isinstance(head, bytes) else str(head)).split(":", 1)[0]
-                if owner != self.replica_id and not await self.store.replica_alive(owner):
-                    popped = await wait_for(self._pop_if_head(keys=[keys[0]], args=[head]), timeout)
+                if owner != self.replica_id and not await self._ask(
+                    self.store.replica_alive(owner)
+                ):
+                    popped = await self._ask(self._pop_if_head(keys=[keys[0]], args=[head]))
                     if popped:
                         log.warning(
                             "took over a thread from a dead replica",
@@ -322,15 +332,14 @@ class Cluster:
 
     async def cancel_remote(self, session_id: str) -> bool:
         """Ask the replica running ``session_id``'s turn to cancel it."""
-        timeout = self.store.timeout
-        owner = await wait_for(self.client.get(self.key("run", session_id)), timeout)
+        owner = await self._ask(self.client.get(self.key("run", session_id)))
         if owner is None:
             return False
         owner_id = owner.decode() if isinstance(owner, bytes) else str(owner)
-        if owner_id == self.replica_id or not await self.store.replica_alive(owner_id):
+        if owner_id == self.replica_id or not await self._ask(self.store.replica_alive(owner_id)):
             return False
         message = f"{owner_id}\n{session_id}"
-        receivers = await wait_for(self.client.publish(self.key("cancel"), message), timeout)
+        receivers = await self._ask(self.client.publish(self.key("cancel"), message))
         return bool(receivers)
 
     # --- permission answers across replicas ---------------------------------------------------

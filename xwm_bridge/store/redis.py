@@ -220,14 +220,8 @@ class RedisStore:
         self._ops.put_nowait(("call", fn, fut))
         try:
             return await wait_for(fut, self.timeout * 3)
-        except TimeoutError:
-            raise StoreUnavailable(
-                f"session store: Redis at {self._where} did not answer within {self.timeout * 3:g}s"
-            ) from None
         except OUTAGES as exc:
-            raise StoreUnavailable(
-                f"session store: cannot reach Redis at {self._where}: {exc}"
-            ) from None
+            raise self.unavailable(exc, self.timeout * 3) from None
         except aioredis.ResponseError as exc:  # READONLY, OOM, MASTERDOWN…: an outage
             if not redis_reads.refused(exc):
                 raise  # WRONGTYPE, ERR …: a bug, with its traceback
@@ -235,6 +229,14 @@ class RedisStore:
             raise StoreUnavailable(
                 f"session store: Redis at {self._where} refused: {error}"
             ) from None
+
+    def unavailable(self, exc: BaseException, waited: float) -> StoreUnavailable:
+        """The error of a request Redis did not answer (``exc``, after ``waited`` s)."""
+        if isinstance(exc, TimeoutError) and not str(exc):  # our own deadline
+            return StoreUnavailable(
+                f"session store: Redis at {self._where} did not answer within {waited:g}s"
+            )
+        return StoreUnavailable(f"session store: cannot reach Redis at {self._where}: {exc}")
 
     async def flush(self) -> None:
         """Wait until every write queued so far has reached Redis."""
