@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import threading
 import time
@@ -18,6 +19,7 @@ from tests.conftest import wait_until
 from tests.nesting import nested
 from tests.redis_server import redis_server
 from xwm_bridge.core.sessions import Session
+from xwm_bridge.store import redis as redis_store
 from xwm_bridge.store.base import (
     INTERRUPTED,
     NOTIFICATION,
@@ -35,6 +37,7 @@ from xwm_bridge.store.memory import MemoryStore
 from xwm_bridge.store.records import SessionQuery
 from xwm_bridge.store.redis import RedisStore
 from xwm_bridge.store.sqlite import SCHEMA_VERSION, SQLiteStore
+from xwm_bridge.tasks import wait_for
 
 pytestmark = pytest.mark.asyncio
 
@@ -481,6 +484,27 @@ async def test_a_read_redis_does_not_answer_is_a_store_unavailable_error(tmp_pat
             assert await store.load("s1") is None  # and reads work again once it is back
         finally:
             await store.close()
+
+
+async def test_redis_close_counts_the_writes_it_could_not_send(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A close waits for the writer at most twice the timeout: what it leaves unsent
+    (Redis not answering) is counted and logged as dropped, not lost silently."""
+    caplog.set_level(logging.ERROR, logger="xwm_bridge.store")
+    async with redis_server(tmp_path) as server:
+        store = RedisStore(server.url, timeout=0.3)
+        await store.start()
+        writes = 3 * redis_store.MAX_BATCH  # three batches of 0.3 s: past the close's wait
+        server.proc.send_signal(signal.SIGSTOP)
+        try:
+            for n in range(writes):
+                store.save(SessionRecord(f"s{n}", "t"))
+            await wait_for(store.close(), 5)
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+    assert store.counters.write_errors == writes
+    assert "session store closed with writes unsent; dropped" in caplog.text
 
 
 # --- bounds by bytes (issue 16 item 12) -----------------------------------------------

@@ -88,6 +88,8 @@ class RedisStore:
         #: thread id → fencing token of the turn this replica runs on it (cluster.py)
         self.fences: dict[str, int] = {}
         self._writer: asyncio.Task[None] | None = None
+        #: the writer task's batch not sent yet (what a close that gives up leaves unsent)
+        self._current: list[Op] = []
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
         self.counters = StoreCounters()
@@ -151,8 +153,9 @@ class RedisStore:
         self._closed = True
         if self._writer is not None:
             self._ops.put_nowait(("stop",))
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # TimeoutError: the writer is cancelled
                 await wait_for(self._writer, self.timeout * 2)
+            self._drop_unsent()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -160,6 +163,26 @@ class RedisStore:
         with contextlib.suppress(Exception):
             await wait_for(self.client.delete(self.key("replica", self.replica_id)), 1)
         await self.client.aclose()
+
+    def _drop_unsent(self) -> None:
+        """After the writer stopped: count and log the writes it did not send (a close
+        that gave up on a Redis not answering), and answer their waiters."""
+        left, self._current = self._current, []
+        while not self._ops.empty():
+            left.append(self._ops.get_nowait())
+        for op in left:
+            if op[0] == "eval" and not op[4].done():
+                op[4].set_result(False)
+            elif op[0] == "call" and not op[2].done():
+                op[2].set_exception(StoreUnavailable("session store closed"))
+        lost = sum(op[0] in WRITES for op in left)
+        if lost:
+            self.counters.write_errors += lost
+            self.counters.failed(f"closed with {lost} writes unsent")
+            log.error(
+                "session store closed with writes unsent; dropped",
+                extra={"ops": lost, "waited_s": self.timeout * 2},
+            )
 
     async def _beat(self) -> None:
         ms = int(self.lease_ttl * 1000)
@@ -419,7 +442,9 @@ class RedisStore:
             try:
                 writes = [op for op in batch if op[0] in WRITES]
                 reads = [op for op in batch if op[0] == "call"]
+                self._current = [*writes, *reads]  # not sent yet
                 await self._flush(writes)
+                self._current = [*reads]
                 await self._run_reads(reads)
             except Exception as exc:
                 self.counters.restarts += 1
@@ -429,6 +454,7 @@ class RedisStore:
                         op[2].set_exception(exc)
                     elif op[0] == "eval" and not op[4].done():
                         op[4].set_result(False)
+            self._current = []
             self.backlog.drained()
             if any(op[0] == "stop" for op in batch):
                 return
