@@ -177,9 +177,12 @@ class Cluster:
         await wait_for(self._ready.wait(), self.store.timeout)
 
     async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+        if self._retrier is not None:
+            self._retrier.cancel()
         for task in (self._listener, self._retrier):
             if task is not None:
-                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         if self._unreleased:  # this replica's liveness key goes: the others pop them
