@@ -27,6 +27,9 @@ EXAMPLE_18 = (
     b'{"jsonrpc":"2.0","id":2,"method":"session.close","params":{"sessionId":"nope"}}\n'
 )
 
+#: a loaded CI machine can take several seconds to import and start the daemon
+STARTUP_S = 45.0
+
 
 @dataclass
 class StdioBridge:
@@ -45,7 +48,12 @@ class StdioBridge:
 
     async def message(self, wait_s: float = 10) -> dict[str, Any]:
         assert self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), wait_s)
+        if not self.raw_lines:  # the first answer also waits for the interpreter to start
+            wait_s = max(wait_s, STARTUP_S)
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), wait_s)
+        except TimeoutError:
+            raise AssertionError(f"no answer in {wait_s:.1f} s; stderr: {self.stderr}") from None
         assert line.endswith(b"\n"), f"stdout ended: {line!r}; stderr: {self.stderr}"
         self.raw_lines.append(line)
         decoded: dict[str, Any] = orjson.loads(line)
@@ -54,7 +62,7 @@ class StdioBridge:
 
     async def until_id(self, rid: Any, wait_s: float = 10) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + wait_s + (0 if self.raw_lines else STARTUP_S)
         while True:
             msg = await self.message(max(0.1, deadline - time.monotonic()))
             out.append(msg)
