@@ -90,6 +90,7 @@ async def test_start_that_times_out_keeps_the_lock_until_the_thread_ends(
 ) -> None:
     """start() giving up on a slow open: the store thread may still open (and would
     then serve): the lock stays held until it has ended, and it ends without an error."""
+    real_timeout = sqlite_store.READ_TIMEOUT
     monkeypatch.setattr(sqlite_store, "READ_TIMEOUT", 0.3)  # start()'s wait for the open
     loop = asyncio.get_running_loop()
     entered, release = asyncio.Event(), threading.Event()
@@ -117,6 +118,8 @@ async def test_start_that_times_out_keeps_the_lock_until_the_thread_ends(
     assert thread_errors == []
     await store.close()
     monkeypatch.setattr(sqlite_store, "connect", real_connect)
+    # the normal wait again: a loaded machine can take more than 0.3 s to open the file
+    monkeypatch.setattr(sqlite_store, "READ_TIMEOUT", real_timeout)
     again = SQLiteStore(path)  # the lock is free once it has ended
     await again.start()
     await again.close()
