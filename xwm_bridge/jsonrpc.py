@@ -108,7 +108,7 @@ class Request:
         return self.id is None if self.notification is None else self.notification
 
 
-def _member(obj: dict[str, Any], name: str) -> tuple[bool, Any]:
+def member(obj: dict[str, Any], name: str) -> tuple[bool, Any]:
     """Exact name first, then a case-insensitive match (the original matched both)."""
     if name in obj:
         return True, obj[name]
@@ -120,21 +120,31 @@ def _member(obj: dict[str, Any], name: str) -> tuple[bool, Any]:
 
 def decode_request(data: bytes | str) -> Request:
     """Decode one request frame or raise :class:`DecodeError` with the spec's message."""
+    return request_from(parse(data), data)
+
+
+def parse(data: bytes | str) -> Any:
+    """The frame's JSON value, or :class:`DecodeError` (``-32700 invalid json: …``)."""
     try:
-        obj = orjson.loads(data)
+        return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise DecodeError(f"invalid json: {exc}") from None
+
+
+def request_from(obj: Any, data: bytes | str) -> Request:
+    """The request in ``obj``, the value :func:`parse` read from ``data`` (whose text
+    spares most frames the nesting walk), or :class:`DecodeError`."""
     if not isinstance(obj, dict):
         raise DecodeError(f"invalid json: expected a JSON object, got {_json_type(obj)}")
-    _, method = _member(obj, "method")
+    _, method = member(obj, "method")
     if method is not None and not isinstance(method, str):
         raise DecodeError(f"invalid json: method must be a string, got {_json_type(method)}")
-    _, params = _member(obj, "params")
+    _, params = member(obj, "params")
     if params is None:
         params = {}
     elif not isinstance(params, dict):
         raise DecodeError(f"invalid json: params must be an object, got {_json_type(params)}")
-    _, rid = _member(obj, "id")
+    _, rid = member(obj, "id")
     if may_nest(data, MAX_DEPTH):
         if nesting_exceeds(rid, MAX_DEPTH):
             raise DecodeError(ID_TOO_DEEP, INVALID_REQUEST)

@@ -423,3 +423,29 @@ async def test_claude_review_is_not_held_by_a_process_keeping_its_output_open(
         result = await session.call_tool("claude_review", {"prompt": "holder"})
         assert _text(result) == "reviewed: holder"
         assert loop.time() - started < 15
+
+
+async def test_null_id_is_an_invalid_request_answered_and_never_run(
+    fake_claude: tuple[Path, Path],
+) -> None:
+    """MCP: a request id MUST NOT be null. ``"id": null`` was served as a notification:
+    the tool ran and nothing was answered, so the client waited forever. It is an
+    Invalid Request now, answered ``-32600`` with id null (JSON-RPC 2.0), never run."""
+    script, log = fake_claude
+    env = toolbridge_env(CLAUDE_BIN=str(script), FAKE_CLAUDE_LOG=str(log))
+    payload = b"".join(
+        [
+            b'{"jsonrpc":"2.0","id":null,"method":"tools/call",'
+            b'"params":{"name":"claude_review","arguments":{"prompt":"x"}}}\n',
+            b'{"jsonrpc":"2.0","id":null,"method":"notifications/initialized"}\n',
+            b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
+        ]
+    )
+    replies = await _raw(payload, env)
+    invalid = {"code": -32600, "message": "invalid request: id must not be null"}
+    assert replies == [
+        {"jsonrpc": "2.0", "id": None, "error": invalid},
+        {"jsonrpc": "2.0", "id": None, "error": invalid},
+        {"jsonrpc": "2.0", "id": 1, "result": {}},
+    ]
+    assert not log.exists()  # the CLI was never started

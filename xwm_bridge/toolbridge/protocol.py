@@ -1,4 +1,5 @@
-"""Sans-I/O MCP server protocol (adapters.md §2): version negotiation, tool list, call params.
+"""Sans-I/O MCP server protocol (adapters.md §2): frame decoding, version negotiation,
+tool list, call params.
 
 The server loop (``server.py``) decodes frames and runs tools; every decision
 about what goes on the wire is made here.
@@ -10,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from xwm_bridge import jsonrpc
-from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.framing import FramingError
+from xwm_bridge.jsonrpc import DecodeError, RpcError
 
 #: protocol revisions negotiable through ``initialize``, oldest to newest.
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -62,6 +64,29 @@ TOOLS: list[dict[str, Any]] = [
     },
 ]
 TOOL_NAMES = frozenset(t["name"] for t in TOOLS)
+NULL_ID = "invalid request: id must not be null"
+
+
+def decode(item: bytes | FramingError) -> jsonrpc.Request | dict[str, Any]:
+    """One frame → the request to serve, or the error envelope to answer it with.
+
+    The contract's decoding (``jsonrpc.request_from``: ``-32700`` for bad framing,
+    JSON or field types, id null), with MCP's rules on top: a request's id MUST NOT
+    be null, so ``"id": null`` is neither a request nor a notification (which has no
+    id member) but an Invalid Request, answered ``-32600`` with id null (JSON-RPC 2.0)
+    and never run. It was served as a notification: the method ran and the client
+    waited for an answer that never came."""
+    if isinstance(item, FramingError):
+        return jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message)
+    try:
+        obj = jsonrpc.parse(item)
+        if isinstance(obj, dict):
+            has_id, rid = jsonrpc.member(obj, "id")
+            if has_id and rid is None and jsonrpc.member(obj, "method")[1] is not None:
+                return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, NULL_ID)
+        return jsonrpc.request_from(obj, item)
+    except DecodeError as exc:
+        return exc.envelope()
 
 
 def negotiate(params: dict[str, Any]) -> str:

@@ -5,7 +5,8 @@ Unlike the original, requests run concurrently: at most
 :data:`MAX_WAITING` more wait for a slot while the server reads on, so a long
 tool call does not block ``ping`` or a ``notifications/cancelled`` that abandons
 it. Only with that many requests unanswered does reading stop (backpressure).
-Requests without an id get no output at all (adapters.md §2.1).
+Messages without an id get no output at all (adapters.md §2.1); ``"id": null`` is
+an invalid request, answered (``protocol.decode``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import aiohttp
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.config import ToolbridgeConfig
-from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
+from xwm_bridge.framing import FramingError, StdioDecoder
 from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.proxy import ProxySettings
 from xwm_bridge.tasks import Supervisor
@@ -156,7 +157,7 @@ class ToolbridgeServer:
             del self._inflight[rid]
 
     async def _frame(self, item: bytes | FramingError) -> None:
-        req = decode_frame(item)
+        req = protocol.decode(item)
         if not isinstance(req, jsonrpc.Request):
             await self._send(req)
             return

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from xwm_bridge import jsonrpc
 from xwm_bridge.config import ToolbridgeConfig
 from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.llm import LLMError, normalize_base_url, parse_completion
@@ -21,6 +22,30 @@ from xwm_bridge.toolbridge.tools import (
     parse_claude_output,
 )
 from xwm_bridge.toolbridge.vault import VaultCall
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b'{"jsonrpc":"2.0","id":null,"method":"ping"}',
+        b'{"jsonrpc":"2.0","ID":null,"Method":"tools/list"}',  # the contract's case variants
+        b'{"jsonrpc":"2.0","id":null,"method":"notifications/initialized"}',
+    ],
+)
+def test_null_id_is_an_invalid_request(frame: bytes) -> None:
+    """MCP: a request id MUST NOT be null (it decoded as a notification: run, unanswered)."""
+    assert protocol.decode(frame) == jsonrpc.error(
+        None, jsonrpc.INVALID_REQUEST, "invalid request: id must not be null"
+    )
+
+
+def test_decode_keeps_the_contract_for_other_frames() -> None:
+    notification = protocol.decode(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    assert isinstance(notification, jsonrpc.Request) and notification.is_notification
+    request = protocol.decode(b'{"jsonrpc":"2.0","id":0,"method":"ping"}')
+    assert isinstance(request, jsonrpc.Request) and request.id == 0
+    assert protocol.decode(b'{"id":null}')["error"] == {"code": -32700, "message": "missing method"}
+    assert protocol.decode(b"{broken")["error"]["code"] == -32700
 
 
 @pytest.mark.parametrize(
