@@ -449,3 +449,18 @@ async def test_null_id_is_an_invalid_request_answered_and_never_run(
         {"jsonrpc": "2.0", "id": 1, "result": {}},
     ]
     assert not log.exists()  # the CLI was never started
+
+
+async def test_a_response_from_the_client_is_not_answered() -> None:
+    """The toolbridge sends no requests, so a response is to an id it never used: it is
+    dropped (as the MCP SDKs drop a response to an unknown id). It was answered
+    ``-32700 missing method`` with id null: an error in reply to a reply."""
+    payload = b"".join(
+        [
+            b'{"jsonrpc":"2.0","id":99,"result":{}}\n',
+            b'{"jsonrpc":"2.0","id":"s-1","error":{"code":-32601,"message":"no"}}\n',
+            b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}\n',
+            b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
+        ]
+    )
+    assert await _raw(payload) == [{"jsonrpc": "2.0", "id": 1, "result": {}}]

@@ -67,22 +67,33 @@ TOOL_NAMES = frozenset(t["name"] for t in TOOLS)
 NULL_ID = "invalid request: id must not be null"
 
 
-def decode(item: bytes | FramingError) -> jsonrpc.Request | dict[str, Any]:
-    """One frame → the request to serve, or the error envelope to answer it with.
+def decode(item: bytes | FramingError) -> jsonrpc.Request | dict[str, Any] | None:
+    """One frame → the request to serve, the error envelope to answer it with, or
+    ``None`` for a response, which is never answered.
 
     The contract's decoding (``jsonrpc.request_from``: ``-32700`` for bad framing,
     JSON or field types, id null), with MCP's rules on top: a request's id MUST NOT
     be null, so ``"id": null`` is neither a request nor a notification (which has no
     id member) but an Invalid Request, answered ``-32600`` with id null (JSON-RPC 2.0)
     and never run. It was served as a notification: the method ran and the client
-    waited for an answer that never came."""
+    waited for an answer that never came.
+
+    A JSON-RPC response (no ``method``; a ``result`` or an ``error``) answers a request
+    of ours, and the toolbridge sends none: it is dropped, as MCP SDKs drop a response
+    to an unknown id. It was answered ``-32700 missing method``, an error in reply to
+    a reply (with id null, which a peer that answers errors too could loop on)."""
     if isinstance(item, FramingError):
         return jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message)
     try:
         obj = jsonrpc.parse(item)
         if isinstance(obj, dict):
             has_id, rid = jsonrpc.member(obj, "id")
-            if has_id and rid is None and jsonrpc.member(obj, "method")[1] is not None:
+            has_method, method = jsonrpc.member(obj, "method")
+            if not has_method and (
+                jsonrpc.member(obj, "result")[0] or jsonrpc.member(obj, "error")[0]
+            ):
+                return None
+            if has_id and rid is None and method is not None:
                 return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, NULL_ID)
         return jsonrpc.request_from(obj, item)
     except DecodeError as exc:

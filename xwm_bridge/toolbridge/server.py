@@ -158,6 +158,9 @@ class ToolbridgeServer:
 
     async def _frame(self, item: bytes | FramingError) -> None:
         req = protocol.decode(item)
+        if req is None:
+            log.info("ignored a JSON-RPC response: the toolbridge sends no requests")
+            return
         if not isinstance(req, jsonrpc.Request):
             await self._send(req)
             return

@@ -39,13 +39,30 @@ def test_null_id_is_an_invalid_request(frame: bytes) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b'{"jsonrpc":"2.0","id":3,"result":{}}',
+        b'{"jsonrpc":"2.0","id":"a","error":{"code":-32601,"message":"x"}}',
+        b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}',
+        b'{"jsonrpc":"2.0","ID":3,"Result":null}',
+    ],
+)
+def test_a_response_is_dropped(frame: bytes) -> None:
+    """The toolbridge sends no requests: a response is never answered."""
+    assert protocol.decode(frame) is None
+
+
 def test_decode_keeps_the_contract_for_other_frames() -> None:
     notification = protocol.decode(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
     assert isinstance(notification, jsonrpc.Request) and notification.is_notification
     request = protocol.decode(b'{"jsonrpc":"2.0","id":0,"method":"ping"}')
     assert isinstance(request, jsonrpc.Request) and request.id == 0
-    assert protocol.decode(b'{"id":null}')["error"] == {"code": -32700, "message": "missing method"}
-    assert protocol.decode(b"{broken")["error"]["code"] == -32700
+    for frame in (b'{"id":null}', b'{"jsonrpc":"2.0"}'):
+        assert protocol.decode(frame) == jsonrpc.error(None, -32700, "missing method")
+    assert protocol.decode(b"[]") == jsonrpc.error(
+        None, -32700, "invalid json: expected a JSON object, got array"
+    )
 
 
 @pytest.mark.parametrize(
