@@ -20,6 +20,7 @@ from mcp.shared.exceptions import MCPError
 from internal.peers.fake_llm import create_app
 from tests.conftest import ROOT, ServeApp
 from tests.mcp_client import mcp_session, toolbridge_env
+from xwm_bridge import jsonrpc
 
 FAKE_CLAUDE = """#!{python}
 import json, os, subprocess, sys, time
@@ -464,3 +465,24 @@ async def test_a_response_from_the_client_is_not_answered() -> None:
         ]
     )
     assert await _raw(payload) == [{"jsonrpc": "2.0", "id": 1, "result": {}}]
+
+
+async def test_a_malformed_request_is_answered_with_its_id() -> None:
+    """A request the contract's decoding refuses (``params`` not an object, ``method``
+    missing or not a string) was answered with id null although its id was read, so
+    the request itself was never answered and its client waited for ever."""
+    payload = b"".join(
+        [
+            b'{"jsonrpc":"2.0","id":2,"method":"tools/list","params":["x"]}\n',
+            b'{"jsonrpc":"2.0","id":"q","method":5}\n',
+            b'{"jsonrpc":"2.0","id":3}\n',
+            b'{"jsonrpc":"2.0","method":"x","params":5}\n',  # no id to answer with
+        ]
+    )
+    replies = await _raw(payload)
+    assert replies == [
+        jsonrpc.error(2, -32700, "invalid json: params must be an object, got array"),
+        jsonrpc.error("q", -32700, "invalid json: method must be a string, got number"),
+        jsonrpc.error(3, -32700, "missing method"),
+        jsonrpc.error(None, -32700, "invalid json: params must be an object, got number"),
+    ]

@@ -72,32 +72,44 @@ def decode(item: bytes | FramingError) -> jsonrpc.Request | dict[str, Any] | Non
     ``None`` for a response, which is never answered.
 
     The contract's decoding (``jsonrpc.request_from``: ``-32700`` for bad framing,
-    JSON or field types, id null), with MCP's rules on top: a request's id MUST NOT
-    be null, so ``"id": null`` is neither a request nor a notification (which has no
-    id member) but an Invalid Request, answered ``-32600`` with id null (JSON-RPC 2.0)
-    and never run. It was served as a notification: the method ran and the client
-    waited for an answer that never came.
+    JSON or field types), with MCP's rules on top:
 
-    A JSON-RPC response (no ``method``; a ``result`` or an ``error``) answers a request
-    of ours, and the toolbridge sends none: it is dropped, as MCP SDKs drop a response
-    to an unknown id. It was answered ``-32700 missing method``, an error in reply to
-    a reply (with id null, which a peer that answers errors too could loop on)."""
+    * a request's id MUST NOT be null, so ``"id": null`` is neither a request nor a
+      notification (which has no id member) but an Invalid Request, answered
+      ``-32600`` with id null (JSON-RPC 2.0) and never run. It was served as a
+      notification: the method ran and the client waited for an answer for ever;
+    * a JSON-RPC response (no ``method``; a ``result`` or an ``error``) answers a
+      request of ours, and the toolbridge sends none: it is dropped, as MCP SDKs drop
+      a response to an unknown id. It was answered ``-32700 missing method``, an error
+      in reply to a reply (with id null, which a peer answering errors could loop on);
+    * a request refused by the contract's decoding (``params`` not an object, a
+      ``method`` missing or not a string) whose id could be read is answered with
+      that id (JSON-RPC 2.0: id null only when it could not be read). It was
+      answered with id null, so the request itself was never answered."""
     if isinstance(item, FramingError):
         return jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message)
     try:
         obj = jsonrpc.parse(item)
-        if isinstance(obj, dict):
-            has_id, rid = jsonrpc.member(obj, "id")
-            has_method, method = jsonrpc.member(obj, "method")
-            if not has_method and (
-                jsonrpc.member(obj, "result")[0] or jsonrpc.member(obj, "error")[0]
-            ):
-                return None
-            if has_id and rid is None and method is not None:
-                return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, NULL_ID)
-        return jsonrpc.request_from(obj, item)
     except DecodeError as exc:
         return exc.envelope()
+    rid = None
+    if isinstance(obj, dict):
+        has_id, rid = jsonrpc.member(obj, "id")
+        has_method, method = jsonrpc.member(obj, "method")
+        if not has_method and (jsonrpc.member(obj, "result")[0] or jsonrpc.member(obj, "error")[0]):
+            return None
+        if has_id and rid is None and method is not None:
+            return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, NULL_ID)
+    try:
+        return jsonrpc.request_from(obj, item)
+    except DecodeError as exc:
+        if exc.id is None and _scalar_id(rid):
+            return jsonrpc.error(rid, exc.code, exc.message)
+        return exc.envelope()
+
+
+def _scalar_id(rid: Any) -> bool:
+    return isinstance(rid, (str, int, float)) and not isinstance(rid, bool)
 
 
 def negotiate(params: dict[str, Any]) -> str:

@@ -53,6 +53,40 @@ def test_a_response_is_dropped(frame: bytes) -> None:
     assert protocol.decode(frame) is None
 
 
+@pytest.mark.parametrize(
+    ("frame", "rid", "code", "message"),
+    [
+        (
+            b'{"id":1,"method":"ping","params":[]}',
+            1,
+            -32700,
+            "invalid json: params must be an object, got array",
+        ),
+        (
+            b'{"id":"a","method":"ping","params":"p"}',
+            "a",
+            -32700,
+            "invalid json: params must be an object, got string",
+        ),
+        (b'{"id":2.5,"method":null}', 2.5, -32700, "missing method"),
+        (b'{"id":0,"method":7}', 0, -32700, "invalid json: method must be a string, got number"),
+        (
+            b'{"id":[1],"method":7}',
+            None,
+            -32700,
+            "invalid json: method must be a string, got number",
+        ),
+        (b'{"id":true}', None, -32700, "missing method"),
+    ],
+)
+def test_a_refused_request_is_answered_with_its_id(
+    frame: bytes, rid: Any, code: int, message: str
+) -> None:
+    """A request the contract's decoding refuses is answered with its id when that is a
+    string or a number (it was always id null, so the request went unanswered)."""
+    assert protocol.decode(frame) == jsonrpc.error(rid, code, message)
+
+
 def test_decode_keeps_the_contract_for_other_frames() -> None:
     notification = protocol.decode(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
     assert isinstance(notification, jsonrpc.Request) and notification.is_notification
