@@ -486,3 +486,24 @@ async def test_a_malformed_request_is_answered_with_its_id() -> None:
         jsonrpc.error(3, -32700, "missing method"),
         jsonrpc.error(None, -32700, "invalid json: params must be an object, got number"),
     ]
+
+
+async def test_an_id_neither_string_nor_number_is_answered_and_never_run(
+    fake_claude: tuple[Path, Path],
+) -> None:
+    """JSON-RPC 2.0 ids are strings, numbers or null (MCP: a string or an integer). A
+    boolean or object id was served: the tool ran (and no ``notifications/cancelled``
+    could name it) and the answer echoed the id. It is ``-32600`` with id null now."""
+    script, log = fake_claude
+    env = toolbridge_env(CLAUDE_BIN=str(script), FAKE_CLAUDE_LOG=str(log))
+    call = b'"method":"tools/call","params":{"name":"claude_review","arguments":{"prompt":"x"}}}\n'
+    payload = b"".join(
+        [
+            b'{"jsonrpc":"2.0","id":true,' + call,
+            b'{"jsonrpc":"2.0","id":{"n":1},' + call,
+            b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
+        ]
+    )
+    invalid = jsonrpc.error(None, -32600, "invalid request: id must be a string or a number")
+    assert await _raw(payload, env) == [invalid, invalid, jsonrpc.result(1, {})]
+    assert not log.exists()  # the CLI was never started

@@ -65,6 +65,7 @@ TOOLS: list[dict[str, Any]] = [
 ]
 TOOL_NAMES = frozenset(t["name"] for t in TOOLS)
 NULL_ID = "invalid request: id must not be null"
+BAD_ID = "invalid request: id must be a string or a number"
 
 
 def decode(item: bytes | FramingError) -> jsonrpc.Request | dict[str, Any] | None:
@@ -78,6 +79,10 @@ def decode(item: bytes | FramingError) -> jsonrpc.Request | dict[str, Any] | Non
       notification (which has no id member) but an Invalid Request, answered
       ``-32600`` with id null (JSON-RPC 2.0) and never run. It was served as a
       notification: the method ran and the client waited for an answer for ever;
+    * an id that is not a string or a number (a boolean, an object, an array) is an
+      Invalid Request too (JSON-RPC 2.0; MCP: a string or an integer), answered
+      ``-32600`` with id null and never run. It ran, with a tool call no
+      ``notifications/cancelled`` could name, and was answered with that id;
     * a JSON-RPC response (no ``method``; a ``result`` or an ``error``) answers a
       request of ours, and the toolbridge sends none: it is dropped, as MCP SDKs drop
       a response to an unknown id. It was answered ``-32700 missing method``, an error
@@ -100,6 +105,8 @@ def decode(item: bytes | FramingError) -> jsonrpc.Request | dict[str, Any] | Non
             return None
         if has_id and rid is None and method is not None:
             return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, NULL_ID)
+        if rid is not None and not _scalar_id(rid):
+            return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, BAD_ID)
     try:
         return jsonrpc.request_from(obj, item)
     except DecodeError as exc:

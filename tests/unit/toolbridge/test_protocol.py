@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -70,13 +71,6 @@ def test_a_response_is_dropped(frame: bytes) -> None:
         ),
         (b'{"id":2.5,"method":null}', 2.5, -32700, "missing method"),
         (b'{"id":0,"method":7}', 0, -32700, "invalid json: method must be a string, got number"),
-        (
-            b'{"id":[1],"method":7}',
-            None,
-            -32700,
-            "invalid json: method must be a string, got number",
-        ),
-        (b'{"id":true}', None, -32700, "missing method"),
     ],
 )
 def test_a_refused_request_is_answered_with_its_id(
@@ -87,11 +81,29 @@ def test_a_refused_request_is_answered_with_its_id(
     assert protocol.decode(frame) == jsonrpc.error(rid, code, message)
 
 
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b'{"jsonrpc":"2.0","id":true,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":false,"method":"notifications/initialized"}',
+        b'{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}',
+        b'{"jsonrpc":"2.0","id":[1],"method":7}',
+        b'{"jsonrpc":"2.0","Id":[[[]]]}',
+    ],
+)
+def test_an_id_neither_string_nor_number_is_an_invalid_request(frame: bytes) -> None:
+    """JSON-RPC 2.0: an id is a string, a number or null (it was served, echoed back)."""
+    assert protocol.decode(frame) == jsonrpc.error(
+        None, jsonrpc.INVALID_REQUEST, "invalid request: id must be a string or a number"
+    )
+
+
 def test_decode_keeps_the_contract_for_other_frames() -> None:
     notification = protocol.decode(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
     assert isinstance(notification, jsonrpc.Request) and notification.is_notification
-    request = protocol.decode(b'{"jsonrpc":"2.0","id":0,"method":"ping"}')
-    assert isinstance(request, jsonrpc.Request) and request.id == 0
+    for rid in (0, -1, 2.5, "", "r-1"):
+        request = protocol.decode(orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "ping"}))
+        assert isinstance(request, jsonrpc.Request) and request.id == rid
     for frame in (b'{"id":null}', b'{"jsonrpc":"2.0"}'):
         assert protocol.decode(frame) == jsonrpc.error(None, -32700, "missing method")
     assert protocol.decode(b"[]") == jsonrpc.error(
