@@ -370,12 +370,15 @@ async def test_raw_framing_and_errors() -> None:
 
 
 async def test_cancelled_notification_abandons_call(llm_url: str) -> None:
-    """A long call does not block ping, and notifications/cancelled drops its response."""
+    """A long call does not block ping, and notifications/cancelled drops its response.
+
+    The call would take 30 s: the process ending well before that (its start-up on a
+    loaded machine included) shows that it was abandoned, not waited for."""
     env = toolbridge_env(LLM_API_KEY="sk-1", LLM_BASE_URL=llm_url)
     payload = b"".join(
         [
             b'{"jsonrpc":"2.0","id":"slow","method":"tools/call",'
-            b'"params":{"name":"chat","arguments":{"prompt":"slow:3000 x"}}}\n',
+            b'"params":{"name":"chat","arguments":{"prompt":"slow:30000 x"}}}\n',
             b'{"jsonrpc":"2.0","id":"p","method":"ping"}\n',
             b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow"}}\n',
         ]
@@ -383,7 +386,7 @@ async def test_cancelled_notification_abandons_call(llm_url: str) -> None:
     started = asyncio.get_running_loop().time()
     replies = await _raw(payload, env)
     assert [r["id"] for r in replies] == ["p"]
-    assert asyncio.get_running_loop().time() - started < 2.5
+    assert asyncio.get_running_loop().time() - started < 15
 
 
 async def test_cli_lists_toolbridge_and_rejects_unknown_mode() -> None:
