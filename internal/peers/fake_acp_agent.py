@@ -10,6 +10,8 @@ separate id space). The first word of the prompt picks the behaviour:
 * ``read <path>``         ``fs/read_text_file``; replies the content or the error
 * ``toolcontent <path>``  a ``tool_call`` that carries its content (a diff of ``<path>``,
   a text block) and ``rawOutput``, then its ``completed`` ``tool_call_update``
+* ``tools <n>``           n tool calls (``step 1`` … ``step n``, each ``tool_call`` then its
+  ``completed`` ``tool_call_update``), then ``tools done``
 * ``write <path> <text>`` ``fs/write_text_file``
 * ``terminal <cmd> [args]`` ``terminal/create`` → ``wait_for_exit`` → ``output``
 * ``slow``                one chunk, then waits for ``session/cancel`` (→ ``cancelled``)
@@ -276,6 +278,13 @@ class Agent:
             done = {"toolCallId": "call-c", "status": "completed"}
             self.update(sid, {"sessionUpdate": "tool_call_update", **done})
             self.chunk(sid, "edited")
+        elif word == "tools":
+            for i in range(1, int(rest.strip() or 1) + 1):
+                call = {"toolCallId": f"step-{i}", "title": f"step {i}", "kind": "read"}
+                self.update(sid, {"sessionUpdate": "tool_call", **call, "status": "pending"})
+                done = {"toolCallId": f"step-{i}", "status": "completed"}
+                self.update(sid, {"sessionUpdate": "tool_call_update", **done})
+            self.chunk(sid, "tools done")
         elif word == "read":
             answer = await self.ask("fs/read_text_file", {"sessionId": sid, "path": rest.strip()})
             if "error" in answer:

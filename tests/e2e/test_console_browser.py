@@ -316,3 +316,69 @@ async def test_resolved_permission_records_stay_bounded(console: Any) -> None:
     assert 501 <= held <= 601, held  # the pending one and the newest resolved ones
     assert await page.locator("#perm-pending", has_text="still open").count() == 1
     assert await page.locator("#perm-resolved", has_text="decision 000").count() == 0
+
+
+async def test_a_long_turns_output_and_tool_calls_stay_bounded(
+    console: Any, http: aiohttp.ClientSession, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A turn streaming more than the page keeps: its newest 64 Ki characters (app.js
+    MAX_OUTPUT) under "… earlier output trimmed (K characters)", live, after it ends and
+    after a reload; and its newest 200 tool calls (MAX_TOOL_CALLS), with the count of the
+    dropped ones."""
+    from internal.peers.fake_acp import Pace
+
+    cap = 64 * 1024
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    pace = fake_upstream.state.paces["big-1"] = Pace()  # the test grants each of 3 chunks
+    output = "echo: head-mark " + "x" * 150_000 + " tail-mark"
+    piece = -(-len(output) // 3)
+    turn = http_turn(http, bp.rpc_url, codex("big-1", output.removeprefix("echo: ")))
+    await page.goto(f"{bp.url}/console#/sessions/big-1")
+    await page.locator('.turn[data-status="running"]').wait_for()
+    note = page.locator("[data-turn-trimmed]")
+    out_len = "() => document.querySelector('pre[data-turn-output]').textContent.length"
+    pace.step()
+    await page.wait_for_function(f"() => ({out_len})() === {piece}")
+    assert await note.is_hidden()  # under the cap: nothing trimmed
+    pace.step()
+    await note.wait_for()
+    assert await note.inner_text() == f"… earlier output trimmed ({2 * piece - cap} characters)"
+    assert await page.evaluate(out_len) == cap
+    pace.step()
+    await asyncio.wait_for(turn, 30)
+    await page.locator('.turn[data-status="completed"]').wait_for()
+    expected = f"… earlier output trimmed ({len(output) - cap} characters)"
+    for reloaded in (False, True):
+        if reloaded:  # the snapshot (session.get, session.replay) is trimmed the same way
+            await page.reload()
+            await page.locator('.turn[data-status="completed"]').wait_for()
+        await page.locator("[data-turn-trimmed]", has_text=expected).wait_for()
+        text = await page.locator("pre[data-turn-output]").inner_text()
+        assert len(text) == cap and text.endswith(" tail-mark"), len(text)
+        assert await page.evaluate("() => xwmConsole.held().output") == cap
+        # with the stored result (its first 64 KiB: truncated) the page holds ~2 caps
+        assert await page.evaluate("document.body.textContent.length") < 2 * cap + 10_000
+
+    # a result stored whole (under 256 KiB) whose output is over the cap: trimmed the same way
+    mid = "echo: " + "y" * 70_000 + " mid-tail"
+    await asyncio.wait_for(http_turn(http, bp.rpc_url, codex("mid-1", mid[6:])), 30)
+    await page.goto(f"{bp.url}/console#/sessions/mid-1")
+    expected = f"… earlier output trimmed ({len(mid) - cap} characters)"
+    await page.locator("[data-turn-trimmed]", has_text=expected).wait_for()
+    assert len(await page.locator("pre[data-turn-output]").inner_text()) == cap
+    shown = await page.locator("#turns pre.json").text_content() or ""
+    assert len(shown) < cap + 100 and shown.endswith(" more characters)")
+
+    params = agent_params("tools-1", "tools 250", workingDirectory=str(tmp_path))
+    await asyncio.wait_for(http_turn(http, bp.rpc_url, params), 60)
+    await page.goto(f"{bp.url}/console#/sessions/tools-1")
+    await page.locator('.turn[data-status="completed"]').wait_for()
+    items = page.locator(".turn .items .item")
+    await page.locator(".turn .items", has_text="… 50 earlier tool calls not shown").wait_for()
+    assert await items.count() == 200 + 1  # the newest 200 and the dropped-count line
+    assert await items.filter(has_text="step 50 (read)").count() == 0
+    assert await items.filter(has_text="step 51 (read)").count() == 1
+    assert await items.filter(has_text="step 250 (read)").count() == 1
+    assert await page.evaluate("() => xwmConsole.held().toolCalls") == 200

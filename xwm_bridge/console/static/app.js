@@ -181,6 +181,29 @@ function trimTurns(turns) {
   }
 }
 
+// A turn's output kept: its newest MAX_OUTPUT characters (a turn streaming for hours would
+// grow the page's <pre> and its state without end), with "… earlier output trimmed (K
+// characters)" above it; and its newest MAX_TOOL_CALLS tool calls, with the count of the
+// ones dropped (an update of a dropped call is not shown again).
+const MAX_OUTPUT = 64 * 1024;
+const MAX_TOOL_CALLS = 200;
+
+// [the last MAX_OUTPUT characters of text, how many went before them]
+function tail(text) {
+  let drop = Math.max(0, text.length - MAX_OUTPUT);
+  const c = drop ? text.charCodeAt(drop) : 0;
+  if (c >= 0xdc00 && c <= 0xdfff) drop++; // never begin with half of a surrogate pair
+  return drop ? [text.slice(drop), drop] : [text, 0];
+}
+
+function setOutput(turn, text, before) {
+  const [kept, drop] = tail(text);
+  turn.output = kept;
+  turn.trimmed = before + drop;
+}
+
+const trimmedNote = (n) => `… earlier output trimmed (${n} characters)`;
+
 function trimPermissions() {
   if (state.permissions.size <= MAX_RESOLVED + 100) return;
   const old = [...state.permissions.entries()]
@@ -196,6 +219,8 @@ globalThis.xwmConsole = {
     listed: state.order.length,
     permissions: state.permissions.size,
     turns: state.detail ? state.detail.turns.size : 0,
+    output: state.detail ? [...state.detail.turns.values()].reduce((n, t) => n + t.output.length, 0) : 0,
+    toolCalls: state.detail ? [...state.detail.turns.values()].reduce((n, t) => n + t.tools.size, 0) : 0,
   }),
 };
 
@@ -211,10 +236,12 @@ function newTurnView(t) {
     usage: t.usage || null,
     error: t.error || null,
     output: "",
+    trimmed: 0, // characters of output dropped before `output` (MAX_OUTPUT)
     tools: new Map(),
+    toolsDropped: 0, // tool calls dropped (MAX_TOOL_CALLS), the oldest first
     plan: null,
-    perms: [],
     result: t.result || null,
+    resultShown: null, // [result, its JSON as shown] (resultText)
     lastEventId: 0, // the newest ledger entry (session.replay eventIds, watch eventId) applied
   };
 }
@@ -223,12 +250,18 @@ function applyUpdate(turn, u) {
   if (!u || typeof u !== "object") return;
   switch (u.type) {
     case "delta":
-      turn.output += u.delta || "";
+      setOutput(turn, turn.output + (u.delta || ""), turn.trimmed);
       break;
     case "tool_call":
     case "tool_call_update": {
-      const prev = turn.tools.get(u.toolCallId) || {};
+      const prev = turn.tools.get(u.toolCallId);
+      if (!prev && u.type === "tool_call_update" && turn.toolsDropped) break; // a dropped one's
       turn.tools.set(u.toolCallId, { ...prev, ...Object.fromEntries(Object.entries(u).filter(([, v]) => v !== null && v !== undefined)) });
+      for (const id of turn.tools.keys()) {
+        if (turn.tools.size <= MAX_TOOL_CALLS) break;
+        turn.tools.delete(id); // the oldest first: a Map keeps the order calls arrived in
+        turn.toolsDropped++;
+      }
       break;
     }
     case "plan":
@@ -236,9 +269,6 @@ function applyUpdate(turn, u) {
       break;
     case "usage":
       turn.usage = u.usage || turn.usage;
-      break;
-    case "permission":
-      turn.perms.push(u);
       break;
     case "status":
       if (u.event === "completed" && u.error && u.message) turn.error = u.message;
@@ -377,13 +407,27 @@ function renderDetail() {
   detailCards = cards;
 }
 
+// A turn's result as JSON, its first MAX_OUTPUT characters (the bridge stores up to 256 KiB
+// of it, its output two or three times over: summary, resultSummary); kept with the turn,
+// not serialised again on every render.
+function resultText(t) {
+  if (t.resultShown && t.resultShown[0] === t.result) return t.resultShown[1];
+  let text = JSON.stringify(t.result, null, 2);
+  if (text.length > MAX_OUTPUT) text = `${text.slice(0, MAX_OUTPUT)}\n… (${text.length - MAX_OUTPUT} more characters)`;
+  t.resultShown = [t.result, text];
+  return text;
+}
+
 function turnCard(t, sessionId, cards) {
   const body = h("div", { class: "turn-body" });
   if (t.prompt) body.append(h("div", { class: "prompt", text: t.prompt }));
-  const out = t.output || (t.result && typeof t.result.output === "string" ? t.result.output : "");
+  let [out, trimmed] = [t.output, t.trimmed];
+  if (!out && t.result && typeof t.result.output === "string") [out, trimmed] = tail(t.result.output);
+  body.append(h("div", { class: "trimmed", "data-turn-trimmed": t.turnId, hidden: !trimmed, text: trimmedNote(trimmed) }));
   body.append(h("pre", { class: `output${out ? "" : " empty-out"}`, "data-turn-output": t.turnId, text: out || (t.status === "running" ? "waiting for output…" : "(no output)") }));
   if (t.tools.size) {
-    body.append(h("div", { class: "items" }, ...[...t.tools.values()].map((c) =>
+    const dropped = t.toolsDropped ? h("div", { class: "item trimmed", text: `… ${t.toolsDropped} earlier tool call${t.toolsDropped === 1 ? "" : "s"} not shown` }) : null;
+    body.append(h("div", { class: "items" }, dropped, ...[...t.tools.values()].map((c) =>
       h("div", { class: "item" }, h("span", { class: "k", text: "tool" }), pill(c.status || "pending"), h("span", { text: `${c.title || c.toolCallId} (${c.kind || "other"})` })))));
   }
   if (t.plan && t.plan.length) {
@@ -401,7 +445,7 @@ function turnCard(t, sessionId, cards) {
   setTimeout(tickCountdowns, 0);
   if (t.error && t.status !== "completed") body.append(h("div", { class: "turn-error", text: t.error }));
   if (t.result) {
-    body.append(h("details", {}, h("summary", { text: "result" }), h("pre", { class: "json", text: JSON.stringify(t.result, null, 2) })));
+    body.append(h("details", {}, h("summary", { text: "result" }), h("pre", { class: "json", text: resultText(t) })));
   }
   return h("div", { class: "turn", "data-turn": t.turnId, "data-status": t.status },
     h("div", { class: "turn-head" },
@@ -572,7 +616,12 @@ async function loadDetail(id) {
     if (!replay.truncated || !ids.length) break;
     after = Math.max(...ids);
   }
-  for (const t of turns.values()) if (t.result && typeof t.result.output === "string" && t.status !== "running") t.output = t.result.output;
+  // a finished turn's output is its result's, unless the bridge stored only the first 64 KiB
+  // of it (`truncated`): then the ledger's (its end, as the live view showed it)
+  for (const t of turns.values()) {
+    const r = t.result;
+    if (r && typeof r.output === "string" && t.status !== "running" && !(r.truncated && t.output)) setOutput(t, r.output, 0);
+  }
   return { sessionId: id, session: res.session, turns, seq: seqOf(res.watchCursor) };
 }
 
@@ -665,7 +714,7 @@ function applyToDetail(d, e) {
     Object.assign(t, { status: e.status, durationMs: e.durationMs, usage: e.usage || t.usage, error: e.error });
     conn.call("session.get", { sessionId: d.sessionId }).then((res) => {
       const fresh = res.turns.find((x) => x.turnId === e.turnId);
-      if (fresh) { t.result = fresh.result; if (!t.output && fresh.result && typeof fresh.result.output === "string") t.output = fresh.result.output; render(); }
+      if (fresh) { t.result = fresh.result; if (!t.output && fresh.result && typeof fresh.result.output === "string") setOutput(t, fresh.result.output, 0); render(); }
     }, () => {});
   }
   return false;
@@ -735,8 +784,12 @@ function onEvent(e) {
     if (d && applyToDetail(d, e) && state.view === "sessions") {
       // grow the output in place (no re-render of the whole page per chunk)
       const pre = document.querySelector(`[data-turn-output="${CSS.escape(e.turnId)}"]`);
-      if (pre) {
-        pre.textContent = d.turns.get(e.turnId).output;
+      const note = document.querySelector(`[data-turn-trimmed="${CSS.escape(e.turnId)}"]`);
+      if (pre && note) {
+        const t = d.turns.get(e.turnId);
+        pre.textContent = t.output;
+        note.hidden = !t.trimmed;
+        note.textContent = trimmedNote(t.trimmed);
         pre.classList.remove("empty-out");
         pre.scrollTop = pre.scrollHeight;
         return;
