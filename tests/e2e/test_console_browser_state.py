@@ -229,3 +229,57 @@ async def test_a_failed_cancel_says_why_next_to_the_button(
     assert (await asyncio.wait_for(turn, 30))["result"]["cancelled"] is True
     await page.locator('.turn[data-status="cancelled"]').wait_for()
     assert await error.count() == 0 or await error.is_hidden()
+
+
+async def test_a_health_snapshot_does_not_undo_newer_events(console: Any) -> None:
+    """After a reset the page re-reads bridge.health while the watch runs; a health event
+    applied before that answer reaches the page is newer than it and must stay (the
+    answer's older providers do not replace it), the rest of the answer is applied."""
+    import json
+
+    bp, context, _ = console
+    page = await context.new_page()
+    sockets: list[Any] = []
+    holding: list[bool] = []
+    asked: list[Any] = []
+    held: list[Any] = []  # the answer to the reset's bridge.health, not delivered yet
+
+    def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+        sockets.append(ws)
+
+        def from_page(message: str | bytes) -> None:
+            msg = json.loads(message)
+            if msg.get("method") == "bridge.health" and holding:
+                asked.append(msg["id"])
+            server.send(message)
+
+        def from_server(message: str | bytes) -> None:
+            msg = json.loads(message)
+            if asked and msg.get("id") == asked[0] and not held:
+                # a marker row, to see when the page has applied this answer
+                marker = {"runtimeId": "hs-marker", "mode": "relay", "state": "connected"}
+                msg["result"]["gateways"].append(marker)
+                held.append(msg)
+                return
+            ws.send(message)
+
+        ws.on_message(from_page)
+        server.on_message(from_server)
+
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    await page.goto(f"{bp.url}/console#/health")
+    providers = page.locator("#t-providers")
+    await providers.filter(has_text="codex").wait_for()
+    holding.append(True)
+    reset = {"kind": "watch", "type": "live", "reset": True}  # as after a too-old cursor
+    sockets[-1].send(json.dumps({"jsonrpc": "2.0", "method": "bridge.event", "params": reset}))
+    await wait_until(lambda: bool(held), within=10)  # answered by the bridge, not delivered
+    fresh = {"id": "hs-fresh", "kind": "http", "state": "degraded", "turns": 3, "failures": 1}
+    bp.bridge.events.publish("health", "changed", {"providers": [fresh]})
+    await providers.filter(has_text="hs-fresh").wait_for()
+    sockets[-1].send(json.dumps(held[0]))
+    await page.locator("#t-gateways", has_text="hs-marker").wait_for()
+    text = await providers.inner_text()
+    assert "hs-fresh" in text and "codex" not in text, text

@@ -687,10 +687,31 @@ async function loadPermissions() {
   });
 }
 
+// The health snapshot, read while the watch runs (a reset): the health, queue and metrics
+// events after its cursor are applied again on top of it (the answer can come after them, and
+// replaced the newer figures with older ones); a read that a newer one overtook is dropped.
+let healthReads = 0;
+
 async function loadHealth() {
-  const res = await conn.call("bridge.health", {});
-  state.health = res;
-  state.samples = (res.samples || []).slice(-90);
+  const mine = ++healthReads;
+  await readSnapshot("bridge.health", {}, (res) => {
+    if (mine !== healthReads) return;
+    state.health = res;
+    state.samples = (res.samples || []).slice(-90);
+  }, (e) => { if (mine === healthReads) applyToHealth(e); });
+}
+
+// What a health, queue or metrics event changes (the health view's state).
+function applyToHealth(e) {
+  if (e.kind === "health" && state.health) {
+    Object.assign(state.health, e);
+  } else if (e.kind === "queue" && state.health) {
+    state.health.queues = { waiting: e.waiting, running: e.running, threads: e.threads };
+  } else if (e.kind === "metrics") {
+    state.samples.push({ ts: e.ts, metrics: e.metrics });
+    if (state.samples.length > 90) state.samples.shift();
+    if (state.health) state.health.metrics = e.metrics;
+  }
 }
 
 // --- events from the watch --------------------------------------------------------------------
@@ -747,17 +768,18 @@ function applyToLists(e) {
 // A snapshot read while the watch runs (a filter change, "more", a reset): the watch's events
 // that arrive meanwhile may be newer than it (the bridge reads it after its cursor, and the
 // answer can come after them), so they are kept and those after its cursor applied again on
-// top of it; else a turn that started meanwhile showed as not running until its next event.
+// top of it (`again`); else a turn that started meanwhile showed as not running until its
+// next event.
 const reading = new Set();
 
-async function readSnapshot(method, params, apply) {
+async function readSnapshot(method, params, apply, again = applyToLists) {
   const seen = [];
   reading.add(seen);
   try {
     const res = await conn.call(method, params);
     apply(res);
     const after = seqOf(res.watchCursor);
-    for (const e of seen) if (e.seq > after) applyToLists(e);
+    for (const e of seen) if (e.seq > after) again(e);
     return res;
   } finally {
     reading.delete(seen);
@@ -773,10 +795,8 @@ function onEvent(e) {
   }
   const sid = e.sessionId;
   if (loading && loading.sessionId === sid && (e.kind === "session" || e.kind === "turn")) loading.events.push(e);
-  if (e.kind === "permission" || (e.kind === "turn" ? e.type !== "update" : e.kind === "session")) {
-    for (const seen of reading) seen.push(e);
-    applyToLists(e);
-  }
+  if (e.kind !== "turn" || e.type !== "update") for (const seen of reading) seen.push(e); // not output
+  if (e.kind === "permission" || (e.kind === "turn" ? e.type !== "update" : e.kind === "session")) applyToLists(e);
   const d = state.detail && state.detail.sessionId === sid ? state.detail : null;
   if (e.kind === "session") {
     if (d) applyToDetail(d, e);
@@ -795,15 +815,9 @@ function onEvent(e) {
         return;
       }
     }
-  } else if (e.kind === "health" && state.health) {
-    Object.assign(state.health, e);
-  } else if (e.kind === "queue" && state.health) {
-    state.health.queues = { waiting: e.waiting, running: e.running, threads: e.threads };
-  } else if (e.kind === "metrics") {
-    state.samples.push({ ts: e.ts, metrics: e.metrics });
-    if (state.samples.length > 90) state.samples.shift();
-    if (state.health) state.health.metrics = e.metrics;
-    if (state.view !== "health") return;
+  } else {
+    applyToHealth(e);
+    if (e.kind === "metrics" && state.view !== "health") return;
   }
   renderSoon();
 }
