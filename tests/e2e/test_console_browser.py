@@ -292,6 +292,32 @@ async def test_the_live_session_list_stays_bounded(
     assert "keep-me" in await page.locator("#view-sessions").inner_text()  # ...still open
 
 
+async def test_a_click_on_a_session_row_survives_a_render(
+    console: Any, http: aiohttp.ClientSession
+) -> None:
+    """A row pressed while an event re-renders the list, released after: the session
+    opens. The list was rebuilt on every render, and a click whose pressed node left the
+    document is never fired (on a busy bridge, a render a frame: most clicks; the flake of
+    test_the_live_session_list_stays_bounded, whose click came as keep-me's turn ended)."""
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    await asyncio.wait_for(http_turn(http, bp.rpc_url, codex("press-1", "hi")), 30)
+    box = await page.locator('[data-session="press-1"]').bounding_box()
+    assert box is not None
+    await page.mouse.move(box["x"] + 40, box["y"] + box["height"] / 2)
+    await page.mouse.down()
+    await asyncio.wait_for(http_turn(http, bp.rpc_url, codex("press-2", "hi")), 30)
+    await page.locator('[data-session="press-2"]').wait_for()  # rendered since the press
+    # press-2 went on top: the pressed row moved down under the pointer; back on it
+    box = await page.locator('[data-session="press-1"]').bounding_box()
+    assert box is not None
+    await page.mouse.move(box["x"] + 40, box["y"] + box["height"] / 2)
+    await page.mouse.up()
+    await page.locator("#d-title", has_text="press-1").wait_for(timeout=10_000)
+    await page.locator('.turn[data-status="completed"]').wait_for()
+
+
 async def test_resolved_permission_records_stay_bounded(console: Any) -> None:
     """A page left open keeps every pending permission request and the newest 500
     resolved ones (app.js MAX_RESOLVED, plus a margin of 100), not every decision it

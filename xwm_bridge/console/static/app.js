@@ -287,24 +287,44 @@ function renderTabs() {
   $("perm-badge").textContent = String(pending);
 }
 
+// The list's rows, kept across renders (by session id) and changed in place: a click is
+// never fired when the node pressed left the document before the release, and the list,
+// rebuilt on every render (a render a frame on a busy bridge), lost the clicks on it.
+const rows = new Map(); // sessionId → li
+
+const setText = (el, text) => { if (el.textContent !== text) el.textContent = text; };
+
+function sessionRow(id, s) {
+  let li = rows.get(id);
+  if (!li) {
+    li = h("li", { "data-session": id, onclick: () => select(id) }, h("span", { class: "sid", text: id, title: id }), pill(s.state), h("span", { class: "sub" }));
+    rows.set(id, li);
+  }
+  const [, badge, sub] = li.children;
+  const t = s.lastTurn || {};
+  const line = [s.provider || "no provider", t.model, fmtAgo(s.updatedAt), fmtUsage(t.usage)].filter(Boolean).join(" · ");
+  li.className = id === state.selected ? "selected" : "";
+  badge.className = `pill ${s.state || "idle"}`;
+  setText(badge, s.state || "idle");
+  setText(sub, t.prompt ? `${line} — ${t.prompt}` : line);
+  return li;
+}
+
 function renderSessions() {
   const list = $("session-list");
-  list.replaceChildren();
   const providers = new Set();
+  const nodes = [];
   for (const id of state.order) {
     const s = state.sessions.get(id);
     if (!s) continue;
     if (s.provider) providers.add(s.provider);
-    const t = s.lastTurn || {};
-    const sub = [s.provider || "no provider", t.model, fmtAgo(s.updatedAt), fmtUsage(t.usage)].filter(Boolean).join(" · ");
-    list.append(
-      h("li", { class: id === state.selected ? "selected" : "", "data-session": id, onclick: () => select(id) },
-        h("span", { class: "sid", text: id, title: id }),
-        pill(s.state),
-        h("span", { class: "sub", text: t.prompt ? `${sub} — ${t.prompt}` : sub }),
-      ),
-    );
+    nodes.push(sessionRow(id, s));
   }
+  // remove the rows that left, move only those whose place changed (never all of them)
+  const keep = new Set(nodes);
+  for (const li of [...list.children]) if (!keep.has(li)) li.remove();
+  for (const [id, li] of rows) if (!keep.has(li)) rows.delete(id);
+  nodes.forEach((li, i) => { if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null); });
   $("sessions-empty").hidden = state.order.length > 0;
   $("more").hidden = !state.nextCursor;
   const sel = $("f-provider");
