@@ -82,7 +82,7 @@ class FakeUpstream:
 
     def release(self) -> None:
         """Let every held turn go (a failed test must not leave one blocking teardown)."""
-        for hold in self.state.holds.values():
+        for hold in (*self.state.holds.values(), *self.state.cancel_holds.values()):
             hold.set()
         for pace in self.state.paces.values():
             pace.open()

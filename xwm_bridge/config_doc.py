@@ -65,6 +65,7 @@ DESCRIPTIONS: dict[str, str] = {
     "limits.artifact_max_file_bytes": "largest artifact file",
     "limits.artifact_max_total_bytes": "total artifact bytes per result",
     "limits.upstream_cancel_timeout": "seconds allowed for the `session.cancel` sent upstream",
+    "limits.session_close_wait": "seconds a turn for the id of a session closed while its turn was still ending waits for that turn to end (then `-32004`, retry)",
     "limits.bootstrap_requests_per_minute": "bootstrap consume calls per client address per minute (0 = unlimited)",
     "limits.bootstrap_timeout": "seconds for the accounts service call",
     "limits.shutdown_grace": "seconds running turns may finish after SIGTERM before being cancelled",

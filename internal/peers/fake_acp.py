@@ -19,8 +19,11 @@ Directives at the start of ``taskPrompt`` change one turn:
 ``POST /_reset`` clears it. In-process tests can also hold a session's turns:
 ``state.holds[session_id] = asyncio.Event()`` makes each of its turns wait (after it
 shows in ``state.active``, before its latency) until the event is set or the turn is
-cancelled; ``state.paces[session_id] = Pace()`` sends each chunk of its turns only when
-the test grants it (``Pace.step``), so a test knows what was streamed when.
+cancelled; ``state.cancel_holds[session_id] = asyncio.Event()`` answers that session's
+``session.cancel`` only once the event is set (the bridge's turn stays in its
+cancellation meanwhile); ``state.paces[session_id] = Pace()`` sends each chunk of its
+turns only when the test grants it (``Pace.step``), so a test knows what was streamed
+when.
 """
 
 from __future__ import annotations
@@ -83,6 +86,9 @@ class FakeState:
     active: dict[str, asyncio.Event] = field(default_factory=dict)
     #: session id → turns of that session wait until it is set (tests' event, not a sleep)
     holds: dict[str, asyncio.Event] = field(default_factory=dict)
+    #: session id → its ``session.cancel`` is answered once it is set (the turn it cancels
+    #: is told at once)
+    cancel_holds: dict[str, asyncio.Event] = field(default_factory=dict)
     #: session id → its turns' chunks go one per ``Pace.step`` (see :class:`Pace`)
     paces: dict[str, Pace] = field(default_factory=dict)
     completed: int = 0
@@ -220,11 +226,15 @@ async def _first(*events: asyncio.Event) -> None:
             w.cancel()
 
 
-def _handle_cancel(state: FakeState, rid: Any, params: dict[str, Any]) -> dict[str, Any]:
+async def _handle_cancel(state: FakeState, rid: Any, params: dict[str, Any]) -> dict[str, Any]:
     state.cancels.append(params)
-    event = state.active.get(str(params.get("sessionId", "")))
+    session_id = str(params.get("sessionId", ""))
+    event = state.active.get(session_id)
     if event is not None:
         event.set()
+    hold = state.cancel_holds.get(session_id)
+    if hold is not None:
+        await hold.wait()
     return {
         "jsonrpc": "2.0",
         "id": rid,
@@ -247,7 +257,7 @@ async def rpc(request: web.Request) -> web.StreamResponse:
     method, rid, params = req.get("method"), req.get("id"), req.get("params") or {}
     state.record(method, params, dict(request.headers), "http")
     if method == "session.cancel":
-        return web.json_response(_handle_cancel(state, rid, params))
+        return web.json_response(await _handle_cancel(state, rid, params))
     if method == "acp.capabilities":
         return web.json_response(_capabilities(rid))
     streaming = "text/event-stream" in request.headers.get("Accept", "")
@@ -282,7 +292,7 @@ async def ws_handler(request: web.Request) -> web.WebSocketResponse:
         method, rid, params = req.get("method"), req.get("id"), req.get("params") or {}
         state.record(str(method), params, dict(request.headers), "ws")
         if method == "session.cancel":
-            await ws.send_bytes(orjson.dumps(_handle_cancel(state, rid, params)))
+            await ws.send_bytes(orjson.dumps(await _handle_cancel(state, rid, params)))
             return
         if method == "acp.capabilities":
             await ws.send_bytes(orjson.dumps(_capabilities(rid)))

@@ -98,6 +98,7 @@ class Bridge:
             store, shared=shared, history_max_bytes=config.store.history_max_bytes
         )
         self.sessions.events = self.events
+        self.sessions.close_wait = config.limits.session_close_wait
         # sessions belong to the principal that made them once clients authenticate
         self.sessions.enforce_owner = config.authenticates
         self.sessions.admins = frozenset(principals.digest(t) for t in config.admin_tokens)

@@ -41,6 +41,9 @@ class Limits:
     artifact_max_file_bytes: int = 2 * MIB
     artifact_max_total_bytes: int = 16 * MIB
     upstream_cancel_timeout: float = 5.0
+    #: a turn for the id of a session closed while its turn still ends waits at most
+    #: this for that turn's end, then is refused (``-32004``).
+    session_close_wait: float = 10.0
     bootstrap_requests_per_minute: int = 10
     bootstrap_timeout: float = 10.0
     shutdown_grace: float = 20.0

@@ -7,6 +7,12 @@ restart is also queued to a :class:`~xwm_bridge.store.base.SessionStore`
 A running turn is tracked by session id separately from the record, so a
 ``session.start`` that resets the record while an older turn still runs does
 not lose that turn's cancel handle (weakness 3 of the original).
+
+A ``session.close`` that cancels a running turn keeps the session id reserved
+(:class:`Closing`) until that turn has ended: a turn for the id on another thread
+waits for it (:meth:`SessionRegistry.until_closed`), so two turns of one id never
+run at once and the closed turn's unwinding (its upstream cancel, its permission
+requests) does not meet the new session's turn.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any, TypeVar
 
 from xwm_bridge.core.feed import SessionFeed
 from xwm_bridge.core.watch import EventLog
-from xwm_bridge.jsonrpc import FORBIDDEN, RpcError
+from xwm_bridge.jsonrpc import FORBIDDEN, QUEUE_FULL, RpcError
 from xwm_bridge.store.base import (
     RESULT,
     LedgerEntry,
@@ -30,11 +36,15 @@ from xwm_bridge.store.base import (
     relayed_pos,
 )
 from xwm_bridge.store.memory import MemoryStore
+from xwm_bridge.tasks import wait_for
 
 MAX_HISTORY = 64
 #: Session.history_id: one per Session object made in this process
 _HISTORY_IDS = itertools.count(1)
 SESSION_FORBIDDEN = "session belongs to another client"
+SESSION_CLOSING = "session is closing: its last turn is still ending; retry when it has ended"
+#: default of ``limits.session_close_wait``
+CLOSE_WAIT = 10.0
 #: default of ``store.history_max_bytes``
 HISTORY_MAX_BYTES = 1024 * 1024
 T = TypeVar("T")
@@ -187,6 +197,16 @@ class TurnHandle:
         return result
 
 
+@dataclass(slots=True, eq=False)
+class Closing:
+    """A closed session's id while the turn the close cancelled is still ending."""
+
+    handle: TurnHandle
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    #: turns for the id waiting for it (:meth:`SessionRegistry.until_closed`)
+    waiters: int = 0
+
+
 class SessionRegistry:
     def __init__(
         self,
@@ -214,6 +234,10 @@ class SessionRegistry:
         self._sessions: dict[str, Session] = {}
         self._running: dict[str, TurnHandle] = {}
         self._pending: dict[str, int] = {}
+        #: session id → the closed session's turn still ending (see :class:`Closing`)
+        self._closing: dict[str, Closing] = {}
+        #: ``limits.session_close_wait``: how long a turn waits for a :class:`Closing`
+        self.close_wait = CLOSE_WAIT
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -371,8 +395,13 @@ class SessionRegistry:
         self._running[handle.session_id] = handle
 
     def turn_finished(self, handle: TurnHandle) -> None:
-        if self._running.get(handle.session_id) is handle:
-            del self._running[handle.session_id]
+        sid = handle.session_id
+        if self._running.get(sid) is handle:
+            del self._running[sid]
+        closing = self._closing.get(sid)
+        if closing is not None and closing.handle is handle:
+            del self._closing[sid]
+            closing.ended.set()  # the id is free: turns waiting for it go on
 
     def running(self, session_id: str) -> TurnHandle | None:
         return self._running.get(session_id)
@@ -388,10 +417,31 @@ class SessionRegistry:
         """Cancel every running turn (shutdown after the grace period)."""
         return sum(handle.cancel() for handle in list(self._running.values()))
 
+    def closing(self, session_id: str) -> Closing | None:
+        """The closed session's turn still ending, if any (one dict lookup: a turn's
+        start checks it)."""
+        return self._closing.get(session_id)
+
+    async def until_closed(self, session_id: str) -> None:
+        """Wait until no closed session's turn of ``session_id`` is still ending; past
+        ``close_wait`` seconds raise ``-32004`` (the client retries later)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.close_wait
+        while (closing := self._closing.get(session_id)) is not None:
+            closing.waiters += 1
+            try:
+                await wait_for(closing.ended.wait(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise RpcError(QUEUE_FULL, SESSION_CLOSING) from None
+            finally:
+                closing.waiters -= 1
+
     def close(self, session_id: str) -> bool:
         existed = self._sessions.pop(session_id, None) is not None
         self.store.delete(session_id)
-        self.cancel(session_id)
+        handle = self._running.get(session_id)
+        if self.cancel(session_id) and handle is not None and session_id not in self._closing:
+            self._closing[session_id] = Closing(handle)  # reserved until that turn ends
         if self.events is not None:
             self.events.publish("session", "closed", {"existed": existed}, session_id)
         return existed

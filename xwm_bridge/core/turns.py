@@ -103,6 +103,9 @@ class TurnRunner:
         # the worker serves many requests in turn: label its log lines with this one
         obs.request_id.set(request_id)
         obs.turn_id.set("")
+        if self._sessions.closing(sp.session_id) is not None:
+            # closed while its turn still ends (another thread's): wait for that turn
+            await self._sessions.until_closed(sp.session_id)
         # another principal's session is refused before any effect (-32003)
         await self._sessions.check_owner(sp.session_id, principal)
         if method == "session.start":  # a new conversation, from this turn on

@@ -325,6 +325,45 @@ def test_close_without_record_still_cancels_but_reports_false() -> None:
     assert handle.cancel_requested
 
 
+async def test_close_reserves_the_id_until_the_cancelled_turn_ends() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "t")
+    handle = TurnHandle("s", "turn-1")
+    reg.turn_started(handle)
+    reg.close("s")
+    closing = reg.closing("s")
+    assert closing is not None and closing.handle is handle
+    reg.close("s")  # a second close keeps the same reservation
+    assert reg.closing("s") is closing
+    waiter = asyncio.ensure_future(reg.until_closed("s"))
+    await asyncio.sleep(0)  # let it start waiting (asserted right below)
+    assert closing.waiters == 1 and not waiter.done()
+    reg.turn_finished(handle)
+    await asyncio.wait_for(waiter, 5)
+    assert reg.closing("s") is None and closing.waiters == 0
+
+
+async def test_a_turn_waiting_for_a_close_is_refused_past_the_bound() -> None:
+    from xwm_bridge.jsonrpc import QUEUE_FULL, RpcError
+
+    reg = SessionRegistry()
+    reg.close_wait = 0.0
+    handle = TurnHandle("s", "turn-1")
+    reg.turn_started(handle)
+    reg.close("s")
+    with pytest.raises(RpcError) as info:
+        await reg.until_closed("s")
+    assert info.value.code == QUEUE_FULL
+    await reg.until_closed("other")  # nothing closing: returns at once
+
+
+def test_close_of_an_idle_session_reserves_nothing() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "t")
+    assert reg.close("s") is True
+    assert reg.closing("s") is None
+
+
 # --- reaping --------------------------------------------------------------------------
 
 
