@@ -182,6 +182,50 @@ async def test_cancel_sent_to_the_other_replica_stops_the_turn(
     assert again["result"]["cancelled"] is False
 
 
+async def test_close_sent_to_the_other_replica_stops_the_turn_and_keeps_nothing(
+    start_bridge: StartBridge,
+    redis: RedisServer,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """session.close on B of a session whose turn runs on A: the turn is cancelled (as a
+    close on A would), and nothing of it stays in the store: not its late notifications
+    and result, not the record its end would save again (the session came back, history
+    and all, until retention)."""
+    a, b = await two_replicas(start_bridge, redis, fake_upstream.url, tmp_path)
+    sid = "closed-elsewhere"
+    fake_upstream.state.holds[sid] = asyncio.Event()  # the turn runs until it is cancelled
+    unwind = fake_upstream.state.cancel_holds[sid] = asyncio.Event()
+    turn = asyncio.get_running_loop().create_task(
+        rpc(http, a.rpc_url, "session.start", session_params(sid, "long"))
+    )
+    await wait_until(lambda: sid in fake_upstream.state.active, within=10)
+    reply = await rpc(http, b.rpc_url, "session.close", {"sessionId": sid})
+    assert reply["result"] == {"accepted": True, "closed": True}
+    # A cancels its turn: the upstream is told (its answer held: A's turn still ends)
+    await wait_until(lambda: any(c["sessionId"] == sid for c in fake_upstream.state.cancels))
+    del fake_upstream.state.holds[sid]  # later turns of the id answer at once
+    unwind.set()
+    result = (await asyncio.wait_for(turn, 10))["result"]
+    assert result["success"] is False and result["cancelled"] is True
+
+    # what A wrote after the close is not kept: no record, no ledger, on either replica
+    for replica in (a, b):
+        replay = await rpc(http, replica.rpc_url, "session.replay", {"sessionId": sid})
+        assert replay["result"]["notifications"] == []
+    client = aioredis.Redis.from_url(redis.url)
+    try:
+        assert await client.exists(f"xwm:s:{sid}", f"xwm:l:{sid}", f"xwm:t:{sid}") == 0
+    finally:
+        await client.aclose()
+    # and the id starts afresh on either replica
+    fresh = await rpc(http, a.rpc_url, "session.message", session_params(sid, "again"))
+    assert fresh["result"]["success"] is True
+    replay = await rpc(http, b.rpc_url, "session.replay", {"sessionId": sid})
+    assert [u["seq"] for u in updates(replay["result"]["notifications"])] == [1]  # fresh
+
+
 async def test_killing_a_replica_mid_queue_loses_no_queued_turn(
     start_bridge_process: StartBridge,
     redis: RedisServer,

@@ -105,7 +105,9 @@ class Bridge:
         self.sessions.single_principal = not (config.client_tokens or config.admin_tokens)
         #: several replicas on one Redis: cross-replica thread queues and cancel
         self.cluster = (
-            Cluster(store, self.sessions.cancel) if isinstance(store, RedisStore) else None
+            Cluster(store, self.sessions.cancel, close_local=self.sessions.closed_elsewhere)
+            if isinstance(store, RedisStore)
+            else None
         )
         if self.cluster is not None:
             self.sessions.must_reload = self.cluster.must_reload

@@ -190,7 +190,11 @@ class BridgeMethods:
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
         await self._bridge.sessions.check_owner(session_id, call.principal)
-        return {"accepted": True, "closed": self._bridge.sessions.close(session_id)}
+        closed = self._bridge.sessions.close(session_id)
+        cluster = self._bridge.cluster
+        if cluster is not None:  # other replicas hold copies, one may run its turn
+            closed = await cluster.close_remote(session_id) or closed
+        return {"accepted": True, "closed": closed}
 
     async def session_permission(
         self, params: dict[str, Any], call: CallContext, method: str

@@ -446,6 +446,16 @@ class SessionRegistry:
             self.events.publish("session", "closed", {"existed": existed}, session_id)
         return existed
 
+    def closed_elsewhere(self, session_id: str) -> None:
+        """Another replica closed the session (one Redis): drop the copy held here (a
+        later turn would have continued it, and saved it again); a turn of it running
+        here is closed as by a local ``session.close``: cancelled, its later writes
+        refused, and a store delete queued behind the writes it already made."""
+        if session_id in self._running:
+            self.close(session_id)
+        else:
+            self._sessions.pop(session_id, None)
+
     def reap(self, ttl: float, now: float | None = None) -> int:
         """Forget sessions idle for ``ttl`` seconds with nothing running or queued."""
         now = time.monotonic() if now is None else now

@@ -19,6 +19,12 @@ never disagree (which would deadlock the thread).
 running replica; the cancel is published on ``cancel`` and that replica
 cancels the turn locally.
 
+``session.close``: published on ``close`` to every other replica; each drops its
+in-memory copy of the session, and the one running its turn closes it as a local
+``session.close`` would (cancel, and a store delete queued behind the turn's own
+writes), so the turn's late writes are not kept and its end does not save the
+record again.
+
 ``session.permission`` for a request another replica holds (the stored record
 names its ``owner``): the answer is published on ``permission`` with a reply key;
 the owner answers it locally, as if its own client had, and pushes the outcome
@@ -109,6 +115,8 @@ class Ticket:
 
 Job = Callable[[], Awaitable[Any]]
 CancelLocal = Callable[[str], bool]
+#: another replica closed this session: forget it here (see the module docstring)
+CloseLocal = Callable[[str], None]
 #: answer a permission request this replica holds: the result, or raises ``RpcError``
 AnswerLocal = Callable[[dict[str, Any]], dict[str, Any]]
 #: how long a reply to a forwarded permission answer is kept for its asker
@@ -130,10 +138,12 @@ class Cluster:
         store: RedisStore,
         cancel_local: CancelLocal,
         answer_local: AnswerLocal | None = None,
+        close_local: CloseLocal | None = None,
     ) -> None:
         self.store = store
         self.client = store.client
         self._cancel_local = cancel_local
+        self.close_local = close_local
         self.answer_local = answer_local
         self._ordering: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
@@ -345,6 +355,23 @@ class Cluster:
         receivers = await self._ask(self.client.publish(self.key("cancel"), message))
         return bool(receivers)
 
+    async def close_remote(self, session_id: str) -> bool:
+        """Tell the other replicas ``session_id`` is closed; whether a live one of them
+        was running its turn (then it cancels it)."""
+        owner = await self._ask(self.client.get(self.key("run", session_id)))
+        owner_id = owner.decode() if isinstance(owner, bytes) else str(owner or "")
+        message = f"{self.replica_id}\n{session_id}"
+        receivers = await self._ask(self.client.publish(self.key("close"), message))
+        if not receivers or not owner_id or owner_id == self.replica_id:
+            return False
+        return bool(await self._ask(self.store.replica_alive(owner_id)))
+
+    def _on_close(self, data: Any) -> None:
+        text = data.decode() if isinstance(data, bytes) else str(data)
+        sender, _, session_id = text.partition("\n")
+        if sender != self.replica_id and session_id and self.close_local is not None:
+            self.close_local(session_id)
+
     # --- permission answers across replicas ---------------------------------------------------
 
     async def answer_remote(self, owner: str, answer: dict[str, Any]) -> dict[str, Any] | None:
@@ -395,10 +422,11 @@ class Cluster:
 
     async def _listen(self) -> None:
         cancel, permission = self.key("cancel"), self.key("permission")
+        close = self.key("close")
         while True:
             try:
                 async with self.client.pubsub() as pubsub:
-                    await pubsub.subscribe(cancel, permission)
+                    await pubsub.subscribe(cancel, permission, close)
                     self._ready.set()
                     while True:
                         msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
@@ -408,6 +436,8 @@ class Cluster:
                         channel = channel.decode() if isinstance(channel, bytes) else channel
                         if channel == permission:
                             await self._on_answer(msg["data"])
+                        elif channel == close:
+                            self._on_close(msg["data"])
                         else:
                             self._on_cancel(msg["data"])
             except asyncio.CancelledError:
