@@ -146,8 +146,8 @@ class Metrics:
     def bind_store(self, up: Callable[[], bool], counts: Callable[[], dict[str, int]]) -> None:
         """``xwm_store_up`` (the writer runs and its last batch was accepted) and
         ``xwm_store_errors_total{kind}`` (``bad_record``: dropped, could not be
-        encoded; ``write``: refused by the backend; ``restart``: writer restarted;
-        ``prune``: a periodic prune failed)."""
+        encoded; ``write``: refused by the backend or failed by a bug; ``restart``:
+        writer restarted; ``prune``: a periodic prune failed)."""
 
         class _Store(Collector):
             def collect(self) -> Iterable[Metric]:

@@ -91,7 +91,7 @@ class StoreCounters:
 
     #: records dropped because they could not be encoded or bound (one bad record)
     bad_records: int = 0
-    #: writes the backend refused (disk full, read-only file, Redis down)
+    #: writes the backend refused (disk full, read-only file, Redis down) or a bug failed
     write_errors: int = 0
     #: times the writer loop or thread was restarted after an unexpected error
     restarts: int = 0

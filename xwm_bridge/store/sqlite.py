@@ -271,7 +271,7 @@ class SQLiteStore:
             ) from None
         except sqlite3.DatabaseError as exc:  # locked, disk I/O error, read-only, damaged
             if not refused(exc):
-                raise  # IntegrityError, ProgrammingError…: a bug, with its traceback
+                raise  # no such table, IntegrityError…: a bug, with its traceback
             raise StoreUnavailable(f"session store {self.path}: {exc}") from None
 
     async def load(self, session_id: str) -> SessionRecord | None:
@@ -390,12 +390,14 @@ class SQLiteStore:
         forget_oldest(db, MAX_TRACKED_SESSIONS, self._limits, *counters, self._largest)
 
     def _isolate(self, db: sqlite3.Connection, writes: list[Op]) -> None:
-        """A batch failed on a bad record: apply its writes one by one, drop the bad."""
+        """A batch failed on a bad record or a bug: apply its writes one by one, drop the bad."""
+        traced: set[str] = set()  # a bug's traceback once per batch, not per write
         for op in writes:
             try:
                 self._apply(db, [op])
             except Exception as exc:
-                dropped([op], exc, self.counters)
+                dropped([op], exc, self.counters, traceback=str(exc) not in traced)
+                traced.add(str(exc))
 
     def _forget_session(self, sid: str) -> None:
         """A session deleted (a queued delete, or pruned): what the thread tracked of it

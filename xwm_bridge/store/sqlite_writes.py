@@ -245,26 +245,67 @@ def apply_permission(db: sqlite3.Connection, op: Op) -> None:
         )
 
 
+#: SQLite's primary result codes of a database that cannot serve for now: busy or
+#: locked, out of memory, read-only, an I/O error, damaged, full, cannot be opened, its
+#: lock protocol failing, not a database (https://sqlite.org/rescode.html). Extended
+#: codes (``SQLITE_IOERR_WRITE``, ``SQLITE_READONLY_DBMOVED``…) carry theirs in the low
+#: byte. CPython raises ``SQLITE_NOMEM`` as a ``MemoryError``, without a code.
+OUTAGE_CODES = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PROTOCOL,
+        sqlite3.SQLITE_NOTADB,
+    }
+)
+#: what one write's own values cause (a constraint, a value SQLite or the encoder
+#: cannot take): that write is a bad record, dropped alone
+RECORD_ERRORS = (
+    sqlite3.IntegrityError,
+    sqlite3.DataError,
+    sqlite3.InterfaceError,
+    sqlite3.ProgrammingError,
+    OverflowError,
+    TypeError,
+    ValueError,
+)
+
+
 def refused(exc: BaseException) -> bool:
     """Whether an error is the database's refusal, an outage rather than a bad record or
-    a bug: ``OperationalError`` (locked, disk full or failing, read-only file) and a bare
-    ``DatabaseError`` (the file damaged: ``database disk image is malformed``, ``file is
-    not a database``). Its subclasses (``IntegrityError``, ``ProgrammingError``, …) are a
-    bad record or a bug."""
-    return isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError
+    a bug: an ``sqlite3`` error whose result code (``sqlite_errorcode``) is one of
+    :data:`OUTAGE_CODES` (locked, disk full or failing, read-only file, a damaged file).
+    ``OperationalError`` is also what ``no such table``, ``no such column`` and a syntax
+    error raise (``SQLITE_ERROR``: our SQL, or a schema this version does not know): a
+    bug, as is an error without a code (raised by the driver, not by SQLite)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.Error) and isinstance(code, int) and code & 0xFF in OUTAGE_CODES
 
 
-def dropped(ops: list[Op], exc: Exception, counters: StoreCounters) -> None:
-    """Count and log writes the store gave up: the backend refused them (a failed write,
-    ``/readyz`` unready for a while) or they are bad records (dropped alone)."""
-    backend = refused(exc)
-    if backend:
+def dropped(
+    ops: list[Op], exc: Exception, counters: StoreCounters, *, traceback: bool = True
+) -> None:
+    """Count and log writes the store gave up: the backend refused them or a bug failed
+    them (a failed write, ``/readyz`` unready for a while; a bug is logged with its
+    traceback unless ``traceback`` is false: one per error of a batch) or they are bad
+    records (dropped alone)."""
+    outage = refused(exc)
+    record = not outage and isinstance(exc, RECORD_ERRORS)
+    if record:
+        counters.bad_records += len(ops)
+    else:
         counters.write_errors += len(ops)
         counters.failed(str(exc))
-    else:
-        counters.bad_records += len(ops)
+    bug = not outage and not record
     log.error(
-        "session store write failed; dropped" if backend else "session store dropped a record",
+        "session store dropped a record" if record else "session store write failed; dropped",
+        exc_info=exc if bug and traceback else None,
         extra={
             "ops": len(ops),
             "op": ops[0][0],
