@@ -74,7 +74,7 @@ DESCRIPTIONS: dict[str, str] = {
     "store.ledger_max_entries": "notifications kept per session for `session.replay` and the SSE catch-up stream",
     "store.ledger_max_bytes": "encoded bytes of notifications and results kept per session: the newest that fit, and always the newest one (oldest trimmed first)",
     "store.history_max_bytes": "bytes of prompt history kept per session (oldest prompts trimmed first; the latest always stays)",
-    "store.memory_max_bytes": "backend `memory`: bytes of every session together; past it the oldest ledger entries, then the least recently saved sessions (not one whose turn is running), go",
+    "store.memory_max_bytes": "backend `memory`: bytes of every session together (ledgers, histories, turn and permission records); past it the oldest ledger entries and turn records, then the least recently saved sessions (not one whose turn is running), go",
     "store.ledger_max_age": "seconds a ledger notification is kept",
     "store.retention": "seconds an untouched session stays in the store (idle sessions leave memory after `limits.session_idle_ttl` but can still be continued)",
     "store.replay_max_items": "most notifications one `session.replay` call returns",

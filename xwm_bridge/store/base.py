@@ -200,9 +200,9 @@ class StoreLimits:
     retention: float = 7 * 86400.0
     #: encoded bytes of one session's ledger: the newest entries that fit are kept
     ledger_max_bytes: int = 8 * MIB
-    #: the in-memory store, every session together (ledgers and prompt histories):
-    #: the oldest ledger entries go first, then the least recently saved sessions (not
-    #: one whose turn is running)
+    #: the in-memory store, every session together (ledgers, prompt histories, turn and
+    #: permission records): the oldest ledger entries and turn records go first, then
+    #: the least recently saved sessions (not one whose turn is running)
     memory_max_bytes: int = 256 * MIB
 
 

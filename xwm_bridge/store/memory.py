@@ -1,9 +1,11 @@
 """The in-memory session store (backend ``memory``): nothing survives a restart.
 
 Bounded by count, age and bytes: each session's ledger keeps the newest entries
-that fit in ``ledger_max_bytes`` (and always the newest one), and all sessions
-together (ledgers plus prompt histories) fit in ``memory_max_bytes`` — past it,
-the oldest ledger entries of any session go first, then the least recently saved
+that fit in ``ledger_max_bytes`` (and always the newest one), its newest
+``TURNS_PER_SESSION`` turn records, and all sessions together (ledgers, prompt
+histories, turn and permission records) fit in ``memory_max_bytes`` — past it, the
+oldest ledger entries and turn records of any session go first (oldest written
+first), then the permission records of sessions gone, then the least recently saved
 sessions, never one whose turn is running (its record, turns and pending permission
 requests stay while it runs). Turn records of sessions gone are dropped by ``prune``.
 An entry or a turn or permission record that cannot be encoded (and so could never be
@@ -72,6 +74,11 @@ def record_size(record: SessionRecord) -> int:
     return ENTRY_OVERHEAD + sum(map(len, record.history))
 
 
+#: a kept turn or permission record: (its view's sort key, the encoded record, when it
+#: was written); its size is ``len(raw) + ENTRY_OVERHEAD``
+Held: TypeAlias = tuple[float, bytes, float]
+
+
 class MemoryStore:
     name = "memory"
 
@@ -85,10 +92,13 @@ class MemoryStore:
         self._order: deque[tuple[str, Kept]] = deque()
         self._live_entries = 0
         self._bytes = 0
-        #: session → turn id → (started_at, the encoded record)
-        self._turns: dict[str, dict[str, tuple[float, bytes]]] = {}
-        #: (session, request id) → (created_at, the encoded record)
-        self._permissions: dict[tuple[str, str], tuple[float, bytes]] = {}
+        #: session → turn id → (started_at, the encoded record, written at)
+        self._turns: dict[str, dict[str, Held]] = {}
+        #: every turn record in write order, for the global cap (may hold replaced ones)
+        self._turn_order: deque[tuple[str, str, Held]] = deque()
+        self._live_turns = 0
+        #: (session, request id) → (created_at, the encoded record, written at)
+        self._permissions: dict[tuple[str, str], Held] = {}
         self.counters = StoreCounters()
 
     @property
@@ -157,9 +167,10 @@ class MemoryStore:
         if record is not None:
             self._bytes -= record_size(record)
         self._drop_ledger(session_id)
-        self._turns.pop(session_id, None)
+        for turn_id in list(self._turns.get(session_id, ())):
+            self._drop_turn(session_id, turn_id)
         for key in [k for k in self._permissions if k[0] == session_id]:
-            del self._permissions[key]
+            self.delete_permission(*key)
 
     def _pop_oldest(self, session_id: str, ledger: deque[Kept]) -> None:
         size = ledger.popleft()[_SIZE]
@@ -176,13 +187,29 @@ class MemoryStore:
             self._bytes -= self._ledger_bytes.pop(session_id)
             self._live_entries -= len(ledger)
 
+    def _running(self, session_id: str) -> bool:
+        record = self._records.get(session_id)
+        return record is not None and record.last_turn_status == RUNNING
+
     def _enforce_global(self) -> None:
         cap = self._limits.memory_max_bytes
-        while self._bytes > cap and self._order:  # oldest entries of any session first
-            session_id, kept = self._order.popleft()
-            ledger = self._ledgers.get(session_id)
-            if ledger and ledger[0] is kept:
-                self._pop_oldest(session_id, ledger)
+        order, turn_order = self._order, self._turn_order
+        while self._bytes > cap and (order or turn_order):  # the oldest of any session first
+            if not turn_order or (order and order[0][1][_TS] <= turn_order[0][2][2]):
+                session_id, kept = order.popleft()
+                ledger = self._ledgers.get(session_id)
+                if ledger and ledger[0] is kept:
+                    self._pop_oldest(session_id, ledger)
+                continue
+            session_id, turn_id, held = turn_order.popleft()
+            current = self._turns.get(session_id, {}).get(turn_id) is held
+            # a running session's stay (out of the order until saved again or the order
+            # is rebuilt; they go with their session meanwhile)
+            if current and not self._running(session_id):
+                self._drop_turn(session_id, turn_id)
+        if self._bytes > cap:  # then requests of sessions gone (closed while they ran)
+            for key in [k for k in self._permissions if k[0] not in self._records]:
+                self.delete_permission(*key)
         while self._bytes > cap:  # then the least recently saved sessions, not running ones
             victim = next(
                 (s for s, r in self._records.items() if r.last_turn_status != RUNNING), None
@@ -194,6 +221,10 @@ class MemoryStore:
             live = [(sid, k) for sid, ledger in self._ledgers.items() for k in ledger]
             live.sort(key=lambda item: item[1][_TS])
             self._order = deque(live)
+        if len(self._turn_order) > 2 * self._live_turns + 1024:
+            turns = [(s, t, held) for s, kept in self._turns.items() for t, held in kept.items()]
+            turns.sort(key=lambda item: item[2][2])
+            self._turn_order = deque(turns)
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -228,7 +259,8 @@ class MemoryStore:
         return out
 
     async def recover(self) -> list[str]:
-        self._permissions.clear()  # their turns died with the process
+        for key in list(self._permissions):  # their turns died with the process
+            self.delete_permission(*key)
         ids = []
         for sid, record in list(self._records.items()):
             if record.last_turn_status == RUNNING:
@@ -255,7 +287,8 @@ class MemoryStore:
         # turn records of sessions gone (one finished after its session was closed), as
         # the SQLite store's prune does: nothing else would ever remove them
         for sid in [s for s in self._turns if s not in self._records]:
-            del self._turns[sid]
+            for turn_id in list(self._turns[sid]):
+                self._drop_turn(sid, turn_id)
         return len(stale)
 
     async def close(self) -> None:
@@ -269,10 +302,27 @@ class MemoryStore:
         except TypeError as exc:  # e.g. a result nested deeper than orjson writes
             self._dropped("save_turn", record.session_id, exc)
             return
-        turns = self._turns.setdefault(record.session_id, {})
-        turns[record.turn_id] = (record.started_at, raw)
+        sid = record.session_id
+        self._drop_turn(sid, record.turn_id)  # a turn's record saved again replaces it
+        held = (record.started_at, raw, time.time())
+        turns = self._turns.setdefault(sid, {})
+        turns[record.turn_id] = held
+        self._turn_order.append((sid, record.turn_id, held))
+        self._live_turns += 1
+        self._bytes += len(raw) + ENTRY_OVERHEAD
         while len(turns) > TURNS_PER_SESSION:
-            del turns[min(turns, key=lambda t: (turns[t][0], t))]
+            self._drop_turn(sid, min(turns, key=lambda t: (turns[t][0], t)))
+        self._enforce_global()
+
+    def _drop_turn(self, session_id: str, turn_id: str) -> None:
+        turns = self._turns.get(session_id)
+        held = turns.pop(turn_id, None) if turns is not None else None
+        if held is None:
+            return
+        self._bytes -= len(held[1]) + ENTRY_OVERHEAD
+        self._live_turns -= 1
+        if not turns:
+            del self._turns[session_id]
 
     def _turn(self, session_id: str, turn_id: str) -> TurnRecord | None:
         kept = self._turns.get(session_id, {}).get(turn_id)
@@ -282,7 +332,7 @@ class MemoryStore:
         if limit <= 0:
             return []
         kept = sorted(self._turns.get(session_id, {}).items(), key=lambda t: (t[1][0], t[0]))
-        return [TurnRecord.loads(raw) for _, (_, raw) in kept[-limit:]]
+        return [TurnRecord.loads(held[1]) for _, held in kept[-limit:]]
 
     async def list_sessions(self, query: SessionQuery) -> SessionPage:
         rows = sorted(
@@ -301,14 +351,19 @@ class MemoryStore:
         except TypeError as exc:  # e.g. options nested deeper than orjson writes
             self._dropped("save_permission", record.session_id, exc)
             return
-        self._permissions[record.key] = (record.created_at, raw)
+        self.delete_permission(*record.key)  # saved again: replaced
+        self._permissions[record.key] = (record.created_at, raw, time.time())
+        self._bytes += len(raw) + ENTRY_OVERHEAD
+        self._enforce_global()
 
     def delete_permission(self, session_id: str, request_id: str) -> None:
-        self._permissions.pop((session_id, request_id), None)
+        held = self._permissions.pop((session_id, request_id), None)
+        if held is not None:
+            self._bytes -= len(held[1]) + ENTRY_OVERHEAD
 
     async def permissions(self) -> list[PermissionRecord]:
         kept = sorted(self._permissions.items(), key=lambda p: (p[1][0], p[0][1]))
-        return [PermissionRecord.loads(raw) for _, (_, raw) in kept]
+        return [PermissionRecord.loads(held[1]) for _, held in kept]
 
 
 def _selected(kept: Kept, after_seq: int, after_event: int | None) -> bool:

@@ -1,4 +1,5 @@
-"""The in-memory store keeps its ledger encoded: no object per entry for the GC."""
+"""The in-memory store keeps its ledger encoded (no object per entry for the GC), and
+holds its turn and permission records within its byte bound."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import gc
 import time
 
+from xwm_bridge.store import memory as memory_store
 from xwm_bridge.store.base import COMPLETED, RUNNING, LedgerEntry, SessionRecord, StoreLimits
 from xwm_bridge.store.memory import MemoryStore
 from xwm_bridge.store.records import PermissionRecord, TurnRecord
@@ -75,3 +77,52 @@ def test_the_global_cap_never_evicts_a_running_session() -> None:
     store.save(SessionRecord("running", "t", history=(big,), last_turn_status=COMPLETED))
     store.save(SessionRecord("later", "t", history=("x",)))
     assert asyncio.run(store.load("running")) is None
+
+
+def _held(store: MemoryStore, sessions: list[str]) -> int:
+    """What the store holds, as its byte bound counts it, recomputed from its views."""
+    overhead = memory_store.ENTRY_OVERHEAD
+    total = sum(memory_store.record_size(r) for r in store._records.values())
+    total += sum(k[6] for ledger in store._ledgers.values() for k in ledger)
+    for sid in sessions:
+        total += sum(len(t.dumps()) + overhead for t in asyncio.run(store.turns(sid, 1000)))
+    total += sum(len(p.dumps()) + overhead for p in asyncio.run(store.permissions()))
+    return total
+
+
+def test_turn_and_permission_records_count_in_the_cap_and_the_oldest_go() -> None:
+    """Turn records (64 per session, each up to 256 KiB) and pending permission
+    requests were held outside ``memory_max_bytes``: sessions of a few bytes each could
+    hold any amount of them. They count now, and past the cap the oldest go with the
+    oldest ledger entries (a running session's stay)."""
+    cap = 200_000
+    store = MemoryStore(StoreLimits(memory_max_bytes=cap))
+    result = {"output": "r" * 4000}
+    sessions = [f"s{i}" for i in range(40)]
+    store.save(SessionRecord("running", "t", last_turn_status=RUNNING))
+    store.save_turn(TurnRecord("running", "turn-r", started_at=1.0, result=result))
+    store.save_permission(PermissionRecord("running", "req-r", "turn-r", created_at=1.0))
+    for n, sid in enumerate(sessions):
+        store.save(SessionRecord(sid, "t", updated_at=time.time()))
+        for i in range(10):
+            started = float(n * 10 + i)
+            store.save_turn(TurnRecord(sid, f"turn-{i}", started_at=started, result=result))
+            store.append(sid, LedgerEntry(2 * i + 1, f"turn-{i}", _message(i), event_id=i + 1))
+        store.save_permission(
+            PermissionRecord(sid, "req-1", "turn-9", tool_call={"input": "p" * 2000})
+        )
+        # the same turn saved again (its end) replaces its bytes, not adds to them
+        store.save_turn(TurnRecord(sid, "turn-9", started_at=n * 10 + 9.0, result=result))
+        assert store.bytes_held == _held(store, ["running", *sessions])
+        assert store.bytes_held <= cap
+    # the newest session keeps its newest turns; the oldest sessions' turns went first
+    assert [t.turn_id for t in asyncio.run(store.turns("s39", 1))] == ["turn-9"]
+    assert asyncio.run(store.turns("s0", 100)) == []
+    assert [t.turn_id for t in asyncio.run(store.turns("running", 10))] == ["turn-r"]
+    assert ("running", "req-r") in [p.key for p in asyncio.run(store.permissions())]
+    # and what is given up is given back: a delete and a prune leave nothing counted
+    for sid in ["running", *sessions]:
+        store.delete(sid)
+    store.save_turn(TurnRecord("gone", "turn-1", started_at=1.0, result=result))
+    asyncio.run(store.prune())
+    assert store.bytes_held == 0
