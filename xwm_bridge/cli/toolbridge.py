@@ -32,7 +32,8 @@ def toolbridge(config_file: str | None, log_level: str | None, log_format: str |
     Tools: chat (OpenAI-compatible; LLM_API_KEY, LLM_BASE_URL, LLM_MODEL),
     claude_review (the Claude CLI; CLAUDE_BIN, CLAUDE_REVIEW_*),
     vault_kv (KV v2; VAULT_SERVER_URL, VAULT_SERVER_ROOT_ACCESS_TOKEN, VAULT_NAMESPACE).
-    Input: newline JSON or Content-Length frames; output: one JSON object per line.
+    Input: newline JSON or Content-Length frames; output: one JSON object per line
+    (a JSON-RPC batch, served under protocol 2025-03-26 only: one array per line).
     Logs go to stderr. Exits 0 at end of input once running calls finish.
     """
     cfg = _load(config_file, log_level=log_level, log_format=log_format)

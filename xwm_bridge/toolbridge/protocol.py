@@ -1,5 +1,5 @@
-"""Sans-I/O MCP server protocol (adapters.md §2): frame decoding, version negotiation,
-tool list, call params.
+"""Sans-I/O MCP server protocol (adapters.md §2): frame decoding (JSON-RPC batches
+included), version negotiation, tool list, call params.
 
 The server loop (``server.py``) decodes frames and runs tools; every decision
 about what goes on the wire is made here.
@@ -17,6 +17,10 @@ from xwm_bridge.jsonrpc import DecodeError, RpcError
 #: protocol revisions negotiable through ``initialize``, oldest to newest.
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]
+#: the revisions whose peers may send JSON-RPC batches. 2025-03-26 alone: it added
+#: batching ("MUST support receiving JSON-RPC batches"), 2024-11-05's schema has no
+#: array message and 2025-06-18 removed batching again.
+BATCH_VERSIONS = frozenset({"2025-03-26"})
 SERVER_INFO = {"name": "xworkmate-go-core", "version": "0.2.0"}
 
 TOOLS: list[dict[str, Any]] = [
@@ -66,11 +70,25 @@ TOOLS: list[dict[str, Any]] = [
 TOOL_NAMES = frozenset(t["name"] for t in TOOLS)
 NULL_ID = "invalid request: id must not be null"
 BAD_ID = "invalid request: id must be a string or a number"
+EMPTY_BATCH = "invalid request: empty batch"
+BATCH_BEFORE_INITIALIZE = "invalid request: batches are not supported before initialize"
+INITIALIZE_IN_BATCH = "invalid request: initialize must not be part of a JSON-RPC batch"
+Message = jsonrpc.Request | dict[str, Any] | None
 
 
-def decode(item: bytes | FramingError) -> jsonrpc.Request | dict[str, Any] | None:
-    """One frame → the request to serve, the error envelope to answer it with, or
-    ``None`` for a response, which is never answered.
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A frame holding a JSON array: a JSON-RPC batch, served or refused by the
+    server according to the negotiated version (:func:`batch_refusal`)."""
+
+    elements: tuple[Any, ...]
+    #: the frame's text (spares most elements the nesting walk, as for a frame)
+    data: bytes
+
+
+def decode(item: bytes | FramingError) -> Message | Batch:
+    """One frame → the request to serve, the error envelope to answer it with,
+    ``None`` for a response, which is never answered, or a :class:`Batch`.
 
     The contract's decoding (``jsonrpc.request_from``: ``-32700`` for bad framing,
     JSON or field types), with MCP's rules on top:
@@ -90,13 +108,22 @@ def decode(item: bytes | FramingError) -> jsonrpc.Request | dict[str, Any] | Non
     * a request refused by the contract's decoding (``params`` not an object, a
       ``method`` missing or not a string) whose id could be read is answered with
       that id (JSON-RPC 2.0: id null only when it could not be read). It was
-      answered with id null, so the request itself was never answered."""
+      answered with id null, so the request itself was never answered;
+    * a JSON array is a :class:`Batch`, whose elements :func:`batch_messages`
+      decodes by these rules once :func:`batch_refusal` lets it through. It was
+      ``-32700 invalid json: expected a JSON object, got array``."""
     if isinstance(item, FramingError):
         return jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message)
     try:
         obj = jsonrpc.parse(item)
     except DecodeError as exc:
         return exc.envelope()
+    if isinstance(obj, list):
+        return Batch(tuple(obj), item)
+    return _message(obj, item)
+
+
+def _message(obj: Any, item: bytes) -> Message:
     rid = None
     if isinstance(obj, dict):
         has_id, rid = jsonrpc.member(obj, "id")
@@ -113,6 +140,54 @@ def decode(item: bytes | FramingError) -> jsonrpc.Request | dict[str, Any] | Non
         if exc.id is None and _scalar_id(rid):
             return jsonrpc.error(rid, exc.code, exc.message)
         return exc.envelope()
+
+
+def batch_refusal(batch: Batch, version: str | None, limit: int) -> dict[str, Any] | None:
+    """The one error (id null) answering a whole batch, or ``None`` to serve it.
+
+    ``version`` is the one this connection's ``initialize`` negotiated (``None``
+    before it: initialize MUST NOT be part of a batch and nothing else may come
+    first). Outside :data:`BATCH_VERSIONS` a batch is refused, ``-32600`` naming the
+    version (it was ``-32700 invalid json``, as if the JSON were broken). Served, an
+    empty batch is one ``-32600`` (JSON-RPC 2.0), and one of more than ``limit``
+    messages is refused whole, so that no frame starts unbounded work."""
+    if version is None:
+        return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, BATCH_BEFORE_INITIALIZE)
+    if version not in BATCH_VERSIONS:
+        message = f"invalid request: batches are not supported in protocol version {version}"
+        return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
+    if not batch.elements:
+        return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, EMPTY_BATCH)
+    if len(batch.elements) > limit:
+        message = (
+            f"invalid request: a batch of {len(batch.elements)} messages"
+            f" exceeds the limit of {limit}"
+        )
+        return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
+    return None
+
+
+def batch_messages(batch: Batch) -> list[Message]:
+    """Each element of a served batch decoded as a frame of its own would be (its id
+    rules included), except that an element that is not an object is ``-32600``
+    (JSON-RPC 2.0: the JSON parsed, the element is no Request) and an ``initialize``
+    request is refused, ``-32600`` with its id (MCP: it MUST NOT be part of a batch;
+    the negotiated version cannot change inside one)."""
+    out: list[Message] = []
+    for obj in batch.elements:
+        if not isinstance(obj, dict):
+            message = f"invalid request: expected a JSON object, got {_kind(obj)}"
+            out.append(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message))
+            continue
+        decoded = _message(obj, batch.data)
+        if (
+            isinstance(decoded, jsonrpc.Request)
+            and decoded.method == "initialize"
+            and not decoded.is_notification
+        ):
+            decoded = jsonrpc.error(decoded.id, jsonrpc.INVALID_REQUEST, INITIALIZE_IN_BATCH)
+        out.append(decoded)
+    return out
 
 
 def _scalar_id(rid: Any) -> bool:

@@ -7,6 +7,13 @@ tool call does not block ``ping`` or a ``notifications/cancelled`` that abandons
 it. Only with that many requests unanswered does reading stop (backpressure).
 Messages without an id get no output at all (adapters.md §2.1); ``"id": null`` is
 an invalid request, answered (``protocol.decode``).
+
+A JSON-RPC batch (a JSON array) is served only when this connection's
+``initialize`` negotiated a version that has batches (``protocol.BATCH_VERSIONS``),
+else refused with one error. Served, each of its requests is admitted, tracked for
+``notifications/cancelled`` and run like a request of its own; the answers (none
+for its notifications or a cancelled request) go out together, one JSON array on
+one line, when the last of them is ready, and nothing at all when there are none.
 """
 
 from __future__ import annotations
@@ -14,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -32,6 +39,7 @@ from xwm_bridge.wire import PLAIN, WireEncoder
 
 log = logging.getLogger("xwm_bridge.toolbridge")
 Write = Callable[[bytes], Awaitable[None]]
+T = TypeVar("T")
 #: requests read past the running calls (tool calls waiting for a slot, or a ping);
 #: with this many more unanswered, reading stops until one ends
 MAX_WAITING = 16
@@ -62,8 +70,12 @@ class ToolbridgeServer:
         self._slots = asyncio.Semaphore(cfg.max_concurrent_calls)
         #: requests unanswered (running or waiting); the reader waits for one of these
         self._admitted = asyncio.Semaphore(cfg.max_concurrent_calls + MAX_WAITING)
-        self._inflight: dict[Any, asyncio.Task[None]] = {}
+        self._inflight: dict[Any, asyncio.Task[Any]] = {}
         self._tasks = Supervisor()  # one task per request in flight, bounded by _admitted
+        #: most messages in one batch: at most as many requests as may be unanswered
+        self.max_batch = cfg.max_concurrent_calls + MAX_WAITING
+        #: the protocol version this connection's ``initialize`` negotiated
+        self._version: str | None = None
 
     async def _send(self, message: dict[str, Any]) -> None:
         data = self._wire.encode(message)
@@ -71,6 +83,16 @@ class ToolbridgeServer:
             return
         async with self._write_lock:
             await self._write(data + b"\n")
+
+    async def _send_batch(self, replies: list[dict[str, Any]]) -> None:
+        """One JSON array of ``replies`` on one line; nothing when there are none
+        (JSON-RPC 2.0: never an empty array). Each is encoded alone, so one that
+        cannot be encoded is its own ``-32603`` stand-in (``wire``)."""
+        parts = [data for data in map(self._wire.encode, replies) if data is not None]
+        if not parts:
+            return
+        async with self._write_lock:
+            await self._write(b"[" + b",".join(parts) + b"]\n")
 
     async def handle(self, req: jsonrpc.Request) -> dict[str, Any] | None:
         """One request → its response (``None`` for a notification)."""
@@ -140,11 +162,14 @@ class ToolbridgeServer:
             return True
         return req.method.startswith("notifications/")
 
-    async def _serve_one(self, req: jsonrpc.Request) -> None:
+    async def _answer(self, req: jsonrpc.Request) -> dict[str, Any] | None:
         try:
-            reply = await self.handle(req)
+            return await self.handle(req)
         except asyncio.CancelledError:
-            return  # cancelled by the client: MCP sends no response
+            return None  # cancelled by the client: MCP sends no response
+
+    async def _serve_one(self, req: jsonrpc.Request) -> None:
+        reply = await self._answer(req)
         if reply is not None:
             await self._send(reply)
 
@@ -156,8 +181,26 @@ class ToolbridgeServer:
         if _trackable(rid) and self._inflight.get(rid) is task:
             del self._inflight[rid]
 
+    async def _admit(self, req: jsonrpc.Request, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coro``, serving ``req``, in a task of its own once admitted."""
+        # backpressure: stop reading only with MAX_WAITING requests waiting past the
+        # running calls (a wait for a call slot here kept a cancel from being read)
+        try:
+            await self._admitted.acquire()
+        except BaseException:
+            coro.close()
+            raise
+        task = self._tasks.spawn(coro, name=f"mcp-call-{req.method}")
+        task.add_done_callback(functools.partial(self._call_done, req.id))
+        if _trackable(req.id):
+            self._inflight[req.id] = task
+        return task
+
     async def _frame(self, item: bytes | FramingError) -> None:
         req = protocol.decode(item)
+        if isinstance(req, protocol.Batch):
+            await self._batch(req)
+            return
         if req is None:
             log.info("ignored a JSON-RPC response: the toolbridge sends no requests")
             return
@@ -166,13 +209,45 @@ class ToolbridgeServer:
             return
         if self._on_notification(req):
             return
-        # backpressure: stop reading only with MAX_WAITING requests waiting past the
-        # running calls (a wait for a call slot here kept a cancel from being read)
-        await self._admitted.acquire()
-        task = self._tasks.spawn(self._serve_one(req), name=f"mcp-call-{req.method}")
-        task.add_done_callback(functools.partial(self._call_done, req.id))
-        if _trackable(req.id):
-            self._inflight[req.id] = task
+        if req.method == "initialize" and not req.is_notification:
+            # in the order read: a batch read after it is judged by its answer
+            self._version = protocol.negotiate(req.params)
+        await self._admit(req, self._serve_one(req))
+
+    async def _batch(self, batch: protocol.Batch) -> None:
+        """Serve a batch, or answer its refusal; one array answers it (``_gather``)."""
+        refusal = protocol.batch_refusal(batch, self._version, self.max_batch)
+        if refusal is not None:
+            await self._send(refusal)
+            return
+        answers: list[dict[str, Any] | asyncio.Task[dict[str, Any] | None]] = []
+        for message in protocol.batch_messages(batch):
+            if message is None:
+                log.info("ignored a JSON-RPC response: the toolbridge sends no requests")
+            elif not isinstance(message, jsonrpc.Request):
+                answers.append(message)
+            elif not self._on_notification(message):
+                answers.append(await self._admit(message, self._answer(message)))
+        if any(isinstance(answer, asyncio.Task) for answer in answers):
+            self._tasks.spawn(self._gather(answers), name="mcp-batch")
+        else:
+            await self._send_batch([a for a in answers if not isinstance(a, asyncio.Task)])
+
+    async def _gather(
+        self, answers: list[dict[str, Any] | asyncio.Task[dict[str, Any] | None]]
+    ) -> None:
+        """The batch's answers, in its order, once every request in it has ended: a
+        request cancelled (even before it started) or a notification has none."""
+        await asyncio.wait([a for a in answers if isinstance(a, asyncio.Task)])
+        replies: list[dict[str, Any]] = []
+        for answer in answers:
+            if not isinstance(answer, asyncio.Task):
+                replies.append(answer)
+            elif not answer.cancelled() and answer.exception() is None:
+                reply = answer.result()
+                if reply is not None:
+                    replies.append(reply)
+        await self._send_batch(replies)
 
     async def serve(self) -> None:
         """Read until end of input, then let running calls finish."""

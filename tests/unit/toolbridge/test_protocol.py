@@ -106,9 +106,138 @@ def test_decode_keeps_the_contract_for_other_frames() -> None:
         assert isinstance(request, jsonrpc.Request) and request.id == rid
     for frame in (b'{"id":null}', b'{"jsonrpc":"2.0"}'):
         assert protocol.decode(frame) == jsonrpc.error(None, -32700, "missing method")
-    assert protocol.decode(b"[]") == jsonrpc.error(
-        None, -32700, "invalid json: expected a JSON object, got array"
+    for frame in (b"3", b'"x"', b"null"):
+        assert protocol.decode(frame) == jsonrpc.error(
+            None,
+            -32700,
+            f"invalid json: expected a JSON object, got {protocol._kind(orjson.loads(frame))}",
+        )
+
+
+def test_an_array_is_a_batch() -> None:
+    """A JSON array is a batch (it was ``-32700 … expected a JSON object, got array``,
+    as if the JSON were broken, whatever the negotiated version)."""
+    frame = b'[{"jsonrpc":"2.0","id":1,"method":"ping"}, 5]'
+    assert protocol.decode(frame) == protocol.Batch(
+        ({"jsonrpc": "2.0", "id": 1, "method": "ping"}, 5), frame
     )
+    assert protocol.decode(b"[]") == protocol.Batch((), b"[]")
+
+
+def _invalid(message: str) -> dict[str, Any]:
+    return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, f"invalid request: {message}")
+
+
+@pytest.mark.parametrize(
+    ("version", "elements", "refusal"),
+    [
+        (None, (), _invalid("batches are not supported before initialize")),
+        (
+            None,
+            ({"id": 1, "method": "ping"},),
+            _invalid("batches are not supported before initialize"),
+        ),
+        (
+            "2024-11-05",
+            ({"id": 1, "method": "ping"},),
+            _invalid("batches are not supported in protocol version 2024-11-05"),
+        ),
+        (
+            "2025-06-18",
+            ({"id": 1, "method": "ping"},),
+            _invalid("batches are not supported in protocol version 2025-06-18"),
+        ),
+        ("2025-11-25", (), _invalid("batches are not supported in protocol version 2025-11-25")),
+        ("2025-03-26", (), _invalid("empty batch")),
+        (
+            "2025-03-26",
+            ({"method": "notifications/initialized"},) * 4,
+            _invalid("a batch of 4 messages exceeds the limit of 3"),
+        ),
+        ("2025-03-26", ({"method": "notifications/initialized"},) * 3, None),
+        ("2025-03-26", (7,), None),
+    ],
+)
+def test_batch_refusal(version: str | None, elements: tuple[Any, ...], refusal: Any) -> None:
+    """Only 2025-03-26 has batches; served, JSON-RPC 2.0 refuses an empty one, and a
+    cap bounds the work one frame can start."""
+    assert protocol.batch_refusal(protocol.Batch(elements, b"[]"), version, 3) == refusal
+
+
+def test_batch_messages_decode_each_element() -> None:
+    elements = (
+        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": None, "method": "ping"},
+        {"jsonrpc": "2.0", "id": True, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 9, "result": {}},
+        {"jsonrpc": "2.0", "id": "p", "method": "tools/list", "params": [1]},
+        {"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {}},
+        {"jsonrpc": "2.0", "method": "initialize"},
+        [1],
+        "x",
+    )
+    decoded = protocol.batch_messages(protocol.Batch(elements, orjson.dumps(list(elements))))
+    assert decoded == [
+        jsonrpc.Request("ping", {}, 1),
+        jsonrpc.Request("notifications/initialized", {}, None),
+        _invalid("id must not be null"),
+        _invalid("id must be a string or a number"),
+        None,
+        jsonrpc.error("p", -32700, "invalid json: params must be an object, got array"),
+        jsonrpc.error(
+            2, -32600, "invalid request: initialize must not be part of a JSON-RPC batch"
+        ),
+        jsonrpc.Request("initialize", {}, None),
+        _invalid("expected a JSON object, got array"),
+        _invalid("expected a JSON object, got string"),
+    ]
+
+
+_ints = st.integers(-(2**53), 2**53)  # what orjson writes
+_ids = st.one_of(
+    st.none(),
+    st.booleans(),
+    _ints,
+    st.text(max_size=3),
+    st.lists(_ints, max_size=2),
+)
+_elements = st.one_of(
+    _ints,
+    st.none(),
+    st.lists(_ints, max_size=2),
+    st.dictionaries(
+        st.sampled_from(["jsonrpc", "id", "ID", "method", "params", "result", "error"]),
+        st.one_of(
+            _ids,
+            st.sampled_from(["ping", "initialize", " tools/list ", "notifications/cancelled"]),
+            st.dictionaries(st.sampled_from(["a", "requestId"]), _ids, max_size=2),
+        ),
+    ),
+)
+
+
+@given(st.lists(_elements, max_size=8))
+def test_a_batch_element_is_decoded_as_a_frame_would_be(elements: list[Any]) -> None:
+    """Each element of a batch obeys the rules of a frame of its own (null and
+    non-scalar ids, responses, a refused request's id), never raising; only a
+    non-object and an ``initialize`` request are refused, ``-32600``."""
+    frame = orjson.dumps(elements)
+    decoded = protocol.batch_messages(protocol.Batch(tuple(elements), frame))
+    assert len(decoded) == len(elements)
+    for element, message in zip(elements, decoded, strict=True):
+        if not isinstance(element, dict):
+            assert message == _invalid(f"expected a JSON object, got {protocol._kind(element)}")
+            continue
+        alone = protocol.decode(orjson.dumps(element))
+        if (
+            isinstance(alone, jsonrpc.Request)
+            and alone.method == "initialize"
+            and alone.id is not None
+        ):
+            assert message == jsonrpc.error(alone.id, -32600, protocol.INITIALIZE_IN_BATCH)
+        else:
+            assert message == alone
 
 
 @pytest.mark.parametrize(
@@ -286,7 +415,7 @@ def test_vault_call_errors(cfg: ToolbridgeConfig, args: dict[str, Any], message:
 @given(
     st.dictionaries(
         st.sampled_from(["name", "arguments", "x"]),
-        st.one_of(st.none(), st.integers(), st.text(), st.lists(st.integers()), st.just({})),
+        st.one_of(st.none(), _ints, st.text(), st.lists(_ints), st.just({})),
     )
 )
 def test_tool_call_parse_is_total(params: dict[str, Any]) -> None:

@@ -154,3 +154,137 @@ async def test_a_notification_method_sent_with_an_id_is_answered_and_cancels_not
         "message": "unknown method: notifications/initialized",
     }
     assert replies[1]["result"]["content"][0]["text"] == "done"
+
+
+INIT_0326 = (
+    b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}\n'
+)
+REVIEW = (
+    '{{"jsonrpc":"2.0","id":{0},"method":"tools/call",'
+    '"params":{{"name":"claude_review","arguments":{{"prompt":"p{0}"}}}}}}'
+)
+CANCEL = '{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{0}}}}}'
+
+
+async def test_a_request_in_a_batch_can_be_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``notifications/cancelled`` reaches a request inside a batch, whether it comes
+    in the same batch or in a later frame: the batch's array leaves that request out
+    (MCP: a cancelled request gets no response) and still answers the others."""
+    running: dict[str, asyncio.Event] = {"p1": asyncio.Event(), "p2": asyncio.Event()}
+    gate = asyncio.Event()
+
+    async def review(_cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
+        running.setdefault(args["prompt"], asyncio.Event()).set()
+        await gate.wait()
+        return "reviewed " + args["prompt"]
+
+    monkeypatch.setattr(server_module, "claude_review", review)
+    batch = ",".join([REVIEW.format(1), CANCEL.format(1), REVIEW.format(2), REVIEW.format(3)])
+    script: list[tuple[asyncio.Event | None, bytes]] = [
+        (None, INIT_0326 + f"[{batch}]\n".encode()),
+        (running["p2"], (CANCEL.format(2) + "\n").encode()),
+    ]
+    out: list[Any] = []
+    replied = asyncio.Event()
+
+    async def read() -> bytes:
+        if script:
+            event, chunk = script.pop(0)
+            if event is not None:
+                await event.wait()
+            return chunk
+        gate.set()  # the cancel of call 2 was handled before this read
+        await replied.wait()
+        return b""
+
+    async def write(data: bytes) -> None:
+        out.append(orjson.loads(data))
+        if isinstance(out[-1], list):
+            replied.set()
+
+    async with aiohttp.ClientSession() as http:
+        server = ToolbridgeServer(ToolbridgeConfig(), http, read, write, max_message=1 << 20)
+        await asyncio.wait_for(server.serve(), 10)
+    assert out[0]["id"] == 0
+    assert out[1:] == [
+        [
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "result": {"content": [{"type": "text", "text": "reviewed p3"}]},
+            }
+        ]
+    ]
+    assert not running["p1"].is_set()  # cancelled before it started
+    assert server._inflight == {}
+
+
+async def test_a_batch_whose_requests_are_all_cancelled_sends_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """JSON-RPC 2.0: a batch with no answer to send gets no output, not ``[]``."""
+    started = asyncio.Event()
+
+    async def review(_cfg: ToolbridgeConfig, _args: dict[str, Any]) -> str:
+        started.set()
+        await asyncio.Event().wait()  # until cancelled
+        return "unreachable"
+
+    monkeypatch.setattr(server_module, "claude_review", review)
+    chunks = [INIT_0326 + f"[{REVIEW.format(1)}]\n".encode(), (CANCEL.format(1) + "\n").encode()]
+    out: list[Any] = []
+
+    async def read() -> bytes:
+        if len(chunks) == 1:
+            await started.wait()
+        return chunks.pop(0) if chunks else b""
+
+    async def write(data: bytes) -> None:
+        out.append(orjson.loads(data))
+
+    async with aiohttp.ClientSession() as http:
+        server = ToolbridgeServer(ToolbridgeConfig(), http, read, write, max_message=1 << 20)
+        await asyncio.wait_for(server.serve(), 10)
+    assert [reply["id"] for reply in out] == [0]
+    assert server._inflight == {}
+
+
+async def test_a_batch_counts_against_the_waiting_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each request of a batch takes an admission as a frame of its own does: a batch
+    as large as allowed fills them all, so reading stops until one ends (one frame
+    cannot start more work than the limits allow), and all are answered in one array."""
+    gate = asyncio.Event()
+
+    async def review(_cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
+        await gate.wait()
+        return args["prompt"]
+
+    monkeypatch.setattr(server_module, "claude_review", review)
+    seen: dict[str, Any] = {}
+    out: list[Any] = []
+    chunks: list[bytes] = []
+
+    async def read() -> bytes:
+        if chunks:
+            return chunks.pop(0)
+        if not gate.is_set():
+            seen["locked"] = server._admitted.locked()
+            seen["inflight"] = len(server._inflight)
+            gate.set()
+        return b""
+
+    async def write(data: bytes) -> None:
+        out.append(orjson.loads(data))
+
+    async with aiohttp.ClientSession() as http:
+        server = ToolbridgeServer(
+            ToolbridgeConfig(max_concurrent_calls=1), http, read, write, max_message=1 << 20
+        )
+        assert server.max_batch == 1 + server_module.MAX_WAITING
+        calls = ",".join(REVIEW.format(i) for i in range(1, server.max_batch + 1))
+        chunks.append(INIT_0326 + f"[{calls}]\n".encode())
+        await asyncio.wait_for(server.serve(), 10)
+    assert seen == {"locked": True, "inflight": server.max_batch}
+    (batch,) = [reply for reply in out if isinstance(reply, list)]
+    assert [reply["id"] for reply in batch] == list(range(1, server.max_batch + 1))
+    assert server._admitted._value == server.max_batch  # every admission given back
