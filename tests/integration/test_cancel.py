@@ -244,3 +244,37 @@ async def test_restart_while_running_keeps_the_cancel_handle(
     [started] = updates(events)
     assert started["seq"] == 1
     assert events[-1]["result"]["output"] == "echo: new"
+
+
+async def test_cancel_reaches_both_turns_of_a_session_running_on_two_threads(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    """The queue key is threadId (contract.md §12), so one session can run a turn on each
+    of two threads at once: session.cancel cancels both, not only the newer one."""
+    bridge = await start_bridge(env=provider_env(fake_upstream.url))
+    url = bridge.rpc_url
+    turns = [
+        asyncio.create_task(
+            rpc(http, url, "session.message", session_params("two", "slow:20000", threadId=t))
+        )
+        for t in ("t-a", "t-b")
+    ]
+
+    def started() -> int:
+        return sum(
+            r["params"].get("sessionId") == "two"
+            for r in fake_upstream.state.requests
+            if r["method"] == "session.message"
+        )
+
+    await wait_until(lambda: started() == 2)
+    reply = await rpc(http, url, "session.cancel", {"sessionId": "two"})
+    assert reply["result"] == {"accepted": True, "cancelled": True}
+    done, pending = await asyncio.wait(turns, timeout=10)
+    for task in pending:
+        task.cancel()
+    assert not pending, "a turn of the session was not cancelled"
+    for task in done:
+        assert task.result()["result"]["cancelled"] is True
+    again = await rpc(http, url, "session.cancel", {"sessionId": "two"})
+    assert again["result"] == {"accepted": True, "cancelled": False}

@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from xwm_bridge.core.feed import SessionFeed
+from xwm_bridge.core.handles import Closing, TurnHandle
 from xwm_bridge.core.watch import EventLog
 from xwm_bridge.jsonrpc import FORBIDDEN, QUEUE_FULL, RpcError
 from xwm_bridge.store.base import (
@@ -47,7 +48,6 @@ SESSION_CLOSING = "session is closing: its last turn is still ending; retry when
 CLOSE_WAIT = 10.0
 #: default of ``store.history_max_bytes``
 HISTORY_MAX_BYTES = 1024 * 1024
-T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -133,80 +133,6 @@ class Session:
         del history[:drop]
 
 
-@dataclass(slots=True, eq=False)
-class TurnHandle:
-    """The cancel handle of one running turn.
-
-    The executor runs inline in the thread worker's task (:meth:`execute`), not in
-    a task of its own; :meth:`cancel` cancels that task while, and only while, the
-    executor runs, and counts its cancellations so that a shutdown's cancellation
-    of the same task is told apart and propagates.
-    """
-
-    session_id: str
-    turn_id: str
-    cancel_requested: bool = False
-    finished: bool = False
-    _task: asyncio.Task[Any] | None = None
-    _cancels: int = 0
-
-    @property
-    def executing(self) -> bool:
-        return self._task is not None
-
-    def cancel(self) -> bool:
-        """Cancel the turn; one not yet executing is cancelled before it starts."""
-        if self.finished:
-            return False
-        self.cancel_requested = True
-        if self._task is not None:
-            self._task.cancel()
-            self._cancels += 1
-        return True
-
-    async def execute(
-        self,
-        run: Callable[[], Awaitable[T]],
-        on_cancel: Callable[[], Awaitable[T]],
-    ) -> T:
-        """``run()`` in the current task, interruptible by :meth:`cancel`; a client
-        cancel (before or during the run) gives ``on_cancel()`` instead. Any other
-        cancellation of the task (shutdown) propagates."""
-        if self.cancel_requested:
-            self.finished = True
-            return await on_cancel()
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task
-        try:
-            result = await run()
-        except asyncio.CancelledError:
-            if not (self._cancels and task.cancelling() <= self._cancels):
-                raise  # not (only) ours: shutdown
-            interrupted = True
-        else:
-            interrupted = False
-        finally:
-            self._task = None
-            self.finished = True
-            if task.cancelling() <= self._cancels:
-                for _ in range(min(self._cancels, task.cancelling())):
-                    task.uncancel()  # ours, consumed here (the executor may have swallowed it)
-        if interrupted:
-            return await on_cancel()
-        return result
-
-
-@dataclass(slots=True, eq=False)
-class Closing:
-    """A closed session's id while the turn the close cancelled is still ending."""
-
-    handle: TurnHandle
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    #: turns for the id waiting for it (:meth:`SessionRegistry.until_closed`)
-    waiters: int = 0
-
-
 class SessionRegistry:
     def __init__(
         self,
@@ -232,7 +158,10 @@ class SessionRegistry:
         #: the bridge-wide event log of ``bridge.watch`` (issue 13); None = not published
         self.events: EventLog | None = None
         self._sessions: dict[str, Session] = {}
-        self._running: dict[str, TurnHandle] = {}
+        #: session id → its running turns, oldest first: the queue key is ``threadId``, so
+        #: one session may run a turn on each of several threads at once
+        self._running: dict[str, list[TurnHandle]] = {}
+        self._running_turns = 0
         self._pending: dict[str, int] = {}
         #: session id → the closed session's turn still ending (see :class:`Closing`)
         self._closing: dict[str, Closing] = {}
@@ -392,30 +321,47 @@ class SessionRegistry:
         return self._pending.get(session_id, 0)
 
     def turn_started(self, handle: TurnHandle) -> None:
-        self._running[handle.session_id] = handle
+        running = self._running.get(handle.session_id)
+        if running is None:
+            self._running[handle.session_id] = [handle]
+        else:
+            running.append(handle)
+        self._running_turns += 1
 
     def turn_finished(self, handle: TurnHandle) -> None:
         sid = handle.session_id
-        if self._running.get(sid) is handle:
-            del self._running[sid]
+        running = self._running.get(sid)
+        if running is not None and handle in running:
+            running.remove(handle)
+            self._running_turns -= 1
+            if not running:
+                del self._running[sid]
         closing = self._closing.get(sid)
-        if closing is not None and closing.handle is handle:
-            del self._closing[sid]
-            closing.ended.set()  # the id is free: turns waiting for it go on
+        if closing is not None and handle in closing.handles:
+            closing.handles.remove(handle)
+            if not closing.handles:
+                del self._closing[sid]
+                closing.ended.set()  # the id is free: turns waiting for it go on
 
     def running(self, session_id: str) -> TurnHandle | None:
-        return self._running.get(session_id)
+        """The session's newest running turn."""
+        running = self._running.get(session_id)
+        return running[-1] if running else None
 
     def running_count(self) -> int:
-        return len(self._running)
+        """Running turns (a session running on two threads counts twice)."""
+        return self._running_turns
 
     def cancel(self, session_id: str) -> bool:
-        handle = self._running.get(session_id)
-        return handle.cancel() if handle is not None else False
+        """Cancel every running turn of the session; true if one was cancelled."""
+        return bool(self._cancel(session_id))
+
+    def _cancel(self, session_id: str) -> list[TurnHandle]:
+        return [h for h in list(self._running.get(session_id, ())) if h.cancel()]
 
     def cancel_all(self) -> int:
         """Cancel every running turn (shutdown after the grace period)."""
-        return sum(handle.cancel() for handle in list(self._running.values()))
+        return sum(h.cancel() for running in list(self._running.values()) for h in running[:])
 
     def closing(self, session_id: str) -> Closing | None:
         """The closed session's turn still ending, if any (one dict lookup: a turn's
@@ -439,9 +385,13 @@ class SessionRegistry:
     def close(self, session_id: str) -> bool:
         existed = self._sessions.pop(session_id, None) is not None
         self.store.delete(session_id)
-        handle = self._running.get(session_id)
-        if self.cancel(session_id) and handle is not None and session_id not in self._closing:
-            self._closing[session_id] = Closing(handle)  # reserved until that turn ends
+        cancelled = self._cancel(session_id)
+        if cancelled:  # the id is reserved until those turns end
+            closing = self._closing.get(session_id)
+            if closing is None:
+                self._closing[session_id] = Closing(cancelled)
+            else:  # a second close keeps the reservation
+                closing.handles += [h for h in cancelled if h not in closing.handles]
         if self.events is not None:
             self.events.publish("session", "closed", {"existed": existed}, session_id)
         return existed

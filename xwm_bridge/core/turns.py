@@ -14,10 +14,11 @@ from xwm_bridge.core.context import (
     TurnContext,
 )
 from xwm_bridge.core.executors import Executor
+from xwm_bridge.core.handles import TurnHandle
 from xwm_bridge.core.journal import TurnJournal
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.core.params import SessionParams
-from xwm_bridge.core.sessions import SessionRegistry, TurnHandle
+from xwm_bridge.core.sessions import SessionRegistry
 from xwm_bridge.core.turn import TurnRequest
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.observability import context as obs

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from xwm_bridge.core.handles import TurnHandle
 from xwm_bridge.core.replay import ReplayParams
-from xwm_bridge.core.sessions import Session, TurnHandle
+from xwm_bridge.core.sessions import Session
 from xwm_bridge.core.turns import turn_status
 from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.store.base import emitted_pos, relayed_pos

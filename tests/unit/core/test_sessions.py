@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from xwm_bridge.core.sessions import MAX_HISTORY, Session, SessionRegistry, TurnHandle
+from xwm_bridge.core.handles import TurnHandle
+from xwm_bridge.core.sessions import MAX_HISTORY, Session, SessionRegistry
 
 # --- Session --------------------------------------------------------------------------
 
@@ -332,7 +333,7 @@ async def test_close_reserves_the_id_until_the_cancelled_turn_ends() -> None:
     reg.turn_started(handle)
     reg.close("s")
     closing = reg.closing("s")
-    assert closing is not None and closing.handle is handle
+    assert closing is not None and closing.handles == [handle]
     reg.close("s")  # a second close keeps the same reservation
     assert reg.closing("s") is closing
     waiter = asyncio.ensure_future(reg.until_closed("s"))
@@ -464,3 +465,58 @@ async def test_ownership_is_not_enforced_without_authentication() -> None:
     reg.claim(s, "bob")
     await reg.check_owner("s1", "bob")
     assert s.owner == "alice"  # recorded all the same
+
+
+# --- one session, turns on two threads (contract.md §12: the queue key is threadId) --
+
+
+def test_cancel_reaches_every_running_turn_of_the_session() -> None:
+    reg = SessionRegistry()
+    first = TurnHandle("s", "turn-a")  # thread a
+    second = TurnHandle("s", "turn-b")  # thread b, started while a still runs
+    reg.turn_started(first)
+    reg.turn_started(second)
+    assert reg.running_count() == 2
+    assert reg.cancel("s") is True
+    assert first.cancel_requested and second.cancel_requested
+
+
+def test_the_older_turn_stays_cancellable_after_the_newer_one_ends() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "a")
+    first, second = TurnHandle("s", "turn-a"), TurnHandle("s", "turn-b")
+    reg.turn_started(first)
+    reg.turn_started(second)
+    reg.turn_finished(second)
+    assert reg.running("s") is first
+    assert reg.running_count() == 1
+    assert reg.reap(0.0, now=time.monotonic() + 10) == 0  # a turn still runs: not idle
+    assert reg.cancel("s") is True and first.cancel_requested
+    reg.turn_finished(first)
+    assert reg.running("s") is None and reg.running_count() == 0
+
+
+def test_cancel_all_reaches_both_turns_of_one_session() -> None:
+    reg = SessionRegistry()
+    first, second = TurnHandle("s", "turn-a"), TurnHandle("s", "turn-b")
+    reg.turn_started(first)
+    reg.turn_started(second)
+    assert reg.cancel_all() == 2
+    assert first.cancel_requested and second.cancel_requested
+
+
+async def test_close_reserves_the_id_until_every_cancelled_turn_ends() -> None:
+    reg = SessionRegistry()
+    reg.get_or_create("s", "a")
+    first, second = TurnHandle("s", "turn-a"), TurnHandle("s", "turn-b")
+    reg.turn_started(first)
+    reg.turn_started(second)
+    reg.close("s")
+    assert first.cancel_requested and second.cancel_requested
+    waiter = asyncio.ensure_future(reg.until_closed("s"))
+    reg.turn_finished(second)
+    await asyncio.sleep(0)
+    assert reg.closing("s") is not None and not waiter.done()  # turn-a still ends
+    reg.turn_finished(first)
+    await asyncio.wait_for(waiter, 5)
+    assert reg.closing("s") is None
