@@ -72,6 +72,9 @@ NULL_ID = "invalid request: id must not be null"
 BAD_ID = "invalid request: id must be a string or a number"
 EMPTY_BATCH = "invalid request: empty batch"
 BATCH_BEFORE_INITIALIZE = "invalid request: batches are not supported before initialize"
+#: a request whose id is that of a request still in flight (MCP: an id MUST NOT have
+#: been used before in the session); answered with that id, never run
+ID_IN_USE = "invalid request: request id already in use"
 INITIALIZE_IN_BATCH = "invalid request: initialize must not be part of a JSON-RPC batch"
 Message = jsonrpc.Request | dict[str, Any] | None
 

@@ -170,16 +170,31 @@ class ToolbridgeServer:
 
     async def _serve_one(self, req: jsonrpc.Request) -> None:
         reply = await self._answer(req)
+        # the id is free once its answer is on its way: a client reusing it as soon
+        # as the answer arrives is not refused while this write has yet to return
+        self._release(req.id, asyncio.current_task())
         if reply is not None:
             await self._send(reply)
+
+    def _release(self, rid: Any, task: asyncio.Task[Any] | None) -> None:
+        if _trackable(rid) and self._inflight.get(rid) is task:
+            del self._inflight[rid]
 
     def _call_done(self, rid: Any, task: asyncio.Task[None]) -> None:
         """Free the request's admission and in-flight entry. A done callback, not a
         ``finally`` in the coroutine: a call cancelled before its first step (its cancel
         was in the same read) never runs its body, and its admission would leak."""
         self._admitted.release()
-        if _trackable(rid) and self._inflight.get(rid) is task:
-            del self._inflight[rid]
+        self._release(rid, task)
+
+    def _in_use(self, req: jsonrpc.Request) -> dict[str, Any] | None:
+        """The refusal of a request whose id is that of one still in flight (MCP: a
+        request id MUST NOT have been used before in the session), else ``None``. It
+        replaced the running request's entry, so a cancel reached the wrong call, and
+        both were answered under the one id."""
+        if _trackable(req.id) and req.id in self._inflight:
+            return jsonrpc.error(req.id, jsonrpc.INVALID_REQUEST, protocol.ID_IN_USE)
+        return None
 
     async def _admit(self, req: jsonrpc.Request, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``coro``, serving ``req``, in a task of its own once admitted."""
@@ -209,6 +224,10 @@ class ToolbridgeServer:
             return
         if self._on_notification(req):
             return
+        refusal = self._in_use(req)
+        if refusal is not None:
+            await self._send(refusal)
+            return
         if req.method == "initialize" and not req.is_notification:
             # in the order read: a batch read after it is judged by its answer
             self._version = protocol.negotiate(req.params)
@@ -226,7 +245,11 @@ class ToolbridgeServer:
                 log.info("ignored a JSON-RPC response: the toolbridge sends no requests")
             elif not isinstance(message, jsonrpc.Request):
                 answers.append(message)
-            elif not self._on_notification(message):
+            elif self._on_notification(message):
+                pass
+            elif (refusal := self._in_use(message)) is not None:
+                answers.append(refusal)  # the running request keeps its id
+            else:
                 answers.append(await self._admit(message, self._answer(message)))
         if any(isinstance(answer, asyncio.Task) for answer in answers):
             self._tasks.spawn(self._gather(answers), name="mcp-batch")
