@@ -365,7 +365,11 @@ async def test_raw_framing_and_errors() -> None:
     assert replies[4]["error"]["code"] == -32602
     assert replies[5]["error"] == {"code": -32601, "message": "unknown method: resources/list"}
     assert replies[None]["error"]["code"] == -32700
-    assert replies[6]["result"]["protocolVersion"] == "2025-11-25"
+    # initialize happens once (MCP lifecycle): a second one is refused, the version kept
+    assert replies[6]["error"] == {
+        "code": -32600,
+        "message": "invalid request: already initialized (protocol version 2024-11-05)",
+    }
     assert len(replies) == 7  # notifications got no output at all
 
 

@@ -205,6 +205,17 @@ def negotiate(params: dict[str, Any]) -> str:
     return LATEST_VERSION
 
 
+def reinitialize_refusal(rid: Any, version: str) -> dict[str, Any]:
+    """The answer to an ``initialize`` after the one that negotiated ``version``.
+
+    MCP: initialization is the first interaction and happens once, so a second
+    ``initialize`` is an Invalid Request (``-32600``, with its id) and the version
+    stays. It was served: its answer named another version, and batches were judged
+    by that one from then on, mid-session."""
+    message = f"invalid request: already initialized (protocol version {version})"
+    return jsonrpc.error(rid, jsonrpc.INVALID_REQUEST, message)
+
+
 def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
     return {
         "protocolVersion": negotiate(params),

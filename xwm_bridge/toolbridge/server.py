@@ -229,6 +229,9 @@ class ToolbridgeServer:
             await self._send(refusal)
             return
         if req.method == "initialize" and not req.is_notification:
+            if self._version is not None:
+                await self._send(protocol.reinitialize_refusal(req.id, self._version))
+                return
             # in the order read: a batch read after it is judged by its answer
             self._version = protocol.negotiate(req.params)
         await self._admit(req, self._serve_one(req))

@@ -1,0 +1,84 @@
+"""The toolbridge stdio loop in-process: the MCP lifecycle (initialize once)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import orjson
+
+from xwm_bridge.config import ToolbridgeConfig
+from xwm_bridge.toolbridge.server import ToolbridgeServer
+
+
+def initialize(rid: int, version: str) -> bytes:
+    return orjson.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}},
+        }
+    )
+
+
+async def serve(*frames: bytes) -> list[Any]:
+    """The replies to ``frames``, sent in one read, then end of input."""
+    chunks = [b"".join(frame + b"\n" for frame in frames)]
+    out: list[Any] = []
+
+    async def read() -> bytes:
+        return chunks.pop(0) if chunks else b""
+
+    async def write(data: bytes) -> None:
+        out.append(orjson.loads(data))
+
+    async with aiohttp.ClientSession() as http:
+        server = ToolbridgeServer(ToolbridgeConfig(), http, read, write, max_message=1 << 20)
+        await asyncio.wait_for(server.serve(), 10)
+    return out
+
+
+async def test_a_second_initialize_is_refused_and_keeps_the_negotiated_version() -> None:
+    """MCP: initialize is the first interaction and happens once. A second one is
+    ``-32600`` with its id, and the version the first negotiated stays: a batch is
+    still judged by it. (It was served: its answer named another version, and from
+    then on batches were judged by that one.)"""
+    out = await serve(
+        initialize(1, "2025-03-26"),
+        b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        initialize(2, "2024-11-05"),
+        b'[{"jsonrpc":"2.0","id":3,"method":"ping"}]',
+    )
+    by_id = {reply["id"]: reply for reply in out if isinstance(reply, dict)}
+    assert by_id[1]["result"]["protocolVersion"] == "2025-03-26"
+    assert by_id[2] == {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "error": {
+            "code": -32600,
+            "message": "invalid request: already initialized (protocol version 2025-03-26)",
+        },
+    }
+    assert [reply for reply in out if isinstance(reply, list)] == [
+        [{"jsonrpc": "2.0", "id": 3, "result": {}}]
+    ]
+    assert len(out) == 3
+
+
+async def test_the_same_initialize_twice_is_refused_too() -> None:
+    """Even asking for the version already negotiated, a repeated initialize is no
+    second handshake: it is refused, and the session goes on (a ping after it)."""
+    out = await serve(
+        initialize(1, "2025-06-18"),
+        initialize(2, "2025-06-18"),
+        b'{"jsonrpc":"2.0","id":3,"method":"ping"}',
+    )
+    by_id = {reply["id"]: reply for reply in out}
+    assert by_id[1]["result"]["protocolVersion"] == "2025-06-18"
+    assert by_id[2]["error"] == {
+        "code": -32600,
+        "message": "invalid request: already initialized (protocol version 2025-06-18)",
+    }
+    assert by_id[3]["result"] == {}
