@@ -7,8 +7,11 @@ about what goes on the wire is made here.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.framing import FramingError
@@ -77,6 +80,9 @@ BATCH_BEFORE_INITIALIZE = "invalid request: batches are not supported before ini
 ID_IN_USE = "invalid request: request id already in use"
 INITIALIZE_IN_BATCH = "invalid request: initialize must not be part of a JSON-RPC batch"
 Message = jsonrpc.Request | dict[str, Any] | None
+#: the integers orjson reads (and writes) as integers: [-2**63, 2**64); it reads one
+#: outside as a float, and refuses to write one
+INT_MIN, INT_END = -(2**63), 2**64
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +127,8 @@ def decode(item: bytes | FramingError) -> Message | Batch:
         obj = jsonrpc.parse(item)
     except DecodeError as exc:
         return exc.envelope()
+    if _lossy_ids(obj):
+        obj = _exact(item, obj)
     if isinstance(obj, list):
         return Batch(tuple(obj), item)
     return _message(obj, item)
@@ -143,6 +151,48 @@ def _message(obj: Any, item: bytes) -> Message:
         if exc.id is None and _scalar_id(rid):
             return jsonrpc.error(rid, exc.code, exc.message)
         return exc.envelope()
+
+
+def _lossy(value: Any) -> bool:
+    """A float that may be an integer orjson could not read as one (outside
+    [-2**63, 2**64); -2**63 - 1 rounds to the float -2**63, hence the bound
+    included); a fraction such as ``1.5`` is not."""
+    return isinstance(value, float) and value.is_integer() and not INT_MIN < value < INT_END
+
+
+def _lossy_ids(obj: Any) -> bool:
+    """Whether a message in ``obj`` (a frame's value, or a batch) has an id, or a
+    cancel a ``requestId``, that orjson may have rounded to a float."""
+    for message in obj if isinstance(obj, list) else (obj,):
+        if isinstance(message, dict):
+            if _lossy(jsonrpc.member(message, "id")[1]):
+                return True
+            params = jsonrpc.member(message, "params")[1]
+            if isinstance(params, dict) and _lossy(params.get("requestId")):
+                return True
+    return False
+
+
+def _exact(item: bytes, obj: Any) -> Any:
+    """``item`` read again by the standard library, which keeps integers of any size
+    exact (orjson read 2**64 as ``1.8446744073709552e19``, so the id was answered as
+    another number, and a cancel naming it reached nothing). Only for the rare frame
+    :func:`_lossy_ids` flags; when it cannot (more digits than Python converts,
+    nesting past its recursion limit) orjson's reading stands."""
+    try:
+        return json.loads(item)
+    except (ValueError, RecursionError):
+        return obj
+
+
+def wire_ids(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` with an integer id orjson cannot write (outside [-2**63, 2**64))
+    as its exact digits (an ``orjson.Fragment``), so every answer carries its
+    request's id as it was sent."""
+    rid = message.get("id")
+    if isinstance(rid, int) and not isinstance(rid, bool) and not INT_MIN <= rid < INT_END:
+        return {**message, "id": orjson.Fragment(str(rid).encode())}
+    return message
 
 
 def batch_refusal(batch: Batch, version: str | None, limit: int) -> dict[str, Any] | None:

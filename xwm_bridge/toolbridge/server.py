@@ -78,7 +78,7 @@ class ToolbridgeServer:
         self._version: str | None = None
 
     async def _send(self, message: dict[str, Any]) -> None:
-        data = self._wire.encode(message)
+        data = self._wire.encode(protocol.wire_ids(message))
         if data is None:
             return
         async with self._write_lock:
@@ -88,7 +88,8 @@ class ToolbridgeServer:
         """One JSON array of ``replies`` on one line; nothing when there are none
         (JSON-RPC 2.0: never an empty array). Each is encoded alone, so one that
         cannot be encoded is its own ``-32603`` stand-in (``wire``)."""
-        parts = [data for data in map(self._wire.encode, replies) if data is not None]
+        encoded = (self._wire.encode(protocol.wire_ids(reply)) for reply in replies)
+        parts = [data for data in encoded if data is not None]
         if not parts:
             return
         async with self._write_lock:

@@ -12,7 +12,9 @@ import aiohttp
 import orjson
 import pytest
 
+from xwm_bridge import jsonrpc
 from xwm_bridge.config import ToolbridgeConfig
+from xwm_bridge.toolbridge import protocol
 from xwm_bridge.toolbridge import server as server_module
 from xwm_bridge.toolbridge.server import ToolbridgeServer
 
@@ -230,3 +232,95 @@ async def test_an_id_is_free_again_once_its_answer_is_being_sent(
         "reviewed one",
         "reviewed two",
     ]
+
+
+BIG_IDS = [2**64, 2**70, -(2**63) - 1, 2**64 - 1, -(2**63), 7]
+
+
+@pytest.mark.parametrize("rid", BIG_IDS)
+def test_an_integer_id_of_any_size_is_decoded_exactly(rid: int) -> None:
+    """orjson reads an integer outside [-2**63, 2**64) as a float, so the id lost its
+    precision (2**64 + 1 came back as 1.8446744073709552e19); it is read exactly."""
+    frame = f'{{"jsonrpc":"2.0","id":{rid},"method":"ping"}}'.encode()
+    decoded = protocol.decode(frame)
+    assert isinstance(decoded, jsonrpc.Request)
+    assert type(decoded.id) is int and decoded.id == rid
+    cancel_frame = (
+        f'{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{rid}}}}}'
+    )
+    decoded = protocol.decode(cancel_frame.encode())
+    assert isinstance(decoded, jsonrpc.Request)
+    assert type(decoded.params["requestId"]) is int and decoded.params["requestId"] == rid
+    refused = protocol.decode(
+        f'{{"jsonrpc":"2.0","id":{rid},"method":"ping","params":[]}}'.encode()
+    )
+    assert isinstance(refused, dict) and refused["id"] == rid and type(refused["id"]) is int
+
+
+def test_a_number_written_as_a_fraction_stays_a_float() -> None:
+    """Only integers are read exactly: ``1e20`` and ``2.5`` stay the floats they are."""
+    for text, value in (("1e20", 1e20), ("2.5", 2.5), ("-1.8446744073709552e19", -(2.0**64))):
+        decoded = protocol.decode(f'{{"jsonrpc":"2.0","id":{text},"method":"ping"}}'.encode())
+        assert isinstance(decoded, jsonrpc.Request)
+        assert type(decoded.id) is float and decoded.id == value
+
+
+async def test_big_integer_ids_are_echoed_exactly_and_can_be_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every answer carries the id as it was sent, digit for digit (a frame, a batch
+    element, an error), and a ``notifications/cancelled`` naming a big id reaches
+    its call. (The id came back as a float, ``1.8446744073709552e+19``: a client
+    matching answers to requests never found its answer.)"""
+    reviews = Reviews(held={"held"})
+    monkeypatch.setattr(server_module, "claude_review", reviews)
+    lines: list[bytes] = []
+    out: list[Any] = []
+
+    async def held_started() -> None:
+        await reviews.until(lambda: "held" in reviews.started and len(out) == 1 + len(BIG_IDS) + 2)
+
+    async def held_cancelled() -> None:
+        await reviews.until(lambda: reviews.cancelled)
+
+    frames = [INIT_0326.decode().strip()]
+    frames += [f'{{"jsonrpc":"2.0","id":{rid},"method":"ping"}}' for rid in BIG_IDS]
+    frames.append(f'{{"jsonrpc":"2.0","id":{2**70 + 1},"method":"tools/call","params":5}}')
+    frames.append(
+        "["
+        + ",".join(f'{{"jsonrpc":"2.0","id":{rid},"method":"ping"}}' for rid in (2**65, -(2**64)))
+        + "]"
+    )
+    frames.append(review(2**66, "held"))
+    script = [
+        (None, "\n".join(frames).encode() + b"\n"),
+        (held_started, f"{cancel(2**66)}\n".encode()),
+        (held_cancelled, b""),
+    ]
+
+    async def read() -> bytes:
+        if not script:
+            return b""
+        before, chunk = script.pop(0)
+        if before is not None:
+            await before()
+        return chunk
+
+    async def write(data: bytes) -> None:
+        lines.append(data)
+        out.append(json.loads(data))  # the standard library keeps big integers
+        reviews.changed.set()
+
+    async with aiohttp.ClientSession() as http:
+        server = ToolbridgeServer(ToolbridgeConfig(), http, read, write, max_message=1 << 20)
+        await asyncio.wait_for(server.serve(), 10)
+    pings = [reply["id"] for reply in out if isinstance(reply, dict) and reply.get("result") == {}]
+    assert sorted(pings) == sorted(BIG_IDS)
+    assert all(type(rid) is int for rid in pings)
+    (error,) = [reply for reply in out if isinstance(reply, dict) and "error" in reply]
+    assert error["id"] == 2**70 + 1 and error["error"]["code"] == -32700
+    (batch,) = [reply for reply in out if isinstance(reply, list)]
+    assert [reply["id"] for reply in batch] == [2**65, -(2**64)]
+    assert b'"id":18446744073709551616,' in b"".join(lines)
+    assert reviews.cancelled == ["held"]
+    assert len(out) == 1 + len(BIG_IDS) + 2  # the cancelled call got no answer
