@@ -8,7 +8,7 @@ about what goes on the wire is made here.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -146,11 +146,16 @@ def _message(obj: Any, item: bytes) -> Message:
         if rid is not None and not _scalar_id(rid):
             return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, BAD_ID)
     try:
-        return jsonrpc.request_from(obj, item)
+        req = jsonrpc.request_from(obj, item)
     except DecodeError as exc:
         if exc.id is None and _scalar_id(rid):
             return jsonrpc.error(rid, exc.code, exc.message)
         return exc.envelope()
+    # adapters.md §2.1 (and MCP): method names are matched exactly. The contract's
+    # decoding trims them (a blank one stays ``missing method``), so `` ping`` was
+    # served as ``ping`` and ``notifications/cancelled `` cancelled.
+    method = jsonrpc.member(obj, "method")[1]
+    return req if method == req.method else replace(req, method=method)
 
 
 def _lossy(value: Any) -> bool:

@@ -8,7 +8,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from xwm_bridge import jsonrpc
 from xwm_bridge.config import ToolbridgeConfig
+from xwm_bridge.toolbridge import protocol
 from xwm_bridge.toolbridge.server import ToolbridgeServer
 
 
@@ -82,3 +84,35 @@ async def test_the_same_initialize_twice_is_refused_too() -> None:
         "message": "invalid request: already initialized (protocol version 2025-06-18)",
     }
     assert by_id[3]["result"] == {}
+
+
+def test_a_method_name_is_kept_exactly_as_sent() -> None:
+    """adapters.md §2.1: the toolbridge matches method names exactly, not trimmed (so
+    does MCP): `` ping`` is no ``ping``. A blank method is still ``missing method``."""
+    decoded = protocol.decode(b'{"jsonrpc":"2.0","id":1,"method":" ping\\t"}')
+    assert isinstance(decoded, jsonrpc.Request)
+    assert decoded.method == " ping\t"
+    assert protocol.decode(b'{"jsonrpc":"2.0","id":1,"method":"  "}') == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "error": {"code": -32700, "message": "missing method"},
+    }
+
+
+async def test_a_padded_method_is_unknown_and_a_padded_cancel_cancels_nothing() -> None:
+    """`` ping`` is answered ``-32601 unknown method``, and ``notifications/cancelled ``
+    (a trailing space) is an unknown notification, which cancels nothing. (Both were
+    trimmed: the padded ping was served, the padded cancel cancelled.)"""
+    out = await serve(
+        b'{"jsonrpc":"2.0","id":1,"method":" ping"}',
+        b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}',
+        b'{"jsonrpc":"2.0","method":"notifications/cancelled ","params":{"requestId":2}}',
+    )
+    by_id = {reply["id"]: reply for reply in out}
+    assert by_id[1]["error"] == {"code": -32601, "message": "unknown method:  ping"}
+    assert [tool["name"] for tool in by_id[2]["result"]["tools"]] == [
+        "chat",
+        "claude_review",
+        "vault_kv",
+    ]
+    assert len(out) == 2
