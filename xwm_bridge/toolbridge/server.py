@@ -76,6 +76,8 @@ class ToolbridgeServer:
         self.max_batch = cfg.max_concurrent_calls + MAX_WAITING
         #: the protocol version this connection's ``initialize`` negotiated
         self._version: str | None = None
+        #: the task answering that ``initialize``, which no cancel may end (MCP)
+        self._initialize: asyncio.Task[None] | None = None
 
     async def _send(self, message: dict[str, Any]) -> None:
         data = self._wire.encode(protocol.wire_ids(message))
@@ -158,7 +160,9 @@ class ToolbridgeServer:
         if req.method == "notifications/cancelled":
             rid = protocol.request_id_of_cancel(req.params)
             task = self._inflight.get(rid) if _trackable(rid) else None
-            if task is not None:
+            # MCP: the initialize request MUST NOT be cancelled; cancelled, it went
+            # unanswered with its version recorded, so a retry was refused
+            if task is not None and task is not self._initialize:
                 task.cancel()
             return True
         return req.method.startswith("notifications/")
@@ -235,6 +239,8 @@ class ToolbridgeServer:
                 return
             # in the order read: a batch read after it is judged by its answer
             self._version = protocol.negotiate(req.params)
+            self._initialize = await self._admit(req, self._serve_one(req))
+            return
         await self._admit(req, self._serve_one(req))
 
     async def _batch(self, batch: protocol.Batch) -> None:

@@ -116,3 +116,16 @@ async def test_a_padded_method_is_unknown_and_a_padded_cancel_cancels_nothing() 
         "vault_kv",
     ]
     assert len(out) == 2
+
+
+async def test_a_cancel_naming_the_initialize_request_is_ignored() -> None:
+    """MCP: the initialize request MUST NOT be cancelled. A cancel naming it (here
+    in the same read, before it started) leaves it to be answered. (It was
+    cancelled: never answered, yet the version was recorded, so the client's retry
+    was refused as a second initialize.)"""
+    out = await serve(
+        initialize(1, "2025-06-18"),
+        b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}',
+    )
+    assert [reply["id"] for reply in out] == [1]
+    assert out[0]["result"]["protocolVersion"] == "2025-06-18"
