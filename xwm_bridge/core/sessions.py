@@ -354,10 +354,7 @@ class SessionRegistry:
 
     def cancel(self, session_id: str) -> bool:
         """Cancel every running turn of the session; true if one was cancelled."""
-        return bool(self._cancel(session_id))
-
-    def _cancel(self, session_id: str) -> list[TurnHandle]:
-        return [h for h in list(self._running.get(session_id, ())) if h.cancel()]
+        return sum(h.cancel() for h in list(self._running.get(session_id, ()))) > 0
 
     def cancel_all(self) -> int:
         """Cancel every running turn (shutdown after the grace period)."""
@@ -385,8 +382,9 @@ class SessionRegistry:
     def close(self, session_id: str) -> bool:
         existed = self._sessions.pop(session_id, None) is not None
         self.store.delete(session_id)
-        cancelled = self._cancel(session_id)
-        if cancelled:  # the id is reserved until those turns end
+        running = list(self._running.get(session_id, ()))
+        if self.cancel(session_id):  # the id is reserved until those turns end
+            cancelled = [h for h in running if not h.finished]
             closing = self._closing.get(session_id)
             if closing is None:
                 self._closing[session_id] = Closing(cancelled)
