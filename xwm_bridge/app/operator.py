@@ -66,6 +66,9 @@ MAX_BATCH = 1000
 DEFAULT_WATCH_SECONDS = 3600.0
 #: how often a streaming watch checks for shutdown and a closed connection
 WAKE_S = 1.0
+#: ``session.get`` reads the record and turns again while a turn starts or ends meanwhile,
+#: at most this many times in all (then it answers with its last read)
+GET_READS = 3
 
 
 def _text_param(params: dict[str, Any], key: str) -> str:
@@ -217,7 +220,35 @@ class OperatorMethods:
         session_id = session_id_of(params)
         await self._bridge.sessions.check_owner(session_id, call.principal)
         limit = int(_number_param(params, "turns", TURNS_PER_SESSION, 1))
-        cursor = self._bridge.events.cursor
+        for _ in range(GET_READS):
+            cursor = self._bridge.events.cursor
+            before = self._running_ids(session_id)
+            record, turns = await self._read_session(session_id, limit)
+            if self._running_ids(session_id) == before:
+                break  # no turn started or ended during the reads: one consistent view
+            # else a turn ended after the store's turns were read (it is in neither) or
+            # started after the record was: read again, a bounded number of times
+        turns = self._with_running(session_id, turns, limit)
+        last = next((t for t in reversed(turns) if t.turn_id == record.last_turn_id), None)
+        row = self._session_row(record, last)  # the running state of the same moment
+        pending = await self._pending(session_id)
+        return {
+            "session": row,
+            "history": list(record.history),
+            "turns": [t.wire() for t in turns],
+            "permissions": [p.wire() for p in pending],
+            "watchCursor": cursor,
+        }
+
+    def _running_ids(self, session_id: str) -> frozenset[str]:
+        journal = self._bridge.runner.journal
+        if journal is None:
+            return frozenset()
+        return frozenset(t.turn_id for t in journal.running(session_id))
+
+    async def _read_session(
+        self, session_id: str, limit: int
+    ) -> tuple[SessionRecord, list[TurnRecord]]:
         store = self._bridge.store
         record = await store.load(session_id)
         live = self._bridge.sessions.get(session_id)
@@ -225,21 +256,18 @@ class OperatorMethods:
             record = live.snapshot()
         if record is None:
             raise RpcError(INVALID_PARAMS, f"no session with sessionId {session_id}")
-        turns = await store.turns(session_id, limit)
+        return record, await store.turns(session_id, limit)
+
+    def _with_running(
+        self, session_id: str, turns: list[TurnRecord], limit: int
+    ) -> list[TurnRecord]:
+        """The stored turns and the running one(s), in memory until they end."""
         journal = self._bridge.runner.journal
-        if journal is not None:  # a running turn is in memory until it ends
-            stored = {t.turn_id for t in turns}
-            turns += [t for t in journal.running(session_id) if t.turn_id not in stored]
-            turns = turns[-limit:]
-        last = next((t for t in reversed(turns) if t.turn_id == record.last_turn_id), None)
-        pending = await self._pending(session_id)
-        return {
-            "session": self._session_row(record, last),
-            "history": list(record.history),
-            "turns": [t.wire() for t in turns],
-            "permissions": [p.wire() for p in pending],
-            "watchCursor": cursor,
-        }
+        if journal is None:
+            return turns
+        stored = {t.turn_id for t in turns}
+        turns = turns + [t for t in journal.running(session_id) if t.turn_id not in stored]
+        return turns[-limit:]
 
     # --- permissions -----------------------------------------------------------------------
 
