@@ -2,139 +2,13 @@
 // Data comes only over /console/ws: JSON-RPC after a `console.auth {token}` frame.
 // The token lives in sessionStorage (this tab) and is never put in a URL.
 
+import { Connection } from "./connection.js";
+import { $, fmtAgo, fmtUsage, h, pill, place, setPill, setText } from "./dom.js";
+import { permKey, renderPermCards, tickCountdowns } from "./perms.js";
+import { applyUpdate, growOutput, newTurnView, renderTurns, setOutput, trimTurns } from "./turns.js";
+
 const TOKEN_KEY = "xwm-bridge-token";
 const NOT_OPERATOR = "This token sees only its own sessions: the console needs an admin token (admin_tokens).";
-const $ = (id) => document.getElementById(id);
-
-// --- tiny DOM helper (textContent only: nothing from the bridge is parsed as HTML) ---
-function h(tag, attrs, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k === "class") el.className = v;
-    else if (k === "text") el.textContent = v;
-    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? "" : String(v));
-  }
-  for (const c of children.flat()) {
-    if (c === undefined || c === null || c === false) continue;
-    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return el;
-}
-const pill = (state) => h("span", { class: `pill ${state || "idle"}`, text: state || "idle" });
-const fmtTime = (s) => (s ? new Date(s * 1000).toLocaleTimeString() : "—");
-const fmtAgo = (s) => {
-  if (!s) return "—";
-  const d = Date.now() / 1000 - s;
-  if (d < 60) return `${Math.max(0, Math.round(d))}s ago`;
-  if (d < 3600) return `${Math.round(d / 60)}m ago`;
-  if (d < 86400) return `${Math.round(d / 3600)}h ago`;
-  return new Date(s * 1000).toLocaleDateString();
-};
-const fmtUsage = (u) => {
-  if (!u || typeof u !== "object") return "";
-  return Object.entries(u)
-    .filter(([, v]) => typeof v === "number")
-    .map(([k, v]) => `${k} ${v}`)
-    .join(" · ");
-};
-
-// --- connection: auth, requests, the watch, reconnect with the cursor ---------------
-class Connection {
-  constructor(onEvent, onState) {
-    this.onEvent = onEvent;
-    this.onState = onState;
-    this.pending = new Map();
-    this.nextId = 1;
-    this.ws = null;
-    this.cursor = null;
-    this.retry = 500;
-    this.stopped = false;
-  }
-
-  open(token) {
-    return new Promise((resolve, reject) => {
-      const scheme = location.protocol === "https:" ? "wss" : "ws";
-      const ws = new WebSocket(`${scheme}://${location.host}/console/ws`);
-      this.ws = ws;
-      let authed = false;
-      ws.onopen = () => {
-        ws.send(JSON.stringify({ jsonrpc: "2.0", id: 0, method: "console.auth", params: { token } }));
-      };
-      ws.onmessage = (ev) => {
-        const msg = JSON.parse(ev.data);
-        if (!authed) {
-          if (msg.result && msg.result.authenticated) {
-            authed = true;
-            this.retry = 500;
-            resolve(msg.result);
-          } else {
-            reject(new Error((msg.error && msg.error.message) || "refused"));
-          }
-          return;
-        }
-        this.dispatch(msg);
-      };
-      ws.onclose = (ev) => {
-        for (const [, p] of this.pending) p.reject(new Error("connection closed"));
-        this.pending.clear();
-        if (!authed) {
-          reject(new Error(ev.code === 4401 ? "invalid bearer token" : "cannot connect"));
-          return;
-        }
-        if (this.stopped) return; // closed by the page (sign out): not a drop
-        this.onState("down");
-        this.onDrop();
-      };
-      ws.onerror = () => {};
-    });
-  }
-
-  dispatch(msg) {
-    if (msg.method === "bridge.event") {
-      const p = msg.params;
-      if (p.cursor && p.kind !== "watch") this.cursor = p.cursor;
-      this.onEvent(p);
-      return;
-    }
-    if (msg.method) return; // session.update of a turn started elsewhere: not ours
-    const p = this.pending.get(msg.id);
-    if (!p) return;
-    this.pending.delete(msg.id);
-    if (msg.error) p.reject(Object.assign(new Error(msg.error.message), { code: msg.error.code }));
-    else p.resolve(msg.result);
-  }
-
-  call(method, params) {
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      if (!this.ws || this.ws.readyState !== WebSocket.OPEN) {
-        reject(new Error("not connected"));
-        return;
-      }
-      this.pending.set(id, { resolve, reject });
-      this.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params: params || {} }));
-    });
-  }
-
-  watch(since) {
-    if (since) this.cursor = since;
-    // a streaming watch: events arrive as bridge.event notifications; it returns when it ends
-    this.call("bridge.watch", this.cursor ? { since: this.cursor } : {}).then(
-      (res) => {
-        if (res && res.cursor) this.cursor = res.cursor;
-        if (!this.stopped && this.ws && this.ws.readyState === WebSocket.OPEN) this.watch();
-      },
-      () => {},
-    );
-  }
-
-  close() {
-    this.stopped = true;
-    if (this.ws) this.ws.close();
-  }
-}
 
 // --- state -------------------------------------------------------------------------------
 const state = {
@@ -170,40 +44,6 @@ function trimSessions() {
 // session): past MAX_RESOLVED + a margin, the oldest resolved ones go.
 const MAX_RESOLVED = 500;
 
-// The open session's turns kept: as many as the bridge keeps of a session (store/records.py
-// TURNS_PER_SESSION), the newest; a session left open for a day of turns stays this size.
-const MAX_TURNS = 64;
-
-function trimTurns(turns) {
-  for (const id of turns.keys()) {
-    if (turns.size <= MAX_TURNS) break;
-    turns.delete(id); // the oldest first: a Map keeps the order turns arrived in
-  }
-}
-
-// A turn's output kept: its newest MAX_OUTPUT characters (a turn streaming for hours would
-// grow the page's <pre> and its state without end), with "… earlier output trimmed (K
-// characters)" above it; and its newest MAX_TOOL_CALLS tool calls, with the count of the
-// ones dropped (an update of a dropped call is not shown again).
-const MAX_OUTPUT = 64 * 1024;
-const MAX_TOOL_CALLS = 200;
-
-// [the last MAX_OUTPUT characters of text, how many went before them]
-function tail(text) {
-  let drop = Math.max(0, text.length - MAX_OUTPUT);
-  const c = drop ? text.charCodeAt(drop) : 0;
-  if (c >= 0xdc00 && c <= 0xdfff) drop++; // never begin with half of a surrogate pair
-  return drop ? [text.slice(drop), drop] : [text, 0];
-}
-
-function setOutput(turn, text, before) {
-  const [kept, drop] = tail(text);
-  turn.output = kept;
-  turn.trimmed = before + drop;
-}
-
-const trimmedNote = (n) => `… earlier output trimmed (${n} characters)`;
-
 function trimPermissions() {
   if (state.permissions.size <= MAX_RESOLVED + 100) return;
   const old = [...state.permissions.entries()]
@@ -224,60 +64,6 @@ globalThis.xwmConsole = {
   }),
 };
 
-function newTurnView(t) {
-  return {
-    turnId: t.turnId,
-    status: t.status || "running",
-    provider: t.provider || "",
-    model: t.model || "",
-    prompt: t.prompt || "",
-    startedAt: t.startedAt,
-    durationMs: t.durationMs,
-    usage: t.usage || null,
-    error: t.error || null,
-    output: "",
-    trimmed: 0, // characters of output dropped before `output` (MAX_OUTPUT)
-    tools: new Map(),
-    toolsDropped: 0, // tool calls dropped (MAX_TOOL_CALLS), the oldest first
-    plan: null,
-    result: t.result || null,
-    resultShown: null, // [result, its JSON as shown] (resultText)
-    lastEventId: 0, // the newest ledger entry (session.replay eventIds, watch eventId) applied
-  };
-}
-
-function applyUpdate(turn, u) {
-  if (!u || typeof u !== "object") return;
-  switch (u.type) {
-    case "delta":
-      setOutput(turn, turn.output + (u.delta || ""), turn.trimmed);
-      break;
-    case "tool_call":
-    case "tool_call_update": {
-      const prev = turn.tools.get(u.toolCallId);
-      if (!prev && u.type === "tool_call_update" && turn.toolsDropped) break; // a dropped one's
-      turn.tools.set(u.toolCallId, { ...prev, ...Object.fromEntries(Object.entries(u).filter(([, v]) => v !== null && v !== undefined)) });
-      for (const id of turn.tools.keys()) {
-        if (turn.tools.size <= MAX_TOOL_CALLS) break;
-        turn.tools.delete(id); // the oldest first: a Map keeps the order calls arrived in
-        turn.toolsDropped++;
-      }
-      break;
-    }
-    case "plan":
-      turn.plan = Array.isArray(u.entries) ? u.entries : [];
-      break;
-    case "usage":
-      turn.usage = u.usage || turn.usage;
-      break;
-    case "status":
-      if (u.event === "completed" && u.error && u.message) turn.error = u.message;
-      break;
-    default:
-      break;
-  }
-}
-
 // --- rendering ------------------------------------------------------------------------------
 function renderTabs() {
   for (const a of $("tabs").querySelectorAll("a")) a.classList.toggle("active", a.dataset.view === state.view);
@@ -292,8 +78,6 @@ function renderTabs() {
 // rebuilt on every render (a render a frame on a busy bridge), lost the clicks on it.
 const rows = new Map(); // sessionId → li
 
-const setText = (el, text) => { if (el.textContent !== text) el.textContent = text; };
-
 function sessionRow(id, s) {
   let li = rows.get(id);
   if (!li) {
@@ -304,8 +88,7 @@ function sessionRow(id, s) {
   const t = s.lastTurn || {};
   const line = [s.provider || "no provider", t.model, fmtAgo(s.updatedAt), fmtUsage(t.usage)].filter(Boolean).join(" · ");
   li.className = id === state.selected ? "selected" : "";
-  badge.className = `pill ${s.state || "idle"}`;
-  setText(badge, s.state || "idle");
+  setPill(badge, s.state);
   setText(sub, t.prompt ? `${line} — ${t.prompt}` : line);
   return li;
 }
@@ -320,11 +103,9 @@ function renderSessions() {
     if (s.provider) providers.add(s.provider);
     nodes.push(sessionRow(id, s));
   }
-  // remove the rows that left, move only those whose place changed (never all of them)
   const keep = new Set(nodes);
-  for (const li of [...list.children]) if (!keep.has(li)) li.remove();
   for (const [id, li] of rows) if (!keep.has(li)) rows.delete(id);
-  nodes.forEach((li, i) => { if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null); });
+  place(list, nodes); // remove the rows that left, move only those whose place changed
   $("sessions-empty").hidden = state.order.length > 0;
   $("more").hidden = !state.nextCursor;
   const sel = $("f-provider");
@@ -332,83 +113,25 @@ function renderSessions() {
   for (const p of providers) if (!known.has(p)) sel.append(h("option", { value: p, text: p }));
 }
 
-function permCard(p, compact) {
-  const tc = p.toolCall || {};
-  // an agent's toolCall is shown as it sent it: not trusted to be ACP-shaped
-  const where = (Array.isArray(tc.locations) ? tc.locations : []).map((l) => l && l.path).filter(Boolean).join(", ");
-  const card = h("div", { class: `perm ${p.state === "pending" ? "" : "resolved"}`, "data-request": p.requestId },
-    h("div", { class: "title", text: tc.title || tc.kind || "permission request" }),
-    h("div", { class: "meta" },
-      h("span", { text: `kind ${tc.kind || "other"}` }),
-      compact ? null : h("span", { text: `session ${p.sessionId}` }),
-      h("span", { text: p.provider || "" }),
-      h("span", { text: fmtTime(p.createdAt) }),
-    ),
-    where ? h("div", { class: "where", text: where }) : null,
-  );
-  if (p.state === "pending") {
-    if (p.deadline) card.append(h("div", { class: "muted", "data-deadline": p.deadline }));
-    const opts = h("div", { class: "opts" });
-    for (const o of p.options || []) {
-      const kind = String(o.kind || "");
-      const cls = kind.startsWith("allow") ? "opt-allow" : kind.startsWith("reject") ? "opt-reject" : "";
-      opts.append(h("button", { type: "button", class: cls, "data-option": o.optionId, onclick: (ev) => answer(p, o.optionId, ev.target) }, o.name || o.optionId));
-    }
-    card.append(opts);
-  } else {
-    const by = p.answeredBy ? ` by ${p.answeredBy.transport}${p.answeredBy.address ? " " + p.answeredBy.address : ""}` : "";
-    card.append(
-      h("div", { class: "by" }, pill(p.outcome || p.resolution), ` ${p.resolution === "selected" ? "answered" : p.resolution || ""}${by} · ${fmtTime(p.resolvedAt)}`),
-      p.reason ? h("div", { class: "muted", text: p.reason }) : null,
-    );
-  }
-  return card;
-}
-
-// keep cards whose record did not change: a button never disappears under the pointer
-const cardKey = (p) => `${p.sessionId}|${p.requestId}|${p.state}|${p.resolution || ""}`;
-
-function reconcile(container, records, build) {
-  const old = new Map([...container.children].map((el) => [el.dataset.key, el]));
-  const nodes = records.map((p) => {
-    const key = cardKey(p);
-    const el = old.get(key) || build(p);
-    el.dataset.key = key;
-    return el;
-  });
-  if (nodes.length !== container.children.length || nodes.some((n, i) => container.children[i] !== n)) {
-    container.replaceChildren(...nodes);
-  }
-}
-
-function tickCountdowns() {
-  for (const el of document.querySelectorAll("[data-deadline]")) {
-    const left = Math.max(0, Math.round(Number(el.dataset.deadline) - Date.now() / 1000));
-    el.textContent = `expires in ${left}s (rejected then)`;
-  }
-}
-
 function renderPermissions() {
   const all = [...state.permissions.values()].sort((a, b) => (b.createdAt || 0) - (a.createdAt || 0));
   const pending = all.filter((p) => p.state === "pending");
   const resolved = all.filter((p) => p.state !== "pending" && p.resolution !== "policy").slice(0, 60);
-  reconcile($("perm-pending"), pending, (p) => permCard(p, false));
+  renderPermCards($("perm-pending"), pending, false, call);
   $("perm-none").hidden = pending.length > 0;
-  reconcile($("perm-resolved"), resolved, (p) => permCard(p, false));
+  renderPermCards($("perm-resolved"), resolved, false, call);
   tickCountdowns();
   renderTabs();
 }
 
-// The open session's permission cards, kept across renders as in the Permissions view: the
-// turn cards are rebuilt on every render (any session's event), and a rebuilt permission card
-// gave an answer in flight its buttons back and dropped a failed answer's error.
-let detailCards = new Map();
+// A request to the bridge from a button: rejected when not connected (conn is null then).
+const call = (method, params) => (conn ? conn.call(method, params) : Promise.reject(new Error("not connected")));
 
 function renderDetail() {
   const d = state.detail;
   $("detail-empty").hidden = Boolean(d);
   $("detail-body").hidden = !d;
-  if (!d) { detailCards = new Map(); return; }
+  if (!d) { renderTurns($("turns"), [], () => {}); return; }
   const s = state.sessions.get(d.sessionId) || d.session;
   $("d-title").textContent = d.sessionId;
   $("d-meta").replaceChildren(
@@ -422,62 +145,14 @@ function renderDetail() {
   // a failed cancel's error stays while its session is open and the button shown
   if ($("cancel").hidden || $("cancel-error").dataset.session !== d.sessionId) $("cancel-error").hidden = true;
   const turns = [...d.turns.values()].sort((a, b) => (b.startedAt || 0) - (a.startedAt || 0));
-  const cards = new Map();
-  $("turns").replaceChildren(...turns.map((t) => turnCard(t, d.sessionId, cards)));
-  detailCards = cards;
-}
-
-// A turn's result as JSON, its first MAX_OUTPUT characters (the bridge stores up to 256 KiB
-// of it, its output two or three times over: summary, resultSummary); kept with the turn,
-// not serialised again on every render.
-function resultText(t) {
-  if (t.resultShown && t.resultShown[0] === t.result) return t.resultShown[1];
-  let text = JSON.stringify(t.result, null, 2);
-  if (text.length > MAX_OUTPUT) text = `${text.slice(0, MAX_OUTPUT)}\n… (${text.length - MAX_OUTPUT} more characters)`;
-  t.resultShown = [t.result, text];
-  return text;
-}
-
-function turnCard(t, sessionId, cards) {
-  const body = h("div", { class: "turn-body" });
-  if (t.prompt) body.append(h("div", { class: "prompt", text: t.prompt }));
-  let [out, trimmed] = [t.output, t.trimmed];
-  if (!out && t.result && typeof t.result.output === "string") [out, trimmed] = tail(t.result.output);
-  body.append(h("div", { class: "trimmed", "data-turn-trimmed": t.turnId, hidden: !trimmed, text: trimmedNote(trimmed) }));
-  body.append(h("pre", { class: `output${out ? "" : " empty-out"}`, "data-turn-output": t.turnId, text: out || (t.status === "running" ? "waiting for output…" : "(no output)") }));
-  if (t.tools.size) {
-    const dropped = t.toolsDropped ? h("div", { class: "item trimmed", text: `… ${t.toolsDropped} earlier tool call${t.toolsDropped === 1 ? "" : "s"} not shown` }) : null;
-    body.append(h("div", { class: "items" }, dropped, ...[...t.tools.values()].map((c) =>
-      h("div", { class: "item" }, h("span", { class: "k", text: "tool" }), pill(c.status || "pending"), h("span", { text: `${c.title || c.toolCallId} (${c.kind || "other"})` })))));
+  const byTurn = new Map(); // turn id → its permission records (not the policy decisions)
+  for (const p of state.permissions.values()) {
+    if (p.sessionId !== d.sessionId || p.resolution === "policy") continue;
+    if (!byTurn.has(p.turnId)) byTurn.set(p.turnId, []);
+    byTurn.get(p.turnId).push(p);
   }
-  if (t.plan && t.plan.length) {
-    body.append(h("div", { class: "item" }, h("span", { class: "k", text: "plan" }),
-      h("ul", { class: "plan" }, ...t.plan.map((e) => (e && typeof e === "object" ? e : { content: e })).map((e) =>
-        h("li", { class: e.status || "", text: `${e.content} (${e.status || "pending"})` })))));
-  }
-  const pendingHere = [...state.permissions.values()].filter((p) => p.sessionId === sessionId && p.turnId === t.turnId && p.resolution !== "policy");
-  for (const p of pendingHere) {
-    const key = cardKey(p);
-    const el = detailCards.get(key) || permCard(p, true);
-    cards.set(key, el);
-    body.append(el);
-  }
-  setTimeout(tickCountdowns, 0);
-  if (t.error && t.status !== "completed") body.append(h("div", { class: "turn-error", text: t.error }));
-  if (t.result) {
-    body.append(h("details", {}, h("summary", { text: "result" }), h("pre", { class: "json", text: resultText(t) })));
-  }
-  return h("div", { class: "turn", "data-turn": t.turnId, "data-status": t.status },
-    h("div", { class: "turn-head" },
-      pill(t.status),
-      h("span", { class: "tid", text: t.turnId }),
-      h("span", { class: "grow" }),
-      h("span", { class: "muted", text: [t.provider, t.model].filter(Boolean).join(" / ") }),
-      t.usage ? h("span", { class: "muted", text: fmtUsage(t.usage) }) : null,
-      h("span", { class: "muted", text: t.durationMs != null ? `${(t.durationMs / 1000).toFixed(1)}s` : fmtTime(t.startedAt) }),
-    ),
-    body,
-  );
+  renderTurns($("turns"), turns, (el, t) => renderPermCards(el, byTurn.get(t.turnId) || [], true, call));
+  tickCountdowns();
 }
 
 const CHARTS = [
@@ -611,7 +286,7 @@ async function loadDetail(id) {
   let res;
   try {
     res = await readSnapshot("session.get", { sessionId: id }, (r) => {
-      for (const p of r.permissions) state.permissions.set(`${p.sessionId}|${p.requestId}`, p);
+      for (const p of r.permissions) state.permissions.set(permKey(p), p);
       if (!state.sessions.has(id)) { state.sessions.set(id, r.session); state.order.unshift(id); }
     });
   } catch (e) {
@@ -648,6 +323,7 @@ async function loadDetail(id) {
 // the session whose snapshot is being read: the watch's events for it wait here meanwhile
 let loading = null;
 
+// Rejects when the session's snapshot cannot be read (the view is left empty, the error shown).
 async function showDetail(id) {
   const mine = (loading = { sessionId: id, events: [] });
   let d = null;
@@ -663,20 +339,6 @@ async function select(id) {
   if (location.hash !== `#/sessions/${encodeURIComponent(id)}`) history.replaceState(null, "", `#/sessions/${encodeURIComponent(id)}`);
   await showDetail(id);
   render();
-}
-
-async function answer(p, optionId, button) {
-  const opts = button.parentElement;
-  const buttons = [...opts.querySelectorAll("button")];
-  for (const b of buttons) b.disabled = true;
-  for (const el of opts.querySelectorAll(".error")) el.remove();
-  try {
-    await conn.call("session.permission", { sessionId: p.sessionId, requestId: p.requestId, optionId });
-  } catch (e) {
-    // still pending unless a resolved event replaces this card: it can be answered again
-    for (const b of buttons) b.disabled = false;
-    opts.append(h("div", { class: "error", text: e.message }));
-  }
 }
 
 // The Cancel turn button: a failure is shown next to it (as a permission answer's is),
@@ -702,7 +364,7 @@ async function cancelTurn() {
 async function loadPermissions() {
   await readSnapshot("permission.list", { includeResolved: true }, (res) => {
     state.permissions.clear();
-    for (const p of res.requests) state.permissions.set(`${p.sessionId}|${p.requestId}`, p);
+    for (const p of res.requests) state.permissions.set(permKey(p), p);
     trimPermissions();
   });
 }
@@ -780,7 +442,7 @@ function applyToLists(e) {
     if (!matchesFilters(s)) state.order = state.order.filter((x) => x !== sid);
     trimSessions();
   } else if (e.kind === "permission") {
-    state.permissions.set(`${e.sessionId}|${e.requestId}`, { ...e });
+    state.permissions.set(permKey(e), { ...e });
     trimPermissions();
   }
 }
@@ -823,17 +485,7 @@ function onEvent(e) {
   } else if (e.kind === "turn") {
     if (d && applyToDetail(d, e) && state.view === "sessions") {
       // grow the output in place (no re-render of the whole page per chunk)
-      const pre = document.querySelector(`[data-turn-output="${CSS.escape(e.turnId)}"]`);
-      const note = document.querySelector(`[data-turn-trimmed="${CSS.escape(e.turnId)}"]`);
-      if (pre && note) {
-        const t = d.turns.get(e.turnId);
-        pre.textContent = t.output;
-        note.hidden = !t.trimmed;
-        note.textContent = trimmedNote(t.trimmed);
-        pre.classList.remove("empty-out");
-        pre.scrollTop = pre.scrollHeight;
-        return;
-      }
+      if (growOutput(d.turns.get(e.turnId))) return;
     }
   } else {
     applyToHealth(e);

@@ -1,0 +1,59 @@
+// Element helpers of the console (textContent only: nothing from the bridge is parsed as HTML).
+
+export const $ = (id) => document.getElementById(id);
+
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export const pill = (state) => h("span", { class: `pill ${state || "idle"}`, text: state || "idle" });
+
+// A pill changed in place (a node kept across renders).
+export function setPill(el, state) {
+  const cls = `pill ${state || "idle"}`;
+  if (el.className !== cls) el.className = cls;
+  setText(el, state || "idle");
+}
+
+export const setText = (el, text) => { if (el.textContent !== text) el.textContent = text; };
+
+// Put `nodes` in `container` in this order, keeping the nodes already there: the ones that
+// left are removed and only those out of place are moved (never all of them). A click is
+// not fired when the node pressed left the document before the release, so a list rebuilt
+// on every render (a render a frame on a busy bridge) loses the clicks on it.
+export function place(container, nodes) {
+  const keep = new Set(nodes);
+  for (const el of [...container.children]) if (!keep.has(el)) el.remove();
+  nodes.forEach((el, i) => { if (container.children[i] !== el) container.insertBefore(el, container.children[i] || null); });
+}
+
+export const fmtTime = (s) => (s ? new Date(s * 1000).toLocaleTimeString() : "—");
+
+export const fmtAgo = (s) => {
+  if (!s) return "—";
+  const d = Date.now() / 1000 - s;
+  if (d < 60) return `${Math.max(0, Math.round(d))}s ago`;
+  if (d < 3600) return `${Math.round(d / 60)}m ago`;
+  if (d < 86400) return `${Math.round(d / 3600)}h ago`;
+  return new Date(s * 1000).toLocaleDateString();
+};
+
+export const fmtUsage = (u) => {
+  if (!u || typeof u !== "object") return "";
+  return Object.entries(u)
+    .filter(([, v]) => typeof v === "number")
+    .map(([k, v]) => `${k} ${v}`)
+    .join(" · ");
+};
