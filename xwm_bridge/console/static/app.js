@@ -262,10 +262,15 @@ function matchesFilters(s) {
   return !(f.updatedSince && (s.updatedAt || 0) < f.updatedSince);
 }
 
+// session.list reads: one overtaken by a later one (a filter changed again) is not applied
+let listReads = 0;
+
 async function loadSessions(more) {
+  const mine = ++listReads;
   const params = filters();
   if (more && state.nextCursor) params.cursor = state.nextCursor;
   const res = await readSnapshot("session.list", params, (res) => {
+    if (mine !== listReads) return;
     if (!more) { state.sessions.clear(); state.order = []; state.paged = 0; }
     for (const s of res.sessions) {
       if (!state.sessions.has(s.sessionId)) state.order.push(s.sessionId);
@@ -327,17 +332,21 @@ let loading = null;
 async function showDetail(id) {
   const mine = (loading = { sessionId: id, events: [] });
   let d = null;
-  try { d = await loadDetail(id); } catch (e) { d = null; }
+  let failure = null;
+  try { d = await loadDetail(id); } catch (e) { failure = e; }
   if (loading !== mine) return; // another one was selected since
   loading = null;
   state.detail = d;
   if (d) for (const e of mine.events) applyToDetail(d, e);
+  showError("detail", failure ? `could not open session ${id}: ${failure.message}` : "");
+  if (failure) throw failure;
 }
 
+// Never rejects: a failure is shown (showDetail).
 async function select(id) {
   state.selected = id;
   if (location.hash !== `#/sessions/${encodeURIComponent(id)}`) history.replaceState(null, "", `#/sessions/${encodeURIComponent(id)}`);
-  await showDetail(id);
+  await showDetail(id).catch(() => {});
   render();
 }
 
@@ -472,7 +481,7 @@ function onEvent(e) {
   if (e.kind === "watch") {
     $("conn").className = "conn live";
     $("conn-text").textContent = "live";
-    if (e.reset) resync();
+    if (e.reset) requestResync();
     return;
   }
   const sid = e.sessionId;
@@ -512,6 +521,58 @@ async function resync() {
   return cursor;
 }
 
+// What the page's own requests could not do (a resync, a filter, "more", opening a session,
+// the config): shown in the banner under the header, never an unhandled promise rejection.
+const errors = new Map(); // what failed → its message
+
+function showError(what, message) {
+  if (message) errors.set(what, message);
+  else errors.delete(what);
+  const el = $("console-error");
+  el.hidden = errors.size === 0;
+  setText(el, [...errors.values()].join(" · "));
+}
+
+// The snapshots re-read after a reset, one resync at a time: a reset that arrives while one
+// runs is coalesced into one more after it (two overlapped, and the older answers could land
+// last). A failure is shown and retried, 1 s after the first, doubling up to RESYNC_MAX_MS.
+const RESYNC_FIRST_MS = 1000;
+const RESYNC_MAX_MS = 30_000;
+const resyncs = { running: false, again: false, delay: 0, timer: null };
+
+async function requestResync() {
+  clearTimeout(resyncs.timer);
+  resyncs.timer = null;
+  if (resyncs.running) { resyncs.again = true; return; }
+  resyncs.running = true;
+  try {
+    do { resyncs.again = false; await resync(); } while (resyncs.again && conn);
+    resyncs.delay = 0;
+    showError("resync", "");
+  } catch (e) {
+    if (!conn) return; // signed out meanwhile
+    resyncs.delay = Math.min(resyncs.delay ? resyncs.delay * 2 : RESYNC_FIRST_MS, RESYNC_MAX_MS);
+    showError("resync", `could not re-read the bridge's state: ${e.message} (trying again in ${Math.round(resyncs.delay / 1000)} s)`);
+    resyncs.timer = setTimeout(requestResync, resyncs.delay);
+  } finally {
+    resyncs.running = false;
+  }
+}
+
+function stopResyncs() {
+  clearTimeout(resyncs.timer);
+  Object.assign(resyncs, { again: false, delay: 0, timer: null });
+  for (const what of [...errors.keys()]) showError(what, "");
+}
+
+// A list read from the filters or "more": its failure shown, cleared by the next that works.
+function reloadSessions(more) {
+  loadSessions(more).then(
+    () => { showError("list", ""); render(); },
+    (e) => showError("list", `could not list the sessions: ${e.message}`),
+  );
+}
+
 // --- routing, login, start ------------------------------------------------------------------
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/");
@@ -523,12 +584,16 @@ function route() {
     if (id !== state.selected && conn) { select(id); return; }
   }
   if (view === "config" && conn && !state.config) {
-    conn.call("bridge.config", {}).then((c) => { state.config = c; render(); }, () => {});
+    conn.call("bridge.config", {}).then(
+      (c) => { state.config = c; showError("config", ""); render(); },
+      (e) => showError("config", `could not read the config: ${e.message}`),
+    );
   }
   render();
 }
 
 function showLogin(message) {
+  stopResyncs();
   $("main").hidden = true;
   $("login").hidden = false;
   $("logout").hidden = true;
@@ -592,7 +657,7 @@ async function reconnect(token) {
   conn = c;
   c.onDrop = () => setTimeout(() => reconnect(token), c.retry);
   c.watch(); // from the last cursor: nothing is missed (or a reset re-reads the snapshots)
-  if (state.selected && !state.detail) showDetail(state.selected).then(render); // lost with the old one
+  if (state.selected && !state.detail) showDetail(state.selected).then(render, render); // lost with the old one
 }
 
 function init() {
@@ -609,10 +674,9 @@ function init() {
     showLogin("");
   });
   $("cancel").addEventListener("click", cancelTurn);
-  for (const id of ["f-state", "f-provider", "f-since"]) $(id).addEventListener("change", () => loadSessions(false).then(render));
-  $("f-thread").addEventListener("change", () => loadSessions(false).then(render));
+  for (const id of ["f-state", "f-provider", "f-since", "f-thread"]) $(id).addEventListener("change", () => reloadSessions(false));
   $("filters").addEventListener("submit", (ev) => ev.preventDefault());
-  $("more").addEventListener("click", () => loadSessions(true).then(render));
+  $("more").addEventListener("click", () => reloadSessions(true));
   window.addEventListener("hashchange", route);
   setInterval(tickCountdowns, 1000);
   start(sessionStorage.getItem(TOKEN_KEY) || "");

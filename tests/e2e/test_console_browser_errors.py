@@ -1,0 +1,136 @@
+"""The operator console in a real browser: the page's own requests that fail (a resync
+after a reset, a filter change) are shown in its error banner and retried, never left
+as unhandled promise rejections; resyncs run one at a time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TOKEN, FakeUpstream, StartBridge, wait_until
+from tests.e2e.console_browser import Watch, login, open_console
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+RESET = {"kind": "watch", "type": "live", "reset": True}  # as after a too-old cursor
+
+
+@pytest.fixture
+async def console(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> AsyncIterator[tuple[Any, Any, Watch]]:
+    async with open_console(start_bridge, fake_upstream, tmp_path) as opened:
+        yield opened
+
+
+@dataclass
+class Relay:
+    """The page's console WebSocket through the test: once armed, the next ``fail``
+    session.list requests get -32603 in the bridge's place, or (``hold``) the first
+    answer is kept until released; counts the session.list requests in flight."""
+
+    fail: int = 0
+    hold: bool = False
+    sockets: list[Any] = field(default_factory=list)
+    asked: list[Any] = field(default_factory=list)  # session.list ids sent to the bridge
+    in_flight: int = 0
+    most: int = 0
+    held: list[str] = field(default_factory=list)
+
+    def __call__(self, ws: Any) -> None:
+        server = ws.connect_to_server()
+        self.sockets.append(ws)
+
+        def from_page(frame: str | bytes) -> None:
+            msg = json.loads(frame)
+            if msg.get("method") == "session.list":
+                if self.fail:
+                    self.fail -= 1
+                    err = {"code": -32603, "message": "session store unavailable"}
+                    ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": err}))
+                    return
+                self.asked.append(msg["id"])
+                self.in_flight += 1
+                self.most = max(self.most, self.in_flight)
+            server.send(frame)
+
+        def from_server(frame: str | bytes) -> None:
+            msg = json.loads(frame)
+            if msg.get("id") in self.asked:
+                if self.hold and not self.held:
+                    self.held.append(str(frame))
+                    return
+                self.in_flight -= 1
+            ws.send(frame)
+
+        ws.on_message(from_page)
+        server.on_message(from_server)
+
+    def reset(self) -> None:
+        note = {"jsonrpc": "2.0", "method": "bridge.event", "params": RESET}
+        self.sockets[-1].send(json.dumps(note))
+
+    def release(self) -> None:
+        self.hold = False
+        self.in_flight -= 1
+        self.sockets[-1].send(self.held[0])
+
+
+async def test_a_failed_resync_is_shown_and_retried(console: Any) -> None:
+    bp, context, watch = console
+    page = await context.new_page()
+    relay = Relay()
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    relay.fail = 1
+    relay.reset()
+    banner = page.locator("#console-error")
+    await banner.wait_for(state="visible", timeout=10_000)
+    text = await banner.inner_text()
+    assert "could not re-read" in text and "session store unavailable" in text, text
+    assert watch.errors == [], watch.errors  # no unhandled rejection
+    await banner.wait_for(state="hidden", timeout=15_000)  # retried, and it worked
+    assert relay.fail == 0
+
+
+async def test_resets_in_a_row_resync_one_at_a_time(console: Any) -> None:
+    bp, context, _ = console
+    page = await context.new_page()
+    relay = Relay()
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    before = len(relay.asked)
+    relay.hold = True
+    relay.reset()
+    await wait_until(lambda: bool(relay.held), within=10)  # the first resync waits
+    for _ in range(3):
+        relay.reset()
+    other = {"sessionId": "rs-mark", "requestId": "rs-mark", "state": "pending", "createdAt": 1}
+    bp.bridge.events.publish("permission", "requested", other, "rs-mark")
+    await page.locator("#perm-badge", has_text="1").wait_for()  # the resets were handled
+    assert len(relay.asked) == before + 1 and relay.most == 1  # none overlapped the first
+    relay.release()
+    await wait_until(lambda: len(relay.asked) == before + 2, within=10)  # one more, coalesced
+    await wait_until(lambda: relay.in_flight == 0, within=10)
+    assert relay.most == 1
+
+
+async def test_a_failed_filter_change_is_shown(console: Any) -> None:
+    bp, context, watch = console
+    page = await context.new_page()
+    relay = Relay()
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    relay.fail = 1
+    await page.locator("#f-since").select_option("3600")
+    banner = page.locator("#console-error")
+    await banner.wait_for(state="visible", timeout=10_000)
+    assert "could not list the sessions" in await banner.inner_text()
+    assert watch.errors == [], watch.errors
+    await page.locator("#f-since").select_option("86400")  # this one works: the error goes
+    await banner.wait_for(state="hidden", timeout=10_000)
