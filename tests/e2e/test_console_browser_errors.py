@@ -1,6 +1,7 @@
 """The operator console in a real browser: the page's own requests that fail (a resync
 after a reset, a filter change) are shown in its error banner and retried, never left
-as unhandled promise rejections; resyncs run one at a time."""
+as unhandled promise rejections; resyncs run one at a time; after a reset the page
+watches on from the reset's cursor."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ class Relay:
     in_flight: int = 0
     most: int = 0
     held: list[str] = field(default_factory=list)
+    drop_events: bool = False  # the bridge's bridge.event notifications do not reach the page
+    dropped: int = 0
+    watches: list[dict[str, Any]] = field(default_factory=list)  # bridge.watch params sent
 
     def __call__(self, ws: Any) -> None:
         server = ws.connect_to_server()
@@ -48,6 +52,8 @@ class Relay:
 
         def from_page(frame: str | bytes) -> None:
             msg = json.loads(frame)
+            if msg.get("method") == "bridge.watch":
+                self.watches.append(msg.get("params") or {})
             if msg.get("method") == "session.list":
                 if self.fail:
                     self.fail -= 1
@@ -61,6 +67,9 @@ class Relay:
 
         def from_server(frame: str | bytes) -> None:
             msg = json.loads(frame)
+            if msg.get("method") == "bridge.event" and self.drop_events:
+                self.dropped += 1
+                return
             if msg.get("id") in self.asked:
                 if self.hold and not self.held:
                     self.held.append(str(frame))
@@ -71,8 +80,9 @@ class Relay:
         ws.on_message(from_page)
         server.on_message(from_server)
 
-    def reset(self) -> None:
-        note = {"jsonrpc": "2.0", "method": "bridge.event", "params": RESET}
+    def reset(self, cursor: str | None = None) -> None:
+        params = {**RESET, "cursor": cursor} if cursor else RESET
+        note = {"jsonrpc": "2.0", "method": "bridge.event", "params": params}
         self.sockets[-1].send(json.dumps(note))
 
     def release(self) -> None:
@@ -134,3 +144,25 @@ async def test_a_failed_filter_change_is_shown(console: Any) -> None:
     assert watch.errors == [], watch.errors
     await page.locator("#f-since").select_option("86400")  # this one works: the error goes
     await banner.wait_for(state="hidden", timeout=10_000)
+
+
+async def test_after_a_reset_the_page_watches_from_the_resets_cursor(console: Any) -> None:
+    """A reset's live event carries the cursor to watch on from; the page kept its old
+    one (too old, or of another process) until some later event came, and a connection
+    dropped meanwhile re-watched from it: another reset, another full resync."""
+    bp, context, _ = console
+    page = await context.new_page()
+    relay = Relay()
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    relay.drop_events = True  # the page's cursor stays where it is
+    await wait_until(lambda: relay.dropped > 0, within=10)  # a metrics sample went by
+    fresh = bp.bridge.events.cursor
+    before = len(relay.asked)
+    relay.reset(fresh)
+    await wait_until(lambda: len(relay.asked) > before, within=10)  # it resyncs
+    await wait_until(lambda: relay.in_flight == 0, within=10)
+    watched = len(relay.watches)
+    await relay.sockets[-1].close()  # the connection drops before any other event arrives
+    await wait_until(lambda: len(relay.watches) > watched, within=15)  # reconnected
+    assert relay.watches[-1].get("since") == fresh, relay.watches

@@ -53,7 +53,10 @@ export class Connection {
   dispatch(msg) {
     if (msg.method === "bridge.event") {
       const p = msg.params;
-      if (p.cursor && p.kind !== "watch") this.cursor = p.cursor;
+      // every event's cursor, the watch's own too: a reset's live event carries the one to
+      // watch on from (the page kept its old one, too old or of another process, until a
+      // later event came, and a connection dropped meanwhile was reset again)
+      if (p.cursor) this.cursor = p.cursor;
       this.onEvent(p);
       return;
     }
