@@ -3,8 +3,12 @@
 // The token lives in sessionStorage (this tab) and is never put in a URL.
 
 import { Connection } from "./connection.js";
-import { $, fmtAgo, fmtUsage, h, pill, place, setPill, setText } from "./dom.js";
+import { $, fmtAgo, h, pill } from "./dom.js";
+import { clearErrors, showError } from "./banner.js";
+import { applyToHealth, renderConfig, renderHealth } from "./health.js";
 import { permKey, renderPermCards, tickCountdowns } from "./perms.js";
+import { Serial } from "./serial.js";
+import { filters, matchesFilters, renderSessions, trimSessions } from "./sessions.js";
 import { applyUpdate, growOutput, newTurnView, renderTurns, setOutput, trimTurns } from "./turns.js";
 
 const TOKEN_KEY = "xwm-bridge-token";
@@ -25,20 +29,6 @@ const state = {
   config: null,
 };
 let conn = null;
-
-// A page left open must not grow for as long as it is open (a busy bridge starts thousands
-// of sessions an hour): the live list keeps the newest MAX_LISTED sessions (or as many as
-// the pages loaded with "more"); older ones are found again with the filters.
-const MAX_LISTED = 500;
-
-function trimSessions() {
-  const cap = Math.max(MAX_LISTED, state.paged);
-  if (state.order.length > cap) state.order.length = cap;
-  if (state.sessions.size <= cap) return;
-  const keep = new Set(state.order);
-  if (state.selected) keep.add(state.selected);
-  for (const id of state.sessions.keys()) if (!keep.has(id)) state.sessions.delete(id);
-}
 
 // Resolved permission records kept (every pending one stays, and those of the open
 // session): past MAX_RESOLVED + a margin, the oldest resolved ones go.
@@ -71,46 +61,6 @@ function renderTabs() {
   const pending = [...state.permissions.values()].filter((p) => p.state === "pending").length;
   $("perm-badge").hidden = pending === 0;
   $("perm-badge").textContent = String(pending);
-}
-
-// The list's rows, kept across renders (by session id) and changed in place: a click is
-// never fired when the node pressed left the document before the release, and the list,
-// rebuilt on every render (a render a frame on a busy bridge), lost the clicks on it.
-const rows = new Map(); // sessionId → li
-
-function sessionRow(id, s) {
-  let li = rows.get(id);
-  if (!li) {
-    li = h("li", { "data-session": id, onclick: () => select(id) }, h("span", { class: "sid", text: id, title: id }), pill(s.state), h("span", { class: "sub" }));
-    rows.set(id, li);
-  }
-  const [, badge, sub] = li.children;
-  const t = s.lastTurn || {};
-  const line = [s.provider || "no provider", t.model, fmtAgo(s.updatedAt), fmtUsage(t.usage)].filter(Boolean).join(" · ");
-  li.className = id === state.selected ? "selected" : "";
-  setPill(badge, s.state);
-  setText(sub, t.prompt ? `${line} — ${t.prompt}` : line);
-  return li;
-}
-
-function renderSessions() {
-  const list = $("session-list");
-  const providers = new Set();
-  const nodes = [];
-  for (const id of state.order) {
-    const s = state.sessions.get(id);
-    if (!s) continue;
-    if (s.provider) providers.add(s.provider);
-    nodes.push(sessionRow(id, s));
-  }
-  const keep = new Set(nodes);
-  for (const [id, li] of rows) if (!keep.has(li)) rows.delete(id);
-  place(list, nodes); // remove the rows that left, move only those whose place changed
-  $("sessions-empty").hidden = state.order.length > 0;
-  $("more").hidden = !state.nextCursor;
-  const sel = $("f-provider");
-  const known = new Set([...sel.options].map((o) => o.value));
-  for (const p of providers) if (!known.has(p)) sel.append(h("option", { value: p, text: p }));
 }
 
 function renderPermissions() {
@@ -155,113 +105,15 @@ function renderDetail() {
   tickCountdowns();
 }
 
-const CHARTS = [
-  ["activeTurns", "Active turns", false],
-  ["queueDepth", "Queued turns", false],
-  ["requests", "Requests / s", true],
-  ["turns", "Turns / s", true],
-  ["requestErrors", "Request errors / s", true],
-  ["upstreamErrors", "Upstream errors / s", true],
-  ["wsConnections", "WebSocket clients", false],
-  ["pendingPermissions", "Pending permissions", false],
-];
-
-function series(key, rate) {
-  const s = state.samples;
-  const out = [];
-  for (let i = rate ? 1 : 0; i < s.length; i++) {
-    const v = s[i].metrics[key] || 0;
-    if (!rate) out.push(v);
-    else {
-      const dt = s[i].ts - s[i - 1].ts;
-      out.push(dt > 0 ? Math.max(0, (v - (s[i - 1].metrics[key] || 0)) / dt) : 0);
-    }
-  }
-  return out;
-}
-
-function spark(values) {
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("viewBox", "0 0 100 40");
-  svg.setAttribute("preserveAspectRatio", "none");
-  if (values.length < 2) return svg;
-  const max = Math.max(1, ...values);
-  const pts = values.map((v, i) => `${(i / (values.length - 1)) * 100},${38 - (v / max) * 34}`);
-  const area = document.createElementNS("http://www.w3.org/2000/svg", "polygon");
-  area.setAttribute("points", `0,40 ${pts.join(" ")} 100,40`);
-  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-  line.setAttribute("points", pts.join(" "));
-  svg.append(area, line);
-  return svg;
-}
-
-function table(el, head, rows) {
-  el.replaceChildren(h("tr", {}, ...head.map((c) => h("th", { text: c }))));
-  if (!rows.length) el.append(h("tr", {}, h("td", { class: "none", colspan: head.length, text: "none" })));
-  for (const r of rows) el.append(h("tr", {}, ...r));
-}
-
-function renderHealth() {
-  const hs = state.health;
-  const charts = $("charts");
-  charts.replaceChildren(...CHARTS.map(([key, label, rate]) => {
-    const v = series(key, rate);
-    const last = v.length ? v[v.length - 1] : 0;
-    return h("div", { class: "chart", "data-chart": key },
-      h("div", { class: "label" }, h("span", { text: label }), h("span", { text: `${v.length} samples` })),
-      h("div", { class: "value", text: rate ? last.toFixed(2) : String(Math.round(last)) }),
-      spark(v));
-  }));
-  if (!hs) return;
-  const td = (t, cls) => {
-    const nil = t == null || t === "";
-    return h("td", { class: `${cls || ""}${nil ? " nil" : ""}`, text: nil ? "—" : String(t) });
-  };
-  table($("t-providers"), ["provider", "kind", "state", "turns", "failures", "last error"], hs.providers.map((p) => [
-    td(p.id), td(p.kind), h("td", {}, pill(p.state)), td(p.turns, "num"), td(p.failures, "num"), td(p.lastError, "err")]));
-  table($("t-agents"), ["agent", "state", "starts", "restarts", "last error"], hs.agents.map((a) => [
-    td(a.id), h("td", {}, pill(a.running ? "running" : a.starts ? "stopped" : "idle")), td(a.starts, "num"), td(a.restarts, "num"), td(a.lastError, "err")]));
-  table($("t-gateways"), ["runtime", "mode", "state", "reconnects", "last error"], hs.gateways.map((g) => [
-    td(g.runtimeId), td(g.mode), h("td", {}, pill(g.state)), td(g.reconnects, "num"), td(g.lastError, "err")]));
-  const q = hs.queues || { threads: [] };
-  table($("t-queues"), ["thread", "waiting"], [
-    [td(`all threads (${q.running || 0} running)`), td(q.waiting || 0, "num")],
-    ...q.threads.map((t) => [td(t.threadId), td(t.waiting, "num")])]);
-}
-
-function renderConfig() {
-  if (!state.config) return;
-  $("config-json").textContent = JSON.stringify(state.config.config, null, 2);
-  const rows = Object.entries(state.config.sources || {}).sort().map(([k, v]) => [h("td", { text: k }), h("td", { text: v })]);
-  table($("t-sources"), ["key", "source"], rows);
-}
-
 function render() {
   renderTabs();
-  if (state.view === "sessions") { renderSessions(); renderDetail(); }
+  if (state.view === "sessions") { renderSessions(state, select); renderDetail(); }
   if (state.view === "permissions") renderPermissions();
-  if (state.view === "health") renderHealth();
-  if (state.view === "config") renderConfig();
+  if (state.view === "health") renderHealth(state);
+  if (state.view === "config") renderConfig(state);
 }
 
 // --- actions ----------------------------------------------------------------------------------
-function filters() {
-  const p = { limit: 100 };
-  if ($("f-state").value) p.state = $("f-state").value;
-  if ($("f-provider").value) p.provider = $("f-provider").value;
-  if ($("f-thread").value.trim()) p.threadId = $("f-thread").value.trim();
-  if ($("f-since").value) p.updatedSince = Date.now() / 1000 - Number($("f-since").value);
-  return p;
-}
-
-function matchesFilters(s) {
-  const f = filters();
-  if (f.state === "idle" ? s.state === "running" : f.state && s.state !== f.state) return false;
-  if (f.provider && s.provider !== f.provider) return false;
-  if (f.threadId && s.threadId !== f.threadId) return false;
-  return !(f.updatedSince && (s.updatedAt || 0) < f.updatedSince);
-}
-
 // session.list reads: one overtaken by a later one (a filter changed again) is not applied
 let listReads = 0;
 
@@ -389,20 +241,7 @@ async function loadHealth() {
     if (mine !== healthReads) return;
     state.health = res;
     state.samples = (res.samples || []).slice(-90);
-  }, (e) => { if (mine === healthReads) applyToHealth(e); });
-}
-
-// What a health, queue or metrics event changes (the health view's state).
-function applyToHealth(e) {
-  if (e.kind === "health" && state.health) {
-    Object.assign(state.health, e);
-  } else if (e.kind === "queue" && state.health) {
-    state.health.queues = { waiting: e.waiting, running: e.running, threads: e.threads };
-  } else if (e.kind === "metrics") {
-    state.samples.push({ ts: e.ts, metrics: e.metrics });
-    if (state.samples.length > 90) state.samples.shift();
-    if (state.health) state.health.metrics = e.metrics;
-  }
+  }, (e) => { if (mine === healthReads) applyToHealth(state, e); });
 }
 
 // --- events from the watch --------------------------------------------------------------------
@@ -449,7 +288,7 @@ function applyToLists(e) {
     s.running = e.type === "started";
     state.order = [sid, ...state.order.filter((x) => x !== sid)];
     if (!matchesFilters(s)) state.order = state.order.filter((x) => x !== sid);
-    trimSessions();
+    trimSessions(state);
   } else if (e.kind === "permission") {
     state.permissions.set(permKey(e), { ...e });
     trimPermissions();
@@ -481,7 +320,7 @@ function onEvent(e) {
   if (e.kind === "watch") {
     $("conn").className = "conn live";
     $("conn-text").textContent = "live";
-    if (e.reset) requestResync();
+    if (e.reset) resyncs.request();
     return;
   }
   const sid = e.sessionId;
@@ -497,7 +336,7 @@ function onEvent(e) {
       if (growOutput(d.turns.get(e.turnId))) return;
     }
   } else {
-    applyToHealth(e);
+    applyToHealth(state, e);
     if (e.kind === "metrics" && state.view !== "health") return;
   }
   renderSoon();
@@ -521,49 +360,16 @@ async function resync() {
   return cursor;
 }
 
-// What the page's own requests could not do (a resync, a filter, "more", opening a session,
-// the config): shown in the banner under the header, never an unhandled promise rejection.
-const errors = new Map(); // what failed → its message
-
-function showError(what, message) {
-  if (message) errors.set(what, message);
-  else errors.delete(what);
-  const el = $("console-error");
-  el.hidden = errors.size === 0;
-  setText(el, [...errors.values()].join(" · "));
-}
-
-// The snapshots re-read after a reset, one resync at a time: a reset that arrives while one
-// runs is coalesced into one more after it (two overlapped, and the older answers could land
-// last). A failure is shown and retried, 1 s after the first, doubling up to RESYNC_MAX_MS.
-const RESYNC_FIRST_MS = 1000;
-const RESYNC_MAX_MS = 30_000;
-const resyncs = { running: false, again: false, delay: 0, timer: null };
-
-async function requestResync() {
-  clearTimeout(resyncs.timer);
-  resyncs.timer = null;
-  if (resyncs.running) { resyncs.again = true; return; }
-  resyncs.running = true;
-  try {
-    do { resyncs.again = false; await resync(); } while (resyncs.again && conn);
-    resyncs.delay = 0;
-    showError("resync", "");
-  } catch (e) {
-    if (!conn) return; // signed out meanwhile
-    resyncs.delay = Math.min(resyncs.delay ? resyncs.delay * 2 : RESYNC_FIRST_MS, RESYNC_MAX_MS);
-    showError("resync", `could not re-read the bridge's state: ${e.message} (trying again in ${Math.round(resyncs.delay / 1000)} s)`);
-    resyncs.timer = setTimeout(requestResync, resyncs.delay);
-  } finally {
-    resyncs.running = false;
-  }
-}
-
-function stopResyncs() {
-  clearTimeout(resyncs.timer);
-  Object.assign(resyncs, { again: false, delay: 0, timer: null });
-  for (const what of [...errors.keys()]) showError(what, "");
-}
+// The snapshots re-read after a reset, one resync at a time (a reset while one runs: one
+// more after it); a failure is shown and retried, 1 s after the first, doubling up to 30 s.
+const resyncs = new Serial(resync, {
+  done: () => showError("resync", ""),
+  failed: (e, ms) => {
+    if (!conn) return false; // signed out meanwhile
+    showError("resync", `could not re-read the bridge's state: ${e.message} (trying again in ${Math.round(ms / 1000)} s)`);
+    return true;
+  },
+});
 
 // A list read from the filters or "more": its failure shown, cleared by the next that works.
 function reloadSessions(more) {
@@ -593,7 +399,8 @@ function route() {
 }
 
 function showLogin(message) {
-  stopResyncs();
+  resyncs.stop();
+  clearErrors();
   $("main").hidden = true;
   $("login").hidden = false;
   $("logout").hidden = true;
