@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from redis import exceptions as rex
 
+from tests.conftest import closed_port
 from tests.redis_server import RedisServer, redis_server
 from xwm_bridge.store.base import StoreUnavailable
 from xwm_bridge.store.cluster import Cluster
@@ -102,5 +104,40 @@ async def test_a_redis_that_does_not_answer_is_an_unavailable_store(
             redis.proc.send_signal(signal.SIGCONT)
         await cluster.release(waiting)
         await cluster.release(running)
+    finally:
+        await close(store, cluster)
+
+
+async def test_a_redis_that_refuses_the_lease_protocol_is_an_unavailable_store(
+    redis: RedisServer, admin: aioredis.Redis
+) -> None:
+    """Redis answering with a refusal of the backend (memory full, a replica after a
+    failover, its master down) is an outage like a Redis away: ``StoreUnavailable``
+    naming the store and the reply's class, not a raw redis-py error (``-32603
+    internal error`` with a traceback). A bug (``WRONGTYPE``) stays one."""
+    store, cluster = await cluster_on(redis, redis_timeout=1.0)
+    where = f"127.0.0.1:{redis.port}"
+    try:
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", "1")
+        try:
+            with pytest.raises(StoreUnavailable, match=r"refused \(OutOfMemoryError\)") as err:
+                await cluster.enqueue("th", "s1")
+            assert where in str(err.value) and "maxmemory" in str(err.value)
+        finally:
+            await admin.config_set("maxmemory", "0")
+        await admin.config_set("replica-serve-stale-data", "no")
+        await admin.execute_command("REPLICAOF", "127.0.0.1", str(closed_port()))
+        try:
+            with pytest.raises(StoreUnavailable, match="MASTER is down"):
+                await cluster.cancel_remote("s1")  # GET run:<sid>: MASTERDOWN
+            await admin.config_set("replica-serve-stale-data", "yes")
+            with pytest.raises(StoreUnavailable, match=r"refused \(ReadOnlyError\)"):
+                await cluster.enqueue("th", "s1")  # the script writes: READONLY
+        finally:
+            await admin.execute_command("REPLICAOF", "NO", "ONE")
+        await admin.set("xwm:q:th", "not a list")  # not the bridge's: a bug, raised as such
+        with pytest.raises(rex.ResponseError, match="WRONGTYPE"):
+            await cluster.enqueue("th", "s1")
     finally:
         await close(store, cluster)

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from xwm_bridge.store.redis import OUTAGES, RedisStore
+from xwm_bridge.store.redis import RedisStore
 from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.cluster")
@@ -200,13 +200,15 @@ class Cluster:
 
     async def _ask(self, call: Awaitable[T]) -> T:
         """One Redis command of the lease protocol within the store's timeout. Redis
-        away or too slow is an unavailable store: the request that needed it fails
-        as such (``-32603 session store unavailable``, logged without a traceback)."""
+        away, too slow or refusing to serve (a read-only replica after a failover,
+        memory full, loading…) is an unavailable store: the request that needed it fails
+        as such (``-32603 session store unavailable``, logged without a traceback);
+        another error answer (WRONGTYPE) is a bug and raised as it is."""
         timeout = self.store.timeout
         try:
             return await wait_for(call, timeout)
-        except OUTAGES as exc:
-            raise self.store.unavailable(exc, timeout) from None
+        except Exception as exc:
+            raise self.store.outage(exc, timeout) from None
 
     # --- tickets ----------------------------------------------------------------------------
 

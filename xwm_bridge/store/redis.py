@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import redis.asyncio as aioredis
 
 from xwm_bridge.observability.logging import capped
-from xwm_bridge.store import redis_reads, redis_schema
+from xwm_bridge.store import redis_client, redis_reads, redis_schema
 from xwm_bridge.store.base import (
     HEALTH_TIMEOUT,
     RUNNING,
@@ -56,8 +56,7 @@ MAX_BATCH = 1024
 #: index entries one prune script call looks at
 TRIM_INDEX_BATCH = 1000
 Call = Callable[[aioredis.Redis], Awaitable[Any]]
-#: Redis away or too slow: an outage (logged without a traceback)
-OUTAGES = (OSError, TimeoutError, aioredis.ConnectionError, aioredis.TimeoutError)
+OUTAGES = redis_client.OUTAGES
 
 
 class RedisStore:
@@ -243,23 +242,15 @@ class RedisStore:
         self._ops.put_nowait(("call", fn, fut))
         try:
             return await wait_for(fut, self.timeout * 3)
-        except OUTAGES as exc:
-            raise self.unavailable(exc, self.timeout * 3) from None
-        except aioredis.ResponseError as exc:  # READONLY, OOM, MASTERDOWN…: an outage
-            if not redis_reads.refused(exc):
-                raise  # WRONGTYPE, ERR …: a bug, with its traceback
-            error = capped(f"{exc}", 300)
-            raise StoreUnavailable(
-                f"session store: Redis at {self._where} refused: {error}"
-            ) from None
+        except Exception as exc:
+            raise self.outage(exc, self.timeout * 3) from None
 
-    def unavailable(self, exc: BaseException, waited: float) -> StoreUnavailable:
-        """The error of a request Redis did not answer (``exc``, after ``waited`` s)."""
-        if isinstance(exc, TimeoutError) and not str(exc):  # our own deadline
-            return StoreUnavailable(
-                f"session store: Redis at {self._where} did not answer within {waited:g}s"
-            )
-        return StoreUnavailable(f"session store: cannot reach Redis at {self._where}: {exc}")
+    def outage(self, exc: Exception, waited: float) -> Exception:
+        """What a request raises for ``exc`` (after ``waited`` s): ``StoreUnavailable``
+        for Redis away, too slow or refusing to serve (READONLY, OOM, MASTERDOWN…, the
+        reply's class named); any other error (WRONGTYPE, ERR …) is a bug, raised as is
+        (its traceback logged by the dispatcher)."""
+        return redis_client.outage(exc, self._where, waited) or exc
 
     async def flush(self) -> None:
         """Wait until every write queued so far has reached Redis."""
