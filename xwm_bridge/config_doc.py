@@ -80,7 +80,7 @@ DESCRIPTIONS: dict[str, str] = {
     "store.replay_max_items": "most notifications one `session.replay` call returns",
     "store.redis_url": "Redis of the shared store (`redis://[:password@]host:port/db`; the password is redacted from logs)",
     "store.redis_prefix": "prefix of every Redis key the bridge uses (several bridges may share one Redis)",
-    "store.redis_timeout": "seconds allowed for each Redis command",
+    "store.redis_timeout": "seconds allowed for each Redis command (one attempt, no retries; a `redis_url`'s `socket_timeout` is ignored)",
     "store.lease_ttl": "seconds after which a dead replica's liveness key and thread leases expire (waiting turns then run elsewhere)",
     "acp.default_route": "route of a new ACP session (`xwm-bridge acp`, `/acp/remote`): `auto`, `single-agent:<provider id>`, `multi-agent` or `gateway:<local|openclaw>`",
     "acp.max_connections": "ACP remote transport: open connections at most, all clients together",

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import time
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
 from tests.redis_server import redis_server
 from xwm_bridge.store.base import (
@@ -16,6 +20,7 @@ from xwm_bridge.store.base import (
     StoreLimits,
 )
 from xwm_bridge.store.redis import RedisStore
+from xwm_bridge.store.redis_client import RETRIES
 
 pytestmark = pytest.mark.asyncio
 
@@ -74,5 +79,34 @@ async def test_appends_to_a_live_session_keep_its_record_and_expiry(tmp_path: Pa
             loaded = await store.load("s1")
             assert loaded is not None and loaded.events == 2
             assert [e.event_id for e in await store.replay("s1", 0, 10)] == [1, 2]
+        finally:
+            await store.close()
+
+
+async def test_one_redis_command_is_one_attempt_within_redis_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client's retry policy is explicit (no retries) and its socket deadlines are
+    ``redis_timeout`` whatever the URL says: a command Redis does not answer (the
+    server stopped) fails within ``redis_timeout``, even without a deadline of its own.
+    A URL's ``socket_timeout=30&retry_on_timeout=true`` had made that 2 x 30 s."""
+    async with redis_server(tmp_path) as server:
+        url = f"{server.url}?socket_timeout=30&retry_on_timeout=true"
+        store = RedisStore(url, prefix="rt:", timeout=0.5)
+        await store.start()
+        try:
+            ignored = [r for r in caplog.records if "redis_url options ignored" in r.message]
+            assert [r.__dict__["options"] for r in ignored] == [["socket_timeout"]]
+            retry = store.client.get_retry()
+            assert retry is not None and retry.get_retries() == RETRIES == 0
+            server.proc.send_signal(signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(aioredis.TimeoutError):  # redis-py's, not the test's
+                    await asyncio.wait_for(store.replica_alive("other"), 5)
+                assert time.monotonic() - started < 2.5
+            finally:
+                server.proc.send_signal(signal.SIGCONT)
+            assert await store.replica_alive(store.replica_id)  # and it answers again
         finally:
             await store.close()

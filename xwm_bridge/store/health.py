@@ -72,11 +72,11 @@ def _sqlite(path: Path, timeout: float) -> StoreHealth:
 async def _redis(url: str, deadline_s: float) -> StoreHealth:
     import redis.asyncio as aioredis
 
+    from xwm_bridge.store import redis_client
+
     parts = urlsplit(url)
     where = f"{parts.hostname}:{parts.port or 6379}"  # never the password
-    client = aioredis.Redis.from_url(
-        url, socket_timeout=deadline_s, socket_connect_timeout=deadline_s
-    )
+    client = redis_client.connect(url, deadline_s)
     try:
         await wait_for(client.ping(), deadline_s)
     except (OSError, TimeoutError, aioredis.RedisError) as exc:

@@ -79,9 +79,7 @@ class RedisStore:
         self.replica_id = replica_id or uuid.uuid4().hex[:12]
         parts = urlsplit(url)
         self._where = f"{parts.hostname}:{parts.port or 6379}"  # never the password
-        self.client: aioredis.Redis = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
+        self.client: aioredis.Redis = redis_client.connect(url, timeout)
         self._ops: asyncio.Queue[Op] = asyncio.Queue()
         self.backlog = WriteBacklog(self._ops.qsize, self.name)
         #: thread id → fencing token of the turn this replica runs on it (cluster.py)
