@@ -33,16 +33,19 @@ async def redis(tmp_path: Path) -> AsyncIterator[RedisServer]:
         yield server
 
 
-async def replica(
-    start_bridge: StartBridge, redis: RedisServer, upstream: FakeUpstream, tmp: Path
-) -> Any:
+async def replicas(
+    start_bridge: StartBridge, redis: RedisServer, upstream: FakeUpstream, tmp: Path, n: int
+) -> list[Any]:
+    """``n`` bridges in this process on one Redis (one environment: in-process daemons
+    share it)."""
     env = base_env(
         ACP_AUTH_TOKEN=TOKEN,
         XWM_SESSION_STORE="redis",
         XWM_REDIS_URL=redis.url,
         XWM_PROVIDER_CODEX_URL=upstream.url,
     )
-    return await start_bridge(env=env, config={"store": {"redis_timeout": 0.5}}, tmp=tmp)
+    config = {"store": {"redis_timeout": 0.5}}
+    return [await start_bridge(env=env, config=config, tmp=tmp) for _ in range(n)]
 
 
 async def stop(redis: RedisServer) -> None:
@@ -64,7 +67,7 @@ async def test_close_and_cancel_with_redis_away_close_here_and_say_the_store_is_
     happens all the same; the other replicas cannot be told, nor the stored record
     deleted, so the answer is the documented unavailable store (a warning, no
     traceback), never ``-32603 internal error``; and the session is gone from here."""
-    bp = await replica(start_bridge, redis, fake_upstream, tmp_path)
+    (bp,) = await replicas(start_bridge, redis, fake_upstream, tmp_path, 1)
     for sid in ("c1", "c2"):
         reply = await rpc(http, bp.rpc_url, "session.start", session_params(sid))
         assert reply["result"]["success"] is True
@@ -92,3 +95,24 @@ async def test_close_and_cancel_with_redis_away_close_here_and_say_the_store_is_
     logs = "\n".join(bp.logs)
     assert "MASTER is down" in logs and "Connection refused" in logs
     assert "internal error" not in logs and "method failed" not in logs
+
+
+async def test_closing_on_a_replica_that_never_loaded_the_session_says_closed(
+    start_bridge: StartBridge,
+    redis: RedisServer,
+    fake_upstream: FakeUpstream,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """A session whose turns ran on A, closed through B (which never loaded it): its
+    record existed, so ``closed`` is true (contract.md §11.4), and it is gone from the
+    store; it was ``closed: false`` although the close deleted it."""
+    a, b = await replicas(start_bridge, redis, fake_upstream, tmp_path, 2)
+    reply = await rpc(http, a.rpc_url, "session.start", session_params("held-by-a"))
+    assert reply["result"]["success"] is True
+    assert b.bridge.sessions.get("held-by-a") is None
+    closed = await rpc(http, b.rpc_url, "session.close", {"sessionId": "held-by-a"})
+    assert closed["result"] == {"accepted": True, "closed": True}
+    assert await b.bridge.store.load("held-by-a") is None
+    again = await rpc(http, b.rpc_url, "session.close", {"sessionId": "held-by-a"})
+    assert again["result"] == {"accepted": True, "closed": False}  # nothing left

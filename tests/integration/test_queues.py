@@ -246,7 +246,8 @@ async def test_idle_session_is_reaped(
     # the reaper forgets "s-idle" once it has been idle for the TTL
     await eventually(lambda: alive(http, bridge.url, 0), within=10)
     closed = await rpc(http, url, "session.close", {"sessionId": "s-idle"})
-    assert closed["result"] == {"accepted": True, "closed": False}  # reaped
+    # reaped from memory, its record kept in the store: it existed (contract.md §11.4)
+    assert closed["result"] == {"accepted": True, "closed": True}
     # a reaped session's next message starts fresh
     events = await sse(http, url, "session.message", session_params("s-idle", "back"))
     assert updates(events)[0]["seq"] == 1
@@ -291,7 +292,7 @@ async def test_session_not_reaped_while_running_or_queued(
     assert updates(events)[0]["seq"] == 2  # and "run" survived its long turn
     assert events[-1]["result"]["output"] == "echo: next"
     closed = await rpc(http, url, "session.close", {"sessionId": "idle"})
-    assert closed["result"] == {"accepted": True, "closed": False}  # the idle one was reaped
+    assert closed["result"] == {"accepted": True, "closed": True}  # reaped, still stored
 
 
 async def test_fifty_concurrent_threads_all_succeed(

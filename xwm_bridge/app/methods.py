@@ -190,7 +190,7 @@ class BridgeMethods:
     ) -> dict[str, Any]:
         session_id = session_id_of(params)
         await self._bridge.sessions.check_owner(session_id, call.principal)
-        closed = self._bridge.sessions.close(session_id)
+        closed = await self._bridge.sessions.close_any(session_id)  # live or stored
         cluster = self._bridge.cluster
         if cluster is not None:  # other replicas hold copies, one may run its turn
             closed = await cluster.close_remote(session_id) or closed

@@ -394,6 +394,19 @@ class SessionRegistry:
             self.events.publish("session", "closed", {"existed": existed}, session_id)
         return existed
 
+    async def close_any(self, session_id: str) -> bool:
+        """``session.close``: :meth:`close`, and whether a record of the session existed
+        here or in the store (contract.md §11.4: one the store alone holds, after a
+        restart, the idle reaper or another replica's turns, is deleted all the same).
+        A store that cannot answer still leaves the session closed here, then raises."""
+        if session_id in self._sessions:
+            return self.close(session_id)
+        try:  # read before the close queues its delete (reads follow earlier writes)
+            stored = await self.store.load(session_id) is not None
+        finally:
+            closed = self.close(session_id)
+        return closed or stored
+
     def closed_elsewhere(self, session_id: str) -> None:
         """Another replica closed the session (one Redis): drop the copy held here (a
         later turn would have continued it, and saved it again); a turn of it running

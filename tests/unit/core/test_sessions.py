@@ -9,6 +9,7 @@ import pytest
 
 from xwm_bridge.core.handles import TurnHandle
 from xwm_bridge.core.sessions import MAX_HISTORY, Session, SessionRegistry
+from xwm_bridge.store.base import SessionRecord
 
 # --- Session --------------------------------------------------------------------------
 
@@ -520,3 +521,17 @@ async def test_close_reserves_the_id_until_every_cancelled_turn_ends() -> None:
     reg.turn_finished(first)
     await asyncio.wait_for(waiter, 5)
     assert reg.closing("s") is None
+
+
+async def test_closing_a_session_only_the_store_holds_deletes_it_and_says_so() -> None:
+    """contract.md §11.4: ``closed`` is true if a session record existed; a record the
+    store keeps (after a restart, the idle reaper, another replica's turn) is one."""
+    reg = SessionRegistry()
+    reg.store.save(SessionRecord("s", "t"))
+    assert reg.get("s") is None  # not loaded here
+    assert await reg.close_any("s") is True
+    assert await reg.store.load("s") is None  # deleted
+    assert await reg.close_any("s") is False  # nothing left to close
+    reg.get_or_create("live", "t")
+    assert await reg.close_any("live") is True
+    assert reg.get("live") is None
