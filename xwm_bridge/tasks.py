@@ -99,6 +99,32 @@ async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:  # noqa: ASYNC
         return await aw
 
 
+#: how often :func:`stop` sends its cancel again while the task runs on
+STOP_RESEND = 0.1
+
+
+async def stop(task: asyncio.Task[Any], within: float) -> bool:
+    """Cancel ``task`` and wait up to ``within`` seconds for it to end; True if it did.
+
+    The cancel is sent again every :data:`STOP_RESEND` seconds while the task runs: one
+    can be lost (CPython 3.11's ``asyncio.wait_for``, which redis-py puts around each
+    command's write, returns the write's result and drops a cancel of its caller landing
+    in the same loop iteration), and a loop task that lost it ran on, so a ``close()``
+    awaiting it never returned. A cancel of the caller is never swallowed here."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not task.done():
+        left = deadline - loop.time()
+        if left <= 0:
+            log.warning("task did not stop", extra={"task": task.get_name(), "within_s": within})
+            return False
+        task.cancel()
+        await asyncio.wait({task}, timeout=min(left, STOP_RESEND))
+    if not task.cancelled():
+        task.exception()  # retrieved: the task's own failure was logged where it happened
+    return True
+
+
 async def thread_done(fut: concurrent.futures.Future[Any], within: float) -> bool:
     """Whether ``fut`` (set by a thread) is done within ``within`` seconds; never
     cancels it, and waits without a helper thread: ``asyncio.to_thread(thread.join)``

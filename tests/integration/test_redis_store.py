@@ -110,3 +110,33 @@ async def test_one_redis_command_is_one_attempt_within_redis_timeout(
             assert await store.replica_alive(store.replica_id)  # and it answers again
         finally:
             await store.close()
+
+
+async def test_close_ends_the_heartbeat_even_when_its_cancel_is_lost(tmp_path: Path) -> None:
+    """redis-py bounds each command's write with ``asyncio.wait_for``, which on CPython
+    3.11 returns the write's result and drops a cancel of the caller landing in the same
+    loop iteration: the heartbeat went on beating and ``close()``, awaiting it with no
+    deadline, never returned (a teardown of test_cluster_leases.py hung so, the loop
+    running). Here the heartbeat's beat swallows the first cancel, as that write does."""
+    async with redis_server(tmp_path) as server:
+        store = RedisStore(server.url, prefix="hb:", timeout=0.5, lease_ttl=0.3)
+        await store.start()
+        beating = asyncio.Event()
+        swallowed: list[bool] = []
+
+        async def beat_losing_a_cancel() -> None:
+            beating.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed.append(True)  # lost, as in redis-py's write
+
+        store._beat = beat_losing_a_cancel  # type: ignore[method-assign]
+        await asyncio.wait_for(beating.wait(), 5)
+        started = time.monotonic()
+        await asyncio.wait_for(store.close(), 5)
+        assert time.monotonic() - started < 2  # not the test's deadline cancelling it
+        assert swallowed == [True]
+        assert store._heartbeat is not None and store._heartbeat.done()

@@ -113,7 +113,8 @@ def all_sites() -> list[Site]:
 
 
 def _ends_self_task(cls: ast.ClassDef, attr: str) -> bool:
-    """``self.<attr>.cancel()`` or ``wait_for(self.<attr>, …)`` in the class."""
+    """``self.<attr>.cancel()``, ``wait_for(self.<attr>, …)`` or ``stop(self.<attr>, …)``
+    in the class."""
     for node in ast.walk(cls):
         if not isinstance(node, ast.Call):
             continue
@@ -125,8 +126,9 @@ def _ends_self_task(cls: ast.ClassDef, attr: str) -> bool:
             and f.value.attr == attr
         ):
             return True
-        waits = (isinstance(f, ast.Attribute) and f.attr == "wait_for") or (
-            isinstance(f, ast.Name) and f.id == "wait_for"  # tasks.wait_for cancels it too
+        waits = (isinstance(f, ast.Attribute) and f.attr in ("wait_for", "stop")) or (
+            # tasks.wait_for cancels it too; tasks.stop cancels it until it ends
+            isinstance(f, ast.Name) and f.id in ("wait_for", "stop")
         )
         if waits and node.args:
             first = node.args[0]

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from xwm_bridge.tasks import Supervisor
+from xwm_bridge.tasks import Supervisor, stop
 
 
 async def test_spawned_task_is_tracked_until_done() -> None:
@@ -142,3 +142,40 @@ def test_no_module_uses_asyncio_wait_for() -> None:
             ):
                 found.append(f"{path.relative_to(package)}:{node.lineno}")
     assert found == [], found
+
+
+async def test_stop_sends_the_cancel_again_until_the_task_ends() -> None:
+    """A cancel can be lost (redis-py's write under 3.11's asyncio.wait_for): ``stop``
+    cancels again until the task has ended, and gives up, saying so, past its bound."""
+    swallowed = 0
+
+    async def loses_two_cancels() -> None:
+        nonlocal swallowed
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                swallowed += 1
+                if swallowed > 2:
+                    raise
+
+    task = asyncio.get_running_loop().create_task(loses_two_cancels())
+    await asyncio.sleep(0)
+    assert await stop(task, 5) is True
+    assert task.cancelled() and swallowed == 3
+
+    let_go = False
+
+    async def ends_only_when_let_go() -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if let_go:
+                    raise
+
+    stuck = asyncio.get_running_loop().create_task(ends_only_when_let_go())
+    await asyncio.sleep(0)
+    assert await stop(stuck, 0.3) is False
+    let_go = True
+    assert await stop(stuck, 5) is True

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import orjson
 
 from xwm_bridge.store.redis import RedisStore
-from xwm_bridge.tasks import wait_for
+from xwm_bridge.tasks import stop, wait_for
 
 log = logging.getLogger("xwm_bridge.cluster")
 POLL_MIN = 0.002
@@ -187,14 +187,12 @@ class Cluster:
         await wait_for(self._ready.wait(), self.store.timeout)
 
     async def close(self) -> None:
+        # each is cancelled until it ends (a cancel landing in a redis-py write can be
+        # lost: tasks.stop), within the store's timeout (a command in flight ends by then)
         if self._listener is not None:
-            self._listener.cancel()
+            await stop(self._listener, self.store.timeout + 1)
         if self._retrier is not None:
-            self._retrier.cancel()
-        for task in (self._listener, self._retrier):
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await stop(self._retrier, self.store.timeout + 1)
         if self._unreleased:  # this replica's liveness key goes: the others pop them
             log.warning("closed with lease releases unsent", extra={"count": len(self._unreleased)})
 

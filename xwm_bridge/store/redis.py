@@ -49,7 +49,7 @@ from xwm_bridge.store.base import (
 from xwm_bridge.store.records import PermissionRecord, SessionPage, SessionQuery, TurnRecord
 from xwm_bridge.store.redis_schema import from_hash, text
 from xwm_bridge.store.redis_writes import TRIM_INDEX, WRITES, Commands, Op
-from xwm_bridge.tasks import wait_for
+from xwm_bridge.tasks import stop, wait_for
 
 log = logging.getLogger("xwm_bridge.store")
 MAX_BATCH = 1024
@@ -153,10 +153,8 @@ class RedisStore:
             with contextlib.suppress(Exception):  # TimeoutError: the writer is cancelled
                 await wait_for(self._writer, self.timeout * 2)
             self._drop_unsent()
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._heartbeat
+        if self._heartbeat is not None:  # a beat in flight ends within the timeout
+            await stop(self._heartbeat, self.timeout + 1)
         with contextlib.suppress(Exception):
             await wait_for(self.client.delete(self.key("replica", self.replica_id)), 1)
         await self.client.aclose()
@@ -188,7 +186,7 @@ class RedisStore:
         )
 
     async def _heartbeats(self) -> None:
-        while True:
+        while not self._closed:
             await asyncio.sleep(self.lease_ttl / 3)
             try:
                 await self._beat()
