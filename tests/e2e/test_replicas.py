@@ -371,3 +371,50 @@ async def test_an_answer_for_a_replica_that_does_not_reply_fails_in_time(
         assert time.monotonic() - started < 5
     finally:
         await client.aclose()
+
+
+async def test_an_answer_forwarded_while_redis_stops_answering_is_an_unavailable_store(
+    start_bridge: StartBridge,
+    redis: RedisServer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Redis stopping while the asker waits for the owner's reply is the outage it is
+    (``-32603 session store unavailable``, a warning without a traceback), as for any
+    other request; it was ``held by replica ghost, which did not answer: TimeoutError``
+    with the raw redis-py error. The server stops as the reply is awaited (no race with
+    a probe), every wait is bounded, and it is resumed in a ``finally``."""
+    from xwm_bridge.store.records import PermissionRecord
+
+    env = base_env(ACP_AUTH_TOKEN=TOKEN, XWM_SESSION_STORE="redis", XWM_REDIS_URL=redis.url)
+    bp = await start_bridge(env=env, config={"store": {"redis_timeout": 1}}, tmp=tmp_path)
+    client = aioredis.Redis.from_url(redis.url, socket_timeout=5)
+    try:
+        record = PermissionRecord("gs3", "perm-7", created_at=time.time(), owner="ghost")
+        await client.set("xwm:replica:ghost", "1", px=60_000)  # "alive", never replies
+        await client.hset("xwm:p:gs3", "perm-7", record.dumps())
+        await client.sadd("xwm:perms", "gs3")
+        cluster = bp.bridge.cluster
+        blpop = cluster.client.blpop
+        popping = asyncio.Event()
+
+        def stopped_then_blpop(*args: Any, **kwargs: Any) -> Any:
+            if not popping.is_set():  # published: Redis stops as the reply is awaited
+                popping.set()
+                redis.proc.send_signal(signal.SIGSTOP)
+            return blpop(*args, **kwargs)
+
+        monkeypatch.setattr(cluster.client, "blpop", stopped_then_blpop)
+        answer = {"sessionId": "gs3", "requestId": "perm-7", "optionId": "once"}
+        try:
+            reply = await asyncio.wait_for(rpc(http, bp.rpc_url, "session.permission", answer), 10)
+        finally:
+            redis.proc.send_signal(signal.SIGCONT)
+        assert popping.is_set()
+        assert reply["error"] == {"code": -32603, "message": "session store unavailable"}
+        logs = "\n".join(bp.logs)
+        assert "Traceback" not in logs and "did not answer within 1s" in logs
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+        await client.aclose()

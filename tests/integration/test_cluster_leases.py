@@ -4,16 +4,18 @@ A turn's ticket that stays in ``q:<thread>`` after its turn is gone blocks that
 thread on every replica for as long as its replica lives (its liveness key keeps
 the ticket "held"). These tests make the ticket's release fail against a real
 ``redis-server`` and check that the thread is usable again once Redis is; and a
-Redis that does not answer fails a turn's queueing, its wait and a remote cancel as
-an unavailable store (``-32603 session store unavailable``, no traceback), not as an
-internal error.
+Redis that does not answer fails a turn's queueing, its wait, a remote cancel and a
+forwarded permission answer as an unavailable store (``-32603 session store
+unavailable``, no traceback), not as an internal error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -141,3 +143,47 @@ async def test_a_redis_that_refuses_the_lease_protocol_is_an_unavailable_store(
             await cluster.enqueue("th", "s1")
     finally:
         await close(store, cluster)
+
+
+async def test_a_forwarded_answer_when_redis_does_not_answer_is_an_unavailable_store(
+    redis: RedisServer, admin: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner's liveness check, and the wait for its reply, are lease-protocol calls
+    like the others: a Redis that stops answering fails them as an unavailable store
+    within ``store.redis_timeout``, not with a raw redis-py error. Every wait here is
+    bounded and the server is resumed in a ``finally``; the server is stopped at the
+    moment the reply is awaited (no race with a probe of ``CLIENT LIST``)."""
+    store, cluster = await cluster_on(redis, redis_timeout=0.3)
+    where = f"127.0.0.1:{redis.port}"
+    answer = {"sessionId": "s1", "requestId": "perm-1", "optionId": "once", "by": {}}
+    try:
+        await wait_for(admin.set("xwm:replica:ghost", "1", px=60_000), 5)  # never replies
+        redis.proc.send_signal(signal.SIGSTOP)  # the liveness check finds no answer
+        try:
+            with pytest.raises(StoreUnavailable, match=where):
+                await wait_for(cluster.answer_remote("ghost", answer), 5)
+        finally:
+            redis.proc.send_signal(signal.SIGCONT)
+
+        blpop = cluster.client.blpop
+        popping = asyncio.Event()
+
+        def stopped_then_blpop(*args: Any, **kwargs: Any) -> Any:
+            if not popping.is_set():  # published: Redis stops as the reply is awaited
+                popping.set()
+                redis.proc.send_signal(signal.SIGSTOP)
+            return blpop(*args, **kwargs)
+
+        monkeypatch.setattr(cluster.client, "blpop", stopped_then_blpop)
+        try:
+            with pytest.raises(StoreUnavailable, match=where):
+                await wait_for(cluster.answer_remote("ghost", answer), 5)
+        finally:
+            redis.proc.send_signal(signal.SIGCONT)
+        assert popping.is_set()
+        # Redis answers again, the owner does not: the "did not answer" error, in time
+        with pytest.raises(TimeoutError, match=r"replica ghost did not answer within 0\.3s"):
+            await wait_for(cluster.answer_remote("ghost", answer), 5)
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+        await wait_for(close(store, cluster), 10)

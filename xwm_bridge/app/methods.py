@@ -239,7 +239,8 @@ class BridgeMethods:
             return await cluster.answer_remote(stored.owner, payload)
         except RemoteAnswerError as exc:
             raise RpcError(exc.code, exc.message) from None
-        except Exception as exc:  # Redis down, or the owner did not reply in time
+        except TimeoutError as exc:  # the owner did not reply in time (Redis away is
+            # StoreUnavailable: "session store unavailable", as for every other request)
             raise RpcError(
                 INTERNAL_ERROR,
                 capped(

@@ -378,24 +378,38 @@ class Cluster:
         """Forward ``answer`` (``sessionId``, ``requestId``, ``optionId``, ``by``) to the
         replica ``owner``; its result, ``None`` when no live replica of that id listens.
         Raises :class:`RemoteAnswerError` with the owner's refusal, ``TimeoutError``
-        when it does not reply within the store's timeout."""
-        timeout = self.store.timeout
-        if owner == self.replica_id or not await self.store.replica_alive(owner):
+        when it does not reply within the store's timeout, ``StoreUnavailable`` when
+        Redis does not answer (each call bounded like the lease protocol's)."""
+        if owner == self.replica_id or not await self._ask(self.store.replica_alive(owner)):
             return None
         reply = self.key("reply", uuid.uuid4().hex)
         message = orjson.dumps({"owner": owner, "reply": reply, "answer": answer})
-        receivers = await wait_for(self.client.publish(self.key("permission"), message), timeout)
+        receivers = await self._ask(self.client.publish(self.key("permission"), message))
         if not receivers:
             return None
-        popped = await wait_for(self.client.blpop([reply], timeout), timeout + 1)
-        if popped is None:
-            raise TimeoutError(f"replica {owner} did not answer within {timeout:g}s")
-        outcome = orjson.loads(popped[1])
+        outcome = orjson.loads(await self._reply(owner, reply))
         error = outcome.get("error")
         if isinstance(error, dict):
             raise RemoteAnswerError(int(error.get("code", -32603)), str(error.get("message")))
         result: dict[str, Any] = outcome.get("result") or {}
         return result
+
+    async def _reply(self, owner: str, reply: str) -> bytes | str:
+        """The owner's reply to a forwarded answer, popped within the store's timeout.
+        Each ``BLPOP`` blocks Redis-side for at most half of it, so a healthy Redis
+        answers well within the client's socket timeout (the same value) and within
+        ``_ask``'s bound; a Redis that does not is an unavailable store, an owner that
+        does not reply a ``TimeoutError``."""
+        timeout = self.store.timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        # BLPOP rounds to whole ms and blocks for ever on 0: never ask for less than 10
+        while (left := deadline - loop.time()) >= 0.01:
+            popped = await self._ask(self.client.blpop([reply], min(left, timeout / 2)))
+            if popped is not None:
+                value: bytes | str = popped[1]
+                return value
+        raise TimeoutError(f"replica {owner} did not answer within {timeout:g}s")
 
     async def _on_answer(self, data: Any) -> None:
         try:
