@@ -42,7 +42,9 @@ from tests.conftest import ROOT, base_env
 class RecordingClient:
     """An ACP client: records updates, answers permissions, serves files on request."""
 
-    permission: str = "allow_once"  # the option kind to pick, or "cancelled"
+    #: the option kind to pick, "cancelled", "unknown" (an option id not offered) or
+    #: "error" (a JSON-RPC error answer)
+    permission: str = "allow_once"
     files: dict[str, str] = field(default_factory=dict)
     written: list[tuple[str, str]] = field(default_factory=list)
     asked: list[Any] = field(default_factory=list)
@@ -66,6 +68,12 @@ class RecordingClient:
             await asyncio.Event().wait()  # until the SDK cancels it
         if self.permission == "cancelled":
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        if self.permission == "error":
+            raise RequestError(-32603, "the permission dialog failed")
+        if self.permission == "unknown":
+            return RequestPermissionResponse(
+                outcome=AllowedOutcome(outcome="selected", option_id="not-offered")
+            )
         option = next(o for o in options if o.kind == self.permission)
         return RequestPermissionResponse(
             outcome=AllowedOutcome(outcome="selected", option_id=option.option_id)

@@ -172,9 +172,13 @@ class TurnRelay:
                 if client.closed:
                     continue  # the connection dropped: ask the next client that attaches
                 log.info("permission request failed", extra={"error": exc.message})
-                return
+                answer = None
             option = mapping.chosen_option(answer, params["options"])
-            if option is None:
+            if option is None:  # cancelled with no reject option, not offered, an error:
+                # the agent is told "cancelled" now, not at agents.permission_timeout
+                self.front.bridge.permissions.decline(
+                    self.session.session_id, request_id, "the ACP client chose no option"
+                )
                 return
             with contextlib.suppress(RpcError):  # answered meanwhile (deadline, cancel, elsewhere)
                 self.front.bridge.permissions.answer(

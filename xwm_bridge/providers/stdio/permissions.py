@@ -269,6 +269,14 @@ class PermissionBroker:
                 count += self.resolve(entry, resolution, reason, dict(mapping.CANCELLED_OUTCOME))
         return count
 
+    def decline(self, session_id: str, request_id: str, reason: str) -> bool:
+        """Answer one open request ``cancelled`` (its asker chose none of the options);
+        False if it is not open."""
+        entry = self.pending.get((session_id, request_id))
+        if entry is None:
+            return False
+        return self.resolve(entry, CANCELLED, reason, dict(mapping.CANCELLED_OUTCOME))
+
     def cancel_session(self, session_id: str) -> int:
         """Answer every pending request of a session with ``cancelled``."""
         return self.close_session(session_id, CANCELLED, "turn cancelled")

@@ -90,3 +90,20 @@ async def test_an_answer_is_checked_against_the_requests_own_principal() -> None
     unowned = broker.open("s2", OPTIONS)  # no principal recorded: anyone's, as a session
     assert broker.answer(PermissionAnswer("s2", unowned.request_id, "once"), None, only_alice)
     assert asked == ["alice", ""]
+
+
+async def test_decline_answers_one_open_request_cancelled() -> None:
+    broker = PermissionBroker()
+    entry = broker.open("s1", OPTIONS)
+    other = broker.open("s1", OPTIONS)
+    assert broker.decline("s1", entry.request_id, "chose nothing") is True
+    assert entry.future.result() == {"outcome": {"outcome": "cancelled"}}
+    assert not other.future.done()  # only the one named
+    assert broker.decline("s1", entry.request_id, "again") is False  # already resolved
+    assert broker.decline("s1", "perm-none", "unknown") is False
+    (record,) = broker.resolved
+    assert (record.resolution, record.outcome, record.reason) == (
+        "cancelled",
+        "cancelled",
+        "chose nothing",
+    )
