@@ -16,9 +16,17 @@ from xwm_bridge import jsonrpc
 _HEADER = re.compile(rb"^(?:Content-Length|content-length):\s*(\d+)$")
 
 
+#: the first bytes of an over-long line kept with its error (its ``id`` is there)
+HEAD_BYTES = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class FramingError:
     message: str
+    #: the first bytes of a newline-delimited message that was too large (at most
+    #: ``HEAD_BYTES``, and never more than the limit + 1: the same however the input
+    #: was split), so a transport can answer it by its id; empty otherwise
+    head: bytes = b""
 
 
 class _State(enum.Enum):
@@ -78,13 +86,14 @@ class StdioDecoder:
         if nl < 0:
             if len(self._buf) > line_limit and state is not _State.DISCARD_LINE:
                 if state is _State.LINE:
-                    out.append(FramingError(f"message too large: limit is {self._max} bytes"))
+                    out.append(self._too_large(self._buf))
                 self._resume = state
                 self._state = _State.DISCARD_LINE
             if self._state is _State.DISCARD_LINE:
                 self._buf.clear()
             return False
-        line = bytes(self._buf[:nl]).strip()
+        raw = bytes(self._buf[:nl])
+        line = raw.strip()
         del self._buf[: nl + 1]
 
         if state is _State.DISCARD_LINE:
@@ -92,7 +101,7 @@ class StdioDecoder:
             return True
         if nl > line_limit:
             if state is _State.LINE:
-                out.append(FramingError(f"message too large: limit is {self._max} bytes"))
+                out.append(self._too_large(raw))
             return True
         if state is _State.HEADERS:
             if not line:
@@ -111,10 +120,14 @@ class StdioDecoder:
             self._state = _State.HEADERS
             return True
         if len(line) > self._max:
-            out.append(FramingError(f"message too large: limit is {self._max} bytes"))
+            out.append(self._too_large(raw))
             return True
         out.append(line)
         return True
+
+    def _too_large(self, raw: bytes | bytearray) -> FramingError:
+        head = bytes(raw[: min(HEAD_BYTES, self._max + 1)])
+        return FramingError(f"message too large: limit is {self._max} bytes", head)
 
 
 def decode_frame(item: bytes | FramingError) -> jsonrpc.Request | dict[str, object]:

@@ -315,3 +315,17 @@ def test_frames_nested_past_the_cap_get_an_error_envelope() -> None:
     reply = decode_frame(deep_params)
     assert isinstance(reply, dict)
     assert reply["id"] == "r1" and reply["error"]["code"] == -32602
+
+
+def test_a_line_too_large_keeps_its_head_however_it_was_split() -> None:
+    # the first bytes (here the limit + 1) go with the error: a transport reads the id
+    line = b'{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"x":"' + b"a" * 200
+    for out in (decode_all(line + b"\n", max_message=64), byte_by_byte(line, max_message=64)):
+        (item,) = out
+        assert is_too_large(item) and isinstance(item, FramingError)
+        assert item.head == line[:65]
+    (big,) = decode_all(b"  " + b"b" * 10_000 + b"\n", max_message=8192)
+    assert isinstance(big, FramingError) and len(big.head) == 4096  # at most HEAD_BYTES
+    assert decode_all(b"Content-Length: 99\r\n\r\n", max_message=32)[0] == FramingError(
+        "message too large: limit is 32 bytes"
+    )  # a Content-Length body is refused before it arrives: no head

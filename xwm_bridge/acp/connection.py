@@ -93,7 +93,10 @@ class AcpConnection:
     # --- incoming ---------------------------------------------------------------
 
     async def receive(self, data: bytes | str) -> None:
-        item = codec.decode(data)
+        await self.take(codec.decode(data))
+
+    async def take(self, item: codec.Incoming) -> None:
+        """Serve one classified frame (:func:`codec.decode`, :func:`codec.too_large`)."""
         if isinstance(item, codec.Invalid):
             if item.reply is not None:
                 await self.send(item.reply, None)

@@ -3,9 +3,10 @@
 Newline-delimited JSON-RPC (ACP's stdio transport; ``Content-Length`` frames are
 accepted too). One ACP connection for the life of the process. Requests run
 concurrently, so ``session/cancel`` overtakes a running prompt. A malformed line
-gets a JSON-RPC error (id null) and the stream goes on. At end of input the
-requests still running get ``limits.shutdown_grace`` to answer, then the
-connection closes (its turns are cancelled by the bridge's shutdown).
+gets a JSON-RPC error (id null) and the stream goes on; one past the size limit is
+answered by the id its first bytes hold (:func:`~xwm_bridge.acp.codec.too_large`).
+At end of input the requests still running get ``limits.shutdown_grace`` to answer,
+then the connection closes (its turns are cancelled by the bridge's shutdown).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from xwm_bridge import jsonrpc
+from xwm_bridge.acp import codec
 from xwm_bridge.acp.front import AcpFrontDoor
 from xwm_bridge.framing import FramingError, StdioDecoder
 from xwm_bridge.tasks import wait_for
@@ -47,7 +49,9 @@ async def serve_acp_stdio(
         while True:
             chunk = await read()
             for item in decoder.feed(chunk) if chunk else decoder.eof():
-                if isinstance(item, FramingError):
+                if isinstance(item, FramingError) and item.head:  # answered by its id
+                    await conn.take(codec.too_large(item.head, item.message))
+                elif isinstance(item, FramingError):
                     await send(jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message), None)
                 else:
                     await conn.receive(item)
