@@ -122,6 +122,8 @@ def check_prompt(blocks: Any, support: PromptSupport) -> list[dict[str, Any]]:
         if content_block(block) is None:  # the fields the ACP schema requires, typed
             raise RpcError(INVALID_PARAMS, f"prompt[{i}]: {content.REQUIREMENTS[kind]}")
         out.append(block)
+    if not prompt_text(out):  # the turn's taskPrompt: empty only when every text is
+        raise RpcError(INVALID_PARAMS, "prompt has no content: its text blocks are empty")
     return out
 
 

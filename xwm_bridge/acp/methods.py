@@ -369,7 +369,7 @@ class AcpMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session = await self._open(params)
-        await self._set(session, "route", params.get("modeId"))
+        await self._set(session, "route", _text_param(params, "modeId"))
         return {}
 
     async def session_set_config_option(

@@ -329,3 +329,14 @@ def test_a_malformed_tool_call_content_or_command_list_is_not_relayed() -> None:
     assert updates(bridge({"type": "agent_update", "update": bad})) == []
     unnamed = {"sessionUpdate": "available_commands_update", "availableCommands": [{"x": 1}]}
     assert updates(bridge({"type": "agent_update", "update": unnamed})) == []
+
+
+@pytest.mark.parametrize(
+    "blocks", [[{"type": "text", "text": ""}], [{"type": "text", "text": " \n"}] * 2]
+)
+def test_a_prompt_of_empty_text_is_invalid_params_naming_the_prompt(
+    blocks: list[dict[str, Any]],
+) -> None:
+    with pytest.raises(RpcError) as err:
+        mapping.check_prompt(blocks, PromptSupport())
+    assert err.value.code == -32602 and err.value.message.startswith("prompt has no")
