@@ -80,8 +80,15 @@ def tool_with_content(path: str) -> dict[str, Any]:
         "locations": [{"path": path}],
         "rawInput": {"path": path},
         "rawOutput": {"ok": True},
+        "_meta": {"fake/tool": {"toolName": "Edit"}},
     }
 
+
+#: what the ``toolcontent`` tool call's update carries besides its id and status
+TOOL_DONE_EXTRAS: dict[str, Any] = {
+    "rawInput": {"path": "edited"},
+    "_meta": {"fake/tool": {"exit": 0}},
+}
 
 #: how the bridge's context blocks begin (providers/stdio/prompt.py)
 CONTEXT_LEADS = ("[Context from the bridge", "User-selected local attachments:")
@@ -275,7 +282,7 @@ class Agent:
             await self.permission(sid, rest.strip())
         elif word == "toolcontent":
             self.update(sid, {"sessionUpdate": "tool_call", **tool_with_content(rest.strip())})
-            done = {"toolCallId": "call-c", "status": "completed"}
+            done = {"toolCallId": "call-c", "status": "completed", **TOOL_DONE_EXTRAS}
             self.update(sid, {"sessionUpdate": "tool_call_update", **done})
             self.chunk(sid, "edited")
         elif word == "tools":

@@ -178,9 +178,10 @@ async def test_permission_round_trip_answered_by_the_client(
 async def test_a_tool_call_keeps_the_content_the_agent_gave_it(
     fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
-    # a stdio agent's tool_call may carry content (an edit's diff) and rawOutput: the
-    # client gets them with the tool call, as the agent sent them
-    from internal.peers.fake_acp_agent import tool_with_content
+    # a stdio agent's tool_call may carry content (an edit's diff), rawOutput and _meta
+    # (ACP's extension point: e.g. the agent's own tool name): the client gets them with
+    # the tool call, as the agent sent them; and a tool_call_update's rawInput and _meta
+    from internal.peers.fake_acp_agent import TOOL_DONE_EXTRAS, tool_with_content
 
     path = str(tmp_path / "a.txt")
     cfg = config(fake_upstream, tmp_path, acp={"default_route": "single-agent:fake"})
@@ -192,6 +193,13 @@ async def test_a_tool_call_keeps_the_content_the_agent_gave_it(
         assert answer.stop_reason == "end_turn"
         (tool,) = acp.checker.updates("tool_call")
         assert tool == {"sessionUpdate": "tool_call", **tool_with_content(path)}
+        (done,) = acp.checker.updates("tool_call_update")
+        assert done == {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "call-c",
+            "status": "completed",
+            **TOOL_DONE_EXTRAS,
+        }
 
 
 async def test_policy_rules_answer_without_asking(

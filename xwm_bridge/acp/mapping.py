@@ -263,6 +263,9 @@ def tool_call_fields(p: Mapping[str, Any], terminals: bool, *, start: bool) -> d
     for key in ("rawInput", "rawOutput"):
         if key in p and p[key] is not None:
             out[key] = p[key]
+    meta = p.get("_meta")
+    if isinstance(meta, dict):  # ACP's extension point, as the agent sent it
+        out["_meta"] = meta
     return out
 
 

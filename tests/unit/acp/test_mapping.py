@@ -340,3 +340,12 @@ def test_a_prompt_of_empty_text_is_invalid_params_naming_the_prompt(
     with pytest.raises(RpcError) as err:
         mapping.check_prompt(blocks, PromptSupport())
     assert err.value.code == -32602 and err.value.message.startswith("prompt has no")
+
+
+def test_a_tool_call_keeps_an_object_meta_and_drops_any_other() -> None:
+    meta = {"claudeCode": {"toolName": "Bash"}}
+    call = {"toolCallId": "t1", "title": "Run", "rawInput": {"cmd": "ls"}, "_meta": meta}
+    out = mapping.tool_call_fields(call, False, start=False)
+    assert out["_meta"] == meta and out["rawInput"] == {"cmd": "ls"}
+    strict(schema.ToolCallUpdate, out)
+    assert "_meta" not in mapping.tool_call_fields({**call, "_meta": "x"}, False, start=True)

@@ -8,8 +8,9 @@ ACP ``sessionUpdate``       bridge payload
 ``agent_message_chunk``     ``{type:"delta", delta:<text>, pending:true, error:false}``
 ``agent_thought_chunk``     ``{type:"thought", delta:<text>, pending:true, error:false}``
 ``tool_call``               ``{type:"tool_call", toolCallId, title, kind, status, content,
-                            locations, rawInput, rawOutput}``
-``tool_call_update``        ``{type:"tool_call_update", toolCallId, status, title, kind, content}``
+                            locations, rawInput, rawOutput, _meta}``
+``tool_call_update``        ``{type:"tool_call_update", toolCallId, status, title, kind, content,
+                            locations, rawInput, rawOutput, _meta}``
 ``plan``                    ``{type:"plan", entries}``
 ``usage_update``            ``{type:"usage", usage:<the update minus sessionUpdate>}``
 ``user_message_chunk``      not relayed (the client's own prompt echoed back)
@@ -69,13 +70,23 @@ def map_update(update: dict[str, Any]) -> dict[str, Any] | None:
                 "locations",
                 "rawInput",
                 "rawOutput",
+                "_meta",
             ),
         }
     if kind == "tool_call_update":
         return {
             "type": "tool_call_update",
             **_pick(
-                update, "toolCallId", "status", "title", "kind", "content", "locations", "rawOutput"
+                update,
+                "toolCallId",
+                "status",
+                "title",
+                "kind",
+                "content",
+                "locations",
+                "rawInput",
+                "rawOutput",
+                "_meta",
             ),
         }
     if kind == "plan":
