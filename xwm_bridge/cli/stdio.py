@@ -104,8 +104,9 @@ async def _acp(cfg: BridgeConfig) -> int:
     if not await _start_bridge(bridge):
         return EXIT_CONFIG
     front = AcpFrontDoor(bridge)
+    grace: float | None = None  # a signal: the running turns get limits.shutdown_grace
     try:
-        await _until_signal(
+        signalled = await _until_signal(
             serve_acp_stdio(
                 front,
                 stdin_reader(),
@@ -115,7 +116,9 @@ async def _acp(cfg: BridgeConfig) -> int:
                 grace=cfg.limits.shutdown_grace,
             )
         )
+        if not signalled:  # end of input: the requests had that grace already
+            grace = 0.0
     finally:
         await front.close()
-        await bridge.close()
+        await bridge.close(grace)
     return 0
