@@ -79,9 +79,16 @@ def tool_content(items: Any, terminals: bool) -> list[dict[str, Any]] | None:
     return out
 
 
+def _command(command: Any) -> bool:
+    """An ``AvailableCommand``: ``name``, ``description``, and an ``input`` (when given)
+    that is an object with a ``hint`` string (the schema's only input kind)."""
+    if not isinstance(command, dict) or not _strings(command, ("name", "description")):
+        return False
+    given = command.get("input")
+    return given is None or (isinstance(given, dict) and isinstance(given.get("hint"), str))
+
+
 def commands_update(update: dict[str, Any]) -> bool:
     """An agent's ``available_commands_update``, relayed as is: is it valid?"""
     commands = update.get("availableCommands")
-    return isinstance(commands, list) and all(
-        isinstance(c, dict) and _strings(c, ("name", "description")) for c in commands
-    )
+    return isinstance(commands, list) and all(_command(c) for c in commands)

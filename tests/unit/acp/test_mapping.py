@@ -329,6 +329,16 @@ def test_a_malformed_tool_call_content_or_command_list_is_not_relayed() -> None:
     assert updates(bridge({"type": "agent_update", "update": bad})) == []
     unnamed = {"sessionUpdate": "available_commands_update", "availableCommands": [{"x": 1}]}
     assert updates(bridge({"type": "agent_update", "update": unnamed})) == []
+    # an input is an object with a hint (a strict client fails on any other)
+    for bad_input in ("file name", {"hint": 3}, {}):
+        command = {"name": "review", "description": "Review", "input": bad_input}
+        odd = {"sessionUpdate": "available_commands_update", "availableCommands": [command]}
+        assert updates(bridge({"type": "agent_update", "update": odd})) == [], bad_input
+    command = {"name": "review", "description": "Review", "input": {"hint": "a path"}}
+    good = {"sessionUpdate": "available_commands_update", "availableCommands": [command]}
+    (update,) = updates(bridge({"type": "agent_update", "update": good}))
+    assert update == good
+    strict(schema.SessionNotification, {"sessionId": "s", "update": update})
 
 
 @pytest.mark.parametrize(
