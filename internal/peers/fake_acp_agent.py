@@ -338,6 +338,12 @@ class Agent:
             await asyncio.sleep(0.5)
             print("fake agent exiting with a permission request open", file=sys.stderr, flush=True)
             os._exit(4)
+        elif word == "leak":  # an agent that quotes its own key on stderr, then dies
+            name = rest.strip()
+            print(f"fatal: bad key {os.environ.get(name, '')}", file=sys.stderr, flush=True)
+            os._exit(5)
+        elif word == "pid":
+            self.chunk(sid, f"pid {os.getpid()}")
         elif word == "crash":
             self.chunk(sid, "about to crash")
             print("fake agent crashing on purpose", file=sys.stderr, flush=True)

@@ -3,10 +3,12 @@
 Environment: ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` from the bridge's own
 environment, plus the names the registry entry and the provider's ``pass_env``
 list (``PREFIX_*`` globs allowed), plus the provider's explicit ``env`` items.
-Nothing else of the bridge's environment reaches the agent; a copied variable
-whose value (or one item of a comma-separated value) is one of the bridge's
-configured secrets is dropped too (set it in ``env`` explicitly if the agent
-really needs it).
+Nothing else of the bridge's environment reaches the agent; a bridge secret
+variable (``SECRET_ENV_VARS``: ``GEMINI_*`` must not copy
+``GEMINI_ADAPTER_AUTH_TOKEN``) is never copied, whatever the pattern, and a
+copied variable whose value (or one item of a comma-separated value) is one of
+the bridge's configured secrets or the value of a bridge secret variable is
+dropped too (set it in ``env`` explicitly if the agent really needs it).
 
 Sandbox (``agents.sandbox: bwrap``): the agent runs under bubblewrap with the
 whole filesystem read-only, a private ``/tmp``, its own ``/dev`` and ``/proc``,
@@ -29,7 +31,7 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from xwm_bridge.config import BridgeConfig, ProviderConfig
+from xwm_bridge.config import SECRET_ENV_VARS, BridgeConfig, ProviderConfig
 from xwm_bridge.observability.logging import add_secrets
 from xwm_bridge.providers.stdio import codec, registry
 from xwm_bridge.providers.stdio.agent import AgentError, AgentSpec
@@ -61,10 +63,17 @@ def agent_environment(
     """The agent's whole environment (see the module docstring)."""
     patterns = [*BASE_ENV, *pass_names]
     secret_values = {s for s in secrets if s}
+    # the bridge's secret variables hold its credentials even when its config does not
+    # (GEMINI_ADAPTER_AUTH_TOKEN under serve): their values are withheld under any name
+    for name in SECRET_ENV_VARS:
+        secret_values.update(p for p in (v.strip() for v in environ.get(name, "").split(",")) if p)
     env: dict[str, str] = {}
     withheld: list[str] = []
     for name, value in environ.items():
         if not _matches(name, patterns):
+            continue
+        if name in SECRET_ENV_VARS:
+            withheld.append(name)
             continue
         # a token list (XWM_CLIENT_TOKENS, XWM_ADMIN_TOKENS) is withheld for any item
         if value in secret_values or any(p.strip() in secret_values for p in value.split(",")):

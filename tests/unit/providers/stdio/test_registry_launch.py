@@ -123,6 +123,19 @@ def test_a_list_of_bridge_tokens_is_withheld_too() -> None:
     assert built.withheld == ("XWM_ADMIN_TOKENS", "XWM_CLIENT_TOKENS")
 
 
+def test_a_bridge_secret_variable_is_never_copied_by_a_pattern() -> None:
+    """``GEMINI_*`` (the gemini entry) must not copy ``GEMINI_ADAPTER_AUTH_TOKEN``, which a
+    ``serve`` daemon's config does not hold; its value is withheld under any name too."""
+    environ = {
+        "GEMINI_ADAPTER_AUTH_TOKEN": "adapter-tok-1",
+        "GEMINI_MODEL": "m",
+        "GOOGLE_API_KEY": "adapter-tok-1",
+    }
+    built = launch.agent_environment(environ, ("GEMINI_*", "GOOGLE_*"), ("GEMINI_X=1",))
+    assert built.env == {"GEMINI_MODEL": "m", "GEMINI_X": "1"}
+    assert built.withheld == ("GEMINI_ADAPTER_AUTH_TOKEN", "GOOGLE_API_KEY")
+
+
 def test_agent_spec_uses_registry_env_and_provider_settings(tmp_path: Path) -> None:
     provider = ProviderConfig(
         "gemini", kind="stdio", command=("gemini", "--acp"), env=("A=1",), pass_env=("MINE",)
