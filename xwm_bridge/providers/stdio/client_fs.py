@@ -4,6 +4,11 @@ A path is served only when the session's working directory lies under one of
 the configured ``allowed_roots`` and the path (after resolving symlinks) lies
 inside that working directory. No allowed roots → nothing is served. A write
 replaces the file atomically (temp file + rename) and keeps its permission bits.
+
+The checked path is then opened component by component from the session
+directory, never through a symlink (:mod:`xwm_bridge.beneath`): a directory the
+agent swaps for a symlink out of the root between the check and the use makes
+the read or write fail instead of leading outside.
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import stat
-import tempfile
+from pathlib import Path
 from typing import Any
 
+from xwm_bridge import beneath
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.agent import ClientError
 
@@ -51,11 +58,22 @@ def resolve(path: Any, root: str | None) -> str:
     return real
 
 
-def _read(path: str, max_bytes: int, line: Any, limit: Any) -> str:
+def _parts(path: str, root: str) -> tuple[str, ...]:
+    """``path`` (checked: inside ``root``) as components below ``root``."""
+    rel = os.path.relpath(path, root)
+    return () if rel == os.curdir else tuple(rel.split(os.sep))
+
+
+def _read(path: str, root: str, max_bytes: int, line: Any, limit: Any) -> str:
+    parts = _parts(path, root)
+    if not parts:
+        raise ClientError(codec.INVALID_PARAMS, "not a regular file")
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer (a worker thread stuck
-        # there forever, and the daemon with it at exit); only regular files are read
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # there forever, and the daemon with it at exit); only regular files are read.
+        # O_NOFOLLOW on every component: no symlink swapped in since the check is used
+        with beneath.parent_fd(Path(root), parts) as parent:
+            fd = os.open(parts[-1], beneath.FILE_FLAGS, dir_fd=parent)
     except (FileNotFoundError, NotADirectoryError):
         raise ClientError(codec.RESOURCE_NOT_FOUND, NOT_FOUND) from None
     except OSError as exc:
@@ -93,37 +111,66 @@ def _process_umask() -> int:
 _UMASK = _process_umask()
 
 
-def _target_mode(path: str) -> int:
+def _target_mode(dir_fd: int, name: str) -> int:
     """An existing file keeps its permission bits; a new one gets 0666 minus the umask
     (what ``open(..., "w")`` would give it, not ``mkstemp``'s 0600)."""
     try:
-        return stat.S_IMODE(os.stat(path).st_mode)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return 0o666 & ~_UMASK
+    return 0o666 & ~_UMASK if stat.S_ISLNK(st.st_mode) else stat.S_IMODE(st.st_mode)
+
+
+def _open_dirs(root: str, parts: tuple[str, ...]) -> int:
+    """A directory fd of ``root/parts``, each component opened ``O_NOFOLLOW`` relative
+    to the one before and created when missing (a symlink on the way fails)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            try:
+                child = os.open(part, beneath.DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
+                    os.mkdir(part, dir_fd=fd)
+                child = os.open(part, beneath.DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _write(path: str, content: str, root: str) -> None:
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    if not _inside(os.path.realpath(parent), root):  # a symlinked parent created meanwhile
-        raise ClientError(codec.INVALID_PARAMS, "path is outside the session's working directory")
-    mode = _target_mode(path)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".xwm-write-")
+    parts = _parts(path, root)
+    if not parts:
+        raise IsADirectoryError(21, "Is a directory")
+    name = parts[-1]
+    dir_fd = _open_dirs(root, parts[:-1])
     try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(content)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        mode = _target_mode(dir_fd, name)
+        tmp = f".xwm-write-{secrets.token_hex(6)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(content)
+            # rename(2) replaces a symlink at ``name`` itself, never what it points to
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
 
 
 async def read_text_file(params: dict[str, Any], root: str | None, max_bytes: int) -> Any:
     path = resolve(params.get("path"), root)
+    assert root is not None  # resolve() refused the path otherwise
     content = await asyncio.to_thread(
-        _read, path, max_bytes, params.get("line"), params.get("limit")
+        _read, path, root, max_bytes, params.get("line"), params.get("limit")
     )
     return {"content": content}
 

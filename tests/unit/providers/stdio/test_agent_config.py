@@ -240,7 +240,7 @@ async def test_fs_write_that_the_os_refuses_is_a_clear_error(tmp_path: Path) -> 
     (tmp_path / "file").write_text("x")
     for target, why in (
         (tmp_path / "dir", "Is a directory"),
-        (tmp_path / "file" / "child.txt", "File exists"),  # makedirs of the parent
+        (tmp_path / "file" / "child.txt", "Not a directory"),  # a file as the parent
     ):
         with pytest.raises(ClientError) as info:
             await client_fs.write_text_file({"path": str(target), "content": "y"}, root, 100)
