@@ -342,6 +342,12 @@ class Agent:
             name = rest.strip()
             print(f"fatal: bad key {os.environ.get(name, '')}", file=sys.stderr, flush=True)
             os._exit(5)
+        elif word == "spawn":  # a terminal left running (not waited for, not released)
+            argv = rest.split()
+            made = await self.ask(
+                "terminal/create", {"sessionId": sid, "command": argv[0], "args": argv[1:]}
+            )
+            self.chunk(sid, f"spawned {made.get('result') or made.get('error')}")
         elif word == "pid":
             self.chunk(sid, f"pid {os.getpid()}")
         elif word == "crash":
