@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.markers import needs_bwrap
 from xwm_bridge.config import AgentsConfig
 from xwm_bridge.providers.stdio.agent import ClientError
 from xwm_bridge.providers.stdio.terminal import MAX_EXITED, Terminals
@@ -71,3 +72,39 @@ async def test_a_running_terminal_is_kept_however_many_exited_after_it(tmp_path:
         assert "exitStatus" not in out  # still running, still there
     finally:
         await terminals.close()
+
+
+@needs_bwrap
+async def test_a_sandboxed_terminals_cwd_swapped_after_the_check_writes_nothing_outside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``cwd`` swapped for a symlink out of the root after the check: ``--bind <cwd>``
+    binds its target, but the root's bind after it covers that, so the symlink leads
+    to the read-only outside and the command cannot write there."""
+    from xwm_bridge.providers.stdio import terminal
+
+    root = tmp_path / "work"
+    (root / "sub").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    check = terminal.resolve
+
+    def racing(path: object, top: str | None) -> str:
+        checked = check(path, top)
+        (root / "sub").rename(root / "sub.old")
+        (root / "sub").symlink_to(outside)
+        return checked
+
+    monkeypatch.setattr(terminal, "resolve", racing)
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, sandbox="bwrap"))
+    params = {"sessionId": "s", "command": "/bin/sh", "args": ["-c", "echo x > escaped.txt"]}
+    params["cwd"] = str(root / "sub")
+    try:
+        created = await terminals.handle("terminal/create", params, str(root), ENV)
+        ask = {"sessionId": "s", "terminalId": created["terminalId"]}
+        status = await terminals.handle("terminal/wait_for_exit", ask, str(root), ENV)
+        out = await terminals.handle("terminal/output", ask, str(root), ENV)
+    finally:
+        await terminals.close()
+    assert os.listdir(outside) == []
+    assert status["exitCode"] != 0, out  # cannot chdir there, or a read-only file system
