@@ -1,7 +1,7 @@
 """No bridge secret reaches a local agent: the real environment (``/proc/<pid>/environ``)
 of every process of the agent's tree (plain and under bwrap) and of the commands it
 runs through ``terminal/create``, and no agent's key in the bridge's logs or replies
-when the agent quotes it on stderr and dies."""
+when the agent quotes it on stderr and dies; fs paths from the agent confined."""
 
 from __future__ import annotations
 
@@ -134,3 +134,37 @@ async def test_an_agent_quoting_its_key_on_stderr_is_redacted(
     await bp.stop()
     assert any("fatal: bad key [REDACTED]" in line for line in bp.logs), bp.logs[-20:]
     assert not any(key in line for line in bp.logs)
+
+
+async def test_fs_paths_from_the_agent_are_confined_to_the_session_directory(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """``..``, a symlink out, a relative path and an absolute path outside: each an error
+    answer to the agent, and nothing is written outside."""
+    work = tmp_path / "work"
+    work.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("outside")
+    (work / "out").symlink_to(outside)
+    (work / "ok.txt").write_text("inside")
+    config = {"providers": [agent_provider()], "allowed_roots": [str(work)]}
+    bp = await start_bridge(config=config, tmp=tmp_path)
+    wd = str(work)
+
+    async def say(prompt: str) -> str:
+        out = await turn(http, bp.rpc_url, agent_params("f1", prompt, workingDirectory=wd))
+        return str(out["output"])
+
+    assert await say(f"read {work / 'ok.txt'}") == "content: inside"
+    for bad in (
+        f"{work}/../outside/secret.txt",
+        f"{work}/out/secret.txt",
+        "ok.txt",
+        str(outside / "secret.txt"),
+    ):
+        assert await say(f"read {bad}") == "read error -32602", bad
+        assert await say(f"write {bad} escaped") == "write error", bad
+    assert await say(f"write {work}/out/new/x.txt escaped") == "write error"
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "outside"
