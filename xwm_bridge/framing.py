@@ -2,7 +2,10 @@
 
 Feed bytes, get back complete message bodies or :class:`FramingError` items
 (each answered with ``-32700`` by the transport). Output is always one compact
-JSON object per line, written by the transport.
+JSON object per line, written by the transport. An over-long line's error keeps its
+first bytes; :func:`head_members` and :func:`head_request_id` read what they say, so
+a request too large is answered by its id (``acp/codec.py``, the toolbridge and
+:func:`decode_frame`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from xwm_bridge import jsonrpc
 
@@ -131,11 +137,113 @@ class StdioDecoder:
 
 
 def decode_frame(item: bytes | FramingError) -> jsonrpc.Request | dict[str, object]:
-    """A decoded request, or the error envelope to answer it with (``-32700`` with id
-    null for bad framing or JSON; ``-32600``/``-32602`` for nesting past the cap)."""
+    """A decoded request, or the error envelope to answer it with (``-32700`` for bad
+    framing or JSON, with id null except for a request too large whose id its first
+    bytes hold: :func:`head_request_id`; ``-32600``/``-32602`` for nesting past the cap)."""
     if isinstance(item, FramingError):
-        return jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message)
+        return jsonrpc.error(head_request_id(item.head), jsonrpc.PARSE_ERROR, item.message)
     try:
         return jsonrpc.decode_request(item)
     except jsonrpc.DecodeError as exc:
         return exc.envelope()
+
+
+# --- a frame past the size limit, known by its first bytes ---------------------------
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_SCALAR = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
+_SPACE = re.compile(rb"[ \t\r\n]*")
+
+
+def _skip_space(data: bytes, pos: int) -> int:
+    match = _SPACE.match(data, pos)
+    return match.end() if match else pos
+
+
+def _skip_nested(data: bytes, pos: int) -> int | None:
+    """The end of the object or array at ``pos``; None when ``data`` ends first."""
+    depth = 0
+    while pos < len(data):
+        char = data[pos]
+        if char == 0x22:  # a string: brackets in it do not count
+            match = _STRING.match(data, pos)
+            if match is None:
+                return None
+            pos = match.end()
+            continue
+        if char in (0x7B, 0x5B):
+            depth += 1
+        elif char in (0x7D, 0x5D):
+            depth -= 1
+            if depth == 0:
+                return pos + 1
+        pos += 1
+    return None
+
+
+def head_members(head: bytes) -> tuple[dict[str, Any], list[str]]:
+    """The top-level members at the start of a JSON object cut anywhere: the scalar
+    values read whole, and the names of every member begun (in order)."""
+    scalars: dict[str, Any] = {}
+    names: list[str] = []
+    pos = _skip_space(head, 0)
+    if head[pos : pos + 1] != b"{":
+        return scalars, names
+    pos += 1
+    while True:
+        key = _STRING.match(head, _skip_space(head, pos))
+        if key is None:
+            break
+        pos = _skip_space(head, key.end())
+        if head[pos : pos + 1] != b":":
+            break
+        try:
+            name = orjson.loads(key.group())
+        except orjson.JSONDecodeError:
+            break
+        names.append(name)
+        pos = _skip_space(head, pos + 1)
+        value = _STRING.match(head, pos) or _SCALAR.match(head, pos)
+        if value is not None:
+            if value.end() >= len(head):
+                break  # it may go on past the head: a number cut short is another number
+            try:
+                scalars[name] = orjson.loads(value.group())
+            except orjson.JSONDecodeError:
+                break
+            pos = value.end()
+        elif head[pos : pos + 1] in (b"{", b"["):
+            end = _skip_nested(head, pos)
+            if end is None:
+                break
+            pos = end
+        else:
+            break
+        pos = _skip_space(head, pos)
+        if head[pos : pos + 1] != b",":
+            break
+        pos += 1
+    return scalars, names
+
+
+def _head_member(scalars: dict[str, Any], names: list[str], name: str) -> tuple[bool, Any]:
+    """``jsonrpc.member`` over a head: the exact name first, then the first begun whose
+    lower case is ``name``; its value when read whole (else None)."""
+    if name in names:
+        return True, scalars.get(name)
+    for begun in names:
+        if begun.lower() == name:
+            return True, scalars.get(begun)
+    return False, None
+
+
+def head_request_id(head: bytes) -> Any:
+    """The id of the request a frame too large to read was, from its first bytes: a
+    top-level ``id`` read whole (a string, a number or a boolean; not null, nor cut
+    short) with a ``method`` member begun, names matched as :func:`jsonrpc.member`
+    matches them; else None (answered with id null: the id may come after the head,
+    or there may be none, and a notification cannot be told from such a request)."""
+    scalars, names = head_members(head)
+    has_method, _ = _head_member(scalars, names, "method")
+    _, rid = _head_member(scalars, names, "id")
+    return rid if has_method else None

@@ -338,8 +338,11 @@ async def test_oversized_message_is_parse_error_and_reading_continues(
     bridge = await start_stdio(provider_env(fake_upstream.url), "--config", str(config))
     big = orjson.dumps(req("acp.capabilities", {"pad": "x" * 4096}, rid=1))
     await bridge.send(big + b"\n")
-    error = await bridge.message()
-    assert error["id"] is None and error["error"]["code"] == -32700
+    error = await bridge.message()  # answered by the id its first bytes hold
+    assert error["id"] == 1 and error["error"] == {
+        "code": -32700,
+        "message": "message too large: limit is 1024 bytes",
+    }
     framed = b"Content-Length: %d\r\n\r\n" % len(big) + big
     await bridge.send(framed)
     error = await bridge.message()

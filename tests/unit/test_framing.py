@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from xwm_bridge import framing, jsonrpc
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
 
 PROPS = settings(max_examples=200, deadline=None)
@@ -329,3 +330,55 @@ def test_a_line_too_large_keeps_its_head_however_it_was_split() -> None:
     assert decode_all(b"Content-Length: 99\r\n\r\n", max_message=32)[0] == FramingError(
         "message too large: limit is 32 bytes"
     )  # a Content-Length body is refused before it arrives: no head
+
+
+@pytest.mark.parametrize(
+    ("head", "scalars", "names"),
+    [
+        (b'{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"p":"aa', None, None),
+        (b' { "id" : "a\\"b" , "result" : {"content":"xx', {"id": 'a"b'}, ["id", "result"]),
+        (b'{"method":"x","params":{"a":[1,{"b":"}]"}]},"id":12,', None, None),
+        (b'{"method":"x","params":{"a":[1,{"b":"}]"}]},"id":12', {"method": "x"}, None),
+        (b'{"id":12', {}, ["id"]),  # a number cut short is not read
+        (b"[1,2", {}, []),
+        (b"", {}, []),
+    ],
+)
+def test_head_members_reads_the_top_level_of_a_cut_frame(
+    head: bytes, scalars: dict[str, object] | None, names: list[str] | None
+) -> None:
+    got_scalars, got_names = framing.head_members(head)
+    if scalars is not None:
+        assert got_scalars == scalars
+    if names is not None:
+        assert got_names == names
+    if head.startswith(b'{"jsonrpc"'):
+        assert got_scalars == {"jsonrpc": "2.0", "id": 3, "method": "session/prompt"}
+        assert got_names == ["jsonrpc", "id", "method", "params"]
+    if head.endswith(b"12,"):
+        assert got_scalars == {"method": "x", "id": 12}  # nested brackets in strings skipped
+
+
+@pytest.mark.parametrize(
+    ("head", "rid"),
+    [
+        (b'{"jsonrpc":"2.0","id":"r1","method":"session.start","params":{"taskPrompt":"', "r1"),
+        (b'{"method":"session.start","id":2.5,"params":{', 2.5),
+        (b'{"ID":4,"Method":"x","params":{', 4),  # names matched as jsonrpc.member does
+        (b'{"id":true,"method":"x","params":{', True),  # the contract echoes any id
+        (b'{"jsonrpc":"2.0","method":"session.start","params":{"a":"', None),  # id later?
+        (b'{"jsonrpc":"2.0","id":null,"method":"x","params":{', None),  # a notification
+        (b'{"jsonrpc":"2.0","id":7,"params":{"a":"', None),  # no method begun yet
+        (b'{"jsonrpc":"2.0","id":{"a":1},"method":"x","params":{', None),  # not read whole
+        (b'{"id":12', None),  # cut short
+        (b"[1,2", None),
+        (b"", None),
+    ],
+)
+def test_head_request_id_reads_the_id_of_a_request_from_its_first_bytes(
+    head: bytes, rid: object
+) -> None:
+    assert framing.head_request_id(head) == rid
+    message = "message too large: limit is 64 bytes"
+    reply = decode_frame(FramingError(message, head))
+    assert reply == jsonrpc.error(rid, jsonrpc.PARSE_ERROR, message)

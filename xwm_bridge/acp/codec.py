@@ -9,13 +9,13 @@ carrying the JSON-RPC error to answer with (never an exception).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
 from xwm_bridge import jsonrpc
+from xwm_bridge.framing import head_members
 
 PROTOCOL_VERSION: Final = 1
 #: JSON-RPC codes ACP uses besides the standard ones
@@ -126,81 +126,6 @@ def _invalid(rid: Any, has_id: bool, code: int, message: str) -> Invalid:
 
 
 # --- a frame past the size limit, known by its first bytes ---------------------------
-
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
-_SCALAR = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
-_SPACE = re.compile(rb"[ \t\r\n]*")
-
-
-def _skip_space(data: bytes, pos: int) -> int:
-    match = _SPACE.match(data, pos)
-    return match.end() if match else pos
-
-
-def _skip_nested(data: bytes, pos: int) -> int | None:
-    """The end of the object or array at ``pos``; None when ``data`` ends first."""
-    depth = 0
-    while pos < len(data):
-        char = data[pos]
-        if char == 0x22:  # a string: brackets in it do not count
-            match = _STRING.match(data, pos)
-            if match is None:
-                return None
-            pos = match.end()
-            continue
-        if char in (0x7B, 0x5B):
-            depth += 1
-        elif char in (0x7D, 0x5D):
-            depth -= 1
-            if depth == 0:
-                return pos + 1
-        pos += 1
-    return None
-
-
-def head_members(head: bytes) -> tuple[dict[str, Any], list[str]]:
-    """The top-level members at the start of a JSON object cut anywhere: the scalar
-    values read whole, and the names of every member begun (in order)."""
-    scalars: dict[str, Any] = {}
-    names: list[str] = []
-    pos = _skip_space(head, 0)
-    if head[pos : pos + 1] != b"{":
-        return scalars, names
-    pos += 1
-    while True:
-        key = _STRING.match(head, _skip_space(head, pos))
-        if key is None:
-            break
-        pos = _skip_space(head, key.end())
-        if head[pos : pos + 1] != b":":
-            break
-        try:
-            name = orjson.loads(key.group())
-        except orjson.JSONDecodeError:
-            break
-        names.append(name)
-        pos = _skip_space(head, pos + 1)
-        value = _STRING.match(head, pos) or _SCALAR.match(head, pos)
-        if value is not None:
-            if value.end() >= len(head):
-                break  # it may go on past the head: a number cut short is another number
-            try:
-                scalars[name] = orjson.loads(value.group())
-            except orjson.JSONDecodeError:
-                break
-            pos = value.end()
-        elif head[pos : pos + 1] in (b"{", b"["):
-            end = _skip_nested(head, pos)
-            if end is None:
-                break
-            pos = end
-        else:
-            break
-        pos = _skip_space(head, pos)
-        if head[pos : pos + 1] != b",":
-            break
-        pos += 1
-    return scalars, names
 
 
 def too_large(head: bytes, message: str) -> Incoming:

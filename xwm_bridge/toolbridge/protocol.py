@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from xwm_bridge import jsonrpc
-from xwm_bridge.framing import FramingError
+from xwm_bridge.framing import FramingError, head_request_id
 from xwm_bridge.jsonrpc import DecodeError, RpcError
 
 #: protocol revisions negotiable through ``initialize``, oldest to newest.
@@ -118,11 +118,16 @@ def decode(item: bytes | FramingError) -> Message | Batch:
       ``method`` missing or not a string) whose id could be read is answered with
       that id (JSON-RPC 2.0: id null only when it could not be read). It was
       answered with id null, so the request itself was never answered;
+    * a frame too large to read (``limits.max_body_bytes``) keeps the contract's
+      ``-32700 message too large`` but is answered with its id when its first bytes
+      hold a string or number id and a method (``framing.head_request_id``). It was
+      answered with id null, so the client waited for the request's answer for ever;
     * a JSON array is a :class:`Batch`, whose elements :func:`batch_messages`
       decodes by these rules once :func:`batch_refusal` lets it through. It was
       ``-32700 invalid json: expected a JSON object, got array``."""
     if isinstance(item, FramingError):
-        return jsonrpc.error(None, jsonrpc.PARSE_ERROR, item.message)
+        rid = head_request_id(item.head)
+        return jsonrpc.error(rid if _scalar_id(rid) else None, jsonrpc.PARSE_ERROR, item.message)
     try:
         obj = jsonrpc.parse(item)
     except DecodeError as exc:

@@ -112,33 +112,6 @@ def test_a_notification_is_never_answered(frame: bytes) -> None:
     assert isinstance(item, codec.Invalid) and item.reply is None
 
 
-@pytest.mark.parametrize(
-    ("head", "scalars", "names"),
-    [
-        (b'{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"p":"aa', None, None),
-        (b' { "id" : "a\\"b" , "result" : {"content":"xx', {"id": 'a"b'}, ["id", "result"]),
-        (b'{"method":"x","params":{"a":[1,{"b":"}]"}]},"id":12,', None, None),
-        (b'{"method":"x","params":{"a":[1,{"b":"}]"}]},"id":12', {"method": "x"}, None),
-        (b'{"id":12', {}, ["id"]),  # a number cut short is not read
-        (b"[1,2", {}, []),
-        (b"", {}, []),
-    ],
-)
-def test_head_members_reads_the_top_level_of_a_cut_frame(
-    head: bytes, scalars: dict[str, object] | None, names: list[str] | None
-) -> None:
-    got_scalars, got_names = codec.head_members(head)
-    if scalars is not None:
-        assert got_scalars == scalars
-    if names is not None:
-        assert got_names == names
-    if head.startswith(b'{"jsonrpc"'):
-        assert got_scalars == {"jsonrpc": "2.0", "id": 3, "method": "session/prompt"}
-        assert got_names == ["jsonrpc", "id", "method", "params"]
-    if head.endswith(b"12,"):
-        assert got_scalars == {"method": "x", "id": 12}  # nested brackets in strings skipped
-
-
 def test_a_frame_too_large_is_answered_by_its_id_when_its_head_has_it() -> None:
     message = "message too large: limit is 64 bytes"
     request = codec.too_large(b'{"jsonrpc":"2.0","id":"p1","method":"session/prompt",', message)

@@ -288,3 +288,39 @@ async def test_a_batch_counts_against_the_waiting_limit(monkeypatch: pytest.Monk
     (batch,) = [reply for reply in out if isinstance(reply, list)]
     assert [reply["id"] for reply in batch] == list(range(1, server.max_batch + 1))
     assert server._admitted._value == server.max_batch  # every admission given back
+
+
+async def test_a_request_past_the_limit_is_answered_by_the_id_its_head_holds() -> None:
+    """A frame too large keeps ``-32700 message too large`` but is answered by the id its
+    first bytes hold (id null left the client waiting for ever); a notification, or an
+    id past the head, keeps id null; a boolean id is no id; the stream goes on."""
+    pad = b"x" * 600
+    lines = [
+        b'{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"pad":"%s"}}' % pad,
+        b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"pad":"%s"}}' % pad,
+        b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"pad":"%s"}}' % pad,
+        b'{"jsonrpc":"2.0","method":"ping","params":{"pad":"%s"},"id":3}' % pad,
+        b'{"jsonrpc":"2.0","id":true,"method":"ping","params":{"pad":"%s"}}' % pad,
+        b'{"jsonrpc":"2.0","id":4,"method":"ping"}',
+    ]
+    chunks = [line + b"\n" for line in lines]
+    out: list[bytes] = []
+
+    async def read() -> bytes:
+        return chunks.pop(0) if chunks else b""
+
+    async def write(data: bytes) -> None:
+        out.append(data)
+
+    async with aiohttp.ClientSession() as http:
+        server = ToolbridgeServer(ToolbridgeConfig(), http, read, write, max_message=256)
+        await asyncio.wait_for(server.serve(), 10)
+    too_large = {"code": -32700, "message": "message too large: limit is 256 bytes"}
+    assert [orjson.loads(line) for line in out] == [
+        {"jsonrpc": "2.0", "id": "big", "error": too_large},
+        {"jsonrpc": "2.0", "id": 12, "error": too_large},
+        {"jsonrpc": "2.0", "id": None, "error": too_large},
+        {"jsonrpc": "2.0", "id": None, "error": too_large},
+        {"jsonrpc": "2.0", "id": None, "error": too_large},
+        {"jsonrpc": "2.0", "id": 4, "result": {}},
+    ]

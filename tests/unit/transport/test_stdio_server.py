@@ -151,3 +151,46 @@ async def test_a_cancel_overtakes_the_waiting_requests(
     h.release["turn"].set()
     h.release["second"].set()
     await wait_until(lambda: h.started[3:] == ["queued", "third"])
+
+
+async def _served(lines: list[bytes], *, max_message: int) -> list[dict[str, Any]]:
+    """Every line written for ``lines`` (one chunk each, then end of input)."""
+    h = Harness()
+
+    async def echo(params: dict[str, Any], _call: CallContext, _method: str) -> dict[str, Any]:
+        return {"echo": params.get("n")}
+
+    server = StdioServer(
+        Dispatcher({"echo": echo}, Metrics()),
+        h.read,
+        h.write,
+        max_message=max_message,
+        send_timeout=5,
+    )
+    for line in [*lines, b""]:
+        h.chunks.put_nowait(line)
+    await asyncio.wait_for(server.serve(), 10)
+    return h.written
+
+
+async def test_a_request_past_the_limit_is_answered_by_the_id_its_head_holds() -> None:
+    """contract.md §8/§14: a frame too large is ``-32700`` (kept, message and all), but
+    answered by its id when its first bytes hold it: id null left the client waiting."""
+    pad = "x" * 600
+    big = b'{"jsonrpc":"2.0","id":"big-1","method":"echo","params":{"pad":"%s"}}' % pad.encode()
+    cased = b'{"Id":7,"Method":"echo","params":{"pad":"%s"}}' % pad.encode()
+    note = b'{"jsonrpc":"2.0","method":"echo","params":{"pad":"%s"}}' % pad.encode()
+    late = b'{"jsonrpc":"2.0","method":"echo","params":{"pad":"%s"},"id":9}' % pad.encode()
+    after = b'{"jsonrpc":"2.0","id":"after","method":"echo","params":{"n":1}}'
+    written = await _served(
+        [big + b"\n", cased + b"\n", note + b"\n", late + b"\n", after + b"\n"], max_message=256
+    )
+    too_large = {"code": -32700, "message": "message too large: limit is 256 bytes"}
+    assert written == [
+        {"jsonrpc": "2.0", "id": "big-1", "error": too_large},
+        {"jsonrpc": "2.0", "id": 7, "error": too_large},  # names matched as §8 matches them
+        # a notification, or a request whose id is past the head: id null, as before
+        {"jsonrpc": "2.0", "id": None, "error": too_large},
+        {"jsonrpc": "2.0", "id": None, "error": too_large},
+        {"jsonrpc": "2.0", "id": "after", "result": {"echo": 1}},  # the stream goes on
+    ]
