@@ -66,9 +66,15 @@ MAX_BATCH = 1000
 DEFAULT_WATCH_SECONDS = 3600.0
 #: how often a streaming watch checks for shutdown and a closed connection
 WAKE_S = 1.0
-#: ``session.get`` reads the record and turns again while a turn starts or ends meanwhile,
-#: at most this many times in all (then it answers with its last read)
+#: ``session.get`` reads the record and turns again (``session.list`` its page) while a
+#: turn starts or ends meanwhile, at most this many times in all (then it answers with
+#: its last read)
 GET_READS = 3
+
+
+def _of(running: frozenset[tuple[str, str]], sessions: set[str]) -> frozenset[tuple[str, str]]:
+    """The running turns of ``sessions`` only."""
+    return frozenset(key for key in running if key[0] in sessions)
 
 
 def _text_param(params: dict[str, Any], key: str) -> str:
@@ -206,8 +212,15 @@ class OperatorMethods:
         query = parse_session_query(params)
         if not self.sees_all_sessions(call):  # its own sessions only
             query = dataclasses.replace(query, owner=call.principal)
-        cursor = self._bridge.events.cursor  # watch from here: nothing after the read is lost
-        page = await self._bridge.store.list_sessions(query)
+        for _ in range(GET_READS):
+            cursor = self._bridge.events.cursor  # watch from here: nothing after it is lost
+            before = self._all_running()
+            page = await self._bridge.store.list_sessions(query)
+            listed = {record.session_id for record, _ in page.items}
+            if _of(self._all_running(), listed) == _of(before, listed):
+                break  # no turn of a listed session started or ended during the read
+            # else a row's running state (read next, from memory) would not match its
+            # stored record and last turn: read the page again, a bounded number of times
         return {
             "sessions": [self._session_row(r, t or self._running_turn(r)) for r, t in page.items],
             "nextCursor": encode_page_cursor(page.next_after) if page.next_after else None,
@@ -239,6 +252,10 @@ class OperatorMethods:
             "permissions": [p.wire() for p in pending],
             "watchCursor": cursor,
         }
+
+    def _all_running(self) -> frozenset[tuple[str, str]]:
+        journal = self._bridge.runner.journal
+        return frozenset() if journal is None else journal.running_keys()
 
     def _running_ids(self, session_id: str) -> frozenset[str]:
         journal = self._bridge.runner.journal

@@ -69,6 +69,11 @@ class TurnJournal:
             )
         return record
 
+    def running_keys(self) -> frozenset[tuple[str, str]]:
+        """(session id, turn id) of every turn running now: compared before and after
+        a read, it tells whether a turn started or ended meanwhile."""
+        return frozenset(self._running)
+
     def running(self, session_id: str) -> list[TurnRecord]:
         """The session's running turn(s) in this process (at most one per thread)."""
         return [r for (sid, _), r in self._running.items() if sid == session_id]
