@@ -62,7 +62,7 @@ async def test_a_permission_answer_in_the_open_session_survives_streamed_updates
         data = {"turnId": turn_id, "relayed": False, "eventId": 10_000 + i, "update": update}
         bp.bridge.events.publish("turn", "update", data, "click-1")
         await page.locator("#turns .item", has_text=f"streamed {i}").wait_for()
-    await point_at(page, button)  # the tool calls above it moved it down: back on it
+    await point_at(page, button)  # back on it (the tool calls arrive below it now)
     await page.mouse.up()
     result = (await asyncio.wait_for(turn, 30))["result"]
     assert "permission granted (once)" in result["output"] and target.exists()
@@ -96,6 +96,44 @@ async def test_a_permission_answer_in_the_permissions_view_survives_a_new_reques
     }
     bp.bridge.events.publish("permission", "requested", other, "click-other")
     await page.locator('#perm-pending [data-request="req-other"]').wait_for()
+    await page.mouse.up()
+    result = (await asyncio.wait_for(turn, 30))["result"]
+    assert "permission granted (once)" in result["output"] and target.exists()
+
+
+async def test_a_pending_permission_stays_under_the_pointer_while_the_turn_goes_on(
+    console: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """The pointer on Allow while the turn's tool calls and output arrive, then a press
+    and release where it is (no move back): the answer reaches the bridge. The pending
+    card sat below the tool calls and output, so each new one pushed the button away
+    from under the pointer, and the press landed on whatever moved there."""
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    target = tmp_path / "still.txt"
+    params = agent_params("click-3", f"permission {target}", workingDirectory=str(tmp_path))
+    turn = http_turn(http, bp.rpc_url, params)
+    await page.goto(f"{bp.url}/console#/sessions/click-3")
+    button = '#turns button[data-option="once"]'
+    await page.locator(button).wait_for()
+    turn_id = await page.locator("#turns .turn").first.get_attribute("data-turn")
+    await point_at(page, button)
+    before = await page.locator(button).bounding_box()
+    for i in range(4):  # the turn goes on while the operator is about to press
+        update = {"type": "tool_call", "toolCallId": f"tc-{i}", "title": f"arrived {i}"}
+        data = {"turnId": turn_id, "relayed": False, "eventId": 20_000 + i, "update": update}
+        bp.bridge.events.publish("turn", "update", data, "click-3")
+        await page.locator("#turns .item", has_text=f"arrived {i}").wait_for()
+    plan = {"type": "plan", "entries": [{"content": "step", "status": "pending"}]}
+    delta = {"type": "delta", "delta": "streamed line\n" * 8}
+    for n, update in enumerate((plan, delta)):
+        data = {"turnId": turn_id, "relayed": False, "eventId": 20_010 + n, "update": update}
+        bp.bridge.events.publish("turn", "update", data, "click-3")
+    await page.locator("#turns .plan li", has_text="step").wait_for()
+    await page.locator("#turns .output", has_text="streamed line").wait_for()
+    assert await page.locator(button).bounding_box() == before
+    await page.mouse.down()
     await page.mouse.up()
     result = (await asyncio.wait_for(turn, 30))["result"]
     assert "permission granted (once)" in result["output"] and target.exists()

@@ -128,7 +128,10 @@ function newCard(turnId) {
   c.result = h("details", {}, h("summary", { text: "result" }), c.resultText);
   c.el = h("div", { class: "turn", "data-turn": turnId },
     h("div", { class: "turn-head" }, c.status, h("span", { class: "tid", text: turnId }), h("span", { class: "grow" }), c.who, c.usage, c.when),
-    h("div", { class: "turn-body" }, c.prompt, c.trimmed, c.out, c.tools, c.plan, c.perms, c.error, c.result));
+    // the permission cards right under the prompt, above everything that grows while the
+    // turn runs (output, tool calls, plan): below them, each tool call arriving while the
+    // pointer went to Allow pushed the button away from under it
+    h("div", { class: "turn-body" }, c.prompt, c.perms, c.trimmed, c.out, c.tools, c.plan, c.error, c.result));
   return c;
 }
 
