@@ -22,6 +22,7 @@ from internal.peers.fake_gateway import TOKEN as GW_TOKEN
 from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
 from tests.conftest import AUTH, TOKEN, StartBridge, base_env, eventually, rpc, sse, wait_until
 from xwm_bridge.config import BridgeConfig, GatewayConfig
+from xwm_bridge.core import handles
 from xwm_bridge.gateway.manager import ConnectParams, build_connect_config
 from xwm_bridge.gateway.runtime import GatewayRuntime
 
@@ -626,6 +627,21 @@ async def test_gateway_turn_cancel_aborts_the_run(
     }
     assert aborts[0]["params"]["runId"] in gateway.state.aborted
     await ws.close()
+
+
+async def test_a_cancel_sent_again_leaves_the_chat_abort(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    gateway: FakeGateway,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn's cancel is sent again until its executor takes it (one can be lost in a
+    third-party ``asyncio.wait_for``); the executor says it arrived, so its
+    ``chat.abort`` is not cut short (``aborted: true``). RESEND 0: a re-send would come
+    at the next loop iteration."""
+    monkeypatch.setattr(handles, "RESEND", 0)
+    await test_gateway_turn_cancel_aborts_the_run(start_bridge, http, gateway, tmp_path)
 
 
 async def test_gateway_turn_deadline_aborts_upstream(

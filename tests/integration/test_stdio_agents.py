@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.conftest import ROOT, TOKEN, StartBridge, base_env, rpc
+from tests.conftest import ROOT, TOKEN, StartBridge, base_env, log_entries, rpc
 from tests.integration.agent_helpers import (
     agent_params,
     agent_provider,
@@ -19,6 +19,7 @@ from tests.integration.agent_helpers import (
     sse_stream,
     typed,
 )
+from xwm_bridge.core import handles
 
 pytestmark = pytest.mark.asyncio
 
@@ -229,6 +230,28 @@ async def test_cancel_mid_turn_then_next_turn_works(
         agent_params("c1", "next", workingDirectory=str(tmp_path)),
     )
     assert after["result"]["output"] == "agent says: next"
+
+
+async def test_a_cancel_sent_again_leaves_the_wait_for_the_agents_answer(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn's cancel is sent again until its executor takes it (one can be lost in a
+    third-party ``asyncio.wait_for``); the executor says it arrived, so its wait for the
+    agent's answer to ``session/cancel`` (its prompt's ``stopReason: cancelled``) is not
+    cut short. RESEND 0: a re-send would come at the next loop iteration."""
+    monkeypatch.setattr(handles, "RESEND", 0)
+    started: list[Any] = []
+
+    async def start(**kwargs: Any) -> Any:
+        started.append(await start_bridge(**kwargs))
+        return started[-1]
+
+    await test_cancel_mid_turn_then_next_turn_works(start, http, tmp_path)
+    answered = [e for e in log_entries(started[0].logs) if e.get("msg") == "agent turn cancelled"]
+    assert len(answered) == 1 and "cancelled" in answered[0]["stop_reason"]
 
 
 async def test_crash_is_reported_and_agent_restarts(

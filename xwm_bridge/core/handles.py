@@ -10,6 +10,29 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+#: seconds between two sends of a turn's cancel while its executor has not taken it
+RESEND = 0.1
+#: at most this many more sends (5 s at RESEND): a cancel is lost only when it lands in
+#: the iteration a third-party ``wait_for`` completes in, rarely twice in a row
+RESENDS = 50
+#: the executing tasks whose turn's cancel is being sent again, by task: only turns
+#: cancelled while executing, each until its executor ends or takes the cancel
+_RESENDING: dict[asyncio.Task[Any], TurnHandle] = {}
+
+
+def cancel_arrived() -> None:
+    """Say, in the current task, that the turn's cancel has arrived.
+
+    Call it first in an ``except CancelledError`` of an executor that goes on awaiting
+    before it re-raises (the upstream cancel, the agent's answer): :class:`TurnHandle`
+    sends a turn's cancel again until the executor ends (one can be lost in a
+    third-party ``asyncio.wait_for``), and a cancel sent again would cut such a
+    cleanup short. Nothing happens in a task with no such turn."""
+    task = asyncio.current_task()
+    handle = _RESENDING.get(task) if task is not None else None
+    if handle is not None:
+        handle._end_resend()
+
 
 @dataclass(slots=True, eq=False)
 class TurnHandle:
@@ -19,6 +42,13 @@ class TurnHandle:
     a task of its own; :meth:`cancel` cancels that task while, and only while, the
     executor runs, and counts its cancellations so that a shutdown's cancellation
     of the same task is told apart and propagates.
+
+    One cancel can be lost: CPython 3.11's ``asyncio.wait_for`` (redis-py's command
+    writes, aiohttp, websockets) returns the inner result and drops a cancel of its
+    caller landing in the same loop iteration, and the turn ran to its end. So once
+    cancelled, the task is cancelled again every :data:`RESEND` seconds, at most
+    :data:`RESENDS` times, until the executor ends or says the cancel arrived
+    (:func:`cancel_arrived`); each send is counted. An uncancelled turn has no timer.
     """
 
     session_id: str
@@ -27,6 +57,9 @@ class TurnHandle:
     finished: bool = False
     _task: asyncio.Task[Any] | None = None
     _cancels: int = 0
+    #: the next re-send of the cancel, while one is due
+    _resend: asyncio.TimerHandle | None = None
+    _resends: int = 0
 
     @property
     def executing(self) -> bool:
@@ -37,10 +70,34 @@ class TurnHandle:
         if self.finished:
             return False
         self.cancel_requested = True
-        if self._task is not None:
-            self._task.cancel()
+        task = self._task
+        if task is not None:
+            task.cancel()
             self._cancels += 1
+            if self._resend is None and self._resends < RESENDS:
+                _RESENDING[task] = self
+                self._resend = task.get_loop().call_later(RESEND, self._send_again)
         return True
+
+    def _send_again(self) -> None:
+        self._resend = None
+        task = self._task
+        if task is None or self._resends >= RESENDS:
+            self._end_resend()
+            return
+        self._resends += 1
+        task.cancel()
+        self._cancels += 1
+        self._resend = task.get_loop().call_later(RESEND, self._send_again)
+
+    def _end_resend(self) -> None:
+        """No more sends of the cancel: the executor ended or has taken it."""
+        if self._resend is not None:
+            self._resend.cancel()
+            self._resend = None
+        self._resends = RESENDS  # a later cancel() of this turn is sent once
+        if self._task is not None:
+            _RESENDING.pop(self._task, None)
 
     async def execute(
         self,
@@ -65,6 +122,8 @@ class TurnHandle:
         else:
             interrupted = False
         finally:
+            if self._resend is not None:  # cancelled turns only
+                self._end_resend()
             self._task = None
             self.finished = True
             if task.cancelling() <= self._cancels:

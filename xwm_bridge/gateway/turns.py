@@ -17,6 +17,7 @@ from typing import Any
 from xwm_bridge import coerce
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
+from xwm_bridge.core.handles import cancel_arrived
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.manager import LOCAL, GatewayManager
@@ -125,6 +126,7 @@ class GatewayTurnExecutor:
             # events that raced ahead of the response, but of another run, are dropped
             return await self._stream(ctx, rt, tap, session_key, run_id, deadline)
         except asyncio.CancelledError:
+            cancel_arrived()  # not sent again into the chat.abort
             self._aborted[ctx.turn_id] = await self._abort(
                 ctx, rt, session_key, run_id or idempotency_key
             )

@@ -10,6 +10,7 @@ from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
+from xwm_bridge.core.handles import cancel_arrived
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.endpoint import Endpoint, EndpointError, derive_endpoint
 from xwm_bridge.observability.metrics import Metrics
@@ -121,6 +122,7 @@ class SingleAgentExecutor:
             await ctx.emit_error(message)
             return self.failure(ctx, message)
         except asyncio.CancelledError:
+            cancel_arrived()  # not sent again into the upstream cancel
             self._metrics.upstream_failures.get(provider.id, "cancelled").inc()
             await cancel_upstream()
             raise

@@ -26,6 +26,7 @@ from typing import Any
 from xwm_bridge.config import BridgeConfig, ProviderConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
+from xwm_bridge.core.handles import cancel_arrived
 from xwm_bridge.core.usage import RECORD_KEY, TurnUsage, Usage
 from xwm_bridge.observability.logging import capped
 from xwm_bridge.observability.metrics import Metrics
@@ -308,6 +309,7 @@ class StdioAgentExecutor:
             self._account(ctx, provider, opened, state.usage)
             return {**self.failure(ctx, str(exc)), **extras, **self._extras(state)}
         except asyncio.CancelledError:
+            cancel_arrived()  # not sent again into the wait for the agent's answer
             self._failed(provider.id, "cancelled")
             await self._interrupt(agent, acp_sid, ctx, prompt_task)
             self._account(ctx, provider, opened, state.usage)
