@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Collection, Coroutine
 from typing import Any, TypeVar
 
 log = logging.getLogger("xwm_bridge.tasks")
@@ -77,14 +77,14 @@ class Supervisor:
             await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
 
     async def shutdown(self, grace: float) -> None:
-        """Let work tasks finish for ``grace`` seconds, then cancel and await every task."""
+        """Let work tasks finish for ``grace`` seconds, then cancel every task and wait
+        for them, at most :data:`SHUTDOWN_WAIT` seconds, cancelling again the ones that
+        run on (:func:`stop_all`: a cancel can be lost)."""
         self._closing = True
         await self.wait(grace)
         pending = self._tasks | self._services
-        for task in pending:
-            task.cancel()
         if pending:
-            await asyncio.wait(pending, timeout=10)
+            await stop_all(pending, SHUTDOWN_WAIT)
 
 
 async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:  # noqa: ASYNC109 (its API)
@@ -101,6 +101,10 @@ async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:  # noqa: ASYNC
 
 #: how often :func:`stop` sends its cancel again while the task runs on
 STOP_RESEND = 0.1
+#: how long :meth:`Supervisor.shutdown` waits for the tasks it cancelled
+SHUTDOWN_WAIT = 10.0
+#: task names a warning of :func:`stop_all` lists, at most
+NAMES_LOGGED = 8
 
 
 async def stop(task: asyncio.Task[Any], within: float) -> bool:
@@ -111,17 +115,34 @@ async def stop(task: asyncio.Task[Any], within: float) -> bool:
     command's write, returns the write's result and drops a cancel of its caller landing
     in the same loop iteration), and a loop task that lost it ran on, so a ``close()``
     awaiting it never returned. A cancel of the caller is never swallowed here."""
+    return await stop_all((task,), within)
+
+
+async def stop_all(tasks: Collection[asyncio.Task[Any]], within: float) -> bool:
+    """:func:`stop` for several tasks at once: True if every one ended within ``within``
+    seconds, else a warning naming (some of) those left."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
-    while not task.done():
+    running = {task for task in tasks if not task.done()}
+    while running:
         left = deadline - loop.time()
         if left <= 0:
-            log.warning("task did not stop", extra={"task": task.get_name(), "within_s": within})
+            names = sorted(task.get_name() for task in running)
+            log.warning(
+                "task did not stop",
+                extra={
+                    "task": ", ".join(names[:NAMES_LOGGED]),
+                    "count": len(names),
+                    "within_s": within,
+                },
+            )
             return False
-        task.cancel()
-        await asyncio.wait({task}, timeout=min(left, STOP_RESEND))
-    if not task.cancelled():
-        task.exception()  # retrieved: the task's own failure was logged where it happened
+        for task in running:
+            task.cancel()
+        _, running = await asyncio.wait(running, timeout=min(left, STOP_RESEND))
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()  # retrieved: the task's own failure was logged where it happened
     return True
 
 

@@ -179,3 +179,29 @@ async def test_stop_sends_the_cancel_again_until_the_task_ends() -> None:
     assert await stop(stuck, 0.3) is False
     let_go = True
     assert await stop(stuck, 5) is True
+
+
+async def test_shutdown_cancels_again_a_task_that_lost_its_cancel() -> None:
+    """``shutdown`` cancelled each task once and waited 10 s: a task that lost that
+    cancel (3.11's ``asyncio.wait_for`` in a library) ran on through the wait and past
+    it. Now it is cancelled again until it ends, within the same bound."""
+    sup = Supervisor()
+    running = asyncio.Event()
+    swallowed: list[bool] = []
+
+    async def loses_a_cancel() -> None:
+        while True:
+            running.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed.append(True)
+
+    task = sup.spawn(loses_a_cancel(), name="lossy", service=True)
+    quiet = sup.spawn(asyncio.Event().wait(), name="quiet")
+    await asyncio.wait_for(running.wait(), 5)
+    async with asyncio.timeout(5):  # the old wait took 10 s
+        await sup.shutdown(grace=0)
+    assert task.cancelled() and quiet.cancelled() and swallowed == [True]
