@@ -27,7 +27,7 @@ from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.snapshot import Snapshot
 from xwm_bridge.proxy import ProxySettings
-from xwm_bridge.tasks import Supervisor, wait_for
+from xwm_bridge.tasks import Supervisor, stop, wait_for
 
 log = logging.getLogger("xwm_bridge.gateway")
 
@@ -37,6 +37,8 @@ Tap = Callable[[p.EventFrame], None]
 
 OFFLINE = GatewayError("gateway not connected", "OFFLINE")
 SOCKET_RESET = GatewayError("socket reset", "SOCKET_RESET")
+#: how long a stop waits for the runtime's loop task to end (then a warning)
+LOOP_STOP_WITHIN = 5.0
 
 
 def now_ms() -> int:
@@ -244,16 +246,15 @@ class GatewayRuntime:
         task, self._loop_task = self._loop_task, None
         try:
             if task is not None and task is not asyncio.current_task():
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if current is not None and current.cancelling():
-                        raise  # the caller itself was cancelled meanwhile: it stays so
-                except Exception:  # the loop had died of a bug: the stop goes on
-                    log.exception(
-                        "gateway runtime loop failed", extra={"runtime_id": self.runtime_id}
+                # cancelled again until it ends: one cancel can be lost (tasks.stop), and
+                # the runtime's lock is held meanwhile; a cancel of the caller propagates
+                await stop(task, LOOP_STOP_WITHIN)
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    # the loop had died of a bug: the stop goes on
+                    log.error(
+                        "gateway runtime loop failed",
+                        exc_info=task.exception(),
+                        extra={"runtime_id": self.runtime_id},
                     )
         finally:
             await self._drop_socket(error)

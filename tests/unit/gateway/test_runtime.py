@@ -129,3 +129,29 @@ async def test_a_stop_after_the_loop_failed_does_not_raise(
     await asyncio.sleep(0)
     await rt._stop(GatewayError("OFFLINE", "stopped"))  # the reaper's close goes on
     assert "gateway runtime loop failed" in caplog.text
+
+
+async def test_a_stop_ends_a_loop_that_lost_its_cancel() -> None:
+    """``_stop`` cancelled the loop once and awaited it with no bound: a loop that lost
+    that cancel (CPython 3.11's ``asyncio.wait_for`` in a library drops a cancel landing
+    with the inner result) went on, and ``close()`` (a reap, the shutdown) never returned,
+    holding the runtime's lock. Here the loop swallows the first cancel, as that does."""
+    rt = GatewayRuntime("rt", "alice", GatewayConfig())
+    running = asyncio.Event()
+    swallowed: list[bool] = []
+
+    async def loop_losing_a_cancel() -> None:
+        while True:
+            running.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed.append(True)  # lost, as in a third-party wait_for
+
+    loop = rt._loop_task = asyncio.ensure_future(loop_losing_a_cancel())
+    await asyncio.wait_for(running.wait(), 5)
+    async with asyncio.timeout(5):
+        await rt.close()
+    assert swallowed == [True] and loop.cancelled() and rt.closed
