@@ -272,7 +272,7 @@ def test_help_lists_every_method_and_route() -> None:
     for method in AdapterMethods(Bridge(adapter_cfg), settings).table():
         assert method in adapter.stdout, method
     for option in ("--log-format", "--log-level"):
-        for command in ("serve", "acp-stdio", "toolbridge", "agent-adapter"):
+        for command in ("serve", "acp-stdio", "acp", "toolbridge", "agent-adapter"):
             assert option in run(command, "--help").stdout, (command, option)
     doctor = run("doctor", "--help")
     assert "--offline" in doctor.stdout
@@ -366,6 +366,25 @@ def test_log_format_text_and_json_defaults(tmp_path: Path) -> None:
     assert tty and not any(line.startswith("{") for line in tty), tty
     forced = [line for line in toolbridge("--log-format", "json", tty=True).splitlines() if line]
     assert forced and all(line.startswith("{") for line in forced), forced
+
+
+@pytest.mark.parametrize("how", ["flag", "env", "file"])
+def test_acp_honours_log_format(tmp_path: Path, how: str) -> None:
+    """`xwm-bridge acp` wrote JSON whatever log_format said."""
+    env = base_env(XWM_SESSION_STORE="memory")
+    args: list[str] = []
+    if how == "flag":
+        args = ["--log-format", "text"]
+    elif how == "env":
+        env["XWM_LOG_FORMAT"] = "text"
+    else:
+        args = ["--config", str(write_config(tmp_path, "log_format: text\n"))]
+    proc = run("acp", *args, env=env)  # stdin is /dev/null: ends at once, logs "draining"
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line]
+    assert lines, proc.stderr
+    assert not any(line.startswith("{") for line in lines), lines
+    assert any("draining" in line for line in lines), lines
 
 
 @pytest.mark.parametrize("command", ["acp-stdio", "acp"])

@@ -73,7 +73,8 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
 @cli.command("acp")
 @CONFIG_OPTION
 @LOG_LEVEL_OPTION
-def acp(config_file: str | None, log_level: str | None) -> None:
+@LOG_FORMAT_OPTION
+def acp(config_file: str | None, log_level: str | None, log_format: str | None) -> None:
     """Be an ACP agent on stdin/stdout, for editors (Zed) and ACP clients.
 
     \b
@@ -89,8 +90,9 @@ def acp(config_file: str | None, log_level: str | None) -> None:
     """
     from xwm_bridge.store import with_own_state_dir
 
-    cfg = with_own_state_dir(_load(config_file, log_level=log_level), "acp")
-    setup_logging(cfg.log_level, log_secrets(cfg))
+    loaded = _load(config_file, log_level=log_level, log_format=log_format)
+    cfg = with_own_state_dir(loaded, "acp")
+    setup_logging(cfg.log_level, log_secrets(cfg), log_format=cfg.log_format)
     sys.exit(_run(_acp(cfg)))
 
 
