@@ -501,6 +501,20 @@ def test_unknown_key_names_dotted_path(tmp_path: Path, yaml_text: str, key: str)
 
 
 @pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("limts: {}\n", "limts: unknown key (did you mean limits?)"),
+        ("store:\n  backnd: memory\n", "store.backnd: unknown key (did you mean backend?)"),
+        ("agents:\n  sandbx: none\n", "agents.sandbx: unknown key (did you mean sandbox?)"),
+    ],
+)
+def test_unknown_key_suggests_the_nearest_known_one(
+    tmp_path: Path, yaml_text: str, message: str
+) -> None:
+    assert config_error(tmp_path, yaml_text) == message
+
+
+@pytest.mark.parametrize(
     ("yaml_text", "prefix"),
     [
         ('limits:\n  max_queue_depth: "abc"\n', "limits.max_queue_depth:"),

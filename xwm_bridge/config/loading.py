@@ -4,6 +4,7 @@ flags, built into the typed dataclasses and validated."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -167,7 +168,7 @@ def _build(cls: type[Any], data: Any, key: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(map(str, data)) - names)
     if unknown:
-        raise ConfigError(f"{_join(key, unknown[0])}: unknown key")
+        raise ConfigError(f"{_join(key, unknown[0])}: unknown key{_suggest(unknown[0], names)}")
     for f in dataclasses.fields(cls):
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if required and f.name not in data:
@@ -177,6 +178,12 @@ def _build(cls: type[Any], data: Any, key: str) -> Any:
         return cls(**kwargs)
     except TypeError as exc:  # a required field is missing
         raise ConfigError(f"{key or 'config'}: {exc}") from None
+
+
+def _suggest(name: str, names: set[str]) -> str:
+    """`` (did you mean limits?)`` for a misspelt key, else nothing."""
+    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _convert(tp: Any, value: Any, key: str) -> Any:
