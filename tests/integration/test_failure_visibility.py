@@ -94,6 +94,11 @@ async def test_turn_outcomes_by_provider_and_mode(
     assert by_session["o3"]["level"] == "info" and by_session["o3"]["outcome"] == "cancelled"
     done = next(e for e in lines if e["msg"] == "turn finished" and e["session_id"] == "o1")
     assert done["level"] == "info" and done["outcome"] == "success"
+    # the failed call itself: session, provider and the metric's kind, at warning
+    call = next(e for e in lines if e["msg"] == "upstream call failed")
+    assert call["level"] == "warning"
+    assert (call["session_id"], call["provider"], call["kind"]) == ("o2", "gemini", "transport")
+    assert "connect" in call["error"]
 
 
 async def test_stdio_agent_failures_are_upstream_errors(
@@ -111,6 +116,31 @@ async def test_stdio_agent_failures_are_upstream_errors(
     count = "xwm_turn_duration_seconds_count"
     labels = {"target": "single-agent", "mode": "single-agent", "provider": "ghost"}
     assert sample(text, count, **labels, outcome="failed") == 1
+    call = next(e for e in entries(bp.logs) if e["msg"] == "agent call failed")
+    assert call["level"] == "warning"
+    assert (call["session_id"], call["provider"], call["kind"]) == ("g1", "ghost", "transport")
+    assert "agent-xyz" in call["error"]
+
+
+async def test_an_agent_crash_mid_turn_is_one_warning_and_a_metric(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    config = providers_config(agent_provider("fake"), allowed_roots=[str(tmp_path)])
+    bp = await start_bridge(config=config, tmp=tmp_path)
+    params = agent_params("c1", "crash", workingDirectory=str(tmp_path))
+    reply = await rpc(http, bp.rpc_url, "session.start", params)
+    assert reply["result"]["success"] is False
+    text = await metrics(http, bp.url)
+    assert sample(text, "xwm_upstream_errors_total", provider="fake", kind="transport") == 1
+    failed = [e for e in entries(bp.logs) if e["msg"] == "agent call failed"]
+    assert len(failed) == 1, failed
+    call = failed[0]
+    assert call["level"] == "warning"
+    assert (call["session_id"], call["provider"], call["kind"]) == ("c1", "fake", "transport")
+    assert call["error"]
+    finished = next(e for e in entries(bp.logs) if e["msg"] == "turn finished")
+    assert finished["level"] == "warning" and finished["session_id"] == "c1"
+    assert finished["provider"] == "fake" and finished["duration_ms"] >= 0
 
 
 async def test_rejected_requests_are_counted_and_logged(

@@ -115,7 +115,9 @@ class SingleAgentExecutor:
             )
         except UpstreamError as exc:
             message = str(exc)
-            log.warning("upstream call failed", extra={"provider": provider.id, "error": message})
+            fields = {"session_id": ctx.session_id[:128], "provider": provider.id}
+            fields.update(kind=exc.kind, error=message)  # kind: the metric's label
+            log.warning("upstream call failed", extra=fields)
             self._metrics.upstream_failures.get(provider.id, exc.kind).inc()
             if exc.timed_out:  # the upstream may still be working on it
                 await cancel_upstream()

@@ -262,7 +262,7 @@ class StdioAgentExecutor:
             agent = await self.acquire(provider.id, cwd)
         except AgentError as exc:
             if not isinstance(exc, AgentBusy):  # no free place is not the agent's failure
-                self._failed(provider.id, failure_kind(exc))  # e.g. bwrap is not installed
+                self._failed(ctx, provider.id, failure_kind(exc), exc)  # e.g. bwrap is missing
             await ctx.emit_error(str(exc))
             return self.failure(ctx, str(exc))
         try:
@@ -279,7 +279,7 @@ class StdioAgentExecutor:
             blocks, attachments = await self._prompt_blocks(ctx, agent, opened)
         except (AgentError, SetupError) as exc:
             if isinstance(exc, AgentError):  # not a setup problem (model, auth method)
-                self._failed(provider.id, failure_kind(exc))
+                self._failed(ctx, provider.id, failure_kind(exc), exc)
             await ctx.emit_error(str(exc))
             return self.failure(ctx, str(exc))
         acp_sid = opened.ref.acp_session_id
@@ -300,7 +300,7 @@ class StdioAgentExecutor:
         try:
             answer = await asyncio.shield(prompt_task)
         except AgentError as exc:
-            self._failed(provider.id, failure_kind(exc))
+            self._failed(ctx, provider.id, failure_kind(exc), exc)
             if exc.timed_out:
                 await self._interrupt(agent, acp_sid, ctx, None)
             elif not agent.alive:  # pending permission requests die with the agent
@@ -310,7 +310,7 @@ class StdioAgentExecutor:
             return {**self.failure(ctx, str(exc)), **extras, **self._extras(state)}
         except asyncio.CancelledError:
             cancel_arrived()  # not sent again into the wait for the agent's answer
-            self._failed(provider.id, "cancelled")
+            self._failed(ctx, provider.id, "cancelled")
             await self._interrupt(agent, acp_sid, ctx, prompt_task)
             self._account(ctx, provider, opened, state.usage)
             raise
@@ -335,9 +335,12 @@ class StdioAgentExecutor:
         remote_fields(result, cwd)
         return result
 
-    def _failed(self, provider_id: str, kind: str) -> None:
-        self._metrics.upstream_failures.get(provider_id, kind).inc()
-        log.warning("agent call failed", extra={"agent": provider_id, "kind": kind})
+    def _failed(self, ctx: TurnContext, pid: str, kind: str, exc: Exception | None = None) -> None:
+        """The metric, and a warning with the session, provider, kind and error."""
+        self._metrics.upstream_failures.get(pid, kind).inc()
+        error = capped(str(exc), 500) if exc is not None else ""  # "agent": the old name
+        fields = {"session_id": ctx.session_id[:128], "provider": pid, "agent": pid, "kind": kind}
+        log.warning("agent call failed", extra={**fields, "error": error} if error else fields)
 
     @staticmethod
     def _setup_fields(opened: Opened, attachments: list[dict[str, Any]]) -> dict[str, Any]:
