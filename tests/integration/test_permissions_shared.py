@@ -133,6 +133,17 @@ async def test_expiry_cancel_and_agent_exit_resolve_for_everyone(
         result = (await asyncio.wait_for(turn, 20))["result"]
         assert result["success"] is False
     assert (await rpc(http, bp.rpc_url, "permission.list", {}))["result"]["requests"] == []
+    # the operator's view: an expiry is a warning naming the session; each resolution counts
+    audits = [orjson.loads(line) for line in bp.logs if '"permission decision"' in line]
+    levels = {a["resolution"]: (a["level"], a["session_id"]) for a in audits}
+    assert levels["expired"] == ("warning", "ex1"), audits
+    assert levels["cancelled"][0] == levels["agent_exited"][0] == "info"
+    assert all(a["provider"] == "fake" for a in audits)
+    async with http.get(f"{bp.url}/metrics") as resp:
+        text = await resp.text()
+    for resolution in ("expired", "cancelled", "agent_exited"):
+        series = f'xwm_permission_requests_total{{resolution="{resolution}"}} 1.0'
+        assert series in text, resolution
 
 
 async def test_sse_turn_stream_carries_the_resolution(

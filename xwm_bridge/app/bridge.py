@@ -39,7 +39,12 @@ from xwm_bridge.providers.stdio import registry
 from xwm_bridge.providers.stdio.catalog import FILE_NAME as CATALOG_FILE
 from xwm_bridge.providers.stdio.catalog import AgentCatalog
 from xwm_bridge.providers.stdio.executor import ProviderKindExecutor, StdioAgentExecutor
-from xwm_bridge.providers.stdio.permissions import POLICY, PermissionAnswer, PermissionBroker
+from xwm_bridge.providers.stdio.permissions import (
+    POLICY,
+    RESOLUTIONS,
+    PermissionAnswer,
+    PermissionBroker,
+)
 from xwm_bridge.providers.upstream import UpstreamClient
 from xwm_bridge.proxy import ProxySettings, aiohttp_session_options
 from xwm_bridge.router.service import Router
@@ -167,6 +172,9 @@ class Bridge:
             else:
                 self.store.delete_permission(record.session_id, record.request_id)
         self.events.publish("permission", type_, record.wire(), record.session_id)
+        if type_ == "resolved":  # a bounded label: one of the broker's resolutions
+            resolution = record.resolution if record.resolution in RESOLUTIONS else "other"
+            self.metrics.permission_resolutions.get(resolution).inc()
 
     @property
     def http(self) -> aiohttp.ClientSession:

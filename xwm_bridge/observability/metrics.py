@@ -93,6 +93,13 @@ class Metrics:
             ["provider", "model", "currency"],
             registry=r,
         )
+        self.permissions = Counter(
+            "xwm_permission_requests",
+            "Stdio-agent permission requests by how they were resolved (policy, selected, "
+            "expired, cancelled, agent_exited, turn_ended)",
+            ["resolution"],
+            registry=r,
+        )
         self.bytes_in = Counter(
             "xwm_bytes_received", "Request bytes received by transport", ["transport"], registry=r
         )
@@ -123,6 +130,7 @@ class Metrics:
         self.rejections = Children(self.rejected)
         self.agent_token_counts = Children(self.agent_tokens)
         self.agent_costs = Children(self.agent_cost)
+        self.permission_resolutions = Children(self.permissions)
         self.received = Children(self.bytes_in)
         self.sent = Children(self.bytes_out)
         self.connections_closed = Children(self._connections_closed)

@@ -37,6 +37,8 @@ CANCELLED = "cancelled"
 AGENT_EXITED = "agent_exited"
 TURN_ENDED = "turn_ended"
 POLICY = "policy"
+#: every resolution (``xwm_permission_requests_total{resolution}``)
+RESOLUTIONS = frozenset({SELECTED, EXPIRED, CANCELLED, AGENT_EXITED, TURN_ENDED, POLICY})
 
 _ids = itertools.count(1)
 
@@ -98,7 +100,10 @@ def audit(record: PermissionRecord, decision: str = "ask") -> None:
     if record.by is not None:
         fields["by_transport"] = record.by.transport
         fields["by_address"] = record.by.address
-    events.info(AUDIT_LOGGER, "permission decision", fields)
+    # nobody answered in time: the agent's tool call was rejected, which an operator
+    # needs to see (a client that does not show permission requests, a console closed)
+    line = events.warning if record.resolution == EXPIRED else events.info
+    line(AUDIT_LOGGER, "permission decision", fields)
 
 
 class PermissionBroker:
