@@ -106,7 +106,9 @@ async def check_provider(
             stream=False,
         )
     except UpstreamError as exc:
-        return {"provider": p.id, **where, "ok": False, "error": str(exc)}
+        # doctor's own deadline, not the provider's total_timeout the message names
+        error = f"no answer within {CHECK_TIMEOUT:g}s" if exc.timed_out else str(exc)
+        return {"provider": p.id, **where, "ok": False, "error": error}
     if reply.get("jsonrpc") != "2.0" or "result" not in reply:
         return {"provider": p.id, **where, "ok": False, "error": "not a JSON-RPC result"}
     return {"provider": p.id, **where, "ok": True}

@@ -174,3 +174,34 @@ async def test_serve_warns_when_no_provider_is_enabled(
     warning = next(e for e in lines if e["msg"] == "no provider is enabled")
     assert warning["level"] == "warning"
     assert "single-agent turns" in warning["hint"]
+
+
+async def test_each_probe_says_which_deadline_ran_out(tmp_path: Path) -> None:
+    """An HTTP provider that takes the connection and never answers fails with doctor's
+    own 5 s, not "the configured deadline"; a silent agent with agents.probe_timeout
+    (not agents.initialize_timeout, which stays 60 s here)."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # read nothing, answer nothing
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    config = {
+        "providers": [
+            {"id": "hang", "endpoint": f"http://127.0.0.1:{port}"},
+            {"id": "silent", "kind": "stdio",
+             "command": [sys.executable, "-c", "import time; time.sleep(60)"]},
+        ],
+        "agents": {"probe_timeout": 1, "initialize_timeout": 60},
+    }  # fmt: skip
+    try:
+        code, doc = await doctor(tmp_path, config)
+    finally:
+        server.close()
+        for writer in accepted:
+            writer.close()
+    rows = by(doc, "provider")
+    assert code == 1
+    assert rows["hang"]["ok"] is False and rows["hang"]["error"] == "no answer within 5s"
+    assert rows["silent"]["ok"] is False and "within 1s" in rows["silent"]["error"]

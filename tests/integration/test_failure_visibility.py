@@ -178,3 +178,27 @@ async def test_rejected_requests_are_counted_and_logged(
     ]
     assert [e.get("status") for e in rejected[:5]] == [401, 401, 403, 413, 400]
     assert all(TOKEN not in orjson.dumps(e).decode() for e in rejected)
+
+
+async def test_a_timed_out_turn_names_the_deadline(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # takes the request, never answers
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    provider = {"id": "codex", "endpoint": f"http://127.0.0.1:{port}", "total_timeout": 0.5}
+    try:
+        bp = await start_bridge(config=providers_config(provider), tmp=tmp_path)
+        reply = await rpc(http, bp.rpc_url, "session.start", session_params("t1", "hi"))
+    finally:
+        server.close()
+        for writer in accepted:
+            writer.close()
+    error = reply["result"]["error"]
+    assert "timed out" in error and "0.5s" in error and "total_timeout" in error, error
+    call = next(e for e in entries(bp.logs) if e["msg"] == "upstream call failed")
+    assert call["kind"] == "timeout" and call["session_id"] == "t1"

@@ -102,7 +102,8 @@ class UpstreamClient:
                 )
         except TimeoutError:
             raise UpstreamError(
-                f"upstream {provider.id} timed out (no answer within the configured deadline)",
+                f"upstream {provider.id} timed out (no answer within "
+                f"{provider.total_timeout:g}s, providers[].total_timeout)",
                 timed_out=True,
             ) from None
         except UpstreamProtocolError as exc:
