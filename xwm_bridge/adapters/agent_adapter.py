@@ -85,11 +85,16 @@ class AdapterSettings:
             if given
         }
         args = raw_args if "agent_args" in overrides else DEFAULT_ARGS
+        try:
+            argv = tuple(shlex.split(args))  # quotes honoured (the original split on spaces)
+        except ValueError as exc:  # an unclosed quote: say whose
+            source = "--agent-args" if agent_args is not None else "GEMINI_ADAPTER_ARGS"
+            raise ConfigError(f"{source}: {exc}") from None
         origins = get("GEMINI_ADAPTER_ALLOWED_ORIGINS", DEFAULT_ORIGINS)
         return cls(
             listen=listen or get("GEMINI_ADAPTER_LISTEN_ADDR", DEFAULT_LISTEN),
             agent_bin=binary or "gemini",
-            agent_args=tuple(shlex.split(args)),  # quotes honoured (the original split on spaces)
+            agent_args=argv,
             protocol_version=version,
             auth_token=get("GEMINI_ADAPTER_AUTH_TOKEN", ""),
             provider_id=get("GEMINI_ADAPTER_PROVIDER_ID", "gemini"),

@@ -81,9 +81,13 @@ def agent_adapter(
         settings = AdapterSettings.from_env(
             os.environ, listen=listen, agent_bin=agent_bin, agent_args=agent_args
         )
-        host, port = parse_listen(settings.listen)
-    except (ConfigError, ValueError) as exc:
+    except ConfigError as exc:
         _fail(f"config error: {exc}", EXIT_CONFIG)
+    try:
+        host, port = parse_listen(settings.listen)
+    except ValueError as exc:
+        source = "--listen" if listen else "GEMINI_ADAPTER_LISTEN_ADDR"
+        _fail(f"config error: {source}: {exc}", EXIT_CONFIG)
     cfg = settings.bridge_config(base)
     if not is_loopback_host(host) and not cfg.auth_token:
         _fail(
