@@ -77,20 +77,32 @@ class ResponseFrame:
 Frame = EventFrame | ResponseFrame
 
 
+#: a ``seq`` must fit the 64 bits orjson writes: past them the push could not be encoded
+#: (the wire encoder would drop it) and a huge last seq would hide every later gap
+_SEQ_MIN, _SEQ_MAX = -(2**63), 2**63 - 1
+
+
 def sequence(value: Any) -> int:
-    """Frame ``seq`` as an int: numbers truncated, numeric strings parsed, else 0."""
+    """Frame ``seq`` as an int: numbers truncated, numeric strings parsed, else 0 (also
+    for anything outside the signed 64-bit range)."""
     if isinstance(value, bool):
         return 0
+    out = 0
     if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if value == value and abs(value) < 2**63 else 0
-    if isinstance(value, str):
+        out = value
+    elif isinstance(value, float):
+        out = int(value) if value == value and abs(value) < 2**63 else 0
+    elif isinstance(value, str) and value.strip():
+        text = value.strip()
         try:
-            return int(float(value.strip())) if value.strip() else 0
-        except (ValueError, OverflowError):
-            return 0
-    return 0
+            out = int(text) if len(text) <= 24 else 0
+        except ValueError:
+            try:
+                number = float(text)
+            except ValueError:
+                return 0
+            out = int(number) if number == number and abs(number) < 2**63 else 0
+    return out if _SEQ_MIN <= out <= _SEQ_MAX else 0
 
 
 #: a frame's payload gets the bridge-wide cap; the frame itself is one level more

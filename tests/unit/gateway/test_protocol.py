@@ -398,3 +398,19 @@ def test_frames_nested_past_the_cap() -> None:
     assert p.decode_frame(f'{{"type":"event","event":"chat","payload":{deep}}}') is None
     ok = p.decode_frame(f'{{"type":"res","id":"r2","ok":true,"payload":{nested_json(64)}}}')
     assert isinstance(ok, p.ResponseFrame) and ok.ok
+
+
+@pytest.mark.parametrize(
+    "value", ["1e30", "99999999999999999999", "-99999999999999999999", 2**64 - 1, -(2**63) - 1]
+)
+def test_a_sequence_past_64_bits_is_zero_so_the_push_stays_encodable(value: Any) -> None:
+    # a push whose ``sequence`` orjson cannot write is dropped by the wire encoder: the
+    # client would lose the event (and a huge last seq would hide every later gap)
+    seq = p.sequence(value)
+    assert seq == 0
+    assert orjson.dumps({"sequence": seq}) == b'{"sequence":0}'
+
+
+def test_the_largest_64_bit_sequences_are_kept() -> None:
+    assert p.sequence(2**63 - 1) == 2**63 - 1
+    assert p.sequence(str(-(2**63))) == -(2**63)
