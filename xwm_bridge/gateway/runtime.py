@@ -13,25 +13,26 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from xwm_bridge import jsonrpc
 from xwm_bridge.config import GatewayConfig
 from xwm_bridge.gateway import dial
 from xwm_bridge.gateway import protocol as p
+from xwm_bridge.gateway.connect_config import ConnectConfig, offline_snapshot
+from xwm_bridge.gateway.fanout import Fanout, Notify
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.snapshot import Snapshot
+
+__all__ = ["ConnectConfig", "GatewayRuntime", "Notify"]
 from xwm_bridge.proxy import ProxySettings
 from xwm_bridge.tasks import Supervisor, stop, wait_for
 
 log = logging.getLogger("xwm_bridge.gateway")
 
-Notify = Callable[[dict[str, Any]], Awaitable[None]]
 #: a turn's event tap: gets every event frame; cheap and non-blocking.
 Tap = Callable[[p.EventFrame], None]
 
@@ -43,23 +44,6 @@ LOOP_STOP_WITHIN = 5.0
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectConfig:
-    """Everything a (re)connect needs, fixed at ``xworkmate.gateway.connect``."""
-
-    url: str
-    remote_address: str
-    mode: str
-    client: p.ClientInfo
-    identity: p.Identity
-    creds: p.Credentials
-    auth_mode: str = ""
-    auth_fields: tuple[str, ...] = ()
-    auth_sources: tuple[str, ...] = ()
-    has_shared_auth: bool = False
-    has_device_token: bool = False
 
 
 class GatewayRuntime:
@@ -90,12 +74,15 @@ class GatewayRuntime:
         self._ids = p.RequestIds(lambda: time.time_ns() // 1000)
         self._ws: ClientConnection | None = None
         self._loop_task: asyncio.Task[None] | None = None
+        #: a client connect's dial + handshake, while it runs: a stop cancels it
+        self._attempting: asyncio.Task[ClientConnection | GatewayError] | None = None
+        #: bumped by every disconnect/close: a connect that started before one gives up
+        self._stops = 0
         self._pending: dict[str, asyncio.Future[p.ResponseFrame]] = {}
         self._send_lock = asyncio.Lock()
         #: connect and disconnect of one runtime never interleave (no leaked socket)
         self._op_lock = asyncio.Lock()
-        self._sinks: dict[Notify, int] = {}  # request-scoped sinks (refcounted)
-        self._live: set[Any] = set()  # owner's live connections (``.notify``, ``.closed``)
+        self._fanout = Fanout(settings.notify_timeout)
         self._taps: set[Tap] = set()
         self._last_seq = 0
         self.closed = False
@@ -103,41 +90,16 @@ class GatewayRuntime:
     # --- notification fan-out ----------------------------------------------------------
 
     def attach(self, notify: Notify | None, connection: Any | None) -> None:
-        """Send this runtime's notifications to a call in flight: over its long-lived
-        connection when it has one (which also keeps getting them after the call),
-        else to the call's own ``notify`` (an SSE response). Never both: the call's
-        ``notify`` is a wrapper of the connection's, so each frame would arrive twice."""
-        if connection is not None:
-            self._live.add(connection)
-        elif notify is not None:
-            self._sinks[notify] = self._sinks.get(notify, 0) + 1
+        self._fanout.attach(notify, connection)
 
     def detach(self, notify: Notify | None, connection: Any | None = None) -> None:
-        if connection is None and notify is not None:
-            left = self._sinks.get(notify, 0) - 1
-            if left > 0:
-                self._sinks[notify] = left
-            else:
-                self._sinks.pop(notify, None)
+        self._fanout.detach(notify, connection)
 
     def has_live_owner(self) -> bool:
-        self._live = {c for c in self._live if not c.closed}
-        return bool(self._live)
+        return self._fanout.has_live_owner()
 
     async def _publish(self, method: str, params: dict[str, Any]) -> None:
-        message = jsonrpc.notification(method, params)
-        targets: list[Notify] = list(self._sinks)
-        for conn in list(self._live):
-            if conn.closed:
-                self._live.discard(conn)
-            elif conn.notify not in self._sinks:
-                targets.append(conn.notify)
-        if not targets:
-            return
-        timeout = self.settings.notify_timeout
-        await asyncio.gather(
-            *(wait_for(t(message), timeout) for t in targets), return_exceptions=True
-        )
+        await self._fanout.publish(method, params)
 
     async def _log(self, level: str, category: str, message: str) -> None:
         getattr(log, "warning" if level == "warn" else level)(
@@ -170,20 +132,7 @@ class GatewayRuntime:
     # --- lifecycle ---------------------------------------------------------------------
 
     def _offline_snapshot(self, cfg: ConnectConfig | None) -> Snapshot:
-        old = self.snapshot
-        snap = Snapshot(
-            mode=cfg.mode if cfg else old.mode,
-            device_id=cfg.identity.device_id if cfg else old.device_id,
-            auth_role=old.auth_role,
-            auth_scopes=list(old.auth_scopes),
-        )
-        if cfg is not None:
-            snap.connect_auth_mode = cfg.auth_mode
-            snap.connect_auth_fields = list(cfg.auth_fields)
-            snap.connect_auth_sources = list(cfg.auth_sources)
-            snap.has_shared_auth = cfg.has_shared_auth
-            snap.has_device_token = cfg.has_device_token or bool(cfg.creds.device_token)
-        return snap
+        return offline_snapshot(cfg, self.snapshot)
 
     async def connect(self, cfg: ConnectConfig) -> tuple[p.Hello | None, GatewayError | None]:
         """Client-initiated connect: close whatever ran before, try once, then own the loop."""
@@ -191,6 +140,7 @@ class GatewayRuntime:
             return await self._connect(cfg)
 
     async def _connect(self, cfg: ConnectConfig) -> tuple[p.Hello | None, GatewayError | None]:
+        stops = self._stops
         await self._stop(SOCKET_RESET)
         self.closed = False
         self.config = cfg
@@ -207,27 +157,51 @@ class GatewayRuntime:
         self.snapshot.status, self.snapshot.status_text = "connecting", "Connecting…"
         self.snapshot.remote_address = cfg.remote_address
         await self._emit_snapshot()
+        if self._stops != stops:  # a disconnect or close came in meanwhile: it wins
+            self.snapshot = self._offline_snapshot(cfg)
+            return None, SOCKET_RESET
+        # its own task, so that a disconnect or close (which wait for this connect's
+        # lock) can end a handshake still waiting out its deadlines
+        attempt = self._tasks.spawn(
+            self._attempt_or_error(cfg), name=f"gateway-connect:{self.runtime_id}"
+        )
+        self._attempting = attempt
         try:
-            ws = await self._attempt(cfg)
-        except GatewayError as exc:
+            result = await attempt
+        except asyncio.CancelledError:
+            # the caller went away while the new socket was being announced, or a stop
+            # ended the attempt: nothing reads the socket, it must not stay "connected"
+            await self._drop_socket(SOCKET_RESET)
+            self.snapshot = self._offline_snapshot(cfg)
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return None, SOCKET_RESET
+        finally:
+            self._attempting = None
+        if isinstance(result, GatewayError):
+            exc = result
             await self._attempt_failed(cfg, exc)
             if not exc.fatal:
                 self._loop_task = self._tasks.spawn(
                     self._run(None), name=f"gateway:{self.runtime_id}", service=True
                 )
             return None, exc
-        except asyncio.CancelledError:
-            # the caller went away while the new socket was being announced: nothing
-            # reads it yet, so it must not stay installed as "connected"
-            await self._drop_socket(SOCKET_RESET)
-            self.snapshot = self._offline_snapshot(cfg)
-            raise
+        ws = result
         self._loop_task = self._tasks.spawn(
             self._run(ws), name=f"gateway:{self.runtime_id}", service=True
         )
         return self.hello, None
 
+    def _stop_attempt(self) -> None:
+        """End a client connect still dialing or in its handshake (it answers
+        ``SOCKET_RESET``), instead of waiting out its deadlines behind its lock."""
+        self._stops += 1
+        if self._attempting is not None:
+            self._attempting.cancel()
+
     async def disconnect(self) -> None:
+        self._stop_attempt()
         async with self._op_lock:
             if self.config is None and self._ws is None:
                 return
@@ -238,6 +212,7 @@ class GatewayRuntime:
 
     async def close(self) -> None:
         """Final close (idle reap or shutdown)."""
+        self._stop_attempt()
         async with self._op_lock:
             await self._stop(SOCKET_RESET)
             self.closed = True
@@ -272,6 +247,14 @@ class GatewayRuntime:
             if not fut.done():
                 fut.set_exception(error)
 
+    async def _attempt_or_error(self, cfg: ConnectConfig) -> ClientConnection | GatewayError:
+        """:meth:`_attempt` with its failure as a value: a supervised task that
+        raised would be logged as a failed background task."""
+        try:
+            return await self._attempt(cfg)
+        except GatewayError as exc:
+            return exc
+
     async def _attempt(self, cfg: ConnectConfig) -> ClientConnection:
         """Dial + handshake; on success the socket is installed and the snapshot connected."""
         ws = await dial.open_socket(cfg.url, self.settings, self.runtime_id, self._proxies)
@@ -295,13 +278,7 @@ class GatewayRuntime:
         self.epoch += 1
         self._last_seq = 0
         if hello.device_token:
-            cfg = ConnectConfig(
-                **{
-                    **{f: getattr(cfg, f) for f in cfg.__dataclass_fields__},
-                    "creds": p.Credentials(cfg.creds.token, hello.device_token, cfg.creds.password),
-                    "has_device_token": True,
-                }
-            )
+            cfg = cfg.with_device_token(hello.device_token)
             self.config = cfg
         snap = self.snapshot
         snap.status, snap.status_text = "connected", "Connected"

@@ -155,3 +155,79 @@ async def test_a_stop_ends_a_loop_that_lost_its_cancel() -> None:
     async with asyncio.timeout(5):
         await rt.close()
     assert swallowed == [True] and loop.cancelled() and rt.closed
+
+
+class HelloNeverComes:
+    """Sends the challenge, reads ``connect``, and never answers it."""
+
+    def __init__(self) -> None:
+        self.frames = [b'{"type":"event","event":"connect.challenge","payload":{"nonce":"n"}}']
+        self.sent: list[bytes] = []
+        self.closed = asyncio.Event()
+
+    async def send(self, data: bytes, text: bool = False) -> None:
+        self.sent.append(data)
+
+    async def recv(self) -> bytes:
+        if self.frames:
+            return self.frames.pop(0)
+        await self.closed.wait()
+        raise AssertionError("closed")
+
+    async def close(self) -> None:
+        self.closed.set()
+
+
+def hanging_connect(monkeypatch: pytest.MonkeyPatch) -> tuple[HelloNeverComes, GatewayRuntime]:
+    ws = HelloNeverComes()
+
+    async def dial(*args: object, **kwargs: object) -> HelloNeverComes:
+        return ws
+
+    monkeypatch.setattr(runtime.websockets, "connect", dial)
+    # a handshake that would hang for a minute: only a stop can end it sooner
+    return ws, GatewayRuntime("rt", "alice", GatewayConfig(hello_timeout=60, backoff_initial=60))
+
+
+CFG = ConnectConfig(
+    url="ws://127.0.0.1:1",
+    remote_address="127.0.0.1:1",
+    mode="local",
+    client=p.ClientInfo(),
+    identity=p.Identity(),
+    creds=p.Credentials(token="t"),
+)
+
+
+async def test_a_disconnect_stops_a_connect_whose_hello_never_comes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ws, rt = hanging_connect(monkeypatch)
+    connecting = asyncio.ensure_future(rt.connect(CFG))
+    try:
+        await wait_until(lambda: len(ws.sent) == 1)  # connect written, hello awaited
+        # the guard only catches the hang: the disconnect must not wait out hello_timeout
+        await asyncio.wait_for(rt.disconnect(), 5)
+        hello, error = await asyncio.wait_for(connecting, 5)
+        assert hello is None and error is not None
+        assert (error.code, error.message) == ("SOCKET_RESET", "socket reset")
+        assert ws.closed.is_set() and rt.snapshot.status == "offline"
+        assert rt._loop_task is None and rt._ws is None  # no retry loop behind the disconnect
+    finally:
+        connecting.cancel()
+        await rt.close()
+
+
+async def test_a_close_stops_a_connect_whose_hello_never_comes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ws, rt = hanging_connect(monkeypatch)
+    connecting = asyncio.ensure_future(rt.connect(CFG))
+    try:
+        await wait_until(lambda: len(ws.sent) == 1)
+        await asyncio.wait_for(rt.close(), 5)  # shutdown or the reaper: within its grace
+        hello, error = await asyncio.wait_for(connecting, 5)
+        assert hello is None and error is not None and error.code == "SOCKET_RESET"
+        assert ws.closed.is_set() and rt._loop_task is None and rt.closed
+    finally:
+        connecting.cancel()
