@@ -23,6 +23,7 @@ hold the object):
 * ``chat_delay`` — seconds between streamed chat events;
 * ``text_only`` — ignore binary frames, as gateways that read only text frames do
   (``binary_frames`` counts the binary frames received either way);
+* ``send_raw()`` — write arbitrary messages (bad JSON, binary, odd types);
 * ``shutdown()`` — broadcast a ``shutdown`` event then close all sockets.
 """
 
@@ -99,6 +100,14 @@ class FakeGateway:
         for ws in list(self.state.connections):
             with contextlib.suppress(Exception):
                 await ws.close(1012, "service restart")
+
+    async def send_raw(self, *messages: str | bytes) -> None:
+        """Write each message as it is (text for ``str``, binary for ``bytes``) to every
+        connection: frames a real gateway should never send."""
+        for ws in list(self.state.connections):
+            for message in messages:
+                with contextlib.suppress(Exception):
+                    await ws.send(message)
 
     async def _broadcast(self, event: str, payload: dict[str, Any]) -> None:
         frame = orjson.dumps(

@@ -20,7 +20,17 @@ import pytest
 
 from internal.peers.fake_gateway import TOKEN as GW_TOKEN
 from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
-from tests.conftest import AUTH, TOKEN, StartBridge, base_env, eventually, rpc, sse, wait_until
+from tests.conftest import (
+    AUTH,
+    TOKEN,
+    StartBridge,
+    base_env,
+    eventually,
+    log_entries,
+    rpc,
+    sse,
+    wait_until,
+)
 from xwm_bridge.config import BridgeConfig, GatewayConfig
 from xwm_bridge.core import handles
 from xwm_bridge.gateway.manager import ConnectParams, build_connect_config
@@ -805,3 +815,67 @@ async def test_connect_with_an_out_of_range_port_is_a_clear_error(
     assert res["ok"] is False and res["snapshot"] is None, res
     assert res["error"]["code"] == "INVALID_ENDPOINT", res
     assert "65535" in res["error"]["message"]
+
+
+async def test_frames_the_bridge_ignores_are_logged_and_counted(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    ws = await open_ws(http, bp.ws_url)
+    assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway)))["ok"]
+    await gateway.send_raw(
+        "not json",
+        b"\xff\xfe",  # binary, not JSON
+        "[1, 2]",
+        '{"type": "bogus"}',
+        '{"type": "res", "id": "nobody-asked", "ok": true}',
+        # a binary frame holding a valid event is a frame like any other (§5.2)
+        orjson.dumps({"type": "event", "event": "after.garbage", "payload": {}, "seq": 0}),
+    )
+    await wait_until(lambda: bool(ws.pushes("after.garbage")), 5)
+
+    async def counted() -> None:
+        async with http.get(f"{bp.url}/metrics") as resp:
+            text = await resp.text()
+        prefix = "xwm_gateway_frames_ignored_total{"
+        out = {}
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                labels, value = line[len(prefix) :].split("} ")
+                out[labels.split('"')[1]] = float(value)
+        assert out == {"invalid_json": 2, "not_a_frame": 2, "unknown_response": 1}, out
+
+    await counted()  # read in order: the push above came after every ignored frame
+    health = await result_of(http, bp.rpc_url, "bridge.health", {})
+    (rt,) = [g for g in health["gateways"] if g["runtimeId"] == "rt-1"]
+    assert rt["ignoredFrames"] == 5
+    entries = [e for e in log_entries(bp.logs) if e.get("msg") == "gateway frame ignored"]
+    assert {e["reason"] for e in entries} == {"invalid_json", "not_a_frame", "unknown_response"}
+    assert not any("Traceback" in line for line in bp.logs)
+    # the socket is still good
+    out = await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"}
+    )
+    assert out["ok"] is True
+    await ws.close()
+
+
+async def test_an_oversized_frame_drops_the_socket_and_the_runtime_reconnects(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path, max_message_bytes=65536), tmp=tmp_path)
+    ws = await open_ws(http, bp.ws_url)
+    assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway)))["ok"]
+    gateway.state.reply_delay = 30  # a request in flight when the big frame comes
+    rid = await ws.send("xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"})
+    await wait_until(lambda: bool(gateway.state.requests), 5)
+    gateway.state.reply_delay = 0
+    big = orjson.dumps({"type": "event", "event": "big", "payload": {"x": "y" * 100_000}})
+    await gateway.send_raw(big.decode())
+    reply = await ws.reply(rid, 5)  # fails at once, not at its 15 s timeout
+    assert reply["result"]["error"] == {"message": "socket closed", "code": "SOCKET_CLOSED"}
+    await wait_until(lambda: gateway.state.handshakes_ok >= 2, 10)
+    await wait_until(lambda: ws.snapshots()[-1]["status"] == "connected", 5)
+    assert not ws.pushes("big")
+    assert not any("Traceback" in line for line in bp.logs)
+    await ws.close()

@@ -197,6 +197,8 @@ class GatewayManager:
         self._proxies = proxies
         self._settings = config.gateway
         self._runtimes: dict[tuple[str, str], GatewayRuntime] = {}
+        #: frames every runtime dropped, by reason (reaped ones included)
+        self._frame_counts: dict[str, int] = dict.fromkeys(p.IGNORED_REASONS, 0)
         self._lock = asyncio.Lock()
         #: the runtimes' connection loops
         self._tasks = Supervisor()
@@ -207,6 +209,10 @@ class GatewayManager:
         for rt in self._runtimes.values():
             counts[rt.snapshot.status] = counts.get(rt.snapshot.status, 0) + 1
         return counts
+
+    def frames_ignored(self) -> dict[str, int]:
+        """Frames read from gateways and dropped, by reason, for metrics."""
+        return dict(self._frame_counts)
 
     def status(self) -> list[dict[str, Any]]:
         """Every runtime (operator health view): state, last error, reconnects."""
@@ -220,6 +226,7 @@ class GatewayManager:
                 "lastErrorCode": rt.snapshot.last_error_code or None,
                 "reconnects": rt.reconnects,
                 "activeCalls": rt.active_calls,
+                "ignoredFrames": rt.ignored.total,
                 "remoteAddress": rt.snapshot.remote_address or None,
                 "lastConnectedAtMs": rt.snapshot.last_connected_at_ms or None,
             }
@@ -280,7 +287,12 @@ class GatewayManager:
                         None,
                     )
                 rt = GatewayRuntime(
-                    cp.runtime_id, principal, self._settings, self._tasks, self._proxies
+                    cp.runtime_id,
+                    principal,
+                    self._settings,
+                    self._tasks,
+                    self._proxies,
+                    self._frame_counts,
                 )
                 self._runtimes[(principal, cp.runtime_id)] = rt
         with self.using(rt, notify, connection):

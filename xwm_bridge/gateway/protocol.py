@@ -148,6 +148,20 @@ def decode_frame(data: str | bytes) -> Frame | None:
     return None
 
 
+#: why :func:`decode_frame` gave None, or a response nobody waits for (runtime counters)
+IGNORED_REASONS = ("invalid_json", "not_a_frame", "unknown_response")
+
+
+def ignored_reason(data: str | bytes) -> str:
+    """Why :func:`decode_frame` ignored ``data``: not JSON, or JSON but no frame we
+    read (not an object, a ``type`` other than ``event``/``res``, nested too deep)."""
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return "invalid_json"
+    return "not_a_frame"
+
+
 def encode_request(request_id: str, method: str, params: dict[str, Any] | None) -> bytes:
     frame: dict[str, Any] = {"type": "req", "id": request_id, "method": method}
     if params:

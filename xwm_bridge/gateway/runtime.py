@@ -24,6 +24,7 @@ from xwm_bridge.gateway import dial
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.connect_config import ConnectConfig, offline_snapshot
 from xwm_bridge.gateway.fanout import Fanout, Notify
+from xwm_bridge.gateway.ignored import IgnoredFrames
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.snapshot import Snapshot
 
@@ -54,6 +55,7 @@ class GatewayRuntime:
         settings: GatewayConfig,
         tasks: Supervisor | None = None,
         proxies: ProxySettings | None = None,
+        frame_counts: dict[str, int] | None = None,
     ) -> None:
         self.runtime_id = runtime_id
         #: the forward proxies of the bridge's environment (xwm_bridge/proxy.py)
@@ -85,6 +87,7 @@ class GatewayRuntime:
         self._fanout = Fanout(settings.notify_timeout)
         self._taps: set[Tap] = set()
         self._last_seq = 0
+        self.ignored = IgnoredFrames(runtime_id, frame_counts)
         self.closed = False
 
     # --- notification fan-out ----------------------------------------------------------
@@ -277,6 +280,7 @@ class GatewayRuntime:
         self.hello = hello
         self.epoch += 1
         self._last_seq = 0
+        self.ignored.new_socket()
         if hello.device_token:
             cfg = cfg.with_device_token(hello.device_token)
             self.config = cfg
@@ -362,10 +366,14 @@ class GatewayRuntime:
             except websockets.ConnectionClosed:
                 return
             frame = p.decode_frame(data)
-            if isinstance(frame, p.ResponseFrame):
+            if frame is None:
+                self.ignored.note(p.ignored_reason(data), data)
+            elif isinstance(frame, p.ResponseFrame):
                 fut = self._pending.pop(frame.id, None)
                 if fut is not None and not fut.done():
                     fut.set_result(frame)
+                else:  # unknown, duplicate, or its caller gave up already
+                    self.ignored.note("unknown_response", data)
             elif isinstance(frame, p.EventFrame) and await self._on_event(frame):
                 return
 

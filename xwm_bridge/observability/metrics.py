@@ -135,8 +135,13 @@ class Metrics:
         self.sent = Children(self.bytes_out)
         self.connections_closed = Children(self._connections_closed)
 
-    def bind_gateway(self, status_counts: Callable[[], dict[str, int]]) -> None:
-        """``xwm_gateway_runtimes{state}``, read from the gateway manager on each scrape."""
+    def bind_gateway(
+        self,
+        status_counts: Callable[[], dict[str, int]],
+        frames_ignored: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
+        """``xwm_gateway_runtimes{state}`` and ``xwm_gateway_frames_ignored_total{reason}``,
+        read from the gateway manager on each scrape."""
         registry = self.registry
 
         class _GatewayStates(Collector):
@@ -148,6 +153,15 @@ class Metrics:
                 for state in sorted({"connected", "connecting", "error", *counts}):
                     family.add_metric([state], counts.get(state, 0))
                 yield family
+                if frames_ignored is not None:
+                    ignored = CounterMetricFamily(
+                        "xwm_gateway_frames_ignored",
+                        "Frames read from gateways and dropped, by reason",
+                        labels=["reason"],
+                    )
+                    for reason, value in sorted(frames_ignored().items()):
+                        ignored.add_metric([reason], value)
+                    yield ignored
 
         registry.register(_GatewayStates())
 
