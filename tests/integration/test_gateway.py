@@ -158,8 +158,9 @@ async def prove_no_redial(http: aiohttp.ClientSession, rpc_url: str, redials: in
     """Return once a retry loop would have dialed again (the positive proof that a fatal
     connect did not): a sibling runtime on the same daemon, with the same backoff, whose
     gateway drops it right after each hello-ok, has redialed ``redials`` times. Each of its
-    waits is at least ``backoff_initial / 2`` (the backoff is reset on hello-ok), and the
-    first retry of the fatal runtime would have come after at most ``backoff_initial``."""
+    waits is at least ``backoff_initial / 2`` (the jitter floor of the first, smallest
+    ceiling), and the first retry of the fatal runtime would have come after at most
+    ``backoff_initial``."""
     flaky = FakeGateway(FakeGatewayState(drop_after_connect=1_000_000))
     await flaky.start()
     try:
@@ -879,3 +880,35 @@ async def test_an_oversized_frame_drops_the_socket_and_the_runtime_reconnects(
     assert not ws.pushes("big")
     assert not any("Traceback" in line for line in bp.logs)
     await ws.close()
+
+
+async def test_a_gateway_that_drops_every_connection_gets_a_growing_backoff(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    # hello-ok, then the socket closes at once, again and again (a gateway that accepts
+    # and then refuses the client): the redials must back off, not come every
+    # backoff_initial because each hello-ok reset the backoff
+    gw = FakeGateway(FakeGatewayState(drop_after_connect=1_000_000))
+    await gw.start()
+    try:
+        bp = await start_bridge(
+            config=gw_config(tmp_path, backoff_initial=0.1, backoff_max=3.2), tmp=tmp_path
+        )
+        ws = await open_ws(http, bp.ws_url)
+        assert (await ws.call("xworkmate.gateway.connect", connect_params(gw)))["ok"] is True
+
+        def delays() -> list[float]:
+            prefix = "scheduling reconnect in "
+            return [
+                float(m[len(prefix) :].split("s")[0]) for m in ws.logs() if m.startswith(prefix)
+            ]
+
+        await wait_until(lambda: len(delays()) >= 4, 15)
+        # ceilings 0.1, 0.2, 0.4, 0.8, each jittered into [ceiling/2, ceiling] (only a socket
+        # up for backoff_max, 3.2 s, would reset them)
+        assert delays()[3] >= 0.4, delays()
+        gw.state.drop_after_connect = 0
+        await ws.call("xworkmate.gateway.disconnect", {"runtimeId": "rt-1"})
+        await ws.close()
+    finally:
+        await gw.stop()

@@ -396,7 +396,8 @@ def event_keys(event: EventFrame) -> tuple[str, str]:
 
 @dataclass(slots=True)
 class Backoff:
-    """Exponential backoff with full jitter: 1 s → 30 s cap, reset on hello-ok."""
+    """Exponential backoff with jitter: 1 s → 30 s cap; reset by a client connect and by
+    a socket that stayed up for the cap (not by every hello-ok)."""
 
     initial: float = 1.0
     maximum: float = 30.0

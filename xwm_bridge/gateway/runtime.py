@@ -295,7 +295,6 @@ class GatewayRuntime:
         snap.has_device_token = cfg.has_device_token or bool(cfg.creds.device_token)
         snap.protocol = hello.protocol
         snap.last_error = snap.last_error_code = snap.last_error_detail_code = ""
-        self.backoff.reset()
         await self._emit_snapshot()
         await self._log(
             "info",
@@ -323,9 +322,15 @@ class GatewayRuntime:
 
     async def _run(self, ws: ClientConnection | None) -> None:
         """Own the socket: read until lost, then reconnect with backoff unless fatal."""
+        loop = asyncio.get_running_loop()
         while True:
             if ws is not None:
+                opened = loop.time()
                 await self._read(ws)
+                if loop.time() - opened >= self.settings.backoff_max:
+                    # only a socket that stayed up resets the backoff: a gateway that
+                    # drops every socket right after hello-ok gets growing delays
+                    self.backoff.reset()
                 if self._ws is ws:
                     await self._drop_socket(GatewayError("socket closed", "SOCKET_CLOSED"))
                 await self._log("warn", "socket", "closed by gateway")
