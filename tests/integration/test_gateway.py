@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from internal.peers.fake_gateway import TOKEN as GW_TOKEN
 from internal.peers.fake_gateway import FakeGateway, FakeGatewayState
@@ -33,6 +34,7 @@ from tests.conftest import (
 )
 from xwm_bridge.config import BridgeConfig, GatewayConfig
 from xwm_bridge.core import handles
+from xwm_bridge.gateway import signing
 from xwm_bridge.gateway.manager import ConnectParams, build_connect_config
 from xwm_bridge.gateway.runtime import GatewayRuntime
 
@@ -912,3 +914,43 @@ async def test_a_gateway_that_drops_every_connection_gets_a_growing_backoff(
         await ws.close()
     finally:
         await gw.stop()
+
+
+async def test_concurrent_connects_of_one_runtime_leave_one_connection(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    results = await asyncio.gather(
+        *(
+            result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+            for _ in range(3)
+        )
+    )
+    assert all(r["ok"] is True for r in results), results
+    # each connect closes the socket of the one before it: one is left, and it works
+    await wait_until(lambda: len(gateway.state.connections) == 1, 5)
+    out = await result_of(
+        http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"}
+    )
+    assert out["ok"] is True
+    assert len(gateway.state.connections) == 1 and gateway.state.handshakes_ok == 3
+
+
+async def test_gateway_credentials_never_reach_logs_or_notifications(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    ws = await open_ws(http, bp.ws_url)
+    seed = signing.b64url(Ed25519PrivateKey.generate().private_bytes_raw())
+    secrets = ["wrong-token-6c1f", "device-token-93ab", "password-4d2e", seed]
+    params = connect_params(gateway, token=secrets[0])
+    params["auth"].update(deviceToken=secrets[1], password=secrets[2])
+    params["identity"] = {"deviceId": "dev-1", "privateKeyBase64Url": secrets[3]}
+    res = await ws.call("xworkmate.gateway.connect", params)
+    assert res["ok"] is False and res["error"]["details"] == {"code": "AUTH_TOKEN_MISMATCH"}
+    good = await ws.call("xworkmate.gateway.connect", connect_params(gateway, "rt-2"))
+    assert good["ok"] is True
+    seen = orjson.dumps([res, good, ws.notes]).decode() + "\n".join(bp.logs)
+    for secret in [*secrets, GW_TOKEN]:
+        assert secret not in seen, secret
+    await ws.close()
