@@ -59,6 +59,27 @@ async def open_socket(
         raise GatewayError(DIAL_FAILED, "SOCKET_FAILURE") from None
 
 
+async def connect(
+    url: str,
+    hs: p.Handshake,
+    s: GatewayConfig,
+    runtime_id: str,
+    proxies: ProxySettings | None = None,
+) -> tuple[ClientConnection, p.Hello]:
+    """Open the socket and run ``hs`` over it: the socket and its ``hello-ok``, or the
+    handshake's :class:`GatewayError` with the socket closed (also when cancelled)."""
+    ws = await open_socket(url, s, runtime_id, proxies)
+    try:
+        await handshake(ws, hs, s)
+    except BaseException:
+        await close_quietly(ws)
+        raise
+    if hs.state is not p.HandshakeState.CONNECTED or hs.hello is None:
+        await close_quietly(ws)
+        raise hs.error or GatewayError("socket closed", "SOCKET_CLOSED")
+    return ws, hs.hello
+
+
 async def handshake(ws: ClientConnection, hs: p.Handshake, s: GatewayConfig) -> None:
     """Feed ``hs`` the socket's frames and write what it answers, until it is connected
     or has failed (its ``state`` and ``error`` say which)."""

@@ -41,6 +41,9 @@ OFFLINE = GatewayError("gateway not connected", "OFFLINE")
 SOCKET_RESET = GatewayError("socket reset", "SOCKET_RESET")
 #: how long a stop waits for the runtime's loop task to end (then a warning)
 LOOP_STOP_WITHIN = 5.0
+#: the most of the gateway's announced ``tickIntervalMs`` liveness trusts: a huge one
+#: would switch it off (pings are off, so a half-open socket would stay "connected")
+MAX_TICK_MS = 300_000
 
 
 def now_ms() -> int:
@@ -260,19 +263,16 @@ class GatewayRuntime:
 
     async def _attempt(self, cfg: ConnectConfig) -> ClientConnection:
         """Dial + handshake; on success the socket is installed and the snapshot connected."""
-        ws = await dial.open_socket(cfg.url, self.settings, self.runtime_id, self._proxies)
-        hs = p.Handshake(
-            cfg.client, cfg.identity, cfg.creds, request_id=self._ids.next(), clock_ms=now_ms
+        ws, hello = await dial.connect(
+            cfg.url,
+            p.Handshake(
+                cfg.client, cfg.identity, cfg.creds, request_id=self._ids.next(), clock_ms=now_ms
+            ),
+            self.settings,
+            self.runtime_id,
+            self._proxies,
         )
-        try:
-            await dial.handshake(ws, hs, self.settings)
-        except BaseException:
-            await dial.close_quietly(ws)
-            raise
-        if hs.state is not p.HandshakeState.CONNECTED or hs.hello is None:
-            await dial.close_quietly(ws)
-            raise hs.error or GatewayError("socket closed", "SOCKET_CLOSED")
-        await self._accept(cfg, ws, hs.hello)
+        await self._accept(cfg, ws, hello)
         return ws
 
     async def _accept(self, cfg: ConnectConfig, ws: ClientConnection, hello: p.Hello) -> None:
@@ -360,7 +360,7 @@ class GatewayRuntime:
                 ws = None
 
     async def _read(self, ws: ClientConnection) -> None:
-        tick_ms = self.hello.tick_interval_ms if self.hello else 30_000
+        tick_ms = min(self.hello.tick_interval_ms if self.hello else 30_000, MAX_TICK_MS)
         silence = max(2 * tick_ms / 1000, 0.2)
         while True:
             try:

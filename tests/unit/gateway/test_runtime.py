@@ -231,3 +231,31 @@ async def test_a_close_stops_a_connect_whose_hello_never_comes(
         assert ws.closed.is_set() and rt._loop_task is None and rt.closed
     finally:
         connecting.cancel()
+
+
+class Quiet:
+    """A socket on which nothing ever arrives."""
+
+    async def recv(self) -> bytes:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("tick_ms", [10**12, 2**62])
+async def test_a_gateway_announcing_a_huge_tick_cannot_switch_liveness_off(
+    monkeypatch: pytest.MonkeyPatch, tick_ms: int
+) -> None:
+    # the read deadline is 2x the gateway's tickIntervalMs: a hello saying 10^12 ms
+    # made it 63 years, so a half-open socket (no ping) was never noticed
+    rt = GatewayRuntime("rt", "alice", GatewayConfig())
+    rt.hello = p.parse_hello({"protocol": 3, "policy": {"tickIntervalMs": tick_ms}})
+    windows: list[float] = []
+
+    async def no_frame(aw: object, within: float) -> None:
+        windows.append(within)
+        getattr(aw, "close", lambda: None)()
+        raise TimeoutError
+
+    monkeypatch.setattr(runtime, "wait_for", no_frame)
+    await rt._read(Quiet())  # type: ignore[arg-type]
+    assert windows and windows[0] <= 600  # 2x the 5 min cap on the announced tick
