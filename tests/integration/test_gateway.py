@@ -954,3 +954,49 @@ async def test_gateway_credentials_never_reach_logs_or_notifications(
     for secret in [*secrets, GW_TOKEN]:
         assert secret not in seen, secret
     await ws.close()
+
+
+async def test_disconnect_stops_the_reconnect_loop(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    gw = FakeGateway(FakeGatewayState(drop_after_connect=1_000_000))
+    await gw.start()
+    try:
+        bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+        res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gw))
+        assert res["ok"] is True
+        await wait_until(lambda: gw.state.connects >= 3, 10)  # redialing after each drop
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.disconnect", {"runtimeId": "rt-1"})
+        dials = gw.state.connects
+        await prove_no_redial(http, bp.rpc_url)  # a sibling with the same backoff redialed
+        assert gw.state.connects == dials
+        health = await result_of(http, bp.rpc_url, "bridge.health", {})
+        (rt,) = [g for g in health["gateways"] if g["runtimeId"] == "rt-1"]
+        assert rt["state"] == "offline"
+    finally:
+        await gw.stop()
+
+
+async def test_disconnect_fails_a_request_in_flight_at_once(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    ws = await open_ws(http, bp.ws_url)
+    assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway)))["ok"]
+    gateway.state.reply_delay = 30
+    rid = await ws.send(
+        "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health", "timeoutMs": 60000}
+    )
+    await wait_until(lambda: bool(gateway.state.requests), 5)
+    assert await ws.call("xworkmate.gateway.disconnect", {"runtimeId": "rt-1"}) == {
+        "accepted": True
+    }
+    reply = await ws.reply(rid, 5)  # not at its 60 s timeout
+    assert reply["result"] == {
+        "ok": False,
+        "payload": None,
+        "error": {"message": "socket reset", "code": "SOCKET_RESET"},
+    }
+    await wait_until(lambda: not gateway.state.connections, 5)  # the socket is closed
+    assert ws.snapshots()[-1]["status"] == "offline"
+    await ws.close()
