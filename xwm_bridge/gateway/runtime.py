@@ -26,6 +26,7 @@ from xwm_bridge.gateway.connect_config import ConnectConfig, offline_snapshot
 from xwm_bridge.gateway.fanout import Fanout, Notify
 from xwm_bridge.gateway.ignored import IgnoredFrames
 from xwm_bridge.gateway.protocol import GatewayError
+from xwm_bridge.gateway.requests import Requests
 from xwm_bridge.gateway.snapshot import Snapshot
 
 __all__ = ["ConnectConfig", "GatewayRuntime", "Notify"]
@@ -76,15 +77,13 @@ class GatewayRuntime:
         self.epoch = 0
         self.last_activity = time.monotonic()
         self.active_calls = 0
-        self._ids = p.RequestIds(lambda: time.time_ns() // 1000)
         self._ws: ClientConnection | None = None
         self._loop_task: asyncio.Task[None] | None = None
         #: a client connect's dial + handshake, while it runs: a stop cancels it
         self._attempting: asyncio.Task[ClientConnection | GatewayError] | None = None
         #: bumped by every disconnect/close: a connect that started before one gives up
         self._stops = 0
-        self._pending: dict[str, asyncio.Future[p.ResponseFrame]] = {}
-        self._send_lock = asyncio.Lock()
+        self._requests = Requests()
         #: connect and disconnect of one runtime never interleave (no leaked socket)
         self._op_lock = asyncio.Lock()
         self._fanout = Fanout(settings.notify_timeout)
@@ -242,16 +241,10 @@ class GatewayRuntime:
 
     async def _drop_socket(self, error: GatewayError) -> None:
         ws, self._ws = self._ws, None
-        self._fail_pending(error)
+        self._requests.fail_all(error)
         if ws is not None:
             with contextlib.suppress(Exception):
                 await wait_for(ws.close(), 2.0)
-
-    def _fail_pending(self, error: GatewayError) -> None:
-        pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(error)
 
     async def _attempt_or_error(self, cfg: ConnectConfig) -> ClientConnection | GatewayError:
         """:meth:`_attempt` with its failure as a value: a supervised task that
@@ -266,7 +259,11 @@ class GatewayRuntime:
         ws, hello = await dial.connect(
             cfg.url,
             p.Handshake(
-                cfg.client, cfg.identity, cfg.creds, request_id=self._ids.next(), clock_ms=now_ms
+                cfg.client,
+                cfg.identity,
+                cfg.creds,
+                request_id=self._requests.ids.next(),
+                clock_ms=now_ms,
             ),
             self.settings,
             self.runtime_id,
@@ -374,10 +371,7 @@ class GatewayRuntime:
             if frame is None:
                 self.ignored.note(p.ignored_reason(data), data)
             elif isinstance(frame, p.ResponseFrame):
-                fut = self._pending.pop(frame.id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(frame)
-                else:  # unknown, duplicate, or its caller gave up already
+                if not self._requests.deliver(frame):  # unknown, duplicate, or too late
                     self.ignored.note("unknown_response", data)
             elif isinstance(frame, p.EventFrame) and await self._on_event(frame):
                 return
@@ -425,23 +419,7 @@ class GatewayRuntime:
             await self._log("warn", "rpc", f"blocked request {method} | offline")
             raise OFFLINE
         timeout = deadline_s if deadline_s and deadline_s > 0 else self.settings.request_timeout
-        rid = self._ids.next()
-        fut: asyncio.Future[p.ResponseFrame] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        try:
-            # one deadline for the whole request: waiting behind another send included
-            async with asyncio.timeout(timeout):
-                async with self._send_lock:
-                    try:
-                        await ws.send(p.encode_request(rid, method, params), text=True)
-                    except (OSError, websockets.WebSocketException) as exc:
-                        msg = str(exc) or type(exc).__name__
-                        raise GatewayError(msg, "SOCKET_FAILURE") from None
-                frame = await fut
-        except TimeoutError:
-            raise GatewayError(f"{method} request timeout", "RPC_TIMEOUT") from None
-        finally:
-            self._pending.pop(rid, None)
+        frame = await self._requests.call(ws, method, params, timeout)
         if frame.ok:
             return frame.payload
         error = p.error_from_frame(frame.error)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
+import websockets
 
 from tests.conftest import wait_until
 from xwm_bridge.config import GatewayConfig
@@ -259,3 +261,64 @@ async def test_a_gateway_announcing_a_huge_tick_cannot_switch_liveness_off(
     monkeypatch.setattr(runtime, "wait_for", no_frame)
     await rt._read(Quiet())  # type: ignore[arg-type]
     assert windows and windows[0] <= 600  # 2x the 5 min cap on the announced tick
+
+
+class DroppingSocket:
+    """A send that is still being written when the gateway drops the socket."""
+
+    def __init__(self) -> None:
+        self.sending = 0
+        self.dropped = asyncio.Event()
+
+    async def send(self, data: bytes, text: bool = False) -> None:
+        self.sending += 1
+        await self.dropped.wait()
+        raise websockets.ConnectionClosedError(None, None)
+
+    async def close(self) -> None:
+        self.dropped.set()
+
+
+@pytest.mark.parametrize("queued", [False, True])
+async def test_a_request_whose_socket_drops_while_it_sends_fails_socket_closed(
+    queued: bool,
+) -> None:
+    ws = DroppingSocket()
+    rt = connected_runtime(ws)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+    try:
+        calls = [asyncio.ensure_future(rt.request("health", {}, 30))]
+        if queued:  # a second one waits behind the first one's send
+            calls.append(asyncio.ensure_future(rt.request("status", {}, 30)))
+        await wait_until(lambda: ws.sending == 1)
+        await rt._drop_socket(GatewayError("socket closed", "SOCKET_CLOSED"))  # the reader's
+        for call in calls:
+            with pytest.raises(GatewayError) as err:
+                await asyncio.wait_for(call, 5)  # the guard only catches a hang
+            # the cause, not the failed write it led to
+            assert (err.value.code, err.value.message) == ("SOCKET_CLOSED", "socket closed")
+        del calls, err
+        gc.collect()
+        # no "Future exception was never retrieved" (a traceback in the log)
+        assert unhandled == []
+    finally:
+        loop.set_exception_handler(None)
+
+
+async def test_a_request_stuck_behind_a_send_when_the_socket_is_lost_says_so() -> None:
+    ws = StuckSocket()  # the first send never ends (a close would release it)
+    rt = connected_runtime(ws)
+    big = asyncio.ensure_future(rt.request("chat.send", {"message": "x"}, 3600))
+    await wait_until(lambda: ws.sending == 1)
+    queued = asyncio.ensure_future(rt.request("health", {}, 0.2))
+    await asyncio.sleep(0)  # queued behind the stuck send
+    rt._requests.fail_all(GatewayError("socket closed", "SOCKET_CLOSED"))  # the reader's
+    try:
+        with pytest.raises(GatewayError) as err:
+            await asyncio.wait_for(queued, 5)  # the guard only catches a hang
+        assert err.value.code == "SOCKET_CLOSED"  # the cause, not RPC_TIMEOUT at its deadline
+    finally:
+        big.cancel()
+        await asyncio.gather(big, return_exceptions=True)
