@@ -1000,3 +1000,35 @@ async def test_disconnect_fails_a_request_in_flight_at_once(
     await wait_until(lambda: not gateway.state.connections, 5)  # the socket is closed
     assert ws.snapshots()[-1]["status"] == "offline"
     await ws.close()
+
+
+async def test_shutdown_closes_every_runtime_within_its_grace(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    held = FakeGateway(FakeGatewayState(hold_hello=asyncio.Event()))  # hello never comes
+    flaky = FakeGateway(FakeGatewayState(drop_after_connect=1_000_000))
+    await held.start()
+    await flaky.start()
+    try:
+        bp = await start_bridge(config=gw_config(tmp_path, hello_timeout=60), tmp=tmp_path)
+        ws = await open_ws(http, bp.ws_url)
+        assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway, "up")))["ok"]
+        assert (await ws.call("xworkmate.gateway.connect", connect_params(flaky, "redial")))["ok"]
+        hanging = await ws.send("xworkmate.gateway.connect", connect_params(held, "hanging"))
+        await wait_until(lambda: held.state.connects == 1 and flaky.state.connects >= 2, 10)
+        # the guard only catches a hang: far below the hanging handshake's 60 s
+        await asyncio.wait_for(bp.stop(), 15)
+        for gw in (gateway, held, flaky):
+            await wait_until(lambda gw=gw: not gw.state.connections, 5)  # type: ignore[misc]
+        left = [t for t in asyncio.all_tasks() if t.get_name().startswith("gateway")]
+        assert left == [], left
+        assert (
+            hanging not in ws.replies
+            or "error" in ws.replies[hanging]
+            or (ws.replies[hanging]["result"]["ok"] is False)
+        )
+        await ws.close()
+    finally:
+        held.state.hold_hello.set()  # type: ignore[union-attr]
+        await held.stop()
+        await flaky.stop()
