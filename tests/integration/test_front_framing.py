@@ -1,0 +1,226 @@
+"""How the ``/acp/rpc`` front (transport/front.py) frames what it parses, against the
+in-process daemon with raw sockets on 127.0.0.1: smuggling vectors (both lengths,
+repeated or listed lengths, codings other than a final ``chunked``, folded lines,
+bare LF) are refused with 400 and the connection closed, never desynchronised; other
+paths are aiohttp's; pipelining, ``Connection: close`` and HTTP/1.0; and the same
+request is answered alike by the front and by aiohttp (a connection aiohttp owns)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.conftest import TOKEN, StartBridge, wait_until
+from tests.integration.test_front import Client, get, kept, post
+
+AUTH = f"Authorization: Bearer {TOKEN}\r\n"
+CAPS = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "acp.capabilities"})
+HEAD = "POST /acp/rpc HTTP/1.1\r\nHost: x\r\n" + AUTH
+
+
+def raw(head: str, body: bytes = b"") -> bytes:
+    return (HEAD + head).encode() + body
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+#: framings a request must not be read with: each is refused (400) and closes
+MALFORMED = {
+    "content-length-and-chunked": raw(
+        "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", b"0\r\n\r\n"
+    ),
+    "two-content-lengths": raw("Content-Length: 2\r\nContent-Length: 2\r\n\r\n", b"{}"),
+    "conflicting-content-lengths": raw("Content-Length: 2\r\nContent-Length: 3\r\n\r\n", b"{}"),
+    "content-length-list": raw("Content-Length: 2, 2\r\n\r\n", b"{}"),
+    "content-length-signed": raw("Content-Length: +2\r\n\r\n", b"{}"),
+    "content-length-overflow": raw("Content-Length: 99999999999999999999999\r\n\r\n"),
+    "chunked-then-identity": raw("Transfer-Encoding: chunked, identity\r\n\r\n", b"0\r\n\r\n"),
+    "unknown-coding": raw("Transfer-Encoding: gzip\r\n\r\n", b"0\r\n\r\n"),
+    "two-transfer-encodings": raw(
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", b"0\r\n\r\n"
+    ),
+    "chunk-size-overflow": raw("Transfer-Encoding: chunked\r\n\r\n", b"fffffffffffffffff\r\n"),
+    "chunk-size-bare-lf": raw("Transfer-Encoding: chunked\r\n\r\n", b"2\n{}\n0\n\n"),
+    "obs-fold": raw("X-A: 1\r\n 2\r\nContent-Length: 0\r\n\r\n"),
+    "bare-lf-head": b"POST /acp/rpc HTTP/1.1\nHost: x\n" + AUTH[:-2].encode() + b"\n\n",
+    "bare-lf-in-a-header": raw("X-A: 1\nContent-Length: 0\r\n\r\n"),
+    "space-before-colon": raw("Content-Length : 2\r\n\r\n", b"{}"),
+    "nul-in-a-value": raw("X-A: a\x00b\r\nContent-Length: 0\r\n\r\n"),
+    "lower-case-method": raw("Content-Length: 2\r\n\r\n", b"{}").replace(b"POST", b"post", 1),
+}
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+async def test_a_malformed_framing_is_refused_and_never_desynchronises(
+    start_bridge: StartBridge, name: str
+) -> None:
+    bridge = await start_bridge()
+    bad = MALFORMED[name]
+    first = await Client.open(bridge.port)  # the connection's first bytes
+    await first.send(bad + post())
+    assert (await first.answer()).status == 400
+    assert await first.closed()
+    assert not first.done  # the request behind it was not read from a wrong byte
+    piped = await Client.open(bridge.port)  # behind a request the front kept
+    await piped.send(post() + bad + post())
+    assert (await piped.answer()).json()["id"] == 1
+    answer = await piped.answer()
+    assert answer.status == 400 and answer.header("Connection") == "close"
+    assert await piped.closed()
+    assert not piped.done
+
+
+#: framings that are sound: answered, and the request behind it read from the right byte
+SOUND = {
+    "chunk-extension": raw("Transfer-Encoding: chunked\r\n\r\n", b"%x;a=b\r\n%b\r\n0\r\n\r\n")
+    % (len(CAPS), CAPS),
+    "chunked-in-capitals": raw("Transfer-Encoding: CHUNKED\r\n\r\n", chunk(CAPS) + b"0\r\n\r\n"),
+    "chunks-of-one-byte": raw(
+        "Transfer-Encoding: chunked\r\n\r\n",
+        b"".join(chunk(CAPS[i : i + 1]) for i in range(len(CAPS))) + b"0\r\n\r\n",
+    ),
+    "length-with-spaces": raw(f"Content-Length:  {len(CAPS)} \r\n\r\n", CAPS),
+    "crlf-after-the-body": raw(f"Content-Length: {len(CAPS)}\r\n\r\n", CAPS + b"\r\n"),
+}
+
+
+@pytest.mark.parametrize("name", SOUND)
+async def test_a_sound_framing_keeps_the_connection_in_step(
+    start_bridge: StartBridge, name: str
+) -> None:
+    bridge = await start_bridge()
+    for prefix in (b"", post(), get("/livez")):  # first bytes; the front's; aiohttp's
+        client = await Client.open(bridge.port)
+        await client.send(prefix + SOUND[name] + post())
+        answers = [await client.answer() for _ in range(3 if prefix else 2)]
+        assert [a.status for a in answers] == [200] * len(answers)
+        assert answers[-1].json()["id"] == 1 and answers[-2].json()["id"] == 1
+        client.close()
+
+
+PATHS = [
+    "//acp/rpc",
+    "/acp/rpc/",
+    "/ACP/RPC",
+    "/acp/%72pc",
+    "/acp/./rpc",
+    "/acp/rpc#frag",
+    "http://x/acp/rpc",
+    "*",
+]
+
+
+async def answered_by_aiohttp(port: int, request: bytes) -> Any:
+    client = await Client.open(port)
+    await client.send(get("/livez"))
+    assert (await client.answer()).status == 200
+    await client.send(request)
+    answer = await client.answer()
+    client.close()
+    return answer
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_another_request_target_is_answered_as_aiohttp_answers_it(
+    start_bridge: StartBridge, path: str
+) -> None:
+    bridge = await start_bridge()
+    request = post(path=path)
+    expected = await answered_by_aiohttp(bridge.port, request)
+    first = await Client.open(bridge.port)
+    await first.send(request)
+    answer = await first.answer()
+    assert (answer.status, answer.body) == (expected.status, expected.body)
+    later = await Client.open(bridge.port)  # a later read on a kept connection: the same
+    await later.send(post())
+    assert (await later.answer()).status == 200
+    await later.send(request)
+    answer = await later.answer()
+    assert (answer.status, answer.body) == (expected.status, expected.body)
+    piped = await Client.open(bridge.port)  # pipelined: closed after the answer before it
+    await piped.send(post() + request)
+    assert (await piped.answer()).json()["id"] == 1
+    assert await piped.closed()
+    assert not piped.done
+
+
+async def test_pipelined_batches_connection_close_and_http_1_0(start_bridge: StartBridge) -> None:
+    bridge = await start_bridge()
+    client = await Client.open(bridge.port)
+    sse = post(extra="Accept: text/event-stream\r\n")
+    await client.send(post() + sse + post() + sse + post())  # JSON and SSE, one write
+    answers = [await client.answer() for _ in range(5)]
+    assert [a.header("Content-Type") for a in answers] == [
+        "application/json",
+        "text/event-stream",
+    ] * 2 + ["application/json"]
+    assert all(b'"id":1' in a.body for a in answers)
+    # Connection: close is honoured: said on the answer, the socket closes, nothing after
+    await client.send(post(extra="Connection: close\r\n") + post())
+    answer = await client.answer()
+    assert answer.status == 200 and answer.header("Connection") == "close"
+    assert await client.closed()
+    assert not client.done
+    # HTTP/1.0: closed after the answer, or kept with keep-alive (aiohttp's)
+    for extra, keeps in (("", False), ("Connection: keep-alive\r\n", True)):
+        old = await Client.open(bridge.port)
+        await old.send(post(extra=extra).replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+        assert (await old.answer()).json()["id"] == 1
+        if keeps:
+            await old.send(post().replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+            assert (await old.answer()).json()["id"] == 1
+            old.close()
+        else:
+            assert await old.closed()
+    # a client that closes in the middle of a batch leaves nothing behind
+    gone = await Client.open(bridge.port)
+    await gone.send(post() * 6)
+    gone.writer.transport.abort()
+    await wait_until(lambda: bridge.server.front is not None and not bridge.server.front.kept)
+    assert await kept(bridge) == 0
+    alive = await Client.open(bridge.port)
+    await alive.send(post())
+    assert (await alive.answer()).json()["id"] == 1
+    alive.close()
+
+
+AUTH_HEADERS = {
+    "exact": f"Authorization: Bearer {TOKEN}\r\n",
+    "odd-casing-and-spaces": f"authorization:   bEaReR {TOKEN}  \r\n",
+    "raw-token": f"Authorization: {TOKEN}\r\n",
+    "tab-separated": f"Authorization: Bearer\t{TOKEN}\r\n",
+    "two-spaces": f"Authorization: Bearer  {TOKEN}\r\n",
+    "wrong-token": "Authorization: Bearer wrong\r\n",
+    "basic": "Authorization: Basic eDp5\r\n",
+    "bare-bearer": "Authorization: Bearer\r\n",
+    "empty": "Authorization: \r\n",
+    "none": "",
+    "wrong-then-right": f"Authorization: Bearer wrong\r\nAuthorization: Bearer {TOKEN}\r\n",
+    "right-then-wrong": f"Authorization: Bearer {TOKEN}\r\nAuthorization: Bearer wrong\r\n",
+    "disallowed-origin": AUTH + "Origin: https://evil.example\r\n",
+    "allowed-origin": AUTH + "Origin: http://localhost:3000\r\n",
+    "origin-with-path": AUTH + "Origin: http://localhost:3000/x\r\n",
+    "empty-origin": AUTH + "Origin: \r\n",
+}
+
+
+async def test_auth_and_origin_are_decided_alike_by_the_front_and_by_aiohttp(
+    start_bridge: StartBridge,
+) -> None:
+    bridge = await start_bridge()
+    for name, extra in AUTH_HEADERS.items():
+        request = post(extra=extra, auth=False)
+        expected = await answered_by_aiohttp(bridge.port, request)
+        client = await Client.open(bridge.port)
+        await client.send(request)
+        answer = await client.answer()
+        client.close()
+        cors = [(k, v) for k, v in answer.headers if k.startswith("Access-Control") or k == "Vary"]
+        want = [
+            (k, v) for k, v in expected.headers if k.startswith("Access-Control") or k == "Vary"
+        ]
+        assert (answer.status, answer.body, cors) == (expected.status, expected.body, want), name
