@@ -224,3 +224,18 @@ async def test_auth_and_origin_are_decided_alike_by_the_front_and_by_aiohttp(
             (k, v) for k, v in expected.headers if k.startswith("Access-Control") or k == "Vary"
         ]
         assert (answer.status, answer.body, cors) == (expected.status, expected.body, want), name
+
+
+async def test_chunked_trailers_are_not_request_headers(start_bridge: StartBridge) -> None:
+    """aiohttp drops trailers; the front took them as headers (``Accept`` in a trailer
+    turned a plain answer into SSE)."""
+    bridge = await start_bridge()
+    body = chunk(CAPS) + b"0\r\nAccept: text/event-stream\r\nX-Trailer: 1\r\n\r\n"
+    request = raw("Transfer-Encoding: chunked\r\n\r\n", body)
+    for prefix in (b"", post()):  # the first request, and one pipelined behind another
+        client = await Client.open(bridge.port)
+        await client.send(prefix + request + post())
+        answers = [await client.answer() for _ in range(3 if prefix else 2)]
+        assert [a.header("Content-Type") for a in answers] == ["application/json"] * len(answers)
+        assert answers[-2].json()["id"] == 1
+        client.close()

@@ -188,6 +188,8 @@ class FrontProtocol(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._count_head(len(name) + len(value))
+        if self.reading is Reading.BODY:
+            return  # a chunked body's trailer: dropped, as aiohttp drops them
         if len(self._headers) >= MAX_HEADERS:
             self._too_big()
         key = name.decode("latin-1").lower()
