@@ -239,3 +239,31 @@ async def test_chunked_trailers_are_not_request_headers(start_bridge: StartBridg
         assert [a.header("Content-Type") for a in answers] == ["application/json"] * len(answers)
         assert answers[-2].json()["id"] == 1
         client.close()
+
+
+#: heads aiohttp refuses with 400 (RFC 9112 §3.2; RFC 9110 singleton fields)
+REFUSED_HEADS = {
+    "no-host": post().replace(b"Host: x\r\n", b""),
+    "two-hosts": post(extra="Host: y\r\n"),
+    "two-content-types": post(extra="Content-Type: text/plain\r\n"),
+    "two-user-agents": post(extra="User-Agent: a\r\nUser-Agent: b\r\n"),
+}
+
+
+@pytest.mark.parametrize("name", REFUSED_HEADS)
+async def test_a_head_aiohttp_refuses_is_not_answered_by_the_front(
+    start_bridge: StartBridge, name: str
+) -> None:
+    bridge = await start_bridge()
+    bad = REFUSED_HEADS[name]
+    expected = await answered_by_aiohttp(bridge.port, bad)
+    assert expected.status == 400
+    first = await Client.open(bridge.port)
+    await first.send(bad)
+    answer = await first.answer()
+    assert (answer.status, answer.body) == (400, expected.body)
+    piped = await Client.open(bridge.port)  # pipelined: closed after the answer before it
+    await piped.send(post() + bad)
+    assert (await piped.answer()).json()["id"] == 1
+    assert await piped.closed()
+    assert not piped.done

@@ -6,7 +6,8 @@ machine, as much as everything the bridge does for a cheap method
 on the same ``httptools`` parser as the upstream client (``providers/http1.py``):
 
 * a connection whose **first** request is an HTTP/1.1 ``POST /acp/rpc`` with no
-  ``Upgrade`` or ``Expect`` header stays here: its requests are parsed by
+  ``Upgrade`` or ``Expect`` header, a ``Host`` and no :data:`SINGLETONS` field twice
+  (aiohttp refuses those heads with 400) stays here: its requests are parsed by
   :class:`FrontProtocol` and answered through ``front_server.Endpoint.answer`` (the same
   method logic as aiohttp's route, ``HttpTransport.answer``);
 * any other connection is **handed over** once its first request head is
@@ -43,6 +44,7 @@ from aiohttp.tcp_helpers import tcp_nodelay
 from xwm_bridge.observability import rejections as rj
 from xwm_bridge.transport.exchange import Reply
 from xwm_bridge.transport.front_wire import (
+    SINGLETONS,
     ChunkedStream,
     Clock,
     Headers,
@@ -50,6 +52,8 @@ from xwm_bridge.transport.front_wire import (
     header_lines,
     status_line,
 )
+
+_has = dict.__contains__  # a lookup by lower-case name, without Headers' own lowering
 
 if TYPE_CHECKING:
     from xwm_bridge.transport.front_server import Front
@@ -101,6 +105,8 @@ class FrontProtocol(asyncio.Protocol):
         self._completed_in_read = False
         self._url: list[bytes] = []
         self._headers = Headers()
+        #: a singleton field came twice (never reset: such a head ends the reading)
+        self._repeated = False
         self._request: Request | None = None
         self._body_size = 0
         self.queue: collections.deque[Request] = collections.deque()
@@ -195,6 +201,8 @@ class FrontProtocol(asyncio.Protocol):
         key = name.decode("latin-1").lower()
         if key not in self._headers:
             dict.__setitem__(self._headers, key, value.decode("utf-8", "surrogateescape"))
+        elif key in SINGLETONS:
+            self._repeated = True
 
     def on_headers_complete(self) -> None:
         self.front.guard.head(self)
@@ -207,6 +215,8 @@ class FrontProtocol(asyncio.Protocol):
             or self.parser.get_http_version() != "1.1"
             or self.parser.should_upgrade()
             or "expect" in headers
+            or not _has(headers, "host")  # aiohttp's 400 (RFC 9112 §3.2)
+            or self._repeated
         ):
             self._not_mine()
         assert self.transport is not None

@@ -15,6 +15,23 @@ from typing import Any, Protocol
 
 from xwm_bridge.transport.exchange import SSE_HEADERS, VARY, Reply
 
+#: fields a request carries once: aiohttp answers a second one 400 (RFC 9110), so a
+#: head that repeats one is handed to it (or, pipelined, closes the connection)
+SINGLETONS = frozenset(
+    {
+        "content-length",
+        "content-location",
+        "content-range",
+        "content-type",
+        "etag",
+        "host",
+        "max-forwards",
+        "server",
+        "transfer-encoding",
+        "user-agent",
+    }
+)
+
 
 class Headers(dict[str, str]):
     """Request headers keyed by lower-case name; the first of repeated names wins."""
