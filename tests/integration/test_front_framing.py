@@ -7,6 +7,7 @@ request is answered alike by the front and by aiohttp (a connection aiohttp owns
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -267,3 +268,47 @@ async def test_a_head_aiohttp_refuses_is_not_answered_by_the_front(
     assert (await piped.answer()).json()["id"] == 1
     assert await piped.closed()
     assert not piped.done
+
+
+def expecting(length: int, extra: str = AUTH) -> bytes:
+    head = "POST /acp/rpc HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n" + extra
+    return f"{head}Content-Length: {length}\r\n\r\n".encode()
+
+
+async def test_expect_100_continue_is_refused_before_the_body_when_it_would_be(
+    start_bridge: StartBridge, tmp_path: Path
+) -> None:
+    """aiohttp's default answered 100 Continue first, inviting a body it then refused
+    (too large) or dropped (no bearer, foreign origin)."""
+    bridge = await start_bridge(config={"limits": {"max_body_bytes": 1000}}, tmp=tmp_path)
+    for prefix in (b"", post(), get("/livez")):  # first bytes; after the front's; aiohttp's
+        client = await Client.open(bridge.port)
+        await client.send(prefix)
+        if prefix:
+            assert (await client.answer()).status == 200
+        await client.send(expecting(5000))
+        answer = await client.answer()
+        assert answer.status == 413 and answer.json()["error"]["code"] == -32600
+        assert answer.header("Connection") == "close"
+        client.close()
+        client = await Client.open(bridge.port)
+        await client.send(prefix)
+        if prefix:
+            assert (await client.answer()).status == 200
+        await client.send(expecting(len(CAPS), extra="Origin: https://evil.example\r\n"))
+        answer = await client.answer()
+        assert answer.status == 403 and answer.header("Connection") == "close"
+        client.close()
+    client = await Client.open(bridge.port)
+    await client.send(expecting(len(CAPS), extra=""))
+    answer = await client.answer()
+    assert answer.status == 401 and answer.json()["error"]["code"] == -32001
+    client.close()
+    client = await Client.open(bridge.port)  # admitted: 100, then the answer
+    await client.send(expecting(len(CAPS)))
+    assert (await client.answer()).status == 100
+    await client.send(CAPS)
+    assert (await client.answer()).json()["id"] == 1
+    await client.send(post())  # and the connection is kept
+    assert (await client.answer()).json()["id"] == 1
+    client.close()

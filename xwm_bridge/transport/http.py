@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_urldispatcher import _default_expect_handler
 
 from xwm_bridge import __version__, jsonrpc
 from xwm_bridge.acp.front import AcpFrontDoor
@@ -174,7 +175,8 @@ class HttpTransport(HttpChecks):
         routes = self._routes()
         for path in paths:
             method, handler = routes[path]
-            app.router.add_route(method, path, handler)
+            expect = self.rpc_expect if path == "/acp/rpc" else None
+            app.router.add_route(method, path, handler, expect_handler=expect)
         app.router.add_route("*", "/{tail:.*}", self.not_found)  # last: matched in order
         app.cleanup_ctx.append(self._lifespan)
         app.on_shutdown.append(self._on_shutdown)
@@ -236,6 +238,25 @@ class HttpTransport(HttpChecks):
         stream = AiohttpStream(request, cors)
         reply = await self.answer(request, body, stream)
         return stream.response if reply is None else web_reply(reply)
+
+    async def rpc_expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue`` on ``/acp/rpc`` (the front hands every ``Expect`` to
+        aiohttp): a request that will be refused (Host, origin, bearer, a
+        ``Content-Length`` over the limit) gets its refusal instead of ``100 Continue``
+        with ``Connection: close``, so the body it announced is never invited (aiohttp
+        then waits its lingering time, 10 s at most, for a client that sends it anyway)."""
+        if request.method == "POST":
+            reply = self.denied(request)
+            length = request.content_length
+            if reply is None and length is not None and length > self.limits.max_body_bytes:
+                reply = self.body_too_large(request)
+            if reply is not None:
+                response = web_reply(reply)
+                apply_cors(response, self.cors(request))
+                response.force_close()
+                return response
+        await _default_expect_handler(request)  # 100 Continue (417 for another Expect)
+        return None
 
     async def answer(self, request: RequestView, body: bytes, stream: StreamOut) -> Reply | None:
         """Answer an admitted ``POST /acp/rpc`` whose whole body is ``body``: the
