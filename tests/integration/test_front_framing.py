@@ -312,3 +312,22 @@ async def test_expect_100_continue_is_refused_before_the_body_when_it_would_be(
     await client.send(post())  # and the connection is kept
     assert (await client.answer()).json()["id"] == 1
     client.close()
+
+
+async def test_a_refused_request_announcing_a_body_over_the_limit_is_answered_at_once(
+    start_bridge: StartBridge, tmp_path: Path
+) -> None:
+    """The front read such a body up to the limit (or waited for it until the body
+    deadline) before answering its 401/403; aiohttp answers without reading it."""
+    config = {"limits": {"max_body_bytes": 1000, "request_read_timeout": 60}}
+    bridge = await start_bridge(config=config, tmp=tmp_path)
+    head = "POST /acp/rpc HTTP/1.1\r\nHost: x\r\n{}Content-Length: 100000\r\n\r\n"
+    for extra, status in (("", 401), (AUTH + "Origin: https://evil.example\r\n", 403)):
+        for prefix in (b"", post()):
+            client = await Client.open(bridge.port)
+            await client.send(prefix + head.format(extra).encode())  # and no body
+            if prefix:
+                assert (await client.answer()).status == 200
+            answer = await client.answer()
+            assert answer.status == status and answer.header("Connection") == "close"
+            assert await client.closed()

@@ -231,8 +231,8 @@ class FrontProtocol(asyncio.Protocol):
         request.reply = self.front.endpoint.denied(request)
         length = headers.get("content-length")
         too_long = length is not None and length.isdigit() and int(length) > self.front.max_body
-        if request.reply is None and too_long:
-            self._refuse(request, self.front.endpoint.body_too_large(request))
+        if too_long:  # refused unread, and a refusal already decided goes out at once
+            self._refuse(request, request.reply or self.front.endpoint.body_too_large(request))
 
     def on_body(self, body: bytes) -> None:
         request = self._request
