@@ -331,3 +331,36 @@ async def test_a_refused_request_announcing_a_body_over_the_limit_is_answered_at
             answer = await client.answer()
             assert answer.status == status and answer.header("Connection") == "close"
             assert await client.closed()
+
+
+#: heads over aiohttp's limits (8190 bytes of request line or of one field, 128 field
+#: lines): aiohttp answers 400
+OVER_LIMITS = {
+    "long-field": post(extra="X-Big: " + "a" * 8191 + "\r\n"),
+    "long-request-target": post(path="/acp/rpc?" + "a" * 8190),
+    "129-field-lines": post(extra="X-Same: 1\r\n" * 125),
+}
+
+
+@pytest.mark.parametrize("name", OVER_LIMITS)
+async def test_a_head_over_aiohttp_s_limits_is_not_answered_by_the_front(
+    start_bridge: StartBridge, name: str
+) -> None:
+    bridge = await start_bridge()
+    bad = OVER_LIMITS[name]
+    expected = await answered_by_aiohttp(bridge.port, bad)
+    assert expected.status == 400
+    for prefix in (b"", post()):  # the first bytes, and a later read of a kept connection
+        client = await Client.open(bridge.port)
+        if prefix:
+            await client.send(prefix)
+            assert (await client.answer()).status == 200
+        await client.send(bad)
+        answer = await client.answer()
+        assert (answer.status, answer.body) == (400, expected.body)
+        client.close()
+    piped = await Client.open(bridge.port)  # pipelined: refused here, or closed unanswered
+    await piped.send(post() + bad)
+    assert (await piped.answer()).json()["id"] == 1
+    assert await piped.closed()
+    assert all(a.status in (400, 431) for a in piped.done)

@@ -64,7 +64,12 @@ RPC_PATH = b"/acp/rpc"
 #: a request head larger than this is handed to aiohttp (which refuses it with its
 #: own 400) or, on a connection already answered here, refused with 431 and closed
 MAX_HEAD_BYTES = 64 * 1024
+#: aiohttp's own limits (its parser's defaults): field lines, bytes of the request
+#: target and of one field's name or value; a head over them is handed to aiohttp,
+#: whose 400 it gets (or, pipelined, refused here)
 MAX_HEADERS = 128
+MAX_LINE = 8190
+MAX_FIELD = 8190
 #: parsed requests waiting behind the one being answered, and their bodies' bytes;
 #: more pause reading until half are answered
 MAX_PIPELINED = 8
@@ -184,6 +189,7 @@ class FrontProtocol(asyncio.Protocol):
         self.reading = Reading.HEAD
         self._url = []
         self._headers = Headers()
+        self._room = MAX_HEADERS  # distinct names left: each repeated line takes one
         self._head_bytes = 0
         # a head that begins a read can still be handed over: keep its bytes
         self._raw = None if self._completed_in_read else [self._data]
@@ -193,16 +199,19 @@ class FrontProtocol(asyncio.Protocol):
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value))
+        size = len(value)
+        self._count_head(len(name) + size)
         if self.reading is Reading.BODY:
             return  # a chunked body's trailer: dropped, as aiohttp drops them
-        if len(self._headers) >= MAX_HEADERS:
+        if len(self._headers) >= self._room or size > MAX_FIELD or len(name) > MAX_FIELD:
             self._too_big()
         key = name.decode("latin-1").lower()
         if key not in self._headers:
             dict.__setitem__(self._headers, key, value.decode("utf-8", "surrogateescape"))
-        elif key in SINGLETONS:
-            self._repeated = True
+        else:
+            self._room -= 1
+            if key in SINGLETONS:
+                self._repeated = True
 
     def on_headers_complete(self) -> None:
         self.front.guard.head(self)
@@ -217,6 +226,7 @@ class FrontProtocol(asyncio.Protocol):
             or "expect" in headers
             or not _has(headers, "host")  # aiohttp's 400 (RFC 9112 §3.2)
             or self._repeated
+            or len(url) > MAX_LINE
         ):
             self._not_mine()
         assert self.transport is not None
