@@ -364,3 +364,28 @@ async def test_a_head_over_aiohttp_s_limits_is_not_answered_by_the_front(
     assert (await piped.answer()).json()["id"] == 1
     assert await piped.closed()
     assert all(a.status in (400, 431) for a in piped.done)
+
+
+async def test_a_large_head_handed_to_aiohttp_is_not_cut_off_by_the_header_deadline(
+    start_bridge: StartBridge, tmp_path: Path
+) -> None:
+    """A head over the front's 64 KiB but within aiohttp's limits is handed over before
+    it is complete; the header deadline was never told of its end, so it answered 408
+    into the connection aiohttp was serving and closed it."""
+    config = {"limits": {"header_read_timeout": 0.5}}
+    bridge = await start_bridge(config=config, tmp=tmp_path)
+    big = "".join(f"X-Big-{i}: {'a' * 7000}\r\n" for i in range(10))
+    client = await Client.open(bridge.port)
+    await client.send(post(extra=big))
+    assert (await client.answer()).json()["id"] == 1
+    later = await Client.open(bridge.port)  # opened after: its deadline passes later
+    await later.send(b"POST /acp/rpc HTTP/1.1\r\nHost: x\r\n")  # and never ends its head
+    assert (await later.answer()).status == 408
+    await client.send(post())
+    answer = await client.answer()
+    assert answer.status == 200 and answer.json()["id"] == 1
+    client.close()
+    slow = await Client.open(bridge.port)  # such a head that never ends is still cut off
+    await slow.send(post(extra=big).partition(b"\r\n\r\n")[0])
+    assert (await slow.answer()).status == 408
+    assert await slow.closed()

@@ -140,6 +140,7 @@ class FrontProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.delegate is not None:
+            self.front.unfinished.pop(self.delegate, None)
             self.delegate.connection_lost(exc)
         self._gone()
 
@@ -279,21 +280,22 @@ class FrontProtocol(asyncio.Protocol):
 
     def _too_big(self) -> None:
         if self._can_hand_over():
-            self._not_mine()  # aiohttp refuses it with its own 400
+            self._not_mine(head_done=False)  # aiohttp's, within its limits, or its 400
         self._refuse_head()
 
-    def _not_mine(self) -> None:
+    def _not_mine(self, *, head_done: bool = True) -> None:
         """A request for aiohttp: hand the connection over, or (pipelined) close."""
         if self._can_hand_over():
             assert self._raw is not None
-            self._handover(b"".join(self._raw))
+            self._handover(b"".join(self._raw), head_done=head_done)
         else:
             self.close_after = True  # after the answers before it (RFC 9112 §9.3.2)
             self.reading = Reading.STOPPED
             self._maybe_close()
         raise _Stop
 
-    def _handover(self, data: bytes) -> None:
+    def _handover(self, data: bytes, *, head_done: bool) -> None:
+        """``head_done`` False: aiohttp completes the first head, and tells the guard."""
         assert self.transport is not None
         self.reading = Reading.STOPPED
         self._raw = None
@@ -301,6 +303,8 @@ class FrontProtocol(asyncio.Protocol):
         self.front.kept.discard(self)
         delegate = self.front.fallback()
         self.delegate = delegate
+        if not head_done:
+            self.front.unfinished[delegate] = self
         delegate.connection_made(self.transport)
         if self.paused:
             delegate.pause_writing()
@@ -334,7 +338,7 @@ class FrontProtocol(asyncio.Protocol):
         if self._request is None and self.task is None and not self.queue:
             raw = self._raw if self._raw is not None else [self._data] if self._fresh else None
             if raw is not None:
-                self._handover(b"".join(raw))
+                self._handover(b"".join(raw), head_done=False)
                 return
         request = self._bare_request()
         reply = self.front.endpoint.bad_request(request, rj.BAD_REQUEST, 400)

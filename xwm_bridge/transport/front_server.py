@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -67,14 +67,26 @@ class Front:
         self.clock = Clock()
         #: connections answered here (not those handed over: aiohttp owns them)
         self.kept: set[FrontProtocol] = set()
+        #: connections handed to aiohttp before their first head was complete (a head
+        #: over the front's 64 KiB, bytes its parser refused), by aiohttp's handler:
+        #: the guard's header deadline ends when aiohttp has the head
+        self.unfinished: dict[asyncio.Protocol, FrontProtocol] = {}
         self.closing = False
 
     def __call__(self) -> FrontProtocol:
         return FrontProtocol(self)
 
     def install(self, server: web.Server) -> None:
-        """Shut kept connections down with aiohttp's own (``AppRunner.cleanup``)."""
-        pre, shut = server.pre_shutdown, server.shutdown
+        """Shut kept connections down with aiohttp's own (``AppRunner.cleanup``), and
+        end the header deadline of an :attr:`unfinished` connection at its head."""
+        pre, shut, factory = server.pre_shutdown, server.shutdown, server.request_factory
+
+        def request_factory(message: Any, payload: Any, protocol: Any, *rest: Any) -> Any:
+            if self.unfinished:
+                conn = self.unfinished.pop(protocol, None)
+                if conn is not None:
+                    self.guard.head(conn)
+            return factory(message, payload, protocol, *rest)
 
         def pre_shutdown() -> None:
             self.pre_shutdown()
@@ -83,6 +95,7 @@ class Front:
         async def shutdown(timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp's)
             await asyncio.gather(self.shutdown(timeout), shut(timeout))
 
+        server.request_factory = request_factory
         server.pre_shutdown = pre_shutdown  # type: ignore[method-assign]
         server.shutdown = shutdown  # type: ignore[method-assign]
 
