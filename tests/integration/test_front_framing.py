@@ -7,13 +7,15 @@ request is answered alike by the front and by aiohttp (a connection aiohttp owns
 
 from __future__ import annotations
 
+import asyncio
+import base64
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.conftest import TOKEN, StartBridge, wait_until
+from tests.conftest import TOKEN, StartBridge, base_env, wait_until
 from tests.integration.test_front import Client, get, kept, post
 
 AUTH = f"Authorization: Bearer {TOKEN}\r\n"
@@ -389,3 +391,101 @@ async def test_a_large_head_handed_to_aiohttp_is_not_cut_off_by_the_header_deadl
     await slow.send(post(extra=big).partition(b"\r\n\r\n")[0])
     assert (await slow.answer()).status == 408
     assert await slow.closed()
+
+
+def ws_text(payload: bytes) -> bytes:
+    """A client's (masked) WebSocket text frame."""
+    mask = b"\x01\x02\x03\x04"
+    size = len(payload)
+    head = bytes([0x81, 0x80 | size]) if size < 126 else bytes([0x81, 0xFE]) + size.to_bytes(2)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def ws_message(reader: asyncio.StreamReader) -> bytes:
+    async with asyncio.timeout(5):
+        first, second = await reader.readexactly(2)
+        assert first == 0x81 and not second & 0x80  # a text frame, unmasked
+        size = second & 0x7F
+        if size == 126:
+            size = int.from_bytes(await reader.readexactly(2))
+        elif size == 127:
+            size = int.from_bytes(await reader.readexactly(8))
+        return await reader.readexactly(size)
+
+
+async def test_a_websocket_upgrade_after_a_front_request_on_one_connection(
+    start_bridge: StartBridge,
+) -> None:
+    bridge = await start_bridge()
+    client = await Client.open(bridge.port)
+    await client.send(post())
+    assert (await client.answer()).json()["id"] == 1
+    assert await kept(bridge) == 1
+    key = base64.b64encode(b"0123456789abcdef").decode()
+    upgrade = (
+        f"GET /acp HTTP/1.1\r\nHost: x\r\n{AUTH}Upgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    await client.send(upgrade.encode())
+    async with asyncio.timeout(5):
+        head = await client.reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101 ")
+    assert await kept(bridge) == 0  # aiohttp's now
+    await client.send(ws_text(CAPS))
+    assert orjson.loads(await ws_message(client.reader))["result"]["capabilities"]
+    client.close()
+
+
+async def test_a_preflight_on_a_kept_connection_is_answered_as_on_a_new_one(
+    start_bridge: StartBridge,
+) -> None:
+    bridge = await start_bridge()
+    preflight = (
+        b"OPTIONS /acp/rpc HTTP/1.1\r\nHost: x\r\nOrigin: http://localhost:3000\r\n"
+        b"Access-Control-Request-Method: POST\r\n\r\n"
+    )
+    fresh = await Client.open(bridge.port)
+    await fresh.send(preflight)
+    expected = await fresh.answer()
+    assert expected.status == 204 and expected.header("Access-Control-Allow-Origin")
+    client = await Client.open(bridge.port)
+    await client.send(post())
+    assert (await client.answer()).json()["id"] == 1
+    await client.send(preflight)
+    answer = await client.answer()
+    assert answer.status == 204 and answer.body == b""
+    skip = ("Date",)
+    assert [h for h in answer.headers if h[0] not in skip] == [
+        h for h in expected.headers if h[0] not in skip
+    ]
+    await client.send(post())  # and the connection goes on
+    assert (await client.answer()).json()["id"] == 1
+    client.close()
+    fresh.close()
+
+
+async def test_a_misdirected_request_gets_no_cors_headers_on_either_path(
+    start_bridge: StartBridge,
+) -> None:
+    """A bridge without a token refuses a foreign ``Host`` with 421; aiohttp's answer
+    (its middleware, before the route) has no CORS headers, the front's had them."""
+    bridge = await start_bridge(env=base_env())  # no ACP_AUTH_TOKEN: Host is checked
+    request = post(extra="Origin: http://localhost:3000\r\n").replace(
+        b"Host: x", b"Host: evil.example"
+    )
+    owned = await Client.open(bridge.port)  # a connection aiohttp owns
+    await owned.send(get("/livez").replace(b"Host: x", b"Host: localhost"))
+    assert (await owned.answer()).status == 200
+    await owned.send(request)
+    expected = await owned.answer()
+    owned.close()
+    client = await Client.open(bridge.port)
+    await client.send(request)
+    answer = await client.answer()
+    client.close()
+    skip = ("Date", "Server")
+    assert answer.status == expected.status == 421
+    assert answer.header("Access-Control-Allow-Origin") is None
+    assert [h for h in answer.headers if h[0] not in skip] == [
+        h for h in expected.headers if h[0] not in skip
+    ]

@@ -111,6 +111,8 @@ class HttpChecks:
     def _cors(self, request: RequestView) -> dict[str, str]:
         origin = request.headers.get("Origin", "").strip()
         if origin and self.origins.allows(origin):
+            if self.hosts.active and self.hosts.refuses(request.headers.get("Host")):
+                return {}  # its 421 is readable by no page (as the middleware's, on aiohttp)
             return {"Access-Control-Allow-Origin": origin, **CORS_HEADERS}
         return {}
 
