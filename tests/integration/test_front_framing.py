@@ -15,7 +15,15 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import TOKEN, StartBridge, base_env, wait_until
+from tests.conftest import (
+    TOKEN,
+    FakeUpstream,
+    StartBridge,
+    base_env,
+    providers_config,
+    session_params,
+    wait_until,
+)
 from tests.integration.test_front import Client, get, kept, post
 
 AUTH = f"Authorization: Bearer {TOKEN}\r\n"
@@ -489,3 +497,35 @@ async def test_a_misdirected_request_gets_no_cors_headers_on_either_path(
     assert [h for h in answer.headers if h[0] not in skip] == [
         h for h in expected.headers if h[0] not in skip
     ]
+
+
+async def test_the_body_deadline_does_not_run_while_the_front_is_not_reading(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """With 8 requests waiting behind a long one the front stops reading; a body that
+    had begun then could not arrive, yet its deadline ran on and refused it (400 and
+    close), though the client was not slow: aiohttp starts a body's deadline only
+    when its request is handled."""
+    config = providers_config(
+        {"id": "codex", "endpoint": fake_upstream.url},
+        limits={"request_read_timeout": 0.5},
+    )
+    bridge = await start_bridge(config=config, tmp=tmp_path)
+    release = fake_upstream.state.holds["held"] = asyncio.Event()
+    turn = {"jsonrpc": "2.0", "id": 0, "method": "session.start"}
+    turn["params"] = session_params("held")
+    last = post(CAPS)
+    cut = len(last) - 10
+    client = await Client.open(bridge.port)
+    await client.send(post(orjson.dumps(turn)) + post() * 8 + last[:cut])  # and the rest later
+    await wait_until(lambda: "held" in fake_upstream.state.active)
+    slow = await Client.open(bridge.port)  # a later body deadline, and it passes
+    await slow.send(post(CAPS)[:-10])
+    assert (await slow.answer()).status == 400
+    release.set()
+    answers = [await client.answer() for _ in range(9)]
+    assert [a.status for a in answers] == [200] * 9
+    await client.send(last[cut:])
+    answer = await client.answer()
+    assert answer.status == 200 and answer.json()["id"] == 1
+    client.close()

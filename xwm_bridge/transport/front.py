@@ -162,7 +162,7 @@ class FrontProtocol(asyncio.Protocol):
         except httptools.HttpParserError:
             self._bad_request()
         self._data = b""
-        if self.reading is Reading.BODY and self._body_timer is None:
+        if self.reading is Reading.BODY and self._body_timer is None and not self._reading_paused:
             loop = asyncio.get_running_loop()
             self._body_timer = loop.call_later(self.front.body_timeout, self._body_late)
 
@@ -364,7 +364,7 @@ class FrontProtocol(asyncio.Protocol):
             len(self.queue) >= MAX_PIPELINED or self._queued_bytes >= MAX_PIPELINED_BYTES
         ) and self.transport is not None:
             self._reading_paused = True
-            self.transport.pause_reading()
+            self.transport.pause_reading()  # a body begun now is not timed until resumed
 
     async def _answer_queued(self) -> None:
         """The connection's task: answers its requests in order (owned by the
@@ -381,6 +381,9 @@ class FrontProtocol(asyncio.Protocol):
                     self._reading_paused = False
                     if self.transport is not None:
                         self.transport.resume_reading()
+                    if self.reading is Reading.BODY and self._body_timer is None:
+                        loop = asyncio.get_running_loop()  # its deadline runs again, anew
+                        self._body_timer = loop.call_later(self.front.body_timeout, self._body_late)
                 await self._answer(request)
         finally:
             self.task = None
