@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -529,3 +530,35 @@ async def test_the_body_deadline_does_not_run_while_the_front_is_not_reading(
     answer = await client.answer()
     assert answer.status == 200 and answer.json()["id"] == 1
     client.close()
+
+
+async def test_a_header_that_never_ends_is_cut_off_at_the_head_limit(
+    start_bridge: StartBridge, tmp_path: Path
+) -> None:
+    """httptools hands over a field only once it is complete, so the head limits saw
+    nothing of one still arriving: the front buffered it (twice, in its own copy of
+    the head's reads too) for as long as the header deadline allowed."""
+    bridge = await start_bridge(config={"limits": {"header_read_timeout": 60}}, tmp=tmp_path)
+    start = b"POST /acp/rpc HTTP/1.1\r\nHost: x\r\nX-Endless: "
+    for prefix, first in ((b"", True), (post(), True), (post(), False)):
+        client = await Client.open(bridge.port)
+        if prefix and first:  # a later read of a kept connection
+            await client.send(prefix)
+            assert (await client.answer()).status == 200
+            prefix = b""
+
+        async def endless(client: Client = client, prefix: bytes = prefix) -> None:
+            with contextlib.suppress(ConnectionError):
+                await client.send(prefix + start)
+                for _ in range(256):  # 16 MiB, unless the server stops it first
+                    await client.send(b"a" * 65536)
+
+        feeding = asyncio.create_task(endless())
+        try:
+            if prefix:  # pipelined behind a request in the same read
+                assert (await client.answer()).status == 200
+            answer = await client.answer()
+            assert answer.status in (400, 431)
+        finally:
+            feeding.cancel()
+            client.writer.transport.abort()

@@ -107,6 +107,7 @@ class FrontProtocol(asyncio.Protocol):
         self._fresh = True  # no request head completed yet
         self._raw: list[bytes] | None = None
         self._head_bytes = 0
+        self._head_read = 0
         self._completed_in_read = False
         self._url: list[bytes] = []
         self._headers = Headers()
@@ -154,6 +155,8 @@ class FrontProtocol(asyncio.Protocol):
         self._completed_in_read = False
         if self._raw is not None:
             self._raw.append(data)
+        if self.reading is Reading.HEAD and self._head_continues(len(data)):
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -190,6 +193,7 @@ class FrontProtocol(asyncio.Protocol):
         self.reading = Reading.HEAD
         self._url = []
         self._headers = Headers()
+        self._head_read = 0  # bytes of the later reads of this head
         self._room = MAX_HEADERS  # distinct names left: each repeated line takes one
         self._head_bytes = 0
         # a head that begins a read can still be handed over: keep its bytes
@@ -268,6 +272,17 @@ class FrontProtocol(asyncio.Protocol):
         self._enqueue(request)
 
     # --- requests ---------------------------------------------------------------------------
+
+    def _head_continues(self, n: int) -> bool:
+        """A read that goes on with a head begun earlier: True when the head is now over
+        :data:`MAX_HEAD_BYTES` and was refused or handed over. httptools reports a field
+        only once it is complete, so a field still arriving is counted here."""
+        self._head_read += n
+        if self._head_read <= MAX_HEAD_BYTES:
+            return False
+        with contextlib.suppress(_Stop):
+            self._too_big()
+        return True
 
     def _count_head(self, n: int) -> None:
         self._head_bytes += n
