@@ -562,3 +562,36 @@ async def test_a_header_that_never_ends_is_cut_off_at_the_head_limit(
         finally:
             feeding.cancel()
             client.writer.transport.abort()
+
+
+async def test_a_trailer_that_never_ends_is_cut_off(
+    start_bridge: StartBridge, tmp_path: Path
+) -> None:
+    """The same for a chunked body's trailer: buffered by httptools until the body
+    deadline."""
+    config = {"limits": {"request_read_timeout": 60}}
+    bridge = await start_bridge(config=config, tmp=tmp_path)
+    client = await Client.open(bridge.port)
+    body = chunk(CAPS) + b"0\r\nX-Endless: "
+
+    async def endless() -> None:
+        with contextlib.suppress(ConnectionError):
+            await client.send(raw("Transfer-Encoding: chunked\r\n\r\n", body))
+            for _ in range(256):  # 16 MiB, unless the server stops it first
+                await client.send(b"a" * 65536)
+
+    feeding = asyncio.create_task(endless())
+    try:
+        answer = await client.answer()
+        assert answer.status == 400 and answer.header("Connection") == "close"
+    finally:
+        feeding.cancel()
+        client.writer.transport.abort()
+    small = await Client.open(bridge.port)  # a body in small chunks is still read
+    data = CAPS * 20
+    pieces = b"".join(chunk(data[i : i + 8]) for i in range(0, len(data), 8))
+    await small.send(raw("Transfer-Encoding: chunked\r\n\r\n", pieces[:50]))
+    await small.send(pieces[50:] + b"0\r\n\r\n")
+    answer = await small.answer()  # read whole (then not JSON): not cut off
+    assert answer.status == 400 and answer.json()["error"]["code"] == -32700
+    small.close()

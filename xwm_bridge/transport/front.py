@@ -108,6 +108,7 @@ class FrontProtocol(asyncio.Protocol):
         self._raw: list[bytes] | None = None
         self._head_bytes = 0
         self._head_read = 0
+        self._body_read = 0  # bytes of the later reads of this body
         self._completed_in_read = False
         self._url: list[bytes] = []
         self._headers = Headers()
@@ -155,8 +156,10 @@ class FrontProtocol(asyncio.Protocol):
         self._completed_in_read = False
         if self._raw is not None:
             self._raw.append(data)
-        if self.reading is Reading.HEAD and self._head_continues(len(data)):
+        reading = self.reading
+        if reading is Reading.HEAD and self._head_continues(len(data)):
             return
+        body_of = self._request if reading is Reading.BODY else None
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -165,6 +168,8 @@ class FrontProtocol(asyncio.Protocol):
         except httptools.HttpParserError:
             self._bad_request()
         self._data = b""
+        if body_of is not None and body_of is self._request:
+            self._body_continues(body_of, len(data))
         if self.reading is Reading.BODY and self._body_timer is None and not self._reading_paused:
             loop = asyncio.get_running_loop()
             self._body_timer = loop.call_later(self.front.body_timeout, self._body_late)
@@ -242,6 +247,7 @@ class FrontProtocol(asyncio.Protocol):
         self._fresh = False
         self._request = request
         self._body_size = 0
+        self._body_read = 0
         self.reading = Reading.BODY
         request.reply = self.front.endpoint.denied(request)
         length = headers.get("content-length")
@@ -283,6 +289,17 @@ class FrontProtocol(asyncio.Protocol):
         with contextlib.suppress(_Stop):
             self._too_big()
         return True
+
+    def _body_continues(self, request: Request, n: int) -> None:
+        """A read that went on with a body begun earlier. Its bytes beyond the body's
+        (chunk framing, a trailer: httptools reports a trailer field only once it is
+        complete) are bounded by twice the body and 64 KiB, else 400 and close."""
+        self._body_read += n
+        if self._body_read <= 3 * self._body_size + MAX_HEAD_BYTES:
+            return
+        reply = request.reply or self.front.endpoint.bad_request(request, rj.BAD_REQUEST, 400)
+        with contextlib.suppress(_Stop):
+            self._refuse(request, reply)
 
     def _count_head(self, n: int) -> None:
         self._head_bytes += n
