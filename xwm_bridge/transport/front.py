@@ -35,7 +35,6 @@ import asyncio
 import collections
 import contextlib
 import enum
-import logging
 from typing import TYPE_CHECKING, cast
 
 import httptools
@@ -43,22 +42,13 @@ from aiohttp.tcp_helpers import tcp_nodelay
 
 from xwm_bridge.observability import rejections as rj
 from xwm_bridge.transport.exchange import Reply
-from xwm_bridge.transport.front_wire import (
-    SINGLETONS,
-    ChunkedStream,
-    Clock,
-    Headers,
-    Request,
-    header_lines,
-    status_line,
-)
+from xwm_bridge.transport.front_answers import MAX_PIPELINED, MAX_PIPELINED_BYTES, Answers
+from xwm_bridge.transport.front_wire import SINGLETONS, Headers, Request
 
 _has = dict.__contains__  # a lookup by lower-case name, without Headers' own lowering
 
 if TYPE_CHECKING:
     from xwm_bridge.transport.front_server import Front
-
-log = logging.getLogger("xwm_bridge.http")
 
 RPC_PATH = b"/acp/rpc"
 #: a request head larger than this is handed to aiohttp (which refuses it with its
@@ -70,10 +60,6 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 128
 MAX_LINE = 8190
 MAX_FIELD = 8190
-#: parsed requests waiting behind the one being answered, and their bodies' bytes;
-#: more pause reading until half are answered
-MAX_PIPELINED = 8
-MAX_PIPELINED_BYTES = 1024 * 1024
 
 
 class Reading(enum.Enum):
@@ -89,7 +75,7 @@ class _Stop(Exception):
     """Raised in a parser callback: stop parsing this read."""
 
 
-class FrontProtocol(asyncio.Protocol):
+class FrontProtocol(Answers, asyncio.Protocol):
     """One client connection (see the module docstring)."""
 
     def __init__(self, front: Front) -> None:
@@ -398,92 +384,10 @@ class FrontProtocol(asyncio.Protocol):
             self._reading_paused = True
             self.transport.pause_reading()  # a body begun now is not timed until resumed
 
-    async def _answer_queued(self) -> None:
-        """The connection's task: answers its requests in order (owned by the
-        connection; cancelled when it goes, bounded by Front.shutdown)."""
-        try:
-            while self.queue and not self.lost:
-                request = self.queue.popleft()
-                self._queued_bytes -= request.size
-                if (
-                    self._reading_paused
-                    and len(self.queue) < MAX_PIPELINED // 2
-                    and self._queued_bytes < MAX_PIPELINED_BYTES // 2
-                ):
-                    self._reading_paused = False
-                    if self.transport is not None:
-                        self.transport.resume_reading()
-                    if self.reading is Reading.BODY and self._body_timer is None:
-                        loop = asyncio.get_running_loop()  # its deadline runs again, anew
-                        self._body_timer = loop.call_later(self.front.body_timeout, self._body_late)
-                await self._answer(request)
-        finally:
-            self.task = None
-            if not self.lost:
-                self._after_answers()
-
-    async def _answer(self, request: Request) -> None:
-        reply = request.reply
-        stream: ChunkedStream | None = None
-        if reply is None:
-            stream = ChunkedStream(self, request)
-            body = b"".join(request.body)
-            request.body, request.size = [], 0
-            try:
-                reply = await self.front.endpoint.answer(request, body, stream)
-            except Exception:
-                log.exception("rpc request failed")
-                if stream.started:
-                    self.abort()
-                    return
-                request.keep_alive = False
-                reply = Reply(500, b"500 internal server error\n", {"Content-Type": "text/plain"})
-        if reply is not None:
-            self._write_reply(request, reply)
-        elif stream is not None and not stream.ended:
-            await stream.end()
-
-    @property
-    def clock(self) -> Clock:
-        return self.front.clock
-
-    def keep(self, request: Request) -> bool:
-        """Whether the answer to ``request`` keeps the connection open: the client
-        asked to, and no close is due after it (one due when the last queued answer
-        is written: the ones queued before it still go out)."""
-        closing = self.close_after or self.front.closing
-        return request.keep_alive and not (closing and not self.queue)
-
-    def closed_by(self, request: Request) -> None:
-        """The answer to ``request`` said ``Connection: close``: nothing after it."""
-        self.close_after = True
-        self.queue.clear()
-        self._queued_bytes = 0
-
-    def _write_reply(self, request: Request, reply: Reply) -> None:
-        if self.lost or self.transport is None:
-            return
-        keep = self.keep(request)
-        if not keep:
-            self.closed_by(request)
-        head = [
-            status_line(reply.status),
-            header_lines(reply.headers, request.cors),
-            b"Content-Length: %d\r\n" % len(reply.body),
-            self.clock.line(),
-            b"\r\n" if keep else b"Connection: close\r\n\r\n",
-        ]
-        self.transport.write(b"".join(head) + reply.body)
-
-    def _after_answers(self) -> None:
-        if self.close_after:
-            self._maybe_close()
-        else:
-            self._arm_idle()
-
-    def _maybe_close(self) -> None:
-        if self.task is None and not self.queue and self.transport is not None:
-            self.transport.close()
+    def _reading_resumed(self) -> None:
+        if self.reading is Reading.BODY and self._body_timer is None:
+            loop = asyncio.get_running_loop()  # a body begun while paused: timed from now
+            self._body_timer = loop.call_later(self.front.body_timeout, self._body_late)
 
     # --- timers and shutdown ----------------------------------------------------------------
 
@@ -538,20 +442,3 @@ class FrontProtocol(asyncio.Protocol):
         if self.task is not None:
             self.task.cancel()  # the client went away: its request is abandoned
         self._wake()
-
-    # --- writes -----------------------------------------------------------------------------
-
-    def _wake(self) -> None:
-        waiter, self._drained = self._drained, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def drain(self) -> None:
-        if self.lost:
-            raise ConnectionResetError("client connection closed")
-        if self.paused:
-            if self._drained is None:
-                self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
-            if self.lost:
-                raise ConnectionResetError("client connection closed")
