@@ -90,6 +90,16 @@ TOOL_DONE_EXTRAS: dict[str, Any] = {
     "_meta": {"fake/tool": {"exit": 0}},
 }
 
+#: what the ``metachunks`` prompt sends: chunks with _meta on the update and on the block
+META_CHUNKS: list[dict[str, Any]] = [
+    {
+        "sessionUpdate": kind,
+        "content": {"type": "text", "text": text, "_meta": {"fake/block": text}},
+        "_meta": {"fake/chunk": {"kind": kind}},
+    }
+    for kind, text in (("agent_thought_chunk", "thinking"), ("agent_message_chunk", "said"))
+]
+
 #: how the bridge's context blocks begin (providers/stdio/prompt.py)
 CONTEXT_LEADS = ("[Context from the bridge", "User-selected local attachments:")
 MODELS = [("fake/alpha", "Alpha"), ("fake/beta", "Beta")]
@@ -285,6 +295,9 @@ class Agent:
             done = {"toolCallId": "call-c", "status": "completed", **TOOL_DONE_EXTRAS}
             self.update(sid, {"sessionUpdate": "tool_call_update", **done})
             self.chunk(sid, "edited")
+        elif word == "metachunks":
+            for chunk in META_CHUNKS:
+                self.update(sid, chunk)
         elif word == "tools":
             for i in range(1, int(rest.strip() or 1) + 1):
                 call = {"toolCallId": f"step-{i}", "title": f"step {i}", "kind": "read"}

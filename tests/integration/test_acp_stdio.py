@@ -202,6 +202,23 @@ async def test_a_tool_call_keeps_the_content_the_agent_gave_it(
         }
 
 
+async def test_chunks_keep_the_meta_the_agent_gave_them(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # _meta on a stdio agent's message and thought chunks (on the update and on its text
+    # block) reaches the ACP client as the agent sent it
+    from internal.peers.fake_acp_agent import META_CHUNKS
+
+    cfg = config(fake_upstream, tmp_path, acp={"default_route": "single-agent:fake"})
+    async with spawn_acp(tmp_path, cfg) as acp:
+        session = await acp.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        answer = await acp.conn.prompt(session_id=session.session_id, prompt=prompt("metachunks"))
+        assert answer.stop_reason == "end_turn"
+        chunks = ("agent_thought_chunk", "agent_message_chunk")
+        sent = [u for kind in chunks for u in acp.checker.updates(kind)]
+        assert sent == META_CHUNKS
+
+
 async def test_policy_rules_answer_without_asking(
     fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:

@@ -22,8 +22,9 @@ Bridge notification (``session.update`` / relayed upstream frame) → ACP update
 =============================== ==========================================================
 bridge ``type``                 ACP ``sessionUpdate``
 =============================== ==========================================================
-``delta`` (or a bare ``delta``) ``agent_message_chunk`` (``content`` block when not text)
-``thought``                     ``agent_thought_chunk``
+``delta`` (or a bare ``delta``) ``agent_message_chunk`` (``content`` block when not text, or
+                                when it is the delta's text block; an object ``_meta`` kept)
+``thought``                     ``agent_thought_chunk`` (as ``delta``)
 ``step`` (multi-agent)          ``agent_thought_chunk`` ("Planner: …")
 ``tool_call``                   ``tool_call``
 ``tool_call_update``            ``tool_call_update``
@@ -345,12 +346,19 @@ def acp_updates(message: Mapping[str, Any], state: TurnMapState) -> list[dict[st
     delta = p.get("delta")
     if kind in ("delta", "thought") or (not kind and isinstance(delta, str)):
         update_kind = "agent_thought_chunk" if kind == "thought" else "agent_message_chunk"
+        block = content_block(p.get("content"))
         if isinstance(delta, str) and delta:
             if update_kind == "agent_message_chunk":
                 state.message_chars += len(delta)
-            return [_chunk(update_kind, _text_block(delta))]
-        block = content_block(p.get("content"))
-        return [_chunk(update_kind, block)] if block is not None else []
+            if block is None or block.get("type") != "text" or block.get("text") != delta:
+                block = _text_block(delta)  # the block, with its _meta, when it is the delta's
+        if block is None:
+            return []
+        chunk = _chunk(update_kind, block)
+        meta = p.get("_meta")
+        if isinstance(meta, dict):  # ACP's extension point, as the agent sent it
+            chunk["_meta"] = meta
+        return [chunk]
     if kind == "step":
         title = coerce.text(p.get("title"), "Step")
         text = coerce.text(p.get("message"))

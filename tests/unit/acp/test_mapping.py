@@ -359,3 +359,25 @@ def test_a_tool_call_keeps_an_object_meta_and_drops_any_other() -> None:
     assert out["_meta"] == meta and out["rawInput"] == {"cmd": "ls"}
     strict(schema.ToolCallUpdate, out)
     assert "_meta" not in mapping.tool_call_fields({**call, "_meta": "x"}, False, start=True)
+
+
+def test_a_chunk_keeps_the_agents_meta_on_the_update_and_on_its_block() -> None:
+    # a stdio agent's chunk, through the stdio mapping and the front door: an object
+    # _meta (ACP's extension point) on the update and on its text block reaches the client
+    from xwm_bridge.providers.stdio.mapping import map_update
+
+    meta = {"fake/chunk": {"model": "alpha"}}
+    block = {"type": "text", "text": "hi", "_meta": {"fake/block": 1}}
+    for kind in ("agent_message_chunk", "agent_thought_chunk"):
+        agent = {"sessionUpdate": kind, "content": block, "_meta": meta}
+        payload = map_update(agent)
+        assert payload is not None and payload["delta"] == "hi"
+        assert updates(bridge(payload)) == [agent]
+        plain = {"sessionUpdate": kind, "content": {"type": "text", "text": "hi"}}
+        assert updates(bridge(map_update(plain) or {})) == [plain]
+    # a _meta that is not an object is dropped (the schema wants one); a block that is
+    # not the delta's text is not sent in its place
+    odd = bridge({"type": "delta", "delta": "a", "_meta": "x", "content": {**block, "text": "b"}})
+    assert updates(odd) == [
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "a"}}
+    ]

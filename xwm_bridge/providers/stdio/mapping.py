@@ -5,8 +5,8 @@ Mapping (the payload is stamped with sessionId/threadId/turnId/seq by the bridge
 =========================== ====================================================================
 ACP ``sessionUpdate``       bridge payload
 =========================== ====================================================================
-``agent_message_chunk``     ``{type:"delta", delta:<text>, pending:true, error:false}``
-``agent_thought_chunk``     ``{type:"thought", delta:<text>, pending:true, error:false}``
+``agent_message_chunk``     ``{type:"delta", delta:<text>, pending:true, error:false, _meta}``
+``agent_thought_chunk``     ``{type:"thought", delta:<text>, pending:true, error:false, _meta}``
 ``tool_call``               ``{type:"tool_call", toolCallId, title, kind, status, content,
                             locations, rawInput, rawOutput, _meta}``
 ``tool_call_update``        ``{type:"tool_call_update", toolCallId, status, title, kind, content,
@@ -17,7 +17,9 @@ ACP ``sessionUpdate``       bridge payload
 anything else               ``{type:"agent_update", sessionUpdate:<name>, update:<raw>}``
 =========================== ====================================================================
 
-Non-text content blocks of chunks become ``content`` (the raw block) with an empty ``delta``.
+Non-text content blocks of chunks become ``content`` (the raw block) with an empty ``delta``;
+a text block with its own ``_meta`` is also kept as ``content``, next to its ``delta``.
+``_meta`` (ACP's extension point) is the update's own, as the agent sent it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ def _pick(update: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {k: update[k] for k in keys if k in update}
 
 
+def _has_meta(block: Any) -> bool:
+    return isinstance(block, dict) and "_meta" in block
+
+
 def map_update(update: dict[str, Any]) -> dict[str, Any] | None:
     """One ACP update object (``params.update``) → bridge payload, or None to drop it."""
     kind = coerce.text(update.get("sessionUpdate"))
@@ -52,8 +58,10 @@ def map_update(update: dict[str, Any]) -> dict[str, Any] | None:
             "pending": True,
             "error": False,
         }
-        if not payload["delta"] and content is not None:
-            payload["content"] = content
+        if content is not None and (not payload["delta"] or _has_meta(content)):
+            payload["content"] = content  # a text block's _meta goes on with the block
+        if "_meta" in update:
+            payload["_meta"] = update["_meta"]
         return payload
     if kind == "user_message_chunk":
         return None
