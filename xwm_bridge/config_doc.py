@@ -143,6 +143,7 @@ DESCRIPTIONS: dict[str, str] = {
     "gateway.backoff_max": "longest reconnect delay in seconds",
     "gateway.notify_timeout": "seconds one client may take to accept a gateway notification",
     "gateway.max_runtimes_per_principal": "runtimes one client token may hold",
+    "gateway.max_runtimes": "runtimes of all clients together (a bridge without a token takes any bearer, each a new client); past it a connect is `TOO_MANY`",
     "gateway.max_message_bytes": "largest frame accepted from a gateway",
     "gateway.forward_client_bearer": "send the caller's bearer as `auth.token` to a `local` gateway given no token",
     "gateway.allowed_hosts": "hosts (any port) or `host:port` a `local` runtime may dial, `*` = any; empty = loopback (any port) plus the `host:port` of every endpoint in this config",

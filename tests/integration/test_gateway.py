@@ -418,6 +418,34 @@ async def test_runtime_belongs_to_its_principal(
     assert mine["ok"] is True
 
 
+async def test_new_bearers_cannot_make_runtimes_past_the_bridge_wide_cap(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    # a loopback bridge without a token takes any bearer: each new one a principal
+    cfg = gw_config(tmp_path, max_runtimes=2)
+    bp = await start_bridge(env=base_env(), config=cfg, tmp=tmp_path)
+
+    async def connect(bearer: str) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {bearer}"}
+        params = connect_params(gateway)
+        return await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", params, headers)
+
+    assert (await connect("one"))["ok"] and (await connect("two"))["ok"]
+    refused = await connect("three")
+    assert refused["ok"] is False and refused["snapshot"] is None
+    assert refused["error"] == {
+        "message": "too many gateway runtimes on this bridge",
+        "code": "TOO_MANY",
+    }
+    assert (await connect("one"))["ok"]  # a runtime already held connects again
+    assert len(gateway.state.connections) == 2
+    async with http.get(f"{bp.url}/metrics") as resp:
+        text = await resp.text()
+    assert 'xwm_gateway_connects_refused_total{reason="bridge"} 1.0' in text
+    entries = [e for e in log_entries(bp.logs) if "gateway.max_runtimes" in str(e.get("msg"))]
+    assert len(entries) == 1 and entries[0]["limit"] == 2
+
+
 async def test_events_go_only_to_the_owners_live_websockets(
     start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
 ) -> None:

@@ -136,7 +136,11 @@ class Bridge:
             AgentCatalog(catalog_path / CATALOG_FILE if catalog_path else None),
         )
         self.gateway = GatewayManager(config, self.proxies)
-        self.metrics.bind_gateway(self.gateway.status_counts, self.gateway.frames_ignored)
+        self.metrics.bind_gateway(
+            self.gateway.status_counts,
+            self.gateway.frames_ignored,
+            self.gateway.connects_refused,
+        )
         self.metrics.bind_store(store.alive, lambda: store_error_counts(store))
         self.health = HealthSampler(self)
         self._http: aiohttp.ClientSession | None = None

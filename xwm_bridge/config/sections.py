@@ -212,6 +212,9 @@ class GatewayConfig:
     backoff_max: float = 30.0
     notify_timeout: float = 5.0
     max_runtimes_per_principal: int = 16
+    #: runtimes of all principals together (a bridge without a token takes any bearer,
+    #: and each new bearer is a new principal).
+    max_runtimes: int = 64
     max_message_bytes: int = 16 * MIB
     #: send the caller's own bearer to a ``local`` gateway that got no token.
     forward_client_bearer: bool = False

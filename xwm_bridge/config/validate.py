@@ -162,6 +162,7 @@ def _validate(config: BridgeConfig) -> None:
         "backoff_max",
         "notify_timeout",
         "max_message_bytes",
+        "max_runtimes",
     ):
         if getattr(gw, name) <= 0:
             raise ConfigError(f"gateway.{name}: must be greater than 0")

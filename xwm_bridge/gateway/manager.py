@@ -2,8 +2,11 @@
 
 Runtimes are keyed by (principal, runtimeId): a principal (the caller's bearer
 credential) only ever sees its own runtimes, so another client can neither use
-nor observe them. A runtime with no request in flight and no live owner
-WebSocket for ``gateway.idle_ttl`` is closed and forgotten.
+nor observe them. A principal holds at most ``gateway.max_runtimes_per_principal``
+runtimes and the bridge at most ``gateway.max_runtimes`` of all principals together
+(a bridge without a token takes any bearer: each new one is a new principal). A
+runtime with no request in flight and no live owner WebSocket for
+``gateway.idle_ttl`` is closed and forgotten.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ log = logging.getLogger("xwm_bridge.gateway")
 
 OPENCLAW = "openclaw"
 LOCAL = "local"
+#: why a connect that needed a new runtime was refused (``TOO_MANY``), for metrics
+REFUSAL_REASONS = ("per_principal", "bridge")
 
 
 def _obj(params: dict[str, Any], key: str) -> dict[str, Any]:
@@ -199,6 +204,10 @@ class GatewayManager:
         self._runtimes: dict[tuple[str, str], GatewayRuntime] = {}
         #: frames every runtime dropped, by reason (reaped ones included)
         self._frame_counts: dict[str, int] = dict.fromkeys(p.IGNORED_REASONS, 0)
+        #: connects refused for want of room, by reason
+        self._refused: dict[str, int] = dict.fromkeys(REFUSAL_REASONS, 0)
+        #: the bridge-wide limit refused a connect since the table last had room
+        self._full = False
         self._lock = asyncio.Lock()
         #: the runtimes' connection loops
         self._tasks = Supervisor()
@@ -213,6 +222,28 @@ class GatewayManager:
     def frames_ignored(self) -> dict[str, int]:
         """Frames read from gateways and dropped, by reason, for metrics."""
         return dict(self._frame_counts)
+
+    def connects_refused(self) -> dict[str, int]:
+        """Connects refused with ``TOO_MANY``, by reason, for metrics."""
+        return dict(self._refused)
+
+    def _no_room(self, principal: str) -> GatewayError | None:
+        """Why a new runtime of ``principal`` may not be made (called under the lock)."""
+        limits = self._settings
+        if len(self.runtimes_of(principal)) >= limits.max_runtimes_per_principal:
+            self._refused["per_principal"] += 1
+            return GatewayError("too many gateway runtimes for this client", "TOO_MANY")
+        if len(self._runtimes) < limits.max_runtimes:
+            self._full = False
+            return None
+        self._refused["bridge"] += 1
+        if not self._full:  # once per full spell: a flood of bearers is not a flood of lines
+            self._full = True
+            log.warning(
+                "gateway runtime refused: the bridge holds gateway.max_runtimes runtimes",
+                extra={"limit": limits.max_runtimes, "principal": principal},
+            )
+        return GatewayError("too many gateway runtimes on this bridge", "TOO_MANY")
 
     def status(self) -> list[dict[str, Any]]:
         """Every runtime (operator health view): state, last error, reconnects."""
@@ -281,11 +312,9 @@ class GatewayManager:
         async with self._lock:
             rt = self.get(principal, cp.runtime_id)
             if rt is None:
-                if len(self.runtimes_of(principal)) >= self._settings.max_runtimes_per_principal:
-                    return _failure(
-                        GatewayError("too many gateway runtimes for this client", "TOO_MANY"),
-                        None,
-                    )
+                refusal = self._no_room(principal)
+                if refusal is not None:
+                    return _failure(refusal, None)
                 rt = GatewayRuntime(
                     cp.runtime_id,
                     principal,

@@ -139,9 +139,12 @@ class Metrics:
         self,
         status_counts: Callable[[], dict[str, int]],
         frames_ignored: Callable[[], dict[str, int]] | None = None,
+        connects_refused: Callable[[], dict[str, int]] | None = None,
     ) -> None:
-        """``xwm_gateway_runtimes{state}`` and ``xwm_gateway_frames_ignored_total{reason}``,
-        read from the gateway manager on each scrape."""
+        """``xwm_gateway_runtimes{state}``, ``xwm_gateway_frames_ignored_total{reason}``
+        and ``xwm_gateway_connects_refused_total{reason}`` (``TOO_MANY``: the
+        per-principal or the bridge-wide runtime limit), read from the gateway manager
+        on each scrape."""
         registry = self.registry
 
         class _GatewayStates(Collector):
@@ -162,6 +165,15 @@ class Metrics:
                     for reason, value in sorted(frames_ignored().items()):
                         ignored.add_metric([reason], value)
                     yield ignored
+                if connects_refused is not None:
+                    refused = CounterMetricFamily(
+                        "xwm_gateway_connects_refused",
+                        "Gateway connects refused for want of room (TOO_MANY), by limit",
+                        labels=["reason"],
+                    )
+                    for reason, value in sorted(connects_refused().items()):
+                        refused.add_metric([reason], value)
+                    yield refused
 
         registry.register(_GatewayStates())
 

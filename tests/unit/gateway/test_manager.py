@@ -178,6 +178,30 @@ async def test_runtimes_are_per_principal_and_idle_ones_reaped() -> None:
     assert manager.get("alice", "rt") is None and rt.closed
 
 
+async def test_runtimes_of_all_principals_together_are_capped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a bridge without a token takes any bearer, each one a new principal: without a
+    # bridge-wide cap, new bearers could make runtimes without end
+    settings = GatewayConfig(max_runtimes=2, allowed_hosts=("gw.example",))
+    manager = GatewayManager(BridgeConfig(gateway=settings))
+    for owner in ("bearer:a", "bearer:b"):
+        manager._runtimes[(owner, "rt")] = GatewayRuntime("rt", owner, manager._settings)
+    for owner in ("bearer:c", "bearer:d"):  # any new principal is refused, before any dial
+        refused = await manager.connect(CLIENT, owner, None, None)
+        assert refused == {
+            "ok": False,
+            "snapshot": None,
+            "auth": None,
+            "returnedDeviceToken": "",
+            "error": {"message": "too many gateway runtimes on this bridge", "code": "TOO_MANY"},
+        }
+    assert len(manager._runtimes) == 2 and manager.runtimes_of("bearer:c") == []
+    assert manager.connects_refused() == {"per_principal": 0, "bridge": 2}
+    lines = [r for r in caplog.records if "gateway.max_runtimes" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelname == "WARNING"  # once per full spell
+
+
 async def test_a_runtime_taken_into_use_while_the_reaper_closes_another_is_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
