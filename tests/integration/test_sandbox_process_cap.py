@@ -47,7 +47,7 @@ class Adapter:
         return self.bridge.stdio_agents.status()[0]
 
     def processes(self) -> dict[tuple[str, str], AcpAgent]:
-        return dict(self.bridge.stdio_agents._agents)
+        return dict(self.bridge.stdio_agents.processes._agents)
 
 
 def fake_bwrap(path: Path) -> Path:

@@ -60,11 +60,17 @@ async def test_the_cap_closes_the_least_recently_used_idle_process_never_a_held_
     async with ex.using("gem", str(tmp_path / "b")):
         pass
     async with ex.using("gem", str(tmp_path / "c")):
-        assert [cwd for _, cwd in ex._agents] == [str(tmp_path / "a"), str(tmp_path / "c")]
+        assert [cwd for _, cwd in ex.processes._agents] == [
+            str(tmp_path / "a"),
+            str(tmp_path / "c"),
+        ]
     assert held.users == 1
     ex.release(held)
     async with ex.using("gem", str(tmp_path / "d")):  # now "a" is the idle one to go
-        assert [cwd for _, cwd in ex._agents] == [str(tmp_path / "c"), str(tmp_path / "d")]
+        assert [cwd for _, cwd in ex.processes._agents] == [
+            str(tmp_path / "c"),
+            str(tmp_path / "d"),
+        ]
 
 
 async def test_with_every_process_held_a_new_one_waits_for_a_release(tmp_path: Path) -> None:
@@ -77,10 +83,10 @@ async def test_with_every_process_held_a_new_one_waits_for_a_release(tmp_path: P
     assert ex.status()[0]["busy"] == 1
     ex.release(again)  # still held once: nothing may go
     await asyncio.sleep(0)  # a turn of the loop for the waiter (it must stay waiting)
-    assert not waiter.done() and len(ex._agents) == 1 and held.users == 1
+    assert not waiter.done() and len(ex.processes._agents) == 1 and held.users == 1
     ex.release(held)
     got = await asyncio.wait_for(waiter, 5)
-    assert list(ex._agents.values()) == [got] and got is not held
+    assert list(ex.processes._agents.values()) == [got] and got is not held
     assert ex.status()[0]["waiting"] == 0
     ex.release(got)
 
@@ -97,7 +103,7 @@ async def test_with_every_process_held_past_the_wait_the_call_fails_naming_the_c
             f"all 1 sandboxed agent processes {words} (agents.max_sandboxed_processes: 1)"
             "; try again when one is idle"
         )
-        assert list(ex._agents.values()) == [held] and ex.status()[0]["waiting"] == 0
+        assert list(ex.processes._agents.values()) == [held] and ex.status()[0]["waiting"] == 0
 
 
 async def test_many_directories_at_once_never_pass_the_cap(tmp_path: Path) -> None:
@@ -107,12 +113,12 @@ async def test_many_directories_at_once_never_pass_the_cap(tmp_path: Path) -> No
     async def turn(i: int) -> None:
         nonlocal most
         async with ex.using("gem", str(tmp_path / f"d{i % 7}")):
-            most = max(most, len(ex._agents))
+            most = max(most, len(ex.processes._agents))
             await asyncio.sleep(0)  # let the others run while this one is held
 
     await asyncio.wait_for(asyncio.gather(*(turn(i) for i in range(40))), 10)
-    assert most <= 3 and len(ex._agents) <= 3
-    assert all(a.users == 0 for a in ex._agents.values())
+    assert most <= 3 and len(ex.processes._agents) <= 3
+    assert all(a.users == 0 for a in ex.processes._agents.values())
 
 
 async def test_the_unsandboxed_executor_has_one_process_per_provider_and_no_cap() -> None:
