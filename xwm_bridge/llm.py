@@ -3,7 +3,10 @@
 Shared by the toolbridge ``chat`` tool and multi-agent turns. Errors carry the
 original's texts (``api error <status>: <body>``, ``missing choices in
 response``, ``empty response content``). Every call has a deadline; redirects
-are not followed (a 3xx is an ``api error``).
+are not followed (a 3xx is an ``api error``). The call's own key is masked
+(``[REDACTED]``) in every text that comes back, an error or an answer: a peer
+that quotes it (``Incorrect API key provided: sk-…``) must not put a client's key
+into results, step updates or log lines, where only configured secrets are masked.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import aiohttp
 import orjson
 
 from xwm_bridge.httpbody import BodyTooLarge, read_capped
+from xwm_bridge.observability.redact import MIN_SECRET_LEN, REDACTED
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MAX_TOKENS = 4096
@@ -57,10 +61,19 @@ class ChatRequest:
         }
 
 
-def parse_completion(status: int, raw: bytes) -> str:
-    """Sans-I/O: the trimmed ``choices[0].message.content`` or :class:`LLMError`."""
+def mask_key(text: str, key: str) -> str:
+    """``text`` with ``key`` (the call's bearer) replaced by ``[REDACTED]``; a key
+    shorter than the redactor's minimum would mask ordinary words and is left."""
+    if len(key) >= MIN_SECRET_LEN and key in text:
+        return text.replace(key, REDACTED)
+    return text
+
+
+def parse_completion(status: int, raw: bytes, key: str = "") -> str:
+    """Sans-I/O: the trimmed ``choices[0].message.content`` or :class:`LLMError`;
+    ``key`` is masked in both (before an error body is cut, so no prefix stays)."""
     if not 200 <= status < 300:
-        body = raw.decode("utf-8", errors="replace").strip()[:MAX_ERROR_BODY]
+        body = mask_key(raw.decode("utf-8", errors="replace"), key).strip()[:MAX_ERROR_BODY]
         raise LLMError(f"api error {status}: {body}")
     try:
         doc = orjson.loads(raw)
@@ -75,11 +88,19 @@ def parse_completion(status: int, raw: bytes) -> str:
     text = content.strip() if isinstance(content, str) else ""
     if not text:
         raise LLMError("empty response content")
-    return text
+    return mask_key(text, key)
 
 
 async def complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
-    """POST ``<base>/chat/completions``; the whole exchange is bounded by ``req.timeout``."""
+    """POST ``<base>/chat/completions``; the whole exchange is bounded by ``req.timeout``.
+    Every :class:`LLMError` text and the answer have ``req.api_key`` masked."""
+    try:
+        return await _complete(http, req)
+    except LLMError as exc:
+        raise LLMError(mask_key(str(exc), req.api_key)) from None
+
+
+async def _complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
     url = normalize_base_url(req.base_url) + "/chat/completions"
     if _has_credentials(url):
         # aiohttp refuses them beside a bearer (a bare ValueError), and its error texts
@@ -94,7 +115,7 @@ async def complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
                 url, data=orjson.dumps(req.body()), headers=headers, allow_redirects=False
             ) as resp:
                 raw = await read_capped(resp, MAX_RESPONSE_BYTES)
-                return parse_completion(resp.status, raw)
+                return parse_completion(resp.status, raw, req.api_key)
     except BodyTooLarge:
         raise LLMError(f"response larger than {MAX_RESPONSE_BYTES} bytes") from None
     except TimeoutError:

@@ -355,3 +355,74 @@ async def test_a_redirect_is_not_followed_past_allowed_hosts(
     assert result["error"].startswith("api error 307: ")
     assert redirects == ["/v1/chat/completions"]
     assert await seen(http, llm_url) == []
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        ({"status": 429, "body": "rate limited\n"}, "api error 429: rate limited"),
+        ({"status": 503, "body": ""}, "api error 503: "),
+        ({"status": 200, "body": "not json"}, "invalid JSON response: "),
+        ({"status": 200, "body": '{"id": "x"}'}, "missing choices in response"),
+        ({"status": 200, "body": '{"choices": []}'}, "missing choices in response"),
+        ({"status": 200, "body": '{"choices": [{"message": {}}]}'}, "empty response content"),
+        ("   ", "empty response content"),
+    ],
+)
+async def test_bad_llm_answers_are_failure_results(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, reply: Any, error: str
+) -> None:
+    """429/5xx, malformed JSON, no choices, blank content: the spec's texts, a
+    multi-agent error update and a failed result, never -32603 or a traceback."""
+    bridge = await start_bridge(env=base_env(**TOKEN_ENV))
+    await script(http, llm_url, "plan", reply)
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-bad", llm_url)), 20
+    )
+    assert "error" not in events[-1], events[-1]
+    result = events[-1]["result"]
+    assert result["success"] is False and result["mode"] == "multi-agent"
+    assert result["error"].startswith(error), result
+    last = updates(events)[-1]
+    assert last["type"] == "status" and last["error"] is True and "event" not in last
+    assert last["message"] == result["error"]
+    assert not any("Traceback" in line for line in bridge.logs)
+
+
+CLIENT_KEY = "sk-client-very-secret-0123456789"
+
+
+async def test_a_key_the_llm_echoes_is_redacted(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, tmp_path: Path
+) -> None:
+    """An LLM that quotes the caller's key (``Incorrect API key provided: sk-…``, or
+    in an answer) put it into the error text: the failed result, the error update
+    and the log line; and into step events and the result's plan/summary."""
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV), config={"multi_agent": {"max_iterations": 1}}, tmp=tmp_path
+    )
+    await script(
+        http,
+        llm_url,
+        f"plan using {CLIENT_KEY}",
+        f"draft {CLIENT_KEY}",
+        f"SCORE: 9/10 (key {CLIENT_KEY})",
+    )
+    p = params("ma-k1", llm_url, aiGatewayApiKey=CLIENT_KEY)
+    ok = await asyncio.wait_for(sse(http, bridge.rpc_url, "session.start", p), 20)
+    assert ok[-1]["result"]["success"] is True
+    assert ok[-1]["result"]["summary"] == "draft [REDACTED]"
+    await script(
+        http,
+        llm_url,
+        "plan",
+        {"status": 401, "body": f'{{"error": "Incorrect API key provided: {CLIENT_KEY}"}}'},
+    )
+    p = params("ma-k2", llm_url, aiGatewayApiKey=CLIENT_KEY)
+    failed = await asyncio.wait_for(sse(http, bridge.rpc_url, "session.start", p), 20)
+    result = failed[-1]["result"]
+    assert result["error"] == 'api error 401: {"error": "Incorrect API key provided: [REDACTED]"}'
+    for events in (ok, failed):
+        assert CLIENT_KEY not in orjson.dumps(events).decode()
+    assert any("multi-agent turn failed" in line for line in bridge.logs)
+    assert not any(CLIENT_KEY in line for line in bridge.logs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from xwm_bridge.llm import ChatRequest, LLMError, complete
+from xwm_bridge.llm import MAX_ERROR_BODY, ChatRequest, LLMError, complete, parse_completion
 
 
 @pytest.mark.parametrize(
@@ -28,3 +28,26 @@ async def test_a_base_url_with_credentials_is_an_llm_error_that_hides_them(
             await complete(http, req)
     assert str(caught.value) == "llm request failed: the base URL must not carry credentials"
     assert "hunter2" not in str(caught.value)
+
+
+KEY = "sk-quoted-0123456789"
+
+
+def test_the_key_a_peer_quotes_is_masked() -> None:
+    with pytest.raises(LLMError) as caught:
+        parse_completion(401, f"Incorrect API key provided: {KEY}".encode(), KEY)
+    assert str(caught.value) == "api error 401: Incorrect API key provided: [REDACTED]"
+    ok = b'{"choices": [{"message": {"content": "your key is ' + KEY.encode() + b'"}}]}'
+    assert parse_completion(200, ok, KEY) == "your key is [REDACTED]"
+
+
+def test_a_key_across_the_error_body_cut_leaves_no_prefix() -> None:
+    body = "x" * (MAX_ERROR_BODY - 5) + KEY
+    with pytest.raises(LLMError) as caught:
+        parse_completion(500, body.encode(), KEY)
+    assert KEY[:5] not in str(caught.value)
+
+
+def test_a_key_too_short_to_mask_leaves_the_text() -> None:
+    ok = b'{"choices": [{"message": {"content": "a b c"}}]}'
+    assert parse_completion(200, ok, "a") == "a b c"
