@@ -92,7 +92,7 @@ DESCRIPTIONS: dict[str, str] = {
     "multi_agent.workers": "workers drafting in parallel each round (1-8)",
     "multi_agent.call_timeout": "deadline for each planner/worker/reviewer model call, in seconds",
     "multi_agent.max_tokens": "`max_tokens` of each model call",
-    "multi_agent.base_url": "server-side model endpoint, used only when the client sends no `aiGatewayApiKey`",
+    "multi_agent.base_url": "server-side model endpoint, used only when the client sends no `aiGatewayApiKey`; empty = `https://api.openai.com/v1`",
     "multi_agent.api_key": "server-side key for `base_url` (never sent to a client-chosen URL); empty = client key required",
     "multi_agent.allowed_hosts": "hosts (any port) or `host:port` a client's own `aiGatewayBaseUrl` (with its `aiGatewayApiKey`) may name for multi-agent turns, `*` = any; empty = loopback plus the configured endpoints; elsewhere the turn fails without a call",
     "toolbridge.llm_api_key": "key for the `chat` tool (secret)",

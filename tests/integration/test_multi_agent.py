@@ -426,3 +426,21 @@ async def test_a_key_the_llm_echoes_is_redacted(
         assert CLIENT_KEY not in orjson.dumps(events).decode()
     assert any("multi-agent turn failed" in line for line in bridge.logs)
     assert not any(CLIENT_KEY in line for line in bridge.logs)
+
+
+async def test_no_client_url_means_the_default_under_the_host_policy(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A client key without ``aiGatewayBaseUrl`` skipped the host check and went to
+    the default ``https://api.openai.com/v1``, past a list naming only other hosts:
+    the default URL is now checked like any other."""
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV),
+        config={"multi_agent": {"allowed_hosts": ["127.0.0.1"], "call_timeout": 3}},
+        tmp=tmp_path,
+    )
+    p = params("ma-d", "")
+    del p["aiGatewayBaseUrl"]
+    events = await asyncio.wait_for(sse(http, bridge.rpc_url, "session.start", p), 20)
+    result = events[-1]["result"]
+    assert result["success"] is False and result["error"] == HOST_REFUSED, result

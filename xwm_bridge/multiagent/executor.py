@@ -19,7 +19,7 @@ from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
-from xwm_bridge.llm import ChatRequest, LLMError, complete
+from xwm_bridge.llm import ChatRequest, LLMError, complete, normalize_base_url
 from xwm_bridge.multiagent import protocol as p
 from xwm_bridge.netaddr import HostPolicy, endpoint_of
 
@@ -48,9 +48,11 @@ class MultiAgentExecutor:
     def _refused_host(self, params: Mapping[str, Any], base_url: str) -> str:
         """The host of a client's own ``aiGatewayBaseUrl`` the bridge may not dial, or
         ``""``: the client must not make the bridge call into its network (SSRF)."""
-        if not coerce.text(params.get("aiGatewayApiKey")) or not base_url:
-            return ""  # the server's endpoint, or no URL at all (the call says so)
-        host, _, port = endpoint_of(base_url).rpartition(":")
+        if not coerce.text(params.get("aiGatewayApiKey")):
+            return ""  # the server's endpoint
+        # the URL the call will use: no aiGatewayBaseUrl means the default
+        # (https://api.openai.com/v1), which a list must name like any other host
+        host, _, port = endpoint_of(normalize_base_url(base_url)).rpartition(":")
         if host and self._client_hosts.allows(host, int(port or 0)):
             return ""
         return host or base_url
