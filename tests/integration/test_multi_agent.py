@@ -444,3 +444,101 @@ async def test_no_client_url_means_the_default_under_the_host_policy(
     events = await asyncio.wait_for(sse(http, bridge.rpc_url, "session.start", p), 20)
     result = events[-1]["result"]
     assert result["success"] is False and result["error"] == HOST_REFUSED, result
+
+
+@pytest.mark.parametrize(
+    ("workers", "replies", "calls", "steps_before"),
+    [
+        # both parallel workers hang: the TaskGroup is torn down
+        (
+            2,
+            ["plan", {"content": "a", "delay_ms": 30000}, {"content": "b", "delay_ms": 30000}],
+            3,
+            2,
+        ),
+        # the reviewer's call hangs
+        (1, ["plan", "draft", {"content": "SCORE: 9/10", "delay_ms": 30000}], 3, 3),
+        # the planner's call hangs
+        (1, [{"content": "plan", "delay_ms": 30000}], 1, 1),
+    ],
+)
+async def test_cancel_aborts_any_call_in_flight(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    llm_url: str,
+    tmp_path: Path,
+    workers: int,
+    replies: list[Any],
+    calls: int,
+    steps_before: int,
+) -> None:
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV), config={"multi_agent": {"workers": workers}}, tmp=tmp_path
+    )
+    await script(http, llm_url, *replies)
+    task = asyncio.create_task(sse(http, bridge.rpc_url, "session.start", params("ma-c", llm_url)))
+
+    async def hanging() -> bool:
+        return len(await seen(http, llm_url)) >= calls
+
+    await eventually(hanging)
+    reply = await rpc(http, bridge.rpc_url, "session.cancel", {"sessionId": "ma-c"}, rid=9)
+    assert reply["result"] == {"accepted": True, "cancelled": True}
+    events = await asyncio.wait_for(task, 5)
+    assert len(steps(events)) == steps_before
+    result = events[-1]["result"]
+    assert result["success"] is False and result["cancelled"] is True
+    assert result["error"] == "turn cancelled"
+
+
+async def test_the_rework_prompt_does_not_grow_across_iterations(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, tmp_path: Path
+) -> None:
+    """Each rework gets the task, the plan, the last draft and the last review only:
+    earlier rounds are not carried along, so the prompt stays bounded."""
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV), config={"multi_agent": {"max_iterations": 3}}, tmp=tmp_path
+    )
+    await script(
+        http,
+        llm_url,
+        "plan",
+        "d1",
+        "review-1 SCORE: 1/10",
+        "d2",
+        "review-2 SCORE: 2/10",
+        "d3",
+        "review-3 SCORE: 3/10",
+    )
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-g", llm_url)), 20
+    )
+    result = events[-1]["result"]
+    assert result["iterations"] == 3 and result["summary"] == "d3" and result["finalScore"] == 3
+    assert [(s[0], s[2]) for s in steps(events)][2:] == [
+        ("Worker", 1),
+        ("Reviewer", 1),
+        ("Worker", 2),
+        ("Reviewer", 2),
+        ("Worker", 3),
+        ("Reviewer", 3),
+    ]
+    requests = await seen(http, llm_url)
+    assert len(requests) == 7  # 1 planner + 3 × (worker + reviewer): the bound
+    third_worker = requests[5]["body"]["messages"][1]["content"]
+    assert "d2" in third_worker and "review-2" in third_worker
+    assert "d1" not in third_worker and "review-1" not in third_worker
+
+
+async def test_an_oversized_answer_is_a_failure_result(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str
+) -> None:
+    bridge = await start_bridge(env=base_env(**TOKEN_ENV))
+    huge = {"status": 200, "body": "x" * (16 * 1024 * 1024 + 1)}
+    await script(http, llm_url, huge)
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-big", llm_url)), 30
+    )
+    result = events[-1]["result"]
+    assert result["success"] is False
+    assert result["error"] == "response larger than 16777216 bytes"
