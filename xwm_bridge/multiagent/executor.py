@@ -131,10 +131,23 @@ class MultiAgentExecutor:
 
         if workers == 1:
             return [await one(1)]
+        current = asyncio.current_task()
+        assert current is not None
+        cancels = current.cancelling()
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(one(i)) for i in range(1, workers + 1)]
+                # wait in the body: a worker's failure then cancels this await and
+                # the group takes its own cancel back (CPython 3.11 leaves it counted
+                # when it lands in the group's exit), so ``cancelling()`` counts
+                # only cancels from outside
+                await asyncio.wait(tasks)
         except* LLMError as eg:
+            if current.cancelling() > cancels:
+                # the client's cancel came while the round wound down after a
+                # worker's failure: the group prefers the error and swallows the
+                # cancel, which is what the turn must end with
+                raise asyncio.CancelledError from None
             raise eg.exceptions[0] from None
         return [t.result() for t in tasks]
 
