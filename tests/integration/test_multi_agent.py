@@ -542,3 +542,39 @@ async def test_an_oversized_answer_is_a_failure_result(
     result = events[-1]["result"]
     assert result["success"] is False
     assert result["error"] == "response larger than 16777216 bytes"
+
+
+async def test_a_failed_parallel_round_leaves_later_cancels_working(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, tmp_path: Path
+) -> None:
+    """After a round where one worker failed and the group cancelled the other, the
+    thread still serves turns: the next one's session.cancel ends it cancelled and
+    the one after succeeds (the group's own cancels leave no trace on the task)."""
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV), config={"multi_agent": {"workers": 2}}, tmp=tmp_path
+    )
+    slow = {"content": "late", "delay_ms": 30000}
+    await script(http, llm_url, "plan", {"status": 500, "body": "boom"}, slow)
+    first = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-s", llm_url)), 20
+    )
+    assert first[-1]["result"]["error"] == "api error 500: boom"
+    await http.post(f"{llm_url}/_reset")
+    await script(http, llm_url, {"content": "plan", "delay_ms": 30000})
+    task = asyncio.create_task(
+        sse(http, bridge.rpc_url, "session.message", params("ma-s", llm_url))
+    )
+
+    async def planner_called() -> bool:
+        return len(await seen(http, llm_url)) >= 1
+
+    await eventually(planner_called)
+    reply = await rpc(http, bridge.rpc_url, "session.cancel", {"sessionId": "ma-s"}, rid=9)
+    assert reply["result"] == {"accepted": True, "cancelled": True}
+    events = await asyncio.wait_for(task, 5)
+    assert events[-1]["result"]["cancelled"] is True
+    await script(http, llm_url, "plan", "d", "d", "SCORE: 9/10")
+    again = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.message", params("ma-s", llm_url)), 20
+    )
+    assert again[-1]["result"]["success"] is True
