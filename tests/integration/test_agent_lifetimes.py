@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.conftest import TOKEN, StartBridge, base_env, rpc, wait_until
+from tests.conftest import ROOT, TOKEN, StartBridge, base_env, rpc, wait_until
 from tests.integration.agent_helpers import agent_params, agent_provider
 from tests.integration.test_agent_secrets import environs_with
 from tests.integration.test_local_agents import fake_agent_on_path, turn
@@ -68,7 +68,8 @@ async def check_shutdown(
     work.mkdir()
     provider = agent_provider(
         command=[str(launcher)],
-        env=[f"MARK={marker}", "FAKE_AGENT_IGNORE_EOF=1"],  # ignores EOF and SIGTERM
+        # ignores EOF and SIGTERM; PYTHONPATH keeps a checkout under /tmp visible in bwrap
+        env=[f"MARK={marker}", "FAKE_AGENT_IGNORE_EOF=1", f"PYTHONPATH={ROOT}"],
     )
     agents = {"sandbox": sandbox, "terminal_enabled": True, "stop_grace": 1}
     config = {"providers": [provider], "allowed_roots": [str(tmp_path)], "agents": agents}

@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.conftest import TOKEN, StartBridge, base_env
+from tests.conftest import ROOT, TOKEN, StartBridge, base_env
 from tests.integration.agent_helpers import agent_params, agent_provider
 from tests.integration.test_local_agents import fake_agent_on_path, turn
 from tests.markers import needs_bwrap
@@ -68,7 +68,10 @@ async def check_tree(
     work = tmp_path / "work"
     work.mkdir()
     provider = agent_provider(
-        "gemini", command=[str(launcher)], env=[f"AGENT_MARKER={marker}"]
+        # PYTHONPATH keeps a checkout under /tmp (its venv) visible in the bwrap sandbox
+        "gemini",
+        command=[str(launcher)],
+        env=[f"AGENT_MARKER={marker}", f"PYTHONPATH={ROOT}"],
     )  # a registry id: GEMINI_* and GOOGLE_* are copied
     upstream = {
         "id": "remote",
