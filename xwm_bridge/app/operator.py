@@ -235,9 +235,9 @@ class OperatorMethods:
         limit = int(_number_param(params, "turns", TURNS_PER_SESSION, 1))
         for _ in range(GET_READS):
             cursor = self._bridge.events.cursor
-            before = self._running_ids(session_id)
+            before = _of(self._all_running(), {session_id})
             record, turns = await self._read_session(session_id, limit)
-            if self._running_ids(session_id) == before:
+            if _of(self._all_running(), {session_id}) == before:
                 break  # no turn started or ended during the reads: one consistent view
             # else a turn ended after the store's turns were read (it is in neither) or
             # started after the record was: read again, a bounded number of times
@@ -256,12 +256,6 @@ class OperatorMethods:
     def _all_running(self) -> frozenset[tuple[str, str]]:
         journal = self._bridge.runner.journal
         return frozenset() if journal is None else journal.running_keys()
-
-    def _running_ids(self, session_id: str) -> frozenset[str]:
-        journal = self._bridge.runner.journal
-        if journal is None:
-            return frozenset()
-        return frozenset(t.turn_id for t in journal.running(session_id))
 
     async def _read_session(
         self, session_id: str, limit: int
