@@ -79,7 +79,8 @@ class Supervisor:
     async def shutdown(self, grace: float) -> None:
         """Let work tasks finish for ``grace`` seconds, then cancel every task and wait
         for them, at most :data:`SHUTDOWN_WAIT` seconds, cancelling again the ones that
-        run on (:func:`stop_all`: a cancel can be lost)."""
+        run on past :data:`STOP_GRACE` (:func:`stop_all`: a cancel can be lost, and a
+        cleanup of up to 1 s is not cut)."""
         self._closing = True
         await self.wait(grace)
         pending = self._tasks | self._services
@@ -99,22 +100,44 @@ async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:  # noqa: ASYNC
         return await aw
 
 
-#: how often :func:`stop` sends its cancel again while the task runs on
-STOP_RESEND = 0.1
+#: seconds before :func:`stop` first sends its cancel again to a task that runs on:
+#: a cleanup of up to this long after the first cancel is never cut short
+STOP_GRACE = 1.0
+#: the longest interval between two later sends (each interval doubles up to it)
+STOP_RESEND_MAX = 2.0
 #: how long :meth:`Supervisor.shutdown` waits for the tasks it cancelled
 SHUTDOWN_WAIT = 10.0
 #: task names a warning of :func:`stop_all` lists, at most
 NAMES_LOGGED = 8
 
 
+def resend_delay(sent: int) -> float:
+    """Seconds from send number ``sent`` (0: the first cancel) to the next one:
+    :data:`STOP_GRACE`, then twice the interval before, at most :data:`STOP_RESEND_MAX`
+    (0, 1, 3, 5, 7, 9 s after the first cancel)."""
+    return min(STOP_GRACE * 2.0**sent, STOP_RESEND_MAX)
+
+
 async def stop(task: asyncio.Task[Any], within: float) -> bool:
     """Cancel ``task`` and wait up to ``within`` seconds for it to end; True if it did.
 
-    The cancel is sent again every :data:`STOP_RESEND` seconds while the task runs: one
-    can be lost (CPython 3.11's ``asyncio.wait_for``, which redis-py puts around each
-    command's write, returns the write's result and drops a cancel of its caller landing
-    in the same loop iteration), and a loop task that lost it ran on, so a ``close()``
-    awaiting it never returned. A cancel of the caller is never swallowed here."""
+    The cancel is sent again while the task runs on, first after :data:`STOP_GRACE`
+    seconds, then at growing intervals (:func:`resend_delay`), all inside ``within``:
+    one can be lost (CPython 3.11's ``asyncio.wait_for``, which redis-py puts around
+    each command's write, returns the write's result and drops a cancel of its caller
+    landing in the same loop iteration), and a loop task that lost it ran on, so a
+    ``close()`` awaiting it never returned.
+
+    Why a grace and not a test of the task: a task that took the cancel and is
+    unwinding (an ``except CancelledError:`` or ``finally:`` that awaits a close or a
+    last store write) and one whose cancel a ``wait_for`` swallowed look alike from
+    outside on 3.11. Both had ``CancelledError`` thrown into their coroutine, and
+    ``task.cancelling()`` stays 1 in both (3.11's ``wait_for`` drops the cancel without
+    ``uncancel()``); only the frame's place in its handler differs, which Python does
+    not expose. A cancel re-sent every 0.1 s cut every cleanup longer than that; now a
+    cleanup of up to :data:`STOP_GRACE` (1 s) is never cut, a longer one may be cut at
+    the first re-send, and a lost cancel is recovered 1 s later (then 2 s apart) as
+    long as ``within`` lasts. A cancel of the caller is never swallowed here."""
     return await stop_all((task,), within)
 
 
@@ -124,8 +147,11 @@ async def stop_all(tasks: Collection[asyncio.Task[Any]], within: float) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     running = {task for task in tasks if not task.done()}
+    sent = 0
+    next_send = loop.time()
     while running:
-        left = deadline - loop.time()
+        now = loop.time()
+        left = deadline - now
         if left <= 0:
             names = sorted(task.get_name() for task in running)
             log.warning(
@@ -137,9 +163,12 @@ async def stop_all(tasks: Collection[asyncio.Task[Any]], within: float) -> bool:
                 },
             )
             return False
-        for task in running:
-            task.cancel()
-        _, running = await asyncio.wait(running, timeout=min(left, STOP_RESEND))
+        if now >= next_send:
+            for task in running:
+                task.cancel()
+            next_send = now + resend_delay(sent)
+            sent += 1
+        _, running = await asyncio.wait(running, timeout=min(left, next_send - now))
     for task in tasks:
         if not task.cancelled():
             task.exception()  # retrieved: the task's own failure was logged where it happened

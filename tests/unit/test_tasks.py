@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
-from xwm_bridge.tasks import Supervisor, stop
+from xwm_bridge.tasks import (
+    STOP_GRACE,
+    STOP_RESEND_MAX,
+    Supervisor,
+    resend_delay,
+    stop,
+    stop_all,
+)
 
 
 async def test_spawned_task_is_tracked_until_done() -> None:
@@ -205,3 +214,66 @@ async def test_shutdown_cancels_again_a_task_that_lost_its_cancel() -> None:
     async with asyncio.timeout(5):  # the old wait took 10 s
         await sup.shutdown(grace=0)
     assert task.cancelled() and quiet.cancelled() and swallowed == [True]
+
+
+def _slow_cleanup(cleaned: list[str], started: asyncio.Event) -> Coroutine[Any, Any, None]:
+    """A task whose cleanup after the cancel awaits 0.4 s (closing a connection, a
+    final store write) before it re-raises."""
+
+    async def run() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            try:
+                await asyncio.sleep(0.4)
+            except asyncio.CancelledError:
+                cleaned.append("cut")
+                raise
+            cleaned.append("done")
+            raise
+
+    return run()
+
+
+async def test_stop_does_not_cut_a_cleanup_short() -> None:
+    """The cancel was sent again every 0.1 s, into the cleanup of a task that had
+    taken the first one: the second cancel cut a 0.4 s cleanup short. The first
+    re-send now comes after STOP_GRACE (1 s)."""
+    cleaned: list[str] = []
+    started = asyncio.Event()
+    task = asyncio.get_running_loop().create_task(_slow_cleanup(cleaned, started))
+    await asyncio.wait_for(started.wait(), 5)
+    assert await stop(task, 5) is True
+    assert task.cancelled() and cleaned == ["done"]
+
+
+async def test_stop_all_does_not_cut_cleanups_short() -> None:
+    cleaned: list[str] = []
+    tasks = []
+    for _ in range(3):
+        started = asyncio.Event()
+        tasks.append(asyncio.get_running_loop().create_task(_slow_cleanup(cleaned, started)))
+        await asyncio.wait_for(started.wait(), 5)
+    assert await stop_all(tasks, 5) is True
+    assert cleaned == ["done"] * 3
+
+
+async def test_shutdown_does_not_cut_a_cleanup_short() -> None:
+    sup = Supervisor()
+    cleaned: list[str] = []
+    started = asyncio.Event()
+    sup.spawn(_slow_cleanup(cleaned, started), name="cleans-up", service=True)
+    await asyncio.wait_for(started.wait(), 5)
+    async with asyncio.timeout(5):
+        await sup.shutdown(grace=0)
+    assert cleaned == ["done"]
+
+
+def test_the_re_sends_grow_and_stay_inside_the_bound() -> None:
+    """The first re-send after STOP_GRACE, then longer and longer intervals, at most
+    STOP_RESEND_MAX apart."""
+    delays = [resend_delay(n) for n in range(6)]
+    assert delays[0] == STOP_GRACE == 1.0
+    assert delays == sorted(delays)
+    assert max(delays) == STOP_RESEND_MAX

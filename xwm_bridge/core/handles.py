@@ -10,14 +10,25 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-#: seconds between two sends of a turn's cancel while its executor has not taken it
-RESEND = 0.1
-#: at most this many more sends (5 s at RESEND): a cancel is lost only when it lands in
-#: the iteration a third-party ``wait_for`` completes in, rarely twice in a row
-RESENDS = 50
+#: seconds from a turn's cancel to its first re-send while its executor has not taken
+#: it: an ``async with`` exit (or other cleanup) of up to this long that runs before the
+#: executor's :func:`cancel_arrived` is never cut short
+RESEND = 1.0
+#: the longest interval between two later sends (each interval doubles up to it)
+RESEND_MAX = 2.0
+#: at most this many more sends (1, 3, 5, ... 19 s after the cancel): a cancel is lost
+#: only when it lands in the iteration a third-party ``wait_for`` completes in, rarely
+#: twice in a row
+RESENDS = 10
 #: the executing tasks whose turn's cancel is being sent again, by task: only turns
 #: cancelled while executing, each until its executor ends or takes the cancel
 _RESENDING: dict[asyncio.Task[Any], TurnHandle] = {}
+
+
+def resend_delay(sent: int) -> float:
+    """Seconds from the ``sent``-th send of a turn's cancel (0: the cancel itself) to
+    the next: :data:`RESEND`, then twice the interval before, at most :data:`RESEND_MAX`."""
+    return min(RESEND * 2.0**sent, RESEND_MAX)
 
 
 def cancel_arrived() -> None:
@@ -46,9 +57,13 @@ class TurnHandle:
     One cancel can be lost: CPython 3.11's ``asyncio.wait_for`` (redis-py's command
     writes, aiohttp, websockets) returns the inner result and drops a cancel of its
     caller landing in the same loop iteration, and the turn ran to its end. So once
-    cancelled, the task is cancelled again every :data:`RESEND` seconds, at most
-    :data:`RESENDS` times, until the executor ends or says the cancel arrived
-    (:func:`cancel_arrived`); each send is counted. An uncancelled turn has no timer.
+    cancelled, the task is cancelled again, first after :data:`RESEND` (1 s), then at
+    growing intervals (:func:`resend_delay`), at most :data:`RESENDS` times, until the
+    executor ends or says the cancel arrived (:func:`cancel_arrived`); each send is
+    counted. An uncancelled turn has no timer. The grace keeps a cleanup that runs
+    before the executor can say so (an ``async with`` exit closing a stream) whole up
+    to 1 s: a swallowed cancel and an unwinding executor look alike from outside
+    (``task.cancelling()`` stays up in both; see :func:`xwm_bridge.tasks.stop`).
     """
 
     session_id: str
@@ -76,7 +91,7 @@ class TurnHandle:
             self._cancels += 1
             if self._resend is None and self._resends < RESENDS:
                 _RESENDING[task] = self
-                self._resend = task.get_loop().call_later(RESEND, self._send_again)
+                self._resend = task.get_loop().call_later(resend_delay(0), self._send_again)
         return True
 
     def _send_again(self) -> None:
@@ -88,7 +103,8 @@ class TurnHandle:
         self._resends += 1
         task.cancel()
         self._cancels += 1
-        self._resend = task.get_loop().call_later(RESEND, self._send_again)
+        delay = resend_delay(self._resends)
+        self._resend = task.get_loop().call_later(delay, self._send_again)
 
     def _end_resend(self) -> None:
         """No more sends of the cancel: the executor ended or has taken it."""

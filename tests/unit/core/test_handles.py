@@ -14,7 +14,7 @@ import pytest
 from xwm_bridge.core import handles
 from xwm_bridge.core.handles import TurnHandle, cancel_arrived
 
-#: the bound of every wait of these tests (the re-send comes after RESEND = 0.1 s)
+#: the bound of every wait of these tests (the first re-send comes after RESEND = 1 s)
 BOUND = 5
 
 
@@ -162,3 +162,47 @@ async def test_the_re_sent_cancels_are_bounded(monkeypatch: pytest.MonkeyPatch) 
     let_go.set()
     assert await asyncio.wait_for(task, BOUND) == ("stopped by the agent", 0)
     assert handle.cancel_requested
+
+
+async def test_an_async_with_exit_before_cancel_arrived_is_not_cut_short() -> None:
+    """The cancel lands in an ``async with`` whose exit (closing a stream, 0.4 s) runs
+    before the executor's ``except CancelledError`` can say it arrived: a re-send every
+    0.1 s cut that exit short. The first re-send now comes after RESEND (1 s)."""
+    handle = TurnHandle("s", "turn-1")
+    started = asyncio.Event()
+    exits: list[str] = []
+
+    class Stream:
+        async def __aenter__(self) -> Stream:
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            try:
+                await asyncio.sleep(0.4)
+            except asyncio.CancelledError:
+                exits.append("cut")
+                raise
+            exits.append("closed")
+
+    async def run() -> str:
+        try:
+            async with Stream():
+                started.set()
+                await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancel_arrived()
+            raise
+        return "never"
+
+    task = asyncio.create_task(_turn(handle, run))
+    await asyncio.wait_for(started.wait(), BOUND)
+    handle.cancel()
+    assert await asyncio.wait_for(task, BOUND) == ("on_cancel", 0)
+    assert exits == ["closed"]
+    assert handle._resend is None and not handles._RESENDING
+
+
+def test_the_re_sends_of_a_turns_cancel_grow() -> None:
+    delays = [handles.resend_delay(n) for n in range(handles.RESENDS)]
+    assert delays[0] == handles.RESEND == 1.0
+    assert delays == sorted(delays) and max(delays) == handles.RESEND_MAX
