@@ -36,7 +36,10 @@ REQUESTS: dict[str, type[BaseModel]] = {
     "terminal/kill": schema.KillTerminalRequest,
     "terminal/release": schema.ReleaseTerminalRequest,
 }
-NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": schema.SessionNotification}
+NOTIFICATIONS: dict[str, type[BaseModel]] = {
+    "session/update": schema.SessionNotification,
+    "$/cancel_request": schema.CancelRequestNotification,
+}
 
 
 def strict(model: type[BaseModel], value: Any) -> None:
@@ -56,6 +59,8 @@ class FrameChecker:
 
     def __init__(self) -> None:
         self.sent: dict[Any, str] = {}  # our request ids → method
+        #: our answers to the bridge's requests, by the bridge's request id
+        self.answered: dict[Any, dict[str, Any]] = {}
         self.frames: list[dict[str, Any]] = []
         self.errors: list[str] = []
 
@@ -64,6 +69,8 @@ class FrameChecker:
         if event.direction is StreamDirection.OUTGOING:
             if "method" in message and "id" in message:
                 self.sent[message["id"]] = message["method"]
+            elif "method" not in message and "id" in message:
+                self.answered[message["id"]] = message
             return
         self.frames.append(message)
         try:
@@ -92,6 +99,10 @@ class FrameChecker:
     def updates(self, kind: str | None = None) -> list[dict[str, Any]]:
         out = [f["params"]["update"] for f in self.frames if f.get("method") == "session/update"]
         return [u for u in out if kind is None or u.get("sessionUpdate") == kind]
+
+    def requests(self, method: str) -> list[dict[str, Any]]:
+        """The bridge's requests (or notifications) of ``method``, in order."""
+        return [f for f in self.frames if f.get("method") == method]
 
     def text(self, kind: str = "agent_message_chunk") -> str:
         return "".join(u["content"].get("text", "") for u in self.updates(kind))

@@ -87,6 +87,7 @@ DESCRIPTIONS: dict[str, str] = {
     "acp.connection_idle_ttl": "ACP remote transport: seconds a Streamable HTTP connection with no open stream and no request is kept",
     "acp.stream_buffer": "ACP remote transport: messages held for a stream that is not open; past that the connection is closed",
     "acp.list_page_size": "sessions per `session/list` page",
+    "acp.cancel_requests": "send the client `$/cancel_request {requestId}` when the bridge settles an open `session/request_permission` itself (turn cancel, `agents.permission_timeout`, a console answer); off by default: the official Python SDK's client (0.12) logs an error on it",
     "multi_agent.max_iterations": "worker/reviewer rounds at most per turn (the planner runs once)",
     "multi_agent.score_threshold": "reviewer score (0-10) at or above which a draft is accepted; below it the workers rework it",
     "multi_agent.workers": "workers drafting in parallel each round (1-8)",

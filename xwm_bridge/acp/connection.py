@@ -48,6 +48,8 @@ SESSION_SCOPED = frozenset(
     )
 )
 CLIENT_GONE = "the ACP client disconnected"
+#: ACP request cancellation: either side withdraws a request it sent, by id
+CANCEL_REQUEST = "$/cancel_request"
 #: session ids a connection remembers after they left memory (then: session/load)
 MAX_FORGOTTEN = 4096
 
@@ -175,6 +177,17 @@ class AcpConnection:
     def forget(self, fut: asyncio.Future[Any]) -> None:
         if not fut.done():
             fut.cancel()
+
+    async def withdraw(self, fut: asyncio.Future[Any], scope: str | None) -> None:
+        """The bridge no longer wants the answer to a request it sent (it settled the
+        question itself): :meth:`forget` it, and, with ``acp.cancel_requests``, tell the
+        client with ``$/cancel_request {requestId}`` (ACP request cancellation) so its
+        dialog can close. The client's answer, if it still comes (ACP: a result or
+        ``-32800``), matches no request and is dropped (a debug line)."""
+        rid = next((r for r, f in self._pending.items() if f is fut and not f.done()), None)
+        self.forget(fut)
+        if rid is not None and self.front.config.acp.cancel_requests and not self.closed:
+            await self.send(jsonrpc.notification(CANCEL_REQUEST, {"requestId": rid}), scope)
 
     def serves(self, method: str) -> bool:
         """Did the client declare the capability behind an agent→client ``method``?"""

@@ -121,6 +121,15 @@ class TurnRelay:
         entry = self.front.bridge.permissions.pending.get((self.session.session_id, request_id))
         return entry is not None and not entry.future.done()
 
+    def _settled(self, request_id: str) -> asyncio.Future[Any]:
+        """Done once the broker has answered the agent (whoever answered)."""
+        entry = self.front.bridge.permissions.pending.get((self.session.session_id, request_id))
+        if entry is not None:
+            return entry.future
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
     async def _permission(self, payload: dict[str, Any]) -> None:
         """Ask the attached client; while the request is open (the broker has not
         resolved it: no answer, deadline, rule or console), ask again whichever
@@ -132,6 +141,7 @@ class TurnRelay:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.front.config.agents.permission_timeout
         asked = False
+        settled = self._settled(request_id)
         while not asked or self._open(request_id):
             attach = self._next_attach()
             client = self.front.connection_of(self.session)
@@ -141,7 +151,9 @@ class TurnRelay:
             if client is None:  # nobody to ask now: wait for a client to attach
                 asked = True
                 await asyncio.wait(
-                    {attach, self._cancelled}, timeout=remaining, return_when=FIRST_COMPLETED
+                    {attach, self._cancelled, settled},
+                    timeout=remaining,
+                    return_when=FIRST_COMPLETED,
                 )
                 if not attach.done():
                     return  # cancelled, or the deadline (the broker rejects it)
@@ -150,21 +162,28 @@ class TurnRelay:
             fut = await client.start_request(
                 "session/request_permission", params, self.session.session_id
             )
-            while True:  # a reattach of the same connection does not ask it twice
-                done, _ = await asyncio.wait(
-                    {fut, self._cancelled, attach},
-                    timeout=max(0.0, deadline - loop.time()),
-                    return_when=FIRST_COMPLETED,
-                )
-                if fut in done or not attach.done():
-                    break
-                if self.front.connection_of(self.session) is not client:
-                    break
-                attach = self._next_attach()
+            try:
+                while True:  # a reattach of the same connection does not ask it twice
+                    done, _ = await asyncio.wait(
+                        {fut, self._cancelled, attach, settled},
+                        timeout=max(0.0, deadline - loop.time()),
+                        return_when=FIRST_COMPLETED,
+                    )
+                    if fut in done or not attach.done() or settled.done():
+                        break
+                    if self.front.connection_of(self.session) is not client:
+                        break
+                    attach = self._next_attach()
+            except asyncio.CancelledError:  # the turn ended (finish)
+                await client.withdraw(fut, self.session.session_id)
+                raise
             if fut not in done:
-                client.forget(fut)
-                if attach.done():
+                if attach.done() and not settled.done() and not self._cancelled.done():
+                    client.forget(fut)
                     continue  # another connection took the session: ask it
+                # settled by the bridge (turn cancel, deadline, console, rule): the
+                # client's dialog is withdrawn, its late answer dropped
+                await client.withdraw(fut, self.session.session_id)
                 return
             try:
                 answer = fut.result()

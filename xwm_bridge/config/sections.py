@@ -291,3 +291,7 @@ class AcpConfig:
     stream_buffer: int = 4096
     #: sessions one ``session/list`` page holds.
     list_page_size: int = 50
+    #: tell the client with ``$/cancel_request`` when the bridge settles an open
+    #: ``session/request_permission`` itself (turn cancel, deadline, console). Off by
+    #: default: the official Python SDK's client (0.12) logs an error on it.
+    cancel_requests: bool = False
