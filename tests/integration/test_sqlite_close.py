@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from xwm_bridge.store import sqlite as sqlite_store
-from xwm_bridge.store import sqlite_lock
+from xwm_bridge.store import sqlite_lock, sqlite_thread
 from xwm_bridge.store.base import SessionRecord, StoreError
 from xwm_bridge.store.sqlite import SQLiteStore
 
@@ -94,14 +94,14 @@ async def test_start_that_times_out_keeps_the_lock_until_the_thread_ends(
     monkeypatch.setattr(sqlite_store, "READ_TIMEOUT", 0.3)  # start()'s wait for the open
     loop = asyncio.get_running_loop()
     entered, release = asyncio.Event(), threading.Event()
-    real_connect = sqlite_store.connect
+    real_connect = sqlite_thread.connect
 
     def slow_connect(path: Path) -> sqlite3.Connection:
         loop.call_soon_threadsafe(entered.set)
         release.wait(30)
         return real_connect(path)
 
-    monkeypatch.setattr(sqlite_store, "connect", slow_connect)
+    monkeypatch.setattr(sqlite_thread, "connect", slow_connect)
     thread_errors: list[threading.ExceptHookArgs] = []
     monkeypatch.setattr(threading, "excepthook", thread_errors.append)
     path = tmp_path / "sessions.db"
@@ -117,7 +117,7 @@ async def test_start_that_times_out_keeps_the_lock_until_the_thread_ends(
     await asyncio.wait_for(asyncio.wrap_future(store._stopped), 10)  # it stops once open
     assert thread_errors == []
     await store.close()
-    monkeypatch.setattr(sqlite_store, "connect", real_connect)
+    monkeypatch.setattr(sqlite_thread, "connect", real_connect)
     # the normal wait again: a loaded machine can take more than 0.3 s to open the file
     monkeypatch.setattr(sqlite_store, "READ_TIMEOUT", real_timeout)
     again = SQLiteStore(path)  # the lock is free once it has ended

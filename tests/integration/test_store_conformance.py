@@ -36,7 +36,8 @@ from xwm_bridge.store.base import (
 from xwm_bridge.store.memory import MemoryStore
 from xwm_bridge.store.records import SessionQuery
 from xwm_bridge.store.redis import RedisStore
-from xwm_bridge.store.sqlite import SCHEMA_VERSION, SQLiteStore
+from xwm_bridge.store.sqlite import SQLiteStore
+from xwm_bridge.store.sqlite_schema import SCHEMA_VERSION
 from xwm_bridge.tasks import wait_for
 
 pytestmark = pytest.mark.asyncio
@@ -1225,9 +1226,9 @@ async def test_sqlite_counters_stay_bounded_and_forgotten_sessions_are_trimmed(
 ) -> None:
     import sqlite3
 
-    from xwm_bridge.store import sqlite as sqlite_store
+    from xwm_bridge.store import sqlite_thread
 
-    monkeypatch.setattr(sqlite_store, "MAX_TRACKED_SESSIONS", 8)
+    monkeypatch.setattr(sqlite_thread, "MAX_TRACKED_SESSIONS", 8)
     path = tmp_path / "sessions.db"
     store = SQLiteStore(path, StoreLimits(ledger_max_entries=64))
     await store.start()
@@ -1273,7 +1274,7 @@ async def test_sqlite_keeps_temp_data_in_memory_and_checkpoints_every_4000_pages
 async def test_sqlite_turn_rows_stay_within_the_trim_slack(tmp_path: Path) -> None:
     import sqlite3
 
-    from xwm_bridge.store import sqlite as sqlite_store
+    from xwm_bridge.store import sqlite_thread
     from xwm_bridge.store.records import TURNS_PER_SESSION, TurnRecord
 
     path = tmp_path / "sessions.db"
@@ -1291,7 +1292,7 @@ async def test_sqlite_turn_rows_stay_within_the_trim_slack(tmp_path: Path) -> No
     db = sqlite3.connect(path)
     rows = db.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
     db.close()
-    assert TURNS_PER_SESSION <= rows <= TURNS_PER_SESSION + sqlite_store.TURN_TRIM_EVERY
+    assert TURNS_PER_SESSION <= rows <= TURNS_PER_SESSION + sqlite_thread.TURN_TRIM_EVERY
 
 
 async def test_a_bad_entry_in_a_batch_retried_write_by_write_is_counted_once(

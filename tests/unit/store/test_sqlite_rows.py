@@ -14,7 +14,6 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xwm_bridge.store import sqlite as store_sqlite
 from xwm_bridge.store.base import LedgerEntry, relayed_pos
 from xwm_bridge.store.sqlite_rows import (
     ROWS_PER_STATEMENT,
@@ -22,8 +21,10 @@ from xwm_bridge.store.sqlite_rows import (
     chunk_sizes,
     read_ledger,
 )
+from xwm_bridge.store.sqlite_schema import SCHEMA
+from xwm_bridge.store.sqlite_writes import INSERT_ENTRY
 
-INSERT = store_sqlite.INSERT_ENTRY
+INSERT = INSERT_ENTRY
 
 
 def reference(entries: list[LedgerEntry], cap: int, max_bytes: int) -> list[int]:
@@ -53,7 +54,7 @@ def test_batch_rows_read_back_as_single_entries(
     batches: list[list[int]], cap: int, max_bytes: int, after: int
 ) -> None:
     db = sqlite3.connect(":memory:")
-    db.executescript(store_sqlite.SCHEMA)
+    db.executescript(SCHEMA)
     entries: list[LedgerEntry] = []
     event = 0
     for seq, sizes in enumerate(batches, 1):
@@ -75,7 +76,7 @@ def test_the_byte_window_counts_entries_not_the_batch_rows_brackets() -> None:
     # eight newer rows of six 1-byte entries: their rows are 56 bytes longer than
     # their entries; the older entry still fits in the entries' bytes
     db = sqlite3.connect(":memory:")
-    db.executescript(store_sqlite.SCHEMA)
+    db.executescript(SCHEMA)
     event = 1
     db.execute(INSERT, ("s", relayed_pos(0), "t", b"1", 0.0, event, "notification", 1))
     for seq in range(1, 9):
