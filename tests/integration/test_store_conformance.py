@@ -19,7 +19,7 @@ from tests.conftest import wait_until
 from tests.nesting import nested
 from tests.redis_server import redis_server
 from xwm_bridge.core.sessions import Session
-from xwm_bridge.store import redis as redis_store
+from xwm_bridge.store import redis_writer
 from xwm_bridge.store.base import (
     INTERRUPTED,
     NOTIFICATION,
@@ -496,7 +496,7 @@ async def test_redis_close_counts_the_writes_it_could_not_send(
     async with redis_server(tmp_path) as server:
         store = RedisStore(server.url, timeout=0.3)
         await store.start()
-        writes = 3 * redis_store.MAX_BATCH  # three batches of 0.3 s: past the close's wait
+        writes = 3 * redis_writer.MAX_BATCH  # three batches of 0.3 s: past the close's wait
         server.proc.send_signal(signal.SIGSTOP)
         try:
             for n in range(writes):
