@@ -181,7 +181,7 @@ async def test_a_tool_call_keeps_the_content_the_agent_gave_it(
     # a stdio agent's tool_call may carry content (an edit's diff), rawOutput and _meta
     # (ACP's extension point: e.g. the agent's own tool name): the client gets them with
     # the tool call, as the agent sent them; and a tool_call_update's rawInput and _meta
-    from internal.peers.fake_acp_agent import TOOL_DONE_EXTRAS, tool_with_content
+    from internal.peers.fake_acp_prompts import TOOL_DONE_EXTRAS, tool_with_content
 
     path = str(tmp_path / "a.txt")
     cfg = config(fake_upstream, tmp_path, acp={"default_route": "single-agent:fake"})
@@ -207,7 +207,7 @@ async def test_chunks_keep_the_meta_the_agent_gave_them(
 ) -> None:
     # _meta on a stdio agent's message and thought chunks (on the update and on its text
     # block) reaches the ACP client as the agent sent it
-    from internal.peers.fake_acp_agent import META_CHUNKS
+    from internal.peers.fake_acp_prompts import META_CHUNKS
 
     cfg = config(fake_upstream, tmp_path, acp={"default_route": "single-agent:fake"})
     async with spawn_acp(tmp_path, cfg) as acp:
