@@ -34,7 +34,9 @@ class LLMError(Exception):
 
 
 def normalize_base_url(value: str) -> str:
-    """Empty → the OpenAI default; ``…/v1`` kept; otherwise ``/v1`` appended."""
+    """Empty → the OpenAI default; ``…/v1`` kept; otherwise ``/v1`` appended (the
+    §3 base URL rule, kept exactly, including ``/v1/`` → ``/v1/v1``; the classifier's
+    too)."""
     url = value.strip()
     if not url:
         return DEFAULT_BASE_URL

@@ -13,13 +13,13 @@ import pytest
 
 from internal.peers.fake_llm import STATE_KEY, create_app
 from tests.conftest import ServeApp, wait_until
+from xwm_bridge.llm import normalize_base_url
 from xwm_bridge.router.classifier import (
     SYSTEM_PROMPT,
     Classifier,
     Endpoint,
     choose_endpoint,
     label_from_response,
-    normalize_base_url,
 )
 
 

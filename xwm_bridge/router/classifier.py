@@ -28,27 +28,17 @@ import aiohttp
 import orjson
 
 from xwm_bridge.httpbody import BodyTooLarge, read_capped
+from xwm_bridge.llm import normalize_base_url
 from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.classifier")
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 SYSTEM_PROMPT = (
     "Classify the user task into exactly one label: single-agent, multi-agent, or gateway. "
     "Return only the label."
 )
 LABELS = ("single-agent", "multi-agent", "gateway")
 _MAX_RESPONSE = 1024 * 1024
-
-
-def normalize_base_url(value: str) -> str:
-    """§3 base URL rule (kept exactly, including ``/v1/`` → ``/v1/v1``)."""
-    url = value.strip()
-    if not url:
-        return DEFAULT_BASE_URL
-    if url.endswith("/v1"):
-        return url
-    return url.rstrip("/") + "/v1"
 
 
 def parse_label(content: str) -> str:
