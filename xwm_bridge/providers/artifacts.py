@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from xwm_bridge import beneath
+from xwm_bridge.config import BridgeConfig
 
 SKIPPED_DIRS = frozenset({".git", ".dart_tool", "build", "node_modules"})
 TEXT_EXTENSIONS = frozenset(
@@ -31,10 +32,24 @@ MAX_ENTRIES_SCANNED = 20_000
 
 @dataclass(frozen=True, slots=True)
 class ArtifactLimits:
+    """Where files may be read from, and how many and how much: artifact enrichment
+    here, a stdio agent's attachments and artifacts (``stdio/prompt.py``)."""
+
     allowed_roots: tuple[str, ...]
     max_files: int = 24
     max_file_bytes: int = 2 * 1024 * 1024
     max_total_bytes: int = 16 * 1024 * 1024
+
+    @classmethod
+    def of_config(cls, config: BridgeConfig) -> ArtifactLimits:
+        """``allowed_roots`` and the ``limits.artifact_max_*`` keys."""
+        limits = config.limits
+        return cls(
+            allowed_roots=config.allowed_roots,
+            max_files=limits.artifact_max_files,
+            max_file_bytes=limits.artifact_max_file_bytes,
+            max_total_bytes=limits.artifact_max_total_bytes,
+        )
 
 
 def confine(path: str, allowed_roots: tuple[str, ...]) -> Path | None:

@@ -47,12 +47,7 @@ class SingleAgentExecutor:
         self._config = config
         self._upstream = upstream
         self._metrics = metrics or Metrics()
-        self._limits = artifacts.ArtifactLimits(
-            allowed_roots=config.allowed_roots,
-            max_files=config.limits.artifact_max_files,
-            max_file_bytes=config.limits.artifact_max_file_bytes,
-            max_total_bytes=config.limits.artifact_max_total_bytes,
-        )
+        self._limits = artifacts.ArtifactLimits.of_config(config)
         self._providers = {p.id.lower(): p for p in config.available_providers}
         #: per provider, derived once (the config is frozen): its endpoint (or why it has
         #: none) and its outbound Authorization

@@ -27,6 +27,7 @@ from xwm_bridge.core.handles import cancel_arrived
 from xwm_bridge.core.usage import RECORD_KEY, TurnUsage, Usage
 from xwm_bridge.observability.logging import capped
 from xwm_bridge.observability.metrics import Metrics
+from xwm_bridge.providers.artifacts import ArtifactLimits
 from xwm_bridge.providers.collector import remote_fields
 from xwm_bridge.providers.single_agent import failure_result, provider_id_of
 from xwm_bridge.providers.stdio import codec, mapping, prompt
@@ -82,6 +83,8 @@ class StdioAgentExecutor:
         self._providers = {p.id.lower(): p for p in config.available_providers if p.is_stdio}
         self.processes = AgentProcesses(config, self._providers)
         self._model_labels: dict[str, set[str]] = {}
+        #: where a turn's attachments and artifacts may be read from, and how much
+        self._file_limits = ArtifactLimits.of_config(config)
 
     def handles(self, provider_id: str) -> bool:
         return provider_id.lower() in self._providers
@@ -130,18 +133,11 @@ class StdioAgentExecutor:
             self.catalog.learn_init(provider.id, init)
 
     async def _prompt_blocks(self, ctx: TurnContext, agent: AcpAgent, opened: Opened) -> Any:
-        limits = self.config.limits
-        roots = prompt.Limits(
-            self.config.allowed_roots,
-            limits.artifact_max_files,
-            limits.artifact_max_file_bytes,
-            limits.artifact_max_total_bytes,
-        )
         raw = ctx.turn.params.raw
         items: list[prompt.Item] = []
         if raw.get("attachments") or raw.get("artifacts"):
             items = await asyncio.to_thread(
-                prompt.load, raw.get("attachments"), raw.get("artifacts"), roots
+                prompt.load, raw.get("attachments"), raw.get("artifacts"), self._file_limits
             )
         # an ACP client's own prompt blocks (images, resources) stand for the prompt text
         acp_blocks = raw.get(codec.PROMPT_BLOCKS_PARAM)

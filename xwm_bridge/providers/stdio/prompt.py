@@ -31,19 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from xwm_bridge import coerce
+from xwm_bridge.providers.artifacts import ArtifactLimits
 from xwm_bridge.providers.stdio.features import AgentFeatures
 
 TEXT_TYPES = ("application/json", "application/xml", "application/yaml", "application/x-yaml")
 HISTORY_PROMPTS = 20
 HISTORY_PROMPT_CHARS = 2000
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    allowed_roots: tuple[str, ...]
-    max_files: int = 24
-    max_file_bytes: int = 2 * 1024 * 1024
-    max_total_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +65,7 @@ def _inside(real: str, roots: tuple[str, ...]) -> bool:
     return False
 
 
-def _read(path: str, limits: Limits, budget: int) -> tuple[bytes | None, str]:
+def _read(path: str, limits: ArtifactLimits, budget: int) -> tuple[bytes | None, str]:
     if not os.path.isabs(path):
         return None, "not an absolute path"
     if "\0" in path:  # no file has one, and the OS calls raise on it
@@ -110,7 +103,7 @@ def _inline(item: dict[str, Any]) -> tuple[bytes | None, str]:
     return content.encode(), ""
 
 
-def load(attachments: Any, artifacts: Any, limits: Limits) -> list[Item]:
+def load(attachments: Any, artifacts: Any, limits: ArtifactLimits) -> list[Item]:
     """Read what may be read (blocking I/O: run it in a thread)."""
     raw: list[dict[str, Any]] = []
     for source in (attachments, artifacts):

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from xwm_bridge.config import AgentsConfig, BridgeConfig, McpServerConfig, ProviderConfig
+from xwm_bridge.providers.artifacts import ArtifactLimits
 from xwm_bridge.providers.stdio import auth, mcp, options, prompt, registry
 from xwm_bridge.providers.stdio.features import AgentFeatures
 
@@ -204,7 +205,7 @@ def test_prompt_blocks(tmp_path: Path) -> None:
     (tmp_path / "a.png").write_bytes(b"\x89PNG....")
     (tmp_path / "b.md").write_text("# title")
     (tmp_path / "c.bin").write_bytes(b"\xff\xfe\x00")
-    limits = prompt.Limits((str(tmp_path),), max_files=3, max_file_bytes=100, max_total_bytes=1000)
+    limits = ArtifactLimits((str(tmp_path),), max_files=3, max_file_bytes=100, max_total_bytes=1000)
     items = prompt.load(
         [
             {"name": "rel", "path": "relative.txt"},
