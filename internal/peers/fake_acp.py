@@ -40,6 +40,8 @@ from typing import Any
 import orjson
 from aiohttp import WSMsgType, web
 
+from internal.peers.serving import serve_forever
+
 _DIRECTIVE = re.compile(
     r"^(slow:(\d+)|drip:(\d+)|error|malformed|status:(\d{3})|nullresult|hang)\b\s*"
 )
@@ -344,21 +346,6 @@ def create_app(*, latency_ms: float = 0.0, chunks: int = 3) -> web.Application:
     return app
 
 
-async def _main(args: argparse.Namespace) -> None:
-    runner = web.AppRunner(
-        create_app(latency_ms=args.latency_ms, chunks=args.chunks), access_log=None
-    )
-    await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    print(f"listening {args.host}:{port}", flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="fake upstream ACP provider (tests only)")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (compose uses 0.0.0.0)")
@@ -367,7 +354,8 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=3)
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args))
+        app = create_app(latency_ms=args.latency_ms, chunks=args.chunks)
+        asyncio.run(serve_forever(app, args.host, args.port))
     sys.exit(0)
 
 

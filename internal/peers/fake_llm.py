@@ -36,6 +36,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from internal.peers.serving import serve_forever
+
 MODEL_ID = "fake-model"
 OPENCLAW_CONTEXT = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
 _TIMESTAMP = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})? [A-Z]+\]\s*")
@@ -226,25 +228,13 @@ def create_app() -> web.Application:
     return app
 
 
-async def _main(args: argparse.Namespace) -> None:
-    runner = web.AppRunner(create_app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
-    await site.start()
-    port = runner.addresses[0][1]
-    print(f"listening {args.host}:{port}", flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="fake OpenAI-compatible LLM (tests only)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(parser.parse_args()))
+        args = parser.parse_args()
+        asyncio.run(serve_forever(create_app(), args.host, args.port))
 
 
 if __name__ == "__main__":
