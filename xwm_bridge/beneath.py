@@ -34,6 +34,21 @@ def parent_fd(base: Path, parts: tuple[str, ...]) -> Iterator[int]:
         os.close(fd)
 
 
+def open_dir(base: Path, parts: tuple[str, ...]) -> int:
+    """A directory fd of ``base/parts``, every component opened ``O_NOFOLLOW`` relative
+    to the one before (``base`` itself is followed: it is trusted); the caller closes it."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for part in parts:
+            child = os.open(part, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def open_file(path: Path) -> int:
     """An fd of the absolute ``path`` read-only, no component of it a symlink."""
     parts = path.parts[1:]

@@ -58,14 +58,14 @@ def resolve(path: Any, root: str | None) -> str:
     return real
 
 
-def _parts(path: str, root: str) -> tuple[str, ...]:
+def parts_below(path: str, root: str) -> tuple[str, ...]:
     """``path`` (checked: inside ``root``) as components below ``root``."""
     rel = os.path.relpath(path, root)
     return () if rel == os.curdir else tuple(rel.split(os.sep))
 
 
 def _read(path: str, root: str, max_bytes: int, line: Any, limit: Any) -> str:
-    parts = _parts(path, root)
+    parts = parts_below(path, root)
     if not parts:
         raise ClientError(codec.INVALID_PARAMS, "not a regular file")
     try:
@@ -142,7 +142,7 @@ def _open_dirs(root: str, parts: tuple[str, ...]) -> int:
 
 
 def _write(path: str, content: str, root: str) -> None:
-    parts = _parts(path, root)
+    parts = parts_below(path, root)
     if not parts:
         raise IsADirectoryError(21, "Is a directory")
     name = parts[-1]

@@ -1,14 +1,16 @@
 """``terminal/*`` served to agents — off unless ``agents.terminal_enabled``.
 
 Commands run without a shell, in their own process group, in a directory inside
-the session's confined working directory, with the agent's own clean environment
-(``launch.py``, never the bridge's) plus the request's ``env`` items; output is
-capped (oldest bytes dropped, ``truncated: true``); every terminal of a session is
-killed on cancel and all of them on close. Under ``agents.sandbox: bwrap`` a
-command is sandboxed like the agent, with write access to the session directory
-only. A terminal is forgotten when the agent releases it; of the exited ones it
-never released (a cancelled turn, a crashed or careless agent) the newest
-:data:`MAX_EXITED` are kept, so that they cannot pile up for the daemon's life.
+the session's confined working directory (opened without following a symlink, and
+the child started in it by that fd: a swap after the check cannot lead outside),
+with the agent's own clean environment (``launch.py``, never the bridge's) plus the
+request's ``env`` items; output is capped (oldest bytes dropped, ``truncated: true``);
+every terminal of a session is killed on cancel and all of them on close. Under
+``agents.sandbox: bwrap`` a command is sandboxed like the agent, with write access
+to the session directory only. A terminal is forgotten when the agent releases it;
+of the exited ones it never released (a cancelled turn, a crashed or careless
+agent) the newest :data:`MAX_EXITED` are kept, so that they cannot pile up for the
+daemon's life.
 """
 
 from __future__ import annotations
@@ -20,18 +22,23 @@ import os
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from xwm_bridge.beneath import open_dir
 from xwm_bridge.config import AgentsConfig
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.agent import ClientError
-from xwm_bridge.providers.stdio.client_fs import resolve
+from xwm_bridge.providers.stdio.client_fs import parts_below, resolve
 from xwm_bridge.providers.stdio.launch import bwrap_argv, program_paths
 from xwm_bridge.tasks import Supervisor, wait_for
 
 _ids = itertools.count(1)
 #: exited terminals kept that the agent has not released (their output, their status)
 MAX_EXITED = 32
+#: where a child finds the directory fd it starts in (Linux); elsewhere: by name
+FD_DIR = "/proc/self/fd"
+_BY_FD = os.path.isdir(FD_DIR)
 
 
 @dataclass(slots=True)
@@ -133,14 +140,24 @@ class Terminals:
         if isinstance(asked, int) and 0 < asked < limit:
             limit = asked
         argv = [command, *args]
+        assert root is not None  # resolve() refused the command otherwise
         if self._config.sandbox == "bwrap":  # as confined as the agent that asked for it
-            assert root is not None  # resolve() refused the command otherwise
             visible = program_paths(argv, env)
             argv = bwrap_argv(self._config.bwrap_path, argv, cwd, [root], visible)
+        # the checked directory, opened component by component without following a
+        # symlink, is where the child starts: by its fd, not by its name again
+        try:
+            cwd_fd = open_dir(Path(root), parts_below(cwd, root))
+        except OSError as exc:
+            raise ClientError(
+                codec.INVALID_PARAMS, f"cannot use cwd: {exc.strerror or exc}"
+            ) from None
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                cwd=cwd,
+                # resolved in the child, which chdirs before exec: the fd is still open
+                # there (close-on-exec) and names the directory it was opened on
+                cwd=f"{FD_DIR}/{cwd_fd}" if _BY_FD else cwd,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -151,6 +168,8 @@ class Terminals:
             raise ClientError(codec.INTERNAL_ERROR, f"cannot start command: {exc}") from None
         except ValueError as exc:  # a NUL in the command, its args or its env
             raise ClientError(codec.INVALID_PARAMS, f"cannot start command: {exc}") from None
+        finally:
+            os.close(cwd_fd)
         term = Terminal(session_id, proc, limit)
         self._forget_exited()
         tid = f"term-{next(_ids)}"

@@ -78,9 +78,45 @@ async def test_a_running_terminal_is_kept_however_many_exited_after_it(tmp_path:
 async def test_a_sandboxed_terminals_cwd_swapped_after_the_check_writes_nothing_outside(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A ``cwd`` swapped for a symlink out of the root after the check: ``--bind <cwd>``
-    binds its target, but the root's bind after it covers that, so the symlink leads
-    to the read-only outside and the command cannot write there."""
+    """A ``cwd`` swapped for a symlink out of the root after it was opened (a swap
+    before is refused, as unsandboxed): bwrap takes ``--bind <cwd>`` and ``--chdir``
+    by name, so the bind follows the symlink, but the root's bind after it covers
+    that, so the symlink leads to the read-only outside and the command cannot write
+    there."""
+    from xwm_bridge.providers.stdio import terminal
+
+    root = tmp_path / "work"
+    (root / "sub").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    opener = terminal.open_dir
+
+    def racing(base: Path, parts: tuple[str, ...]) -> int:
+        fd = opener(base, parts)
+        (root / "sub").rename(root / "sub.old")
+        (root / "sub").symlink_to(outside)
+        return fd
+
+    monkeypatch.setattr(terminal, "open_dir", racing)
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, sandbox="bwrap"))
+    params = {"sessionId": "s", "command": "/bin/sh", "args": ["-c", "echo x > escaped.txt"]}
+    params["cwd"] = str(root / "sub")
+    try:
+        created = await terminals.handle("terminal/create", params, str(root), ENV)
+        ask = {"sessionId": "s", "terminalId": created["terminalId"]}
+        status = await terminals.handle("terminal/wait_for_exit", ask, str(root), ENV)
+        out = await terminals.handle("terminal/output", ask, str(root), ENV)
+    finally:
+        await terminals.close()
+    assert os.listdir(outside) == []
+    assert status["exitCode"] != 0, out  # cannot chdir there, or a read-only file system
+
+
+async def test_an_unsandboxed_terminals_cwd_swapped_after_the_check_runs_in_the_checked_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``cwd`` swapped for a symlink out of the root after the check: the command
+    starts in the directory that was checked (held open by fd), never outside."""
     from xwm_bridge.providers.stdio import terminal
 
     root = tmp_path / "work"
@@ -96,15 +132,74 @@ async def test_a_sandboxed_terminals_cwd_swapped_after_the_check_writes_nothing_
         return checked
 
     monkeypatch.setattr(terminal, "resolve", racing)
-    terminals = Terminals(AgentsConfig(terminal_enabled=True, sandbox="bwrap"))
-    params = {"sessionId": "s", "command": "/bin/sh", "args": ["-c", "echo x > escaped.txt"]}
+    terminals = Terminals(AgentsConfig(terminal_enabled=True))
+    params = {"sessionId": "s", "command": "/bin/sh", "args": ["-c", "echo x > here.txt"]}
     params["cwd"] = str(root / "sub")
     try:
+        with pytest.raises(ClientError, match="cwd"):
+            await terminals.handle("terminal/create", params, str(root), ENV)
+    finally:
+        await terminals.close()
+    assert os.listdir(outside) == []
+
+
+def _points_at(fd: str, path: Path) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    except OSError:
+        return False
+
+
+async def test_an_unsandboxed_terminal_starts_in_its_cwd_by_fd_and_leaks_no_fd(
+    tmp_path: Path,
+) -> None:
+    """The cwd is opened (component by component, no symlink) and the child started
+    there by that fd; the parent closes it after the spawn."""
+    root = tmp_path / "work"
+    (root / "a" / "b").mkdir(parents=True)
+    terminals = Terminals(AgentsConfig(terminal_enabled=True))
+    params = {"sessionId": "s", "command": "/bin/sh", "args": ["-c", "pwd -P > f.txt"]}
+    params["cwd"] = str(root / "a" / "b")
+    try:
         created = await terminals.handle("terminal/create", params, str(root), ENV)
+        held = [fd for fd in os.listdir("/proc/self/fd") if _points_at(fd, root / "a" / "b")]
         ask = {"sessionId": "s", "terminalId": created["terminalId"]}
         status = await terminals.handle("terminal/wait_for_exit", ask, str(root), ENV)
         out = await terminals.handle("terminal/output", ask, str(root), ENV)
     finally:
         await terminals.close()
+    assert status == {"exitCode": 0, "signal": None}, out
+    assert (root / "a" / "b" / "f.txt").read_text() == f"{root / 'a' / 'b'}\n"
+    assert not held, "the parent still holds the cwd open after the spawn"
+
+
+async def test_a_cwd_swapped_after_it_was_opened_still_runs_in_the_opened_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xwm_bridge.providers.stdio import terminal
+
+    root = tmp_path / "work"
+    (root / "sub").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    opener = terminal.open_dir
+
+    def racing(base: Path, parts: tuple[str, ...]) -> int:
+        fd = opener(base, parts)
+        (root / "sub").rename(root / "sub.old")
+        (root / "sub").symlink_to(outside)
+        return fd
+
+    monkeypatch.setattr(terminal, "open_dir", racing)
+    terminals = Terminals(AgentsConfig(terminal_enabled=True))
+    params = {"sessionId": "s", "command": "/bin/sh", "args": ["-c", "echo x > here.txt"]}
+    params["cwd"] = str(root / "sub")
+    try:
+        created = await terminals.handle("terminal/create", params, str(root), ENV)
+        ask = {"sessionId": "s", "terminalId": created["terminalId"]}
+        status = await terminals.handle("terminal/wait_for_exit", ask, str(root), ENV)
+    finally:
+        await terminals.close()
+    assert status == {"exitCode": 0, "signal": None}
     assert os.listdir(outside) == []
-    assert status["exitCode"] != 0, out  # cannot chdir there, or a read-only file system
+    assert (root / "sub.old" / "here.txt").read_text() == "x\n"
