@@ -19,6 +19,7 @@ from xwm_bridge.config import (
     ProviderConfig,
     provider_env_var,
 )
+from xwm_bridge.config.env_vars import BOOL_ENV_VARS
 
 #: nested config sections (``limits``, ``router``, …) → their dataclass, in schema order
 NESTED_SECTIONS: dict[str, type[Any]] = {
@@ -232,6 +233,10 @@ def _rows(cls: type[Any], prefix: str) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _bool_vars() -> str:
+    return ", ".join(f"`{name}`" for name in BOOL_ENV_VARS)
+
+
 def render() -> str:
     out = [
         "# Configuration reference",
@@ -244,6 +249,14 @@ def render() -> str:
         "unknown key also names the nearest known one: `limts: unknown key (did you mean",
         "limits?)`). Numbers are finite and not negative (`.nan`, `.inf` and `-1` are errors;",
         "where a limit can be turned off, its row says `0`).",
+        "",
+        f"A boolean **environment variable** ({_bool_vars()}:",
+        "every one the bridge reads) takes `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`",
+        "(any case); any other value is not an error (the original's **flag** rule): the",
+        "key's default applies and the bridge logs a warning at start naming the variable,",
+        "the value and the default (the value is left out for a variable whose name says",
+        "TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL). In the YAML file such a value is an",
+        "error.",
         "",
         "## Top-level keys",
         "",

@@ -60,17 +60,40 @@ def test_an_adapter_error_names_the_flag_or_variable(
         (["--listen", "[::1]"], {}, "listen: expected HOST:PORT, got '[::1]'"),
         ([], {"ACP_LISTEN_ADDR": "nonsense"}, "listen: expected HOST:PORT"),
         ([], {"XWM_MULTI_AGENT_MAX_ITERATIONS": "abc"}, "multi_agent.max_iterations: expected a"),
-        ([], {"XWM_AGENTS_DETECT": "maybe"}, "agents.detect: expected true or false"),
         ([], {"XWM_SESSION_STORE": "disk"}, "store.backend: must be one of"),
         ([], {"XWM_LOG_LEVEL": "loud"}, "log_level: must be one of"),
     ],
-    ids=["colon", "port", "v6-no-port", "env-listen", "env-int", "env-bool", "env-enum", "level"],
+    ids=["colon", "port", "v6-no-port", "env-listen", "env-int", "env-enum", "level"],
 )
 def test_a_bad_flag_or_variable_is_one_line_and_exit_2(
     args: list[str], env: dict[str, str], expected: str
 ) -> None:
     proc = run("serve", *args, env=base_env(**env))
     assert_one_line_error(proc, "xwm-bridge: config error: " + expected)
+
+
+@pytest.mark.parametrize("var", ["ACP_MULTI_AGENT_ENABLED", "XWM_AGENTS_DETECT"])
+def test_a_boolean_variable_not_understood_is_a_warning_naming_it_and_the_default(
+    var: str,
+) -> None:
+    """The spec's **flag** rule (unrecognized → the default) for every boolean
+    variable, never silently; ``agents.detect: maybe`` in the YAML stays an error."""
+    proc = run("acp-stdio", env=base_env(**{var: "maybe"}, XWM_SESSION_STORE="memory"))
+    assert proc.returncode == 0, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if var in line]
+    assert len(warned) == 1, proc.stderr
+    assert "'maybe'" in warned[0] and "the default true applies" in warned[0]
+    quiet = run("acp-stdio", env=base_env(**{var: "off"}, XWM_SESSION_STORE="memory"))
+    assert quiet.returncode == 0 and var not in quiet.stderr, quiet.stderr
+
+
+def test_a_boolean_key_not_understood_in_the_file_is_an_error(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "agents:\n  detect: maybe\n")
+    env = base_env()
+    del env["XWM_AGENTS_DETECT"]  # (the tests' false would win over the file)
+    assert_one_line_error(
+        run("serve", "--config", str(path), env=env), "agents.detect: expected true or false"
+    )
 
 
 def test_a_config_path_that_is_a_directory_is_one_line(tmp_path: Path) -> None:

@@ -676,3 +676,39 @@ def test_an_empty_openclaw_url_is_no_gateway_not_a_config_error(tmp_path: Path) 
     path = tmp_path / "bridge.yaml"
     path.write_text('openclaw_url: ""\n')
     assert load_config(config_file=str(path), env={}).config.openclaw_url == ""
+
+
+@pytest.mark.parametrize(
+    ("var", "key", "default"),
+    [
+        ("ACP_MULTI_AGENT_ENABLED", "multi_agent_enabled", True),
+        ("XWM_AGENTS_DETECT", "detect", True),
+    ],
+)
+def test_a_boolean_variable_not_understood_is_warned_about_and_the_default_applies(
+    var: str, key: str, default: bool
+) -> None:
+    """The spec's **flag** rule for every boolean variable, but never silently."""
+    loaded = load(env={var: " Maybe "})
+    config = loaded.config.agents if key == "detect" else loaded.config
+    assert getattr(config, key) is default
+    assert [(w.variable, w.value, w.default) for w in loaded.warnings] == [(var, "Maybe", default)]
+    assert var in str(loaded.warnings[0]) and "Maybe" in str(loaded.warnings[0])
+
+
+@pytest.mark.parametrize("var", ["ACP_MULTI_AGENT_ENABLED", "XWM_AGENTS_DETECT"])
+@pytest.mark.parametrize(("word", "value"), [("0", False), ("OFF", False), ("yes", True)])
+def test_a_boolean_variable_understood_warns_of_nothing(var: str, word: str, value: bool) -> None:
+    loaded = load(env={var: word})
+    config = loaded.config.agents if var == "XWM_AGENTS_DETECT" else loaded.config
+    assert (config.detect if var == "XWM_AGENTS_DETECT" else config.multi_agent_enabled) is value
+    assert loaded.warnings == ()
+
+
+def test_the_value_of_a_secret_looking_variable_is_never_in_its_warning() -> None:
+    from xwm_bridge.config.env_vars import env_flag
+
+    value, warning = env_flag("SOME_API_TOKEN", "hunter2", False)
+    assert value is False and warning is not None
+    assert warning.value is None and "hunter2" not in str(warning)
+    assert env_flag("SOME_API_TOKEN", "on", False) == (True, None)

@@ -15,12 +15,11 @@ from xwm_bridge.cli.common import (
     _fail,
     _load,
     _run,
-    log_secrets,
+    start_logging,
 )
 from xwm_bridge.cli.group import cli
 from xwm_bridge.cli.serve import _serve
 from xwm_bridge.config import ConfigError
-from xwm_bridge.observability.logging import setup_logging
 
 
 @cli.command("agent-adapter")
@@ -76,7 +75,8 @@ def agent_adapter(
     from xwm_bridge.adapters.agent_adapter import AdapterSettings
     from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
-    base = _load(config_file, log_level=log_level, log_format=log_format)
+    loaded = _load(config_file, log_level=log_level, log_format=log_format)
+    base = loaded.config
     try:
         settings = AdapterSettings.from_env(
             os.environ, listen=listen, agent_bin=agent_bin, agent_args=agent_args
@@ -94,8 +94,7 @@ def agent_adapter(
             f"refusing to listen on {settings.listen} without GEMINI_ADAPTER_AUTH_TOKEN",
             EXIT_CONFIG,
         )
-    secrets = (*log_secrets(cfg), settings.auth_token)
-    setup_logging(cfg.log_level, secrets, log_format=cfg.log_format)
+    start_logging(cfg, loaded, (settings.auth_token,))
     sys.exit(_run(_serve(cfg, host, port, adapter=settings)))
 
 

@@ -25,7 +25,7 @@ from xwm_bridge.cli.group import cli
 def client_group(ctx: click.Context, url: str | None, config_file: str | None) -> None:
     """A terminal client of a running bridge: list and watch sessions, run a turn,
     answer permission requests. Token: ACP_AUTH_TOKEN (else the config's auth_token)."""
-    cfg = _load(config_file)
+    cfg = _load(config_file).config
     from xwm_bridge.client import listen_url
 
     ctx.obj = (url or listen_url(cfg.listen), cfg.auth_token)

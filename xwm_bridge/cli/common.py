@@ -19,9 +19,10 @@ from xwm_bridge.config import (
     LOG_LEVELS,
     BridgeConfig,
     ConfigError,
+    LoadedConfig,
     load_config,
 )
-from xwm_bridge.observability.logging import flush_logs
+from xwm_bridge.observability.logging import flush_logs, setup_logging
 from xwm_bridge.proxy import ProxySettings
 from xwm_bridge.store.base import StoreError
 
@@ -136,11 +137,19 @@ def log_secrets(cfg: BridgeConfig) -> tuple[str, ...]:
     return (*cfg.secrets(), *ProxySettings.from_env(os.environ).secrets())
 
 
-def _load(config_file: str | None, **flags: Any) -> BridgeConfig:
+def _load(config_file: str | None, **flags: Any) -> LoadedConfig:
     try:
-        return load_config(config_file=config_file, flags=flags).config
+        return load_config(config_file=config_file, flags=flags)
     except ConfigError as exc:
         _fail(f"config error: {exc}", EXIT_CONFIG)
+
+
+def start_logging(cfg: BridgeConfig, loaded: LoadedConfig, secrets: tuple[str, ...] = ()) -> None:
+    """Logging as ``cfg`` says (masking its secrets and ``secrets``), then the warnings
+    of the load: boolean variables not understood, whose default applied."""
+    setup_logging(cfg.log_level, (*log_secrets(cfg), *secrets), log_format=cfg.log_format)
+    for warning in loaded.warnings:
+        log.warning(str(warning), extra={"variable": warning.variable})
 
 
 async def _start_bridge(bridge: Bridge) -> bool:

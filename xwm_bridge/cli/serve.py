@@ -21,12 +21,11 @@ from xwm_bridge.cli.common import (
     _fail,
     _run,
     log,
-    log_secrets,
+    start_logging,
 )
 from xwm_bridge.cli.group import cli
 from xwm_bridge.config import BridgeConfig, ConfigError, load_config
 from xwm_bridge.heap import freeze_startup
-from xwm_bridge.observability.logging import setup_logging
 from xwm_bridge.store.base import StoreError
 
 if TYPE_CHECKING:  # imported lazily at run time (``--help`` stays fast)
@@ -116,7 +115,7 @@ def serve(
             "or pass --allow-unauthenticated if a proxy in front authenticates clients",
             EXIT_CONFIG,
         )
-    setup_logging(cfg.log_level, log_secrets(cfg), log_format=cfg.log_format)
+    start_logging(cfg, loaded)
     code = _run(_serve(cfg, host, port, sources=loaded.sources, proxies=loaded.proxies))
     sys.exit(code)
 

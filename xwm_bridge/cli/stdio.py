@@ -16,11 +16,10 @@ from xwm_bridge.cli.common import (
     _run,
     _start_bridge,
     _until_signal,
-    log_secrets,
+    start_logging,
 )
 from xwm_bridge.cli.group import cli
 from xwm_bridge.config import BridgeConfig
-from xwm_bridge.observability.logging import setup_logging
 from xwm_bridge.wire import WireEncoder
 
 
@@ -36,8 +35,9 @@ def acp_stdio(config_file: str | None, log_level: str | None, log_format: str | 
     Requests run concurrently, so session.cancel interrupts a running turn.
     Logs go to stderr. Exits 0 at end of input once running requests finish.
     """
-    cfg = _load(config_file, log_level=log_level, log_format=log_format)
-    setup_logging(cfg.log_level, log_secrets(cfg), log_format=cfg.log_format)
+    loaded = _load(config_file, log_level=log_level, log_format=log_format)
+    cfg = loaded.config
+    start_logging(cfg, loaded)
     sys.exit(_run(_acp_stdio(cfg)))
 
 
@@ -91,8 +91,8 @@ def acp(config_file: str | None, log_level: str | None, log_format: str | None) 
     from xwm_bridge.store import with_own_state_dir
 
     loaded = _load(config_file, log_level=log_level, log_format=log_format)
-    cfg = with_own_state_dir(loaded, "acp")
-    setup_logging(cfg.log_level, log_secrets(cfg), log_format=cfg.log_format)
+    cfg = with_own_state_dir(loaded.config, "acp")
+    start_logging(cfg, loaded)
     sys.exit(_run(_acp(cfg)))
 
 

@@ -13,11 +13,10 @@ from xwm_bridge.cli.common import (
     _load,
     _run,
     _until_signal,
-    log_secrets,
+    start_logging,
 )
 from xwm_bridge.cli.group import cli
 from xwm_bridge.config import BridgeConfig
-from xwm_bridge.observability.logging import setup_logging
 from xwm_bridge.wire import WireEncoder
 
 
@@ -36,8 +35,9 @@ def toolbridge(config_file: str | None, log_level: str | None, log_format: str |
     (a JSON-RPC batch, served under protocol 2025-03-26 only: one array per line).
     Logs go to stderr. Exits 0 at end of input once running calls finish.
     """
-    cfg = _load(config_file, log_level=log_level, log_format=log_format)
-    setup_logging(cfg.log_level, log_secrets(cfg), log_format=cfg.log_format)
+    loaded = _load(config_file, log_level=log_level, log_format=log_format)
+    cfg = loaded.config
+    start_logging(cfg, loaded)
     sys.exit(_run(_toolbridge(cfg)))
 
 

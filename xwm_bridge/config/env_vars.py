@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from collections.abc import Iterable, Mapping
 
+from xwm_bridge import coerce
 from xwm_bridge.config.model import BridgeConfig
 
 ENV_VARS: dict[str, str] = {
@@ -123,6 +125,59 @@ _ENV_FLAGS = {
     for f in dataclasses.fields(BridgeConfig)
     if f.type in (bool, "bool") and isinstance(f.default, bool)
 }
+
+
+def _nested_flags() -> dict[str, bool]:
+    """The boolean keys of :data:`NESTED_ENV_VARS` (``agents.detect``), with defaults."""
+    sections = typing.get_type_hints(BridgeConfig)
+    out: dict[str, bool] = {}
+    for dotted in NESTED_ENV_VARS:
+        section, name = dotted.split(".", 1)
+        cls = sections.get(section)
+        if not dataclasses.is_dataclass(cls):
+            continue
+        for f in dataclasses.fields(cls):
+            if f.name == name and f.type in (bool, "bool") and isinstance(f.default, bool):
+                out[dotted] = f.default
+    return out
+
+
+#: every boolean the environment sets: top-level keys and dotted nested ones
+_NESTED_FLAGS = _nested_flags()
+#: every boolean variable the config reads (the **flag** rule, warned: loading.py)
+BOOL_ENV_VARS = (
+    *(ENV_VARS[key] for key in _ENV_FLAGS if key in ENV_VARS),
+    *(NESTED_ENV_VARS[key] for key in _NESTED_FLAGS),
+)
+#: a variable whose value is never written into a warning, whatever its type
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EnvWarning:
+    """A boolean variable whose value was not understood: the default applied."""
+
+    variable: str
+    #: what it held (trimmed); None when the variable's name says it is a secret
+    value: str | None
+    default: bool
+
+    def __str__(self) -> str:
+        held = "a value" if self.value is None else repr(self.value)
+        return (
+            f"{self.variable}: {held} is not a boolean (1/true/yes/on or 0/false/no/off); "
+            f"the default {str(self.default).lower()} applies"
+        )
+
+
+def env_flag(variable: str, value: str, default: bool) -> tuple[bool, EnvWarning | None]:
+    """``value`` by the spec's **flag** rule, and a warning when it meant nothing."""
+    word = coerce.text(value).lower()
+    parsed = coerce.flag(word, default)
+    if word in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return parsed, None
+    shown = None if _SECRET_NAME.search(variable) else coerce.text(value)
+    return parsed, EnvWarning(variable, shown, default)
 
 
 def provider_env_var(provider_id: str) -> str:

@@ -20,9 +20,12 @@ from xwm_bridge import coerce
 from xwm_bridge.config.env_vars import (
     _ENV_FLAGS,
     _LIST_SEPARATORS,
+    _NESTED_FLAGS,
     CONFIG_FILE_ENV,
     ENV_VARS,
     NESTED_ENV_VARS,
+    EnvWarning,
+    env_flag,
     hold_back,
     provider_env_var,
 )
@@ -43,6 +46,8 @@ class LoadedConfig:
     sources: Mapping[str, str]
     #: the forward proxies of the same environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY)
     proxies: ProxySettings = dataclasses.field(default_factory=ProxySettings)
+    #: boolean variables not understood (their default applied): logged at start-up
+    warnings: tuple[EnvWarning, ...] = ()
 
 
 def load_config(
@@ -56,6 +61,7 @@ def load_config(
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     sources: dict[str, str] = {}
     data: dict[str, Any] = {}
+    warnings: list[EnvWarning] = []
 
     path = config_file or coerce.env_text(env, CONFIG_FILE_ENV)
     if path:
@@ -71,8 +77,9 @@ def load_config(
         if sep is not None:
             data[key] = [v.strip() for v in value.split(sep) if v.strip()]
         elif key in _ENV_FLAGS:
-            # the spec's **flag** rule: an unrecognized word means the default
-            data[key] = coerce.flag(value, _ENV_FLAGS[key])
+            # the spec's **flag** rule: an unrecognized word means the default (warned)
+            data[key], warning = env_flag(var, value, _ENV_FLAGS[key])
+            warnings += [warning] if warning else []
         else:
             data[key] = value
         sources[key] = f"env:{var}"
@@ -87,7 +94,11 @@ def load_config(
             current = {} if current is None else current
             data[section] = current
         if isinstance(current, dict):
-            current[name] = value
+            if dotted in _NESTED_FLAGS:  # the same **flag** rule as the top-level ones
+                current[name], warning = env_flag(var, value, _NESTED_FLAGS[dotted])
+                warnings += [warning] if warning else []
+            else:
+                current[name] = value
         sources[dotted] = f"env:{var}"
 
     for key, value in flags.items():
@@ -104,7 +115,7 @@ def load_config(
     hold_back(config.credentials())  # helper commands' environments (without_secrets)
     for f in dataclasses.fields(BridgeConfig):
         sources.setdefault(f.name, "default")
-    return LoadedConfig(config=config, sources=sources, proxies=proxies)
+    return LoadedConfig(config=config, sources=sources, proxies=proxies, warnings=tuple(warnings))
 
 
 def _read_yaml(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
