@@ -426,3 +426,19 @@ def test_tool_call_parse_is_total(params: dict[str, Any]) -> None:
         assert exc.code in (-32601, -32602)
     else:
         assert call.name in protocol.TOOL_NAMES
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b'{"id":1,"method":"ping"}',
+        b'{"jsonrpc":"1.0","id":1,"method":"ping"}',
+        b'{"jsonrpc":2,"id":1,"method":"ping"}',
+        b'{"jsonrpc":null,"id":1,"method":"ping"}',
+    ],
+)
+def test_the_jsonrpc_member_is_not_checked_as_the_contract_says(frame: bytes) -> None:
+    """contract.md §8 (every bridge transport; adapters.md §2.1: the toolbridge's
+    decoding is the same): ``jsonrpc`` is ignored, not validated, so a client the
+    original served is still served (kept, unlike a null id: nothing goes unanswered)."""
+    assert protocol.decode(frame) == jsonrpc.Request("ping", {}, 1)
