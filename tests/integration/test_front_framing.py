@@ -52,6 +52,10 @@ MALFORMED = {
     "content-length-overflow": raw("Content-Length: 99999999999999999999999\r\n\r\n"),
     "chunked-then-identity": raw("Transfer-Encoding: chunked, identity\r\n\r\n", b"0\r\n\r\n"),
     "unknown-coding": raw("Transfer-Encoding: gzip\r\n\r\n", b"0\r\n\r\n"),
+    "identity": raw("Transfer-Encoding: identity\r\n\r\n", b"0\r\n\r\n"),
+    "chunked-twice-in-one-field": raw("Transfer-Encoding: chunked, chunked\r\n\r\n", b"0\r\n\r\n"),
+    "empty-transfer-encoding": raw("Transfer-Encoding: \r\n\r\n", b"0\r\n\r\n"),
+    "chunked-with-a-parameter": raw("Transfer-Encoding: chunked;a=b\r\n\r\n", b"0\r\n\r\n"),
     "two-transfer-encodings": raw(
         "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", b"0\r\n\r\n"
     ),

@@ -487,3 +487,38 @@ async def test_streamed_upstream_turns_reuse_one_connection(
     assert len(notes) == 3
     assert srv.connections == 1  # each turn's connection went back to the pool
     await pool.close()
+
+
+@pytest.mark.parametrize(
+    "codings",
+    [
+        [b"gzip, chunked"],
+        [b"deflate,chunked"],
+        [b"gzip", b"chunked"],  # two field lines: one list (RFC 9110 §5.3)
+        [b"gzip"],  # chunked not final: would be read to the close, still gzip
+        [b"identity"],
+    ],
+)
+async def test_an_answer_in_a_coding_other_than_chunked_is_a_protocol_error(
+    serve: Callable[[Script], Awaitable[Server]], codings: list[bytes]
+) -> None:
+    """Such a body was passed on undecoded (gzip bytes read as JSON)."""
+    import gzip
+
+    body = gzip.compress(b'{"jsonrpc":"2.0","id":1,"result":{}}')
+
+    async def coded(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        await s.read_request(r)
+        lines = b"".join(b"Transfer-Encoding: %b\r\n" % c for c in codings)
+        w.write(b"HTTP/1.1 200 OK\r\n" + lines + b"\r\n")
+        w.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))
+        await w.drain()
+        w.close()
+
+    srv = await serve(coded)
+    pool = Http1Pool()
+    with pytest.raises(Http1Error, match="Transfer-Encoding") as err:
+        await post(pool, srv, b"{}")
+    assert err.value.kind == "protocol"
+    assert pool.idle_count() == 0
+    await pool.close()

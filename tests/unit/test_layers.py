@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
         "llm",
         "wire",
         "httpbody",
+        "codings",
         "observability",
         "tasks",
         "inflight",

@@ -32,6 +32,8 @@ TOO_DEEP = "too_deep"
 #: (transport/front.py; aiohttp answers and logs its own)
 BAD_REQUEST = "bad_request"
 HEAD_TOO_LARGE = "head_too_large"
+#: a ``Transfer-Encoding`` other than a lone ``chunked`` (codings.py: 501 or 400)
+CODING = "transfer_coding"
 #: a ``Host`` a bridge without a token does not serve (DNS rebinding; 421)
 HOST_NOT_ALLOWED = "host_not_allowed"
 

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from xwm_bridge.codings import transfer_refusal
 from xwm_bridge.proxy import ProxyRoute, ProxySettings
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -165,9 +166,18 @@ class Connection(asyncio.Protocol):
         self._head_size += len(name) + len(value)
         if self._head_size > MAX_HEAD_BYTES:
             raise httptools.HttpParserError("response headers too large")
-        self.headers[name.lower()] = value
+        name = name.lower()
+        if name == b"transfer-encoding" and name in self.headers:
+            value = self.headers[name] + b"," + value  # one list (RFC 9110 §5.3)
+        self.headers[name] = value
 
     def on_headers_complete(self) -> None:
+        coding = self.headers.get(b"transfer-encoding")
+        if coding is not None and transfer_refusal(coding.decode("latin-1")):
+            shown = coding[:100].decode("latin-1")  # never decoded: not the body it says
+            error = f"upstream answered with Transfer-Encoding: {shown}; only chunked is taken"
+            self._fail(Http1Error(error, "protocol"))
+            raise httptools.HttpParserError(error)
         self.status = self._parser.get_status_code()
         self.head_done = True
 
@@ -206,9 +216,9 @@ class Connection(asyncio.Protocol):
         self._end_drain()
 
     def _reads_to_eof(self) -> bool:
-        """An answer with neither Content-Length nor chunked encoding lasts until EOF."""
-        chunked = b"chunked" in self.headers.get(b"transfer-encoding", b"").lower()
-        return b"content-length" not in self.headers and not chunked
+        """An answer with neither Content-Length nor chunked encoding lasts until EOF
+        (any other ``Transfer-Encoding`` failed the exchange at its head)."""
+        return b"content-length" not in self.headers and b"transfer-encoding" not in self.headers
 
     def _fail(self, error: BaseException) -> None:
         if self._error is None:

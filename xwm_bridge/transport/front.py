@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, cast
 import httptools
 from aiohttp.tcp_helpers import tcp_nodelay
 
+from xwm_bridge.codings import transfer_refusal
 from xwm_bridge.observability import rejections as rj
 from xwm_bridge.transport.exchange import Reply
 from xwm_bridge.transport.front_answers import MAX_PIPELINED, MAX_PIPELINED_BYTES, Answers
@@ -235,6 +236,10 @@ class FrontProtocol(Answers, asyncio.Protocol):
         self._body_size = 0
         self._body_read = 0
         self.reading = Reading.BODY
+        coding = headers.get("transfer-encoding")
+        refusal = 0 if coding is None else transfer_refusal(coding)
+        if refusal:  # a coding before ``chunked``: 501, the body unread (aiohttp: http.py)
+            self._refuse(request, self.front.endpoint.bad_request(request, rj.CODING, refusal))
         request.reply = self.front.endpoint.denied(request)
         length = headers.get("content-length")
         too_long = length is not None and length.isdigit() and int(length) > self.front.max_body

@@ -170,7 +170,7 @@ class HttpTransport(HttpChecks):
         else 404; the bridge starts with it and stops with it."""
         app = web.Application(
             client_max_size=self.limits.max_body_bytes,
-            middlewares=[self.served] if self.hosts.active else [],
+            middlewares=[self.framed, self.served] if self.hosts.active else [self.framed],
         )
         routes = self._routes()
         for path in paths:
@@ -245,6 +245,9 @@ class HttpTransport(HttpChecks):
         ``Content-Length`` over the limit) gets its refusal instead of ``100 Continue``
         with ``Connection: close``, so the body it announced is never invited (aiohttp
         then waits its lingering time, 10 s at most, for a client that sends it anyway)."""
+        unframed = self.unframed(request)
+        if unframed is not None:  # before the 100 (the middleware comes after it)
+            return unframed
         if request.method == "POST":
             reply = self.denied(request)
             length = request.content_length

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from xwm_bridge import jsonrpc
+from xwm_bridge.codings import transfer_refusal
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.netaddr import parse_listen
@@ -65,6 +66,14 @@ MISDIRECTED = Reply(
     b"421 misdirected request: this bridge does not answer that Host name (allowed_hosts)\n",
     {"Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff"},
 )
+
+
+#: the text of :meth:`HttpChecks.bad_request` by status
+_PLAIN = {
+    400: "400 bad request",
+    431: "431 request header fields too large",
+    501: "501 not implemented: the only transfer coding taken is chunked",
+}
 
 
 def _listen_host(listen: str) -> str:
@@ -155,6 +164,30 @@ class HttpChecks:
             return web_reply(self.misdirected(request, "ws" if upgrade else "http"))
         return await handler(request)
 
+    def unframed(self, request: web.Request) -> web.Response | None:
+        """A ``Transfer-Encoding`` aiohttp parsed but the bridge does not implement
+        (``codings.py``: 501, or 400; any in HTTP/1.0 is 400, RFC 9112 §6.1), answered
+        before the body is read, with ``Connection: close``; else None. The front
+        decides its own requests the same way."""
+        if "Transfer-Encoding" not in request.headers:
+            return None
+        coding = ",".join(request.headers.getall("Transfer-Encoding"))
+        status = 400 if request.version < (1, 1) else transfer_refusal(coding)
+        if not status:
+            return None
+        response = web_reply(self.bad_request(request, rj.CODING, status))
+        response.force_close()
+        return response
+
+    @web.middleware
+    async def framed(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        """Every route: :meth:`unframed` first."""
+        return self.unframed(request) or await handler(request)
+
     def denied(self, request: RequestView, transport: str = "http") -> Reply | None:
         """Host (a bridge without a token), origin, then bearer checks (contract.md §4
         steps 4-5): the refusal, or None."""
@@ -183,10 +216,11 @@ class HttpChecks:
         )
 
     def bad_request(self, request: RequestView, reason: str, status: int) -> Reply:
-        """A request the front's HTTP parser refused (``rj.BAD_REQUEST``, 400) or whose
-        head is too large (``rj.HEAD_TOO_LARGE``, 431)."""
+        """A request the front's HTTP parser refused (``rj.BAD_REQUEST``, 400), whose
+        head is too large (``rj.HEAD_TOO_LARGE``, 431) or whose transfer codings the
+        bridge does not take (``rj.CODING``, 501 or 400)."""
         self._reject(request, "http", reason, status)
-        text = "400 bad request" if status == 400 else "431 request header fields too large"
+        text = _PLAIN.get(status) or _PLAIN[400]
         return Reply(status, text.encode() + b"\n", {"Content-Type": "text/plain"})
 
     def bad_body(self, request: RequestView) -> Reply:

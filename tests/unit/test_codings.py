@@ -1,0 +1,31 @@
+"""codings.transfer_refusal: the one decision on a Transfer-Encoding (RFC 9112 §6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from xwm_bridge.codings import transfer_refusal
+
+
+@pytest.mark.parametrize(
+    ("value", "status"),
+    [
+        ("chunked", 0),
+        ("CHUNKED", 0),
+        (" chunked\t", 0),
+        (", chunked", 0),  # empty list elements are ignored (RFC 9110 §5.6.1)
+        ("gzip, chunked", 501),
+        ("deflate,chunked", 501),
+        ("identity, chunked", 501),
+        ("x;q=1, chunked", 501),
+        ("gzip", 400),  # chunked is not final: the length cannot be known
+        ("identity", 400),
+        ("chunked, identity", 400),
+        ("chunked, chunked", 400),  # applied twice (§6.1)
+        ("chunked;a=b", 400),
+        ("", 400),
+        (" , ", 400),
+    ],
+)
+def test_transfer_refusal(value: str, status: int) -> None:
+    assert transfer_refusal(value) == status

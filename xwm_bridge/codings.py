@@ -1,0 +1,28 @@
+"""Sans-I/O: what an HTTP/1.1 ``Transfer-Encoding`` field value allows (RFC 9112 §6).
+
+The bridge implements one transfer coding, ``chunked``, as every HTTP/1.1 recipient
+must. Both of its servers (the ``/acp/rpc`` front and aiohttp) and its upstream client
+(``providers/http1.py``) decide a message with this function, so they agree.
+"""
+
+from __future__ import annotations
+
+#: the answer to a request whose transfer codings the bridge does not implement
+NOT_IMPLEMENTED = 501
+#: the answer to a request whose body cannot be framed
+BAD_FRAMING = 400
+
+
+def transfer_refusal(value: str) -> int:
+    """0 when ``value`` (every ``Transfer-Encoding`` line, joined by commas) is a lone
+    ``chunked`` (any case; empty list elements ignored, RFC 9110 §5.6.1);
+    :data:`BAD_FRAMING` (400) when ``chunked`` is not the final coding, or is applied
+    twice (§6.1, §6.3: the body length cannot be determined; the server MUST answer
+    400 and close); else :data:`NOT_IMPLEMENTED` (501: ``chunked`` after a coding the
+    bridge does not implement, such as ``gzip, chunked``; §6.1)."""
+    codings = [c for c in (part.strip(" \t").lower() for part in value.split(",")) if c]
+    if codings == ["chunked"]:
+        return 0
+    if not codings or codings[-1] != "chunked" or codings.count("chunked") > 1:
+        return BAD_FRAMING
+    return NOT_IMPLEMENTED
