@@ -2,8 +2,10 @@
 
 Feed bytes, get back complete message bodies or :class:`FramingError` items
 (each answered with ``-32700`` by the transport). Output is always one compact
-JSON object per line, written by the transport. An over-long line's error keeps its
-first bytes; :func:`head_members` and :func:`head_request_id` read what they say, so
+JSON object per line, written by the transport. The error of a message too large
+(an over-long line, or a ``Content-Length`` body past the limit: its first bytes
+are waited for, the rest skipped as it arrives, never buffered) keeps its first
+bytes; :func:`head_members` and :func:`head_request_id` read what they say, so
 a request too large is answered by its id (``acp/codec.py``, the toolbridge and
 :func:`decode_frame`).
 """
@@ -29,9 +31,10 @@ HEAD_BYTES = 4096
 @dataclass(frozen=True, slots=True)
 class FramingError:
     message: str
-    #: the first bytes of a newline-delimited message that was too large (at most
-    #: ``HEAD_BYTES``, and never more than the limit + 1: the same however the input
-    #: was split), so a transport can answer it by its id; empty otherwise
+    #: the first bytes of a message that was too large, newline-delimited or a
+    #: ``Content-Length`` body (at most ``HEAD_BYTES``, and never more than the limit
+    #: + 1: the same however the input was split; fewer when the input ended first),
+    #: so a transport can answer it by its id; empty otherwise
     head: bytes = b""
 
 
@@ -51,6 +54,9 @@ class StdioDecoder:
         self._max = max_message
         #: state to return to once an over-long line has been discarded
         self._resume = _State.LINE
+        #: a ``Content-Length`` body too large: the bytes of its head still to come
+        #: before its error (then the rest is skipped as it arrives, never buffered)
+        self._head_due = 0
 
     def feed(self, data: bytes) -> list[bytes | FramingError]:
         self._buf += data
@@ -64,6 +70,9 @@ class StdioDecoder:
         out: list[bytes | FramingError] = []
         if self._state in (_State.BODY, _State.HEADERS):
             out.append(FramingError("unexpected end of input inside a Content-Length message"))
+        if self._head_due:  # a body too large cut short: its error, with what came
+            self._head_due = 0
+            out.append(self._too_large(self._buf))
         self._buf.clear()
         self._state = _State.LINE
         return out
@@ -71,6 +80,11 @@ class StdioDecoder:
     def _step(self, out: list[bytes | FramingError]) -> bool:
         state = self._state
         if state in (_State.BODY, _State.SKIP_BODY):
+            if self._head_due:  # SKIP_BODY: its error goes with its first bytes
+                if len(self._buf) < self._head_due:
+                    return False
+                self._head_due = 0
+                out.append(self._too_large(self._buf))
             if len(self._buf) < self._need:
                 if state is _State.SKIP_BODY and self._buf:
                     self._need -= len(self._buf)
@@ -112,8 +126,8 @@ class StdioDecoder:
         if state is _State.HEADERS:
             if not line:
                 self._state = _State.BODY if self._need <= self._max else _State.SKIP_BODY
-                if self._state is _State.SKIP_BODY:
-                    out.append(FramingError(f"message too large: limit is {self._max} bytes"))
+                if self._state is _State.SKIP_BODY:  # its error once its head is in
+                    self._head_due = min(HEAD_BYTES, self._max + 1)
             return True
         if not line:
             return True

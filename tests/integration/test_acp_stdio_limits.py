@@ -6,13 +6,15 @@ fails the bridge's request at once (not at its deadline). The stream goes on."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
+import orjson
 import pytest
 from acp import RequestError, schema
 
-from tests.conftest import FakeUpstream
-from tests.integration.acp_helpers import RecordingClient, caps, prompt, spawn_acp
+from tests.conftest import ROOT, FakeUpstream, base_env
+from tests.integration.acp_helpers import RecordingClient, caps, prompt, spawn_acp, write_config
 from tests.integration.test_acp_stdio import config
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
@@ -57,3 +59,40 @@ async def test_a_client_answer_past_the_limit_fails_the_request_at_once(
         )
         assert answer.stop_reason == "end_turn"
         assert "read error -32603" in acp.checker.text()
+
+
+async def test_a_content_length_frame_past_the_limit_gets_its_error_by_its_id(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Such a frame was refused unread, its error with id null: the client's request was
+    never answered. The stream stays in step: the next frame is answered."""
+    cfg = config(fake_upstream, tmp_path, limits={"max_body_bytes": LIMIT})
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "xwm_bridge",
+        "acp",
+        "--config",
+        str(write_config(tmp_path, cfg)),
+        env=base_env(),
+        cwd=str(ROOT),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    pad = "x" * (LIMIT + (1 << 20))
+    big = {"jsonrpc": "2.0", "id": 5, "method": "initialize", "params": {"pad": pad}}
+    body = orjson.dumps(big)
+    proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    proc.stdin.write(
+        b'{"jsonrpc":"2.0","id":6,"method":"initialize","params":{"protocolVersion":1}}\n'
+    )
+    await proc.stdin.drain()
+    error = orjson.loads(await asyncio.wait_for(proc.stdout.readline(), 20))
+    assert error["id"] == 5 and error["error"]["code"] == -32602
+    assert f"limit is {LIMIT} bytes" in error["error"]["message"]
+    answer = orjson.loads(await asyncio.wait_for(proc.stdout.readline(), 20))
+    assert answer["id"] == 6 and answer["result"]["protocolVersion"] == 1
+    proc.stdin.close()
+    assert await asyncio.wait_for(proc.wait(), 30) == 0

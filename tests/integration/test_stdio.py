@@ -345,9 +345,29 @@ async def test_oversized_message_is_parse_error_and_reading_continues(
     }
     framed = b"Content-Length: %d\r\n\r\n" % len(big) + big
     await bridge.send(framed)
-    error = await bridge.message()
-    assert error["id"] is None and error["error"]["code"] == -32700
+    error = await bridge.message()  # a Content-Length body too: by its first bytes
+    assert error["id"] == 1 and error["error"]["code"] == -32700
     await bridge.send_json(req("acp.capabilities", rid=2))
+    reply = await bridge.message()
+    assert reply["id"] == 2 and reply["result"]["singleAgent"] is True
+
+
+async def test_a_content_length_frame_far_past_the_limit_is_answered_by_its_id(
+    start_stdio: StartStdio, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """It was refused unread with id null: the client waited for ever for its id."""
+    config = tmp_path / "stdio.yaml"
+    config.write_text("limits: {max_body_bytes: 1024}\n")
+    bridge = await start_stdio(provider_env(fake_upstream.url), "--config", str(config))
+    big = orjson.dumps(req("acp.capabilities", {"pad": "x" * (1024 + (1 << 20))}, rid="big"))
+    await bridge.send(b"Content-Length: %d\r\n\r\n" % len(big) + big)
+    await bridge.send_json(req("acp.capabilities", rid=2))  # the next frame, in step
+    error = await bridge.message()
+    assert error == {
+        "jsonrpc": "2.0",
+        "id": "big",
+        "error": {"code": -32700, "message": "message too large: limit is 1024 bytes"},
+    }
     reply = await bridge.message()
     assert reply["id"] == 2 and reply["result"]["singleAgent"] is True
 

@@ -319,12 +319,15 @@ async def test_vault_kv_needs_server_config() -> None:
 # --- raw framing (no MCP client): what the original's clients send ----------------------
 
 
-async def _raw(payload: bytes, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+async def _raw(
+    payload: bytes, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "xwm_bridge",
         "toolbridge",
+        *args,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
@@ -371,6 +374,22 @@ async def test_raw_framing_and_errors() -> None:
         "message": "invalid request: already initialized (protocol version 2024-11-05)",
     }
     assert len(replies) == 7  # notifications got no output at all
+
+
+async def test_a_content_length_frame_past_the_limit_is_answered_by_its_id(
+    tmp_path: Path,
+) -> None:
+    """It was refused unread with id null: the client waited for ever for its id."""
+    (tmp_path / "tb.yaml").write_text("limits: {max_body_bytes: 1024}\n")
+    big = b'{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{"p":"'
+    big += b"x" * (1024 + (1 << 20)) + b'"}}'
+    payload = b"Content-Length: %d\r\n\r\n" % len(big) + big
+    payload += b'{"jsonrpc":"2.0","id":10,"method":"ping"}\n'
+    replies = await _raw(payload, args=("--config", str(tmp_path / "tb.yaml")))
+    assert replies == [
+        jsonrpc.error(9, -32700, "message too large: limit is 1024 bytes"),
+        {"jsonrpc": "2.0", "id": 10, "result": {}},
+    ]
 
 
 async def test_cancelled_notification_abandons_call(llm_url: str) -> None:

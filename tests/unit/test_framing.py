@@ -213,11 +213,43 @@ def test_oversized_body_is_an_error_and_decoding_continues() -> None:
 
 def test_oversized_body_skipped_across_chunks() -> None:
     dec = StdioDecoder(max_message=64)
-    out = dec.feed(b"Content-Length: 1000\n\n")
-    assert len(out) == 1 and is_too_large(out[0])
-    for _ in range(9):
+    assert dec.feed(b"Content-Length: 1000\n\n") == []  # its error waits for its head
+    (error,) = dec.feed(b"q" * 100)  # the limit + 1 bytes are in: the error, with them
+    assert is_too_large(error) and isinstance(error, FramingError) and error.head == b"q" * 65
+    for _ in range(8):
         assert dec.feed(b"q" * 100) == []
     assert dec.feed(b"q" * 100 + b'{"after":1}\n') == [b'{"after":1}']
+
+
+def test_a_content_length_body_too_large_keeps_its_head_and_buffers_no_more() -> None:
+    """It was refused unread, its error with id null: the client waited for its id."""
+    limit = 8192
+    body = b'{"jsonrpc":"2.0","id":"big-1","method":"session.message","params":{"p":"'
+    body += b"x" * (limit + (1 << 20) - len(body) - 3) + b'"}}'
+    data = b"Content-Length: %d\r\n\r\n" % len(body) + body + b'{"id":2}\n'
+    dec = StdioDecoder(max_message=limit)
+    out: list[Item] = []
+    for i in range(0, len(data), 1000):
+        out += dec.feed(data[i : i + 1000])
+        assert len(dec._buf) <= framing.HEAD_BYTES + 1000  # never the whole body
+    error, after = out
+    assert isinstance(error, FramingError) and error.head == body[: framing.HEAD_BYTES]
+    assert error.message == f"message too large: limit is {limit} bytes"
+    assert framing.head_request_id(error.head) == "big-1"
+    reply = decode_frame(error)
+    assert isinstance(reply, dict) and reply["id"] == "big-1"
+    assert after == b'{"id":2}'
+    assert decode_all(data, max_message=limit) == out
+    assert byte_by_byte(data[:6000], max_message=limit) == [error]
+
+
+def test_a_content_length_body_too_large_cut_short_by_eof_keeps_what_came() -> None:
+    dec = StdioDecoder(max_message=64)
+    assert dec.feed(b'Content-Length: 500\n\n{"id":3,"method":"m"') == []
+    (error,) = dec.eof()
+    assert isinstance(error, FramingError) and error.head == b'{"id":3,"method":"m"'
+    assert framing.head_request_id(error.head) == 3
+    assert dec.feed(b'{"a":1}\n') == [b'{"a":1}']  # and the decoder starts afresh
 
 
 def test_body_at_exact_limit_is_accepted() -> None:
@@ -327,9 +359,8 @@ def test_a_line_too_large_keeps_its_head_however_it_was_split() -> None:
         assert item.head == line[:65]
     (big,) = decode_all(b"  " + b"b" * 10_000 + b"\n", max_message=8192)
     assert isinstance(big, FramingError) and len(big.head) == 4096  # at most HEAD_BYTES
-    assert decode_all(b"Content-Length: 99\r\n\r\n", max_message=32)[0] == FramingError(
-        "message too large: limit is 32 bytes"
-    )  # a Content-Length body is refused before it arrives: no head
+    framed = decode_all(b"Content-Length: 99\r\n\r\n" + line[:99], max_message=64)
+    assert framed == [FramingError("message too large: limit is 64 bytes", line[:65])]
 
 
 @pytest.mark.parametrize(
