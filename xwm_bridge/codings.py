@@ -1,8 +1,9 @@
-"""Sans-I/O: what an HTTP/1.1 ``Transfer-Encoding`` field value allows (RFC 9112 §6).
+"""Sans-I/O: what an HTTP/1.1 message's framing fields say (RFC 9112 §6).
 
 The bridge implements one transfer coding, ``chunked``, as every HTTP/1.1 recipient
 must. Both of its servers (the ``/acp/rpc`` front and aiohttp) and its upstream client
-(``providers/http1.py``) decide a message with this function, so they agree.
+(``providers/http1.py``) decide a ``Transfer-Encoding`` with :func:`transfer_refusal`,
+so they agree, and read a ``Content-Length`` with :func:`announced`.
 """
 
 from __future__ import annotations
@@ -26,3 +27,16 @@ def transfer_refusal(value: str) -> int:
     if not codings or codings[-1] != "chunked" or codings.count("chunked") > 1:
         return BAD_FRAMING
     return NOT_IMPLEMENTED
+
+
+def announced(length: str | None) -> int:
+    """The size a ``Content-Length`` announces, -1 for none (or not one number). The
+    parser has refused one past 64 bits, but not its leading zeros: they are dropped
+    before ``int``, which refuses more than 4300 digits (a ValueError where it was
+    called on the field: in the front's parser callback, ``rpc_expect``, the upstream
+    client)."""
+    text = "" if length is None else length.strip(" \t")
+    digits = text.lstrip("0") or text[-1:]
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 20:
+        return -1
+    return int(digits)

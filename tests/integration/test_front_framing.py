@@ -101,6 +101,8 @@ SOUND = {
     ),
     "length-with-spaces": raw(f"Content-Length:  {len(CAPS)} \r\n\r\n", CAPS),
     "crlf-after-the-body": raw(f"Content-Length: {len(CAPS)}\r\n\r\n", CAPS + b"\r\n"),
+    # more digits than int() takes (4300): the front's int(length) raised in the parser
+    "length-with-5000-leading-zeros": raw(f"Content-Length: {len(CAPS):05000d}\r\n\r\n", CAPS),
 }
 
 
@@ -327,6 +329,20 @@ async def test_expect_100_continue_is_refused_before_the_body_when_it_would_be(
     await client.send(post())  # and the connection is kept
     assert (await client.answer()).json()["id"] == 1
     client.close()
+
+
+async def test_expect_with_a_length_of_many_leading_zeros_is_read_as_its_number(
+    start_bridge: StartBridge, tmp_path: Path
+) -> None:
+    """``rpc_expect`` read it with aiohttp's ``content_length`` (``int``: at most 4300
+    digits): 500 instead of 413 (or 100)."""
+    bridge = await start_bridge(config={"limits": {"max_body_bytes": 1000}}, tmp=tmp_path)
+    for length, status in ((5000, 413), (len(CAPS), 100)):
+        head = expecting(length).replace(b"Length: ", b"Length: " + b"0" * 5000)
+        client = await Client.open(bridge.port)
+        await client.send(head)
+        assert (await client.answer()).status == status
+        client.close()
 
 
 async def test_a_refused_request_announcing_a_body_over_the_limit_is_answered_at_once(

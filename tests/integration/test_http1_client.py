@@ -522,3 +522,22 @@ async def test_an_answer_in_a_coding_other_than_chunked_is_a_protocol_error(
     assert err.value.kind == "protocol"
     assert pool.idle_count() == 0
     await pool.close()
+
+
+async def test_a_length_with_many_leading_zeros_is_read_as_its_number(
+    serve: Callable[[Script], Awaitable[Server]],
+) -> None:
+    """``int`` refuses more than 4300 digits: reading such an answer raised ValueError."""
+    body = b'{"a":1}'
+
+    async def zeros(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        await s.read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %b%d\r\n\r\n" % (b"0" * 5000, len(body)))
+        w.write(body)
+        await w.drain()
+        await r.read(1)
+
+    srv = await serve(zeros)
+    pool = Http1Pool()
+    assert await post(pool, srv, b"{}") == body
+    await pool.close()

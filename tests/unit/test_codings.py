@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xwm_bridge.codings import transfer_refusal
+from xwm_bridge.codings import announced, transfer_refusal
 
 
 @pytest.mark.parametrize(
@@ -29,3 +29,23 @@ from xwm_bridge.codings import transfer_refusal
 )
 def test_transfer_refusal(value: str, status: int) -> None:
     assert transfer_refusal(value) == status
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [
+        (None, -1),
+        ("12", 12),
+        (" 12\t", 12),
+        ("0", 0),
+        ("000", 0),
+        ("0" * 5000 + "7", 7),  # int() refuses more than 4300 digits
+        ("1" * 21, -1),
+        ("+1", -1),
+        ("1 2", -1),
+        ("\u00b2", -1),  # a digit to str.isdigit, not to int()
+        ("", -1),
+    ],
+)
+def test_announced(value: str | None, size: int) -> None:
+    assert announced(value) == size

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from xwm_bridge.codings import transfer_refusal
+from xwm_bridge.codings import announced, transfer_refusal
 from xwm_bridge.proxy import ProxyRoute, ProxySettings
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -344,8 +344,8 @@ class Response:
 
     @property
     def content_length(self) -> int | None:
-        raw = self._headers.get(b"content-length")
-        return int(raw) if raw is not None and raw.isdigit() else None
+        length = announced(self.header(b"content-length") or None)  # not int(): 4300 digits
+        return None if length < 0 else length
 
     async def read(self, cap: int) -> bytes:
         """The whole body; :class:`Http1Error` (``protocol``) past ``cap`` bytes."""

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, cast
 import httptools
 from aiohttp.tcp_helpers import tcp_nodelay
 
-from xwm_bridge.codings import transfer_refusal
+from xwm_bridge.codings import announced, transfer_refusal
 from xwm_bridge.observability import rejections as rj
 from xwm_bridge.transport.exchange import Reply
 from xwm_bridge.transport.front_answers import MAX_PIPELINED, MAX_PIPELINED_BYTES, Answers
@@ -241,9 +241,8 @@ class FrontProtocol(Answers, asyncio.Protocol):
         if refusal:  # a coding before ``chunked``: 501, the body unread (aiohttp: http.py)
             self._refuse(request, self.front.endpoint.bad_request(request, rj.CODING, refusal))
         request.reply = self.front.endpoint.denied(request)
-        length = headers.get("content-length")
-        too_long = length is not None and length.isdigit() and int(length) > self.front.max_body
-        if too_long:  # refused unread, and a refusal already decided goes out at once
+        if announced(headers.get("content-length")) > self.front.max_body:
+            # refused unread, and a refusal already decided goes out at once
             self._refuse(request, request.reply or self.front.endpoint.body_too_large(request))
 
     def on_body(self, body: bytes) -> None:

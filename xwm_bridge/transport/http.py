@@ -27,6 +27,7 @@ from xwm_bridge.acp.front import AcpFrontDoor
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.app.methods import BridgeMethods
+from xwm_bridge.codings import announced
 from xwm_bridge.imageref import ping_fields
 from xwm_bridge.observability import rejections as rj
 from xwm_bridge.transport import bootstrap
@@ -250,8 +251,8 @@ class HttpTransport(HttpChecks):
             return unframed
         if request.method == "POST":
             reply = self.denied(request)
-            length = request.content_length
-            if reply is None and length is not None and length > self.limits.max_body_bytes:
+            length = announced(request.headers.get("Content-Length"))  # not int(): 4300 digits
+            if reply is None and length > self.limits.max_body_bytes:
                 reply = self.body_too_large(request)
             if reply is not None:
                 response = web_reply(reply)
