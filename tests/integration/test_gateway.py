@@ -720,6 +720,26 @@ async def test_gateway_turn_fails_when_the_connection_drops_mid_run(
     assert time.monotonic() - started < 4
 
 
+async def test_a_gateway_turn_fails_at_once_when_its_socket_drops(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    # the turn wakes on the runtime's "socket lost" signal, not on a poll: it ends
+    # well before a poll of 1 s (started when the run's stream began) would notice
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    assert (
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    )["ok"]
+    call = asyncio.ensure_future(
+        result_of(http, bp.rpc_url, "session.message", turn_params("d2", "slow:30000 a b c d"))
+    )
+    # the first streamed event: the turn is in its stream, waiting for the next one
+    await wait_until(lambda: gateway.state.seq >= 1 and bool(gateway.state.connections), 5)
+    for ws in list(gateway.state.connections):
+        await ws.close(1011, "dropped")  # no shutdown event: the socket just goes
+    res = await asyncio.wait_for(asyncio.shield(call), 0.5)
+    assert res["success"] is False and res["error"] == "gateway connection lost during the run"
+
+
 async def test_gateway_turn_without_runtime(
     start_bridge: StartBridge, http: aiohttp.ClientSession
 ) -> None:

@@ -73,11 +73,11 @@ class GatewayRuntime:
         self.hello: p.Hello | None = None
         self.backoff = p.Backoff(settings.backoff_initial, settings.backoff_max)
         self.reconnects = 0
-        #: bumped on every hello-ok: a run started on an older socket lost its events
-        self.epoch = 0
         self.last_activity = time.monotonic()
         self.active_calls = 0
         self._ws: ClientConnection | None = None
+        #: done once the current socket is lost (made on first use: :attr:`socket_lost`)
+        self._lost: asyncio.Future[None] | None = None
         self._loop_task: asyncio.Task[None] | None = None
         #: a client connect's dial + handshake, while it runs: a stop cancels it
         self._attempting: asyncio.Task[ClientConnection | GatewayError] | None = None
@@ -239,8 +239,22 @@ class GatewayRuntime:
         finally:
             await self._drop_socket(error)
 
+    @property
+    def socket_lost(self) -> asyncio.Future[None]:
+        """Done once the current socket is lost — dropped, closed by the gateway, replaced
+        by a connect, or the runtime disconnected or closed; already done without one.
+        What a gateway turn waits on besides its run's events (never a poll)."""
+        if self._lost is None:
+            self._lost = asyncio.get_running_loop().create_future()
+            if self._ws is None:
+                self._lost.set_result(None)
+        return self._lost
+
     async def _drop_socket(self, error: GatewayError) -> None:
         ws, self._ws = self._ws, None
+        lost, self._lost = self._lost, None
+        if lost is not None and not lost.done():
+            lost.set_result(None)
         self._requests.fail_all(error)
         if ws is not None:
             with contextlib.suppress(Exception):
@@ -273,9 +287,9 @@ class GatewayRuntime:
         return ws
 
     async def _accept(self, cfg: ConnectConfig, ws: ClientConnection, hello: p.Hello) -> None:
+        self._lost = None  # the old socket's, set when it was dropped: this one gets its own
         self._ws = ws
         self.hello = hello
-        self.epoch += 1
         self._last_seq = 0
         self.ignored.new_socket()
         if hello.device_token:

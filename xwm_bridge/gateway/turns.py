@@ -40,8 +40,16 @@ class RunTap:
 
     session_key: str
     run_id: str = ""
-    queue: asyncio.Queue[p.EventFrame] = field(default_factory=lambda: asyncio.Queue(4096))
+    #: the run's events; ``None`` (last) when the socket the run is on was lost
+    queue: asyncio.Queue[p.EventFrame | None] = field(default_factory=lambda: asyncio.Queue(4096))
     early: list[p.EventFrame] = field(default_factory=list)
+
+    def lost(self, _signal: object = None) -> None:
+        """The run's socket is gone (a done-callback of ``GatewayRuntime.socket_lost``):
+        wake the turn at once, behind the events already queued."""
+        if self.queue.full():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
 
     def __call__(self, ev: p.EventFrame) -> None:
         if ev.event not in ("chat", "agent"):
@@ -103,6 +111,10 @@ class GatewayTurnExecutor:
         idempotency_key = f"xwm-{ctx.turn_id}"
         tap = RunTap(session_key)
         rt.add_tap(tap)
+        # the socket chat.send goes out on: OpenClaw only sends a run's events to live
+        # sockets, so once it is lost (a reconnect is another socket) the run is gone
+        lost = rt.socket_lost
+        lost.add_done_callback(tap.lost)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settings.turn_timeout
         run_id = ""
@@ -132,6 +144,7 @@ class GatewayTurnExecutor:
             )
             raise
         finally:
+            lost.remove_done_callback(tap.lost)
             rt.remove_tap(tap)
 
     async def _stream(
@@ -146,7 +159,6 @@ class GatewayTurnExecutor:
         loop = asyncio.get_running_loop()
         deltas: list[str] = []
         final_text = ""
-        epoch = rt.epoch
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -162,13 +174,12 @@ class GatewayTurnExecutor:
                     sessionKey=session_key,
                 )
             try:
-                ev = await wait_for(tap.queue.get(), min(remaining, 1.0))
+                ev = await wait_for(tap.queue.get(), remaining)
             except TimeoutError:
-                if rt.epoch != epoch or not rt.connected:
-                    # OpenClaw only sends a run's events to live sockets: they are gone
-                    await ctx.emit_error(CONNECTION_LOST)
-                    return self._failure(ctx, CONNECTION_LOST, runId=run_id, sessionKey=session_key)
-                continue
+                continue  # the deadline, handled above
+            if ev is None:  # the socket was lost (RunTap.lost): the run's events with it
+                await ctx.emit_error(CONNECTION_LOST)
+                return self._failure(ctx, CONNECTION_LOST, runId=run_id, sessionKey=session_key)
             _key, ev_run = p.event_keys(ev)
             if ev_run and ev_run != run_id:
                 continue
