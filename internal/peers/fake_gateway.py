@@ -19,6 +19,9 @@ hold the object):
 * ``reply_delay`` — seconds before any response;
 * ``hold_hello`` — an event hello-ok waits for (``connects`` counts the waiting client);
 * ``no_challenge`` — never send the challenge;
+* ``handshake_noise`` — messages written as they are (text for ``str``, binary for
+  ``bytes``) before the challenge and again before hello-ok: frames a client must
+  drop while it waits for the challenge and for its ``connect`` response;
 * ``seq_gap`` — skip this many sequence numbers once;
 * ``chat_delay`` — seconds between streamed chat events;
 * ``text_only`` — ignore binary frames, as gateways that read only text frames do
@@ -54,6 +57,7 @@ class FakeGatewayState:
     reply_delay: float = 0.0
     hold_hello: asyncio.Event | None = None
     no_challenge: bool = False
+    handshake_noise: list[str | bytes] = field(default_factory=list)
     seq_gap: int = 0
     chat_delay: float = 0.01
     text_only: bool = False
@@ -135,6 +139,8 @@ class FakeGateway:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.wait_closed(), 5)
             return
+        for message in st.handshake_noise:
+            await ws.send(message)
         if not st.no_challenge:
             await ws.send(challenge.decode())
         try:
@@ -208,6 +214,8 @@ class FakeGateway:
             await asyncio.sleep(st.reply_delay)
         if st.hold_hello is not None:
             await st.hold_hello.wait()
+        for message in st.handshake_noise:
+            await ws.send(message)
         st.handshakes_ok += 1
         await self._send(
             ws,

@@ -911,6 +911,42 @@ async def test_frames_the_bridge_ignores_are_logged_and_counted(
     await ws.close()
 
 
+async def test_frames_ignored_during_the_handshake_are_counted_and_logged(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    # each written before the challenge and again before hello-ok (while the bridge
+    # waits for its connect's res): 2 x invalid_json, 2 x not_a_frame, 2 x unknown_response
+    gateway.state.handshake_noise = [
+        "not json",
+        '{"type": "bogus"}',
+        '{"type": "res", "id": "nobody-asked", "ok": true}',
+    ]
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    res = await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    assert res["ok"] is True, res
+    async with http.get(f"{bp.url}/metrics") as resp:
+        text = await resp.text()
+    prefix = "xwm_gateway_frames_ignored_total{"
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            labels, value = line[len(prefix) :].split("} ")
+            counts[labels.split('"')[1]] = float(value)
+    assert counts == {"invalid_json": 2, "not_a_frame": 2, "unknown_response": 2}, counts
+    health = await result_of(http, bp.rpc_url, "bridge.health", {})
+    (rt,) = [g for g in health["gateways"] if g["runtimeId"] == "rt-1"]
+    assert rt["ignoredFrames"] == 6
+    entries = [e for e in log_entries(bp.logs) if e.get("msg") == "gateway frame ignored"]
+    # rate-limited as after the handshake: the first of each reason per socket is a
+    # warning, the second a debug line (below this daemon's log level)
+    assert all(e["level"] == "warning" for e in entries), entries
+    assert sorted(e["reason"] for e in entries) == [
+        "invalid_json",
+        "not_a_frame",
+        "unknown_response",
+    ], entries
+
+
 async def test_an_oversized_frame_drops_the_socket_and_the_runtime_reconnects(
     start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import websockets
 from websockets.asyncio.client import ClientConnection
@@ -25,6 +26,10 @@ log = logging.getLogger("xwm_bridge.gateway")
 
 #: the one text a client sees for any failed dial (never the OS reason)
 DIAL_FAILED = "gateway connection failed"
+
+#: told of each frame the handshake drops: its reason (``protocol.IGNORED_REASONS``)
+#: and the frame (``ignored.IgnoredFrames.note``)
+Ignored = Callable[[str, str | bytes], None]
 
 
 async def open_socket(
@@ -65,12 +70,13 @@ async def connect(
     s: GatewayConfig,
     runtime_id: str,
     proxies: ProxySettings | None = None,
+    ignored: Ignored | None = None,
 ) -> tuple[ClientConnection, p.Hello]:
     """Open the socket and run ``hs`` over it: the socket and its ``hello-ok``, or the
     handshake's :class:`GatewayError` with the socket closed (also when cancelled)."""
     ws = await open_socket(url, s, runtime_id, proxies)
     try:
-        await handshake(ws, hs, s)
+        await handshake(ws, hs, s, ignored)
     except BaseException:
         await close_quietly(ws)
         raise
@@ -80,9 +86,14 @@ async def connect(
     return ws, hs.hello
 
 
-async def handshake(ws: ClientConnection, hs: p.Handshake, s: GatewayConfig) -> None:
+async def handshake(
+    ws: ClientConnection, hs: p.Handshake, s: GatewayConfig, ignored: Ignored | None = None
+) -> None:
     """Feed ``hs`` the socket's frames and write what it answers, until it is connected
-    or has failed (its ``state`` and ``error`` say which)."""
+    or has failed (its ``state`` and ``error`` say which). A frame that is none
+    (``decode_frame``) or a ``res`` that is not the ``connect``'s goes to ``ignored``,
+    as the runtime's reader does after the handshake; other events are the gateway's
+    to send (ticks, health) and are dropped uncounted."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + s.challenge_timeout
     while hs.state in (p.HandshakeState.AWAIT_CHALLENGE, p.HandshakeState.AWAIT_HELLO):
@@ -100,6 +111,13 @@ async def handshake(ws: ClientConnection, hs: p.Handshake, s: GatewayConfig) -> 
             return
         frame = p.decode_frame(data)
         if frame is None:
+            if ignored is not None:
+                ignored(p.ignored_reason(data), data)
+            continue
+        awaited = hs.state is p.HandshakeState.AWAIT_HELLO
+        if isinstance(frame, p.ResponseFrame) and not (awaited and frame.id == hs.request_id):
+            if ignored is not None:
+                ignored("unknown_response", data)
             continue
         out = hs.on_frame(frame)
         if out is not None:

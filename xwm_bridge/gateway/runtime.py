@@ -270,6 +270,7 @@ class GatewayRuntime:
 
     async def _attempt(self, cfg: ConnectConfig) -> ClientConnection:
         """Dial + handshake; on success the socket is installed and the snapshot connected."""
+        self.ignored.new_socket()  # its handshake's dropped frames count for it too
         ws, hello = await dial.connect(
             cfg.url,
             p.Handshake(
@@ -282,6 +283,7 @@ class GatewayRuntime:
             self.settings,
             self.runtime_id,
             self._proxies,
+            self.ignored.note,
         )
         await self._accept(cfg, ws, hello)
         return ws
@@ -291,7 +293,6 @@ class GatewayRuntime:
         self._ws = ws
         self.hello = hello
         self._last_seq = 0
-        self.ignored.new_socket()
         if hello.device_token:
             cfg = cfg.with_device_token(hello.device_token)
             self.config = cfg
