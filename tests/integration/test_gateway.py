@@ -1011,13 +1011,89 @@ async def test_concurrent_connects_of_one_runtime_leave_one_connection(
         )
     )
     assert all(r["ok"] is True for r in results), results
-    # each connect closes the socket of the one before it: one is left, and it works
+    # a connect that overlaps one in its handshake joins it; one that comes later closes
+    # the socket of the one before it: one is left, and it works
     await wait_until(lambda: len(gateway.state.connections) == 1, 5)
     out = await result_of(
         http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"}
     )
     assert out["ok"] is True
-    assert len(gateway.state.connections) == 1 and gateway.state.handshakes_ok == 3
+    assert len(gateway.state.connections) == 1 and 1 <= gateway.state.handshakes_ok <= 3
+
+
+async def active_calls(http: aiohttp.ClientSession, rpc_url: str, runtime_id: str) -> int:
+    health = await result_of(http, rpc_url, "bridge.health", {})
+    calls = [g["activeCalls"] for g in health["gateways"] if g["runtimeId"] == runtime_id]
+    return calls[0] if calls else 0
+
+
+async def test_a_second_connect_joins_the_handshake_in_flight(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    held = FakeGateway(FakeGatewayState(hold_hello=asyncio.Event()))
+    await held.start()
+    try:
+        bp = await start_bridge(config=gw_config(tmp_path, hello_timeout=60), tmp=tmp_path)
+        first = asyncio.ensure_future(
+            result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(held))
+        )
+        await wait_until(lambda: held.state.connects == 1, 5)  # in its handshake
+        second = asyncio.ensure_future(
+            result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(held))
+        )
+
+        async def both_waiting() -> bool:
+            return await active_calls(http, bp.rpc_url, "rt-1") == 2
+
+        await eventually(both_waiting)
+        held.state.hold_hello.set()  # type: ignore[union-attr]
+        results = await asyncio.wait_for(asyncio.gather(first, second), 5)
+        assert all(r["ok"] is True for r in results), results
+        # one dial, one handshake, shared: no second socket dialed behind the first
+        assert held.state.connects == 1 and held.state.handshakes_ok == 1
+        out = await result_of(
+            http, bp.rpc_url, "xworkmate.gateway.request", {"runtimeId": "rt-1", "method": "health"}
+        )
+        assert out["ok"] is True
+    finally:
+        held.state.hold_hello.set()  # type: ignore[union-attr]
+        await held.stop()
+
+
+async def test_a_disconnect_ends_a_connect_and_the_one_that_joined_it(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    held = FakeGateway(FakeGatewayState(hold_hello=asyncio.Event()))  # hello never comes
+    await held.start()
+    try:
+        bp = await start_bridge(config=gw_config(tmp_path, hello_timeout=60), tmp=tmp_path)
+        calls = [
+            asyncio.ensure_future(
+                result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(held))
+            )
+        ]
+        await wait_until(lambda: held.state.connects == 1, 5)
+        calls.append(
+            asyncio.ensure_future(
+                result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(held))
+            )
+        )
+
+        async def both_waiting() -> bool:
+            return await active_calls(http, bp.rpc_url, "rt-1") == 2
+
+        await eventually(both_waiting)
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.disconnect", {"runtimeId": "rt-1"})
+        # the guard only catches a hang: far below the held handshake's 60 s
+        results = await asyncio.wait_for(asyncio.gather(*calls), 5)
+        for res in results:
+            assert res["ok"] is False, results
+            assert res["error"] == {"message": "socket reset", "code": "SOCKET_RESET"}, results
+        assert held.state.connects == 1  # the joined connect did not dial on its own
+        await wait_until(lambda: not held.state.connections, 5)
+    finally:
+        held.state.hold_hello.set()  # type: ignore[union-attr]
+        await held.stop()
 
 
 async def test_gateway_credentials_never_reach_logs_or_notifications(

@@ -25,6 +25,7 @@ from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.connect_config import ConnectConfig, offline_snapshot
 from xwm_bridge.gateway.fanout import Fanout, Notify
 from xwm_bridge.gateway.ignored import IgnoredFrames
+from xwm_bridge.gateway.joins import Joins, Outcome
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.requests import Requests
 from xwm_bridge.gateway.snapshot import Snapshot
@@ -86,6 +87,8 @@ class GatewayRuntime:
         self._requests = Requests()
         #: connect and disconnect of one runtime never interleave (no leaked socket)
         self._op_lock = asyncio.Lock()
+        #: the client connect running now, for connects with the same config to join
+        self._joins = Joins()
         self._fanout = Fanout(settings.notify_timeout)
         self._taps: set[Tap] = set()
         self._last_seq = 0
@@ -139,12 +142,16 @@ class GatewayRuntime:
     def _offline_snapshot(self, cfg: ConnectConfig | None) -> Snapshot:
         return offline_snapshot(cfg, self.snapshot)
 
-    async def connect(self, cfg: ConnectConfig) -> tuple[p.Hello | None, GatewayError | None]:
-        """Client-initiated connect: close whatever ran before, try once, then own the loop."""
-        async with self._op_lock:
-            return await self._connect(cfg)
+    async def connect(self, cfg: ConnectConfig) -> Outcome:
+        """Client-initiated connect: close whatever ran before, try once, then own the loop.
 
-    async def _connect(self, cfg: ConnectConfig) -> tuple[p.Hello | None, GatewayError | None]:
+        A connect with the same config as one still running (dialing, in its handshake)
+        joins it and answers what it answers (a disconnect or close ending it ends both),
+        instead of waiting behind it and then dialing again; a different config waits
+        for the lock and replaces it (``joins.Joins``)."""
+        return await self._joins.connect(cfg, self._op_lock, self._connect)
+
+    async def _connect(self, cfg: ConnectConfig) -> Outcome:
         stops = self._stops
         await self._stop(SOCKET_RESET)
         self.closed = False

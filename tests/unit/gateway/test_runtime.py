@@ -322,3 +322,63 @@ async def test_a_request_stuck_behind_a_send_when_the_socket_is_lost_says_so() -
     finally:
         big.cancel()
         await asyncio.gather(big, return_exceptions=True)
+
+
+def dialing_hanging_sockets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[list[HelloNeverComes], GatewayRuntime]:
+    """Every dial a new socket whose hello never comes."""
+    dialed: list[HelloNeverComes] = []
+
+    async def dial(*args: object, **kwargs: object) -> HelloNeverComes:
+        dialed.append(HelloNeverComes())
+        return dialed[-1]
+
+    monkeypatch.setattr(runtime.websockets, "connect", dial)
+    return dialed, GatewayRuntime(
+        "rt", "alice", GatewayConfig(hello_timeout=60, backoff_initial=60)
+    )
+
+
+async def test_a_connect_joined_by_another_goes_on_when_the_joiner_leaves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dialed, rt = dialing_hanging_sockets(monkeypatch)
+    first = asyncio.ensure_future(rt.connect(CFG))
+    second = asyncio.ensure_future(rt.connect(CFG))
+    try:
+        await wait_until(lambda: len(dialed) == 1 and len(dialed[0].sent) == 1)
+        second.cancel()  # the joiner's caller hung up: the joined connect is not its to end
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert not first.done() and len(dialed) == 1
+        await asyncio.wait_for(rt.disconnect(), 5)
+        # its own answer, undisturbed by the joiner's cancel (the shared outcome intact)
+        _hello, error = await asyncio.wait_for(first, 5)
+        assert error is not None and error.code == "SOCKET_RESET"
+    finally:
+        first.cancel()
+        await rt.close()
+
+
+async def test_a_joiner_connects_on_its_own_when_the_joined_connects_caller_leaves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dialed, rt = dialing_hanging_sockets(monkeypatch)
+    first = asyncio.ensure_future(rt.connect(CFG))
+    await wait_until(lambda: len(dialed) == 1 and len(dialed[0].sent) == 1)
+    second = asyncio.ensure_future(rt.connect(CFG))
+    try:
+        await asyncio.sleep(0)  # joined
+        first.cancel()  # its caller hung up: its socket is closed, the runtime offline
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        # the joiner is not answered "socket reset" for another caller's hang-up: it dials
+        await wait_until(lambda: len(dialed) == 2 and len(dialed[1].sent) == 1)
+        assert dialed[0].closed.is_set() and not second.done()
+        await asyncio.wait_for(rt.disconnect(), 5)
+        _hello, error = await asyncio.wait_for(second, 5)
+        assert error is not None and error.code == "SOCKET_RESET"
+    finally:
+        second.cancel()
+        await rt.close()
