@@ -139,6 +139,10 @@ class AcpMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         version = params.get("protocolVersion")
+        if isinstance(version, str):
+            # a legacy string (the date versions of pre-v1 clients): version 0 to the
+            # official SDKs, never refused; the answer is the version this agent speaks
+            version = 0
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise RpcError(INVALID_PARAMS, "protocolVersion is required (an integer)")
         caps = params.get("clientCapabilities")
