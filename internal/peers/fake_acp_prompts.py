@@ -138,6 +138,9 @@ class Prompts:
             self.chunk(sid, "write error" if "error" in answer else "written")
         elif word == "terminal":
             await self.terminal(sid, rest.split())
+        elif word == "stop":  # a turn that ends as told: max_tokens, refusal, …
+            self.chunk(sid, "stopping")
+            stop = rest.strip() or "end_turn"
         elif word == "slow":
             self.chunk(sid, "working")
             await cancel.wait()

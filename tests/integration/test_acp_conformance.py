@@ -7,19 +7,40 @@ every frame of the SDK's connections is schema-checked (``FrameChecker``)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
-from acp import schema
+from acp import schema, text_block
+from acp.meta import AGENT_METHODS
 
 from tests.acp_schema import check_error, strict
-from tests.conftest import AUTH, FakeUpstream, StartBridge
-from tests.integration.test_acp_remote import config
+from tests.conftest import AUTH, FakeUpstream, StartBridge, wait_until
+from tests.integration.acp_helpers import prompt
+from tests.integration.test_acp_remote import config, sdk_client
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
+
+#: the methods of ACP v1's schema the bridge serves (the rest are -32601)
+SERVED = {
+    "initialize",
+    "authenticate",
+    "session/new",
+    "session/load",
+    "session/resume",
+    "session/list",
+    "session/close",
+    "session/prompt",
+    "session/cancel",
+    "session/set_mode",
+    "session/set_config_option",
+}
+HI = {"type": "text", "text": "hi"}
+AUDIO = {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"}
+IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
 
 
 async def send(ws: aiohttp.ClientWebSocketResponse, frame: dict[str, Any]) -> None:
@@ -63,3 +84,134 @@ async def test_protocol_version_negotiation(
             answer = await ask(ws, rid, "initialize", params)
             check_error(answer["error"])
             assert answer["error"]["code"] == -32602 and "protocolVersion" in str(answer), params
+
+
+async def test_schema_methods_the_bridge_does_not_serve_are_method_not_found(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # every agent method of the schema the bridge does not implement (the unstable
+    # session/fork, session/delete, logout, providers/*, nes/*, document/*…) is -32601
+    # "Method not found", never -32602/-32603; as a notification it is not answered
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    # an extension method ("_"-prefixed) the bridge does not know is the same (ACP
+    # extensibility: "Method not found")
+    others = [*sorted(set(AGENT_METHODS.values()) - SERVED), "_xwm/unknown"]
+    assert {"session/fork", "session/delete", "logout"} <= set(others)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
+        await ask(ws, 0, "initialize", {"protocolVersion": 1})
+        new = await ask(ws, "new", "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        sid = new["result"]["sessionId"]
+        params = {"sessionId": sid, "cwd": str(tmp_path), "mcpServers": []}
+        for rid, method in enumerate(others, 1):
+            answer = await ask(ws, rid, method, params)
+            check_error(answer["error"])
+            assert answer["error"]["code"] == -32601, (method, answer)
+        for method in others:  # as notifications: dropped, never answered
+            await send(ws, {"method": method, "params": params})
+        # session/cancel of a session nobody has: a notification, so no answer, no error
+        await send(ws, {"method": "session/cancel", "params": {"sessionId": "acp-nobody"}})
+        await send(ws, {"method": "session/cancel", "params": {}})
+        # the next frame out answers the request behind them
+        listed = await ask(ws, "after", "session/list", {})
+        strict(schema.ListSessionsResponse, listed["result"])
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
+
+
+async def test_errors_of_served_methods(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
+        init = await ask(ws, 0, "initialize", {"protocolVersion": 1})
+        offered = init["result"]["agentCapabilities"]["promptCapabilities"]
+        assert offered == {"image": False, "audio": False, "embeddedContext": True}
+        sid = (await ask(ws, 1, "session/new", {"cwd": str(tmp_path), "mcpServers": []}))["result"][
+            "sessionId"
+        ]
+        reopen = {"cwd": str(tmp_path), "mcpServers": [], "sessionId": "acp-unknown"}
+        for rid, method, params, code in (
+            (2, "authenticate", {"methodId": "oauth"}, -32602),
+            (3, "session/set_mode", {"sessionId": sid, "modeId": "no-such-mode"}, -32602),
+            (4, "session/load", reopen, -32002),  # ACP's "resource not found"
+            (5, "session/resume", reopen, -32002),
+            (6, "session/close", {"sessionId": "acp-unknown"}, -32002),
+            # promptCapabilities.audio: false (and image: false, no agent takes images)
+            (7, "session/prompt", {"sessionId": sid, "prompt": [AUDIO, HI]}, -32602),
+            (8, "session/prompt", {"sessionId": sid, "prompt": [IMAGE, HI]}, -32602),
+        ):
+            answer = await ask(ws, rid, method, params)
+            check_error(answer["error"])
+            assert answer["error"]["code"] == code, (method, answer)
+    assert not [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
+
+
+@pytest.mark.parametrize("reason", ["end_turn", "max_tokens", "max_turn_requests", "refusal"])
+async def test_an_agent_s_stop_reason_is_the_prompt_s(
+    reason: str, start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # a stdio agent's stopReason reaches the ACP client as the agent gave it (a refusal
+    # is an answer, not an error: the client drops the prompt from its history)
+    cfg = config(fake_upstream, tmp_path)
+    cfg["acp"] = {"default_route": "single-agent:fake"}
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, checker):
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        answer = await conn.prompt(session_id=session.session_id, prompt=prompt(f"stop {reason}"))
+        assert answer.stop_reason == reason
+        assert checker.text() == "stopping"
+
+
+async def test_a_second_prompt_waits_for_the_first_and_one_cancel_ends_both(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # ACP v1 does not define two prompts of one session at once: the bridge runs them
+    # one after the other (the session's thread queue); session/cancel ends every
+    # prompt of the session, each answered cancelled
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, _):
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        sid = session.session_id
+        first = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=prompt("slow:20000 a")))
+        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+        second = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=prompt("b")))
+        await conn.list_sessions()  # a round trip: the second prompt has been taken
+        assert not second.done()
+        await conn.cancel(session_id=sid)
+        answers = await asyncio.wait_for(asyncio.gather(first, second), 15)
+        assert [a.stop_reason for a in answers] == ["cancelled", "cancelled"]
+        sent = [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
+        assert len(sent) == 1  # the queued one never reached the upstream
+        answer = await conn.prompt(session_id=sid, prompt=prompt("after"))
+        assert answer.stop_reason == "end_turn"
+
+
+async def test_embedded_context_and_resource_links_reach_the_turn(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # promptCapabilities.embeddedContext: true (and resource_link, which every agent takes)
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, checker):
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        blocks = [
+            text_block("review"),
+            schema.EmbeddedResourceContentBlock(
+                type="resource",
+                resource=schema.TextResourceContents(
+                    uri="file:///w/main.py", mime_type="text/x-python", text="print(1)"
+                ),
+            ),
+            schema.ResourceContentBlock(
+                type="resource_link", uri="file:///w/README.md", name="README.md"
+            ),
+        ]
+        answer = await conn.prompt(session_id=session.session_id, prompt=blocks)
+        assert answer.stop_reason == "end_turn"
+        (sent,) = [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
+        assert sent["params"]["taskPrompt"] == (
+            'review\n<resource uri="file:///w/main.py">\nprint(1)\n</resource>\n'
+            "[README.md](file:///w/README.md)"
+        )
+        assert checker.text().startswith("echo: review")
