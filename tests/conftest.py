@@ -469,9 +469,18 @@ async def wait_queue_depth(
 
 
 def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Callable[[], Any]] | None:
-    """Tests run on uvloop when it is installed, as the daemon does (cli/common.py _run)."""
+    """Tests run on uvloop when it is installed, as the daemon does (cli/common.py _run);
+    a test marked :data:`tests.markers.both_loops` also on asyncio's default loop (the
+    daemon's without the ``[fast]`` extra), where subprocesses behave differently."""
+    marker = item.get_closest_marker("asyncio")
+    chosen = marker.kwargs.get("loop_factories") if marker is not None else None
+    factories: dict[str, Callable[[], Any]] = {}
     try:
         import uvloop
     except ImportError:
-        return None
-    return {"uvloop": uvloop.new_event_loop}
+        pass
+    else:
+        factories["uvloop"] = uvloop.new_event_loop
+    if chosen or not factories:
+        factories["asyncio"] = asyncio.new_event_loop
+    return factories

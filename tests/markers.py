@@ -13,3 +13,7 @@ needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None and os.environ.get("CI") != "true",
     reason="bubblewrap not installed (apt install bubblewrap; .ci/run installs it)",
 )
+
+#: an asyncio test run on both event loops the daemon may use: uvloop (``[fast]``)
+#: and asyncio's default one (tests/conftest.py ``pytest_asyncio_loop_factories``)
+both_loops = pytest.mark.asyncio(loop_factories=["uvloop", "asyncio"])

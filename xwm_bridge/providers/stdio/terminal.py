@@ -5,7 +5,10 @@ the session's confined working directory (opened without following a symlink, an
 the child started in it by that fd: a swap after the check cannot lead outside),
 with the agent's own clean environment (``launch.py``, never the bridge's) plus the
 request's ``env`` items; output is capped (oldest bytes dropped, ``truncated: true``);
-every terminal of a session is killed on cancel and all of them on close. Under
+``wait_for_exit`` answers when the command's process exits, even if a background
+process it left holds the output pipe open (the output written before the exit is
+read first, for up to :data:`EXIT_DRAIN` seconds). Every terminal of a session is
+killed on cancel and all of them on close. Under
 ``agents.sandbox: bwrap`` a command is sandboxed like the agent, with write access
 to the session directory only. A terminal is forgotten when the agent releases it;
 of the exited ones it never released (a cancelled turn, a crashed or careless
@@ -21,9 +24,8 @@ import itertools
 import os
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from xwm_bridge.beneath import open_dir
 from xwm_bridge.config import AgentsConfig
@@ -31,24 +33,58 @@ from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.agent import ClientError
 from xwm_bridge.providers.stdio.client_fs import parts_below, resolve
 from xwm_bridge.providers.stdio.launch import bwrap_argv, program_paths
-from xwm_bridge.tasks import Supervisor, wait_for
+from xwm_bridge.tasks import wait_for
 
 _ids = itertools.count(1)
 #: exited terminals kept that the agent has not released (their output, their status)
 MAX_EXITED = 32
+#: seconds ``wait_for_exit`` lets the output written before the exit arrive, at most,
+#: when the pipe stays open after it (a background process of the command holds it)
+EXIT_DRAIN = 0.25
 #: where a child finds the directory fd it starts in (Linux); elsewhere: by name
 FD_DIR = "/proc/self/fd"
 _BY_FD = os.path.isdir(FD_DIR)
 
 
-@dataclass(slots=True)
-class Terminal:
-    session_id: str
-    proc: asyncio.subprocess.Process
-    limit: int
-    output: bytearray = field(default_factory=bytearray)
-    truncated: bool = False
-    reader: asyncio.Task[None] | None = None
+class Terminal(asyncio.SubprocessProtocol):
+    """One command: its output, kept as it arrives (no reader task), and its exit.
+
+    ``exited`` is set when the command's process exits, which is what
+    ``wait_for_exit`` answers to (asyncio's ``Process.wait()`` on the default loop
+    also waits for its pipes to close, which a background process can delay for
+    ever); ``eof`` when its output pipe closes."""
+
+    def __init__(self, session_id: str, limit: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.session_id = session_id
+        self.limit = limit
+        self.output = bytearray()
+        self.truncated = False
+        self.transport: asyncio.SubprocessTransport | None = None
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.eof: asyncio.Future[None] = loop.create_future()
+
+    # asyncio.SubprocessProtocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.SubprocessTransport, transport)
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.append(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if not self.eof.done():
+            self.eof.set_result(None)
+        self._maybe_close()
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        """Both done: nothing more comes (what asyncio's own protocol does)."""
+        if self.exited.done() and self.eof.done() and self.transport is not None:
+            self.transport.close()
 
     def append(self, data: bytes) -> None:
         self.output += data
@@ -56,8 +92,17 @@ class Terminal:
             del self.output[: len(self.output) - self.limit]
             self.truncated = True
 
+    @property
+    def pid(self) -> int:
+        assert self.transport is not None
+        return self.transport.get_pid()
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.transport is None else self.transport.get_returncode()
+
     def exit_status(self) -> dict[str, Any] | None:
-        code = self.proc.returncode
+        code = self.returncode
         if code is None:
             return None
         if code < 0:
@@ -65,17 +110,15 @@ class Terminal:
         return {"exitCode": code, "signal": None}
 
     def kill(self) -> None:
-        if self.proc.returncode is None:
+        if self.transport is not None and self.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.pid, signal.SIGKILL)
 
 
 class Terminals:
     def __init__(self, config: AgentsConfig) -> None:
         self._config = config
         self._terms: dict[str, Terminal] = {}
-        #: one output reader per terminal
-        self._readers = Supervisor()
 
     async def handle(
         self,
@@ -100,11 +143,14 @@ class Terminals:
                 out["exitStatus"] = status
             return out
         if method == "terminal/wait_for_exit":
-            try:
-                await wait_for(term.proc.wait(), self._config.prompt_timeout)
+            try:  # shielded: a cancel or the timeout of this call leaves them be
+                await wait_for(asyncio.shield(term.exited), self._config.prompt_timeout)
             except TimeoutError:
                 term.kill()
-                await term.proc.wait()
+                await asyncio.shield(term.exited)
+            # the output written before the exit may still be in the pipe: read it
+            # (until its end, or a little while when a background process holds it)
+            await asyncio.wait([term.eof], timeout=EXIT_DRAIN)
             return term.exit_status()
         if method == "terminal/kill":
             term.kill()
@@ -128,7 +174,7 @@ class Terminals:
             raise ClientError(codec.INVALID_PARAMS, "command and args must not contain NUL")
         cwd = resolve(params.get("cwd") or root, root)
         session_id = str(params.get("sessionId", ""))
-        running = sum(1 for t in self._terms.values() if t.proc.returncode is None)
+        running = sum(1 for t in self._terms.values() if t.returncode is None)
         if running >= self._config.terminal_max_running:
             raise ClientError(codec.INVALID_PARAMS, "too many running terminals")
         env = dict(base_env)  # never os.environ: the bridge's secrets stay with the bridge
@@ -152,8 +198,11 @@ class Terminals:
             raise ClientError(
                 codec.INVALID_PARAMS, f"cannot use cwd: {exc.strerror or exc}"
             ) from None
+        term = Terminal(session_id, limit)
+        loop = asyncio.get_running_loop()
         try:
-            proc = await asyncio.create_subprocess_exec(
+            await loop.subprocess_exec(
+                lambda: term,
                 *argv,
                 # resolved in the child, which chdirs before exec: the fd is still open
                 # there (close-on-exec) and names the directory it was opened on
@@ -170,24 +219,16 @@ class Terminals:
             raise ClientError(codec.INVALID_PARAMS, f"cannot start command: {exc}") from None
         finally:
             os.close(cwd_fd)
-        term = Terminal(session_id, proc, limit)
         self._forget_exited()
         tid = f"term-{next(_ids)}"
-        term.reader = self._readers.spawn(self._pump(term), name=f"terminal-reader:{tid}")
         self._terms[tid] = term
         return {"terminalId": tid}
 
     def _forget_exited(self) -> None:
         """Make room for one more exited terminal: the oldest exited ones go."""
-        exited = [tid for tid, t in self._terms.items() if t.proc.returncode is not None]
+        exited = [tid for tid, t in self._terms.items() if t.returncode is not None]
         for tid in exited[: max(0, len(exited) - MAX_EXITED + 1)]:
             del self._terms[tid]
-
-    @staticmethod
-    async def _pump(term: Terminal) -> None:
-        assert term.proc.stdout is not None
-        while data := await term.proc.stdout.read(65536):
-            term.append(data)
 
     def kill_session(self, session_id: str) -> None:
         for term in self._terms.values():
@@ -197,5 +238,6 @@ class Terminals:
     async def close(self) -> None:
         for term in self._terms.values():
             term.kill()
+            if term.transport is not None:
+                term.transport.close()
         self._terms.clear()
-        await self._readers.shutdown(0)

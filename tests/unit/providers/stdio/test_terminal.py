@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.markers import needs_bwrap
+from tests.markers import both_loops, needs_bwrap
 from xwm_bridge.config import AgentsConfig
 from xwm_bridge.providers.stdio.agent import ClientError
 from xwm_bridge.providers.stdio.terminal import MAX_EXITED, Terminals
@@ -20,6 +22,7 @@ TRUE = shutil.which("true") or "/bin/true"
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
+@both_loops
 async def test_exited_terminals_never_released_are_not_kept_for_ever(tmp_path: Path) -> None:
     terminals = Terminals(AgentsConfig(terminal_enabled=True))
     root = str(tmp_path)
@@ -203,3 +206,120 @@ async def test_a_cwd_swapped_after_it_was_opened_still_runs_in_the_opened_dir(
     assert status == {"exitCode": 0, "signal": None}
     assert os.listdir(outside) == []
     assert (root / "sub.old" / "here.txt").read_text() == "x\n"
+
+
+#: a command whose shell exits at once, leaving a background process (in its group)
+#: holding its output pipe; it prints the background process's pid
+LEAVES_A_SLEEP = {"command": "/bin/sh", "args": ["-c", "sleep 60 & echo $!"]}
+
+
+async def _gone(pid: int, within: float = 5.0) -> bool:
+    """Whether process ``pid`` (not a child: a pidfd tells its exit) exits within
+    ``within`` seconds; a zombie counts as gone (its reaper may be the container's
+    init, which may not reap)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    loop = asyncio.get_running_loop()
+    exited = loop.create_future()
+    loop.add_reader(fd, lambda: exited.done() or exited.set_result(None))
+    try:
+        await asyncio.wait_for(exited, within)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def _start_and_wait(terminals: Terminals, root: str) -> tuple[str, dict[str, Any], int]:
+    """A terminal whose shell leaves a background ``sleep``: its id, the status
+    ``wait_for_exit`` answered (within 5 s, though ``prompt_timeout`` is longer) and
+    the sleep's pid, read from ``terminal/output`` right after."""
+    created = await terminals.handle(
+        "terminal/create", {"sessionId": "s", **LEAVES_A_SLEEP}, root, ENV
+    )
+    ask = {"sessionId": "s", "terminalId": created["terminalId"]}
+    async with asyncio.timeout(5):
+        status = await terminals.handle("terminal/wait_for_exit", ask, root, ENV)
+    out = await terminals.handle("terminal/output", ask, root, ENV)
+    assert out["exitStatus"] == status
+    return created["terminalId"], status, int(out["output"])
+
+
+@both_loops
+async def test_wait_for_exit_answers_when_the_command_exits_though_its_output_stays_open(
+    tmp_path: Path,
+) -> None:
+    """``sh`` exits at once; the background ``sleep`` keeps the pipe open. The answer
+    comes at the exit (not after ``prompt_timeout``), with the output written before."""
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, prompt_timeout=30))
+    try:
+        _, status, pid = await _start_and_wait(terminals, str(tmp_path))
+        assert status == {"exitCode": 0, "signal": None}
+        assert pid > 0
+    finally:
+        await terminals.close()
+
+
+@both_loops
+async def test_wait_for_exit_past_prompt_timeout_kills_the_command(tmp_path: Path) -> None:
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, prompt_timeout=0.2))
+    root = str(tmp_path)
+    params = {"sessionId": "s", "command": "/bin/sh", "args": ["-c", "echo started; exec sleep 60"]}
+    try:
+        created = await terminals.handle("terminal/create", params, root, ENV)
+        ask = {"sessionId": "s", "terminalId": created["terminalId"]}
+        async with asyncio.timeout(5):
+            status = await terminals.handle("terminal/wait_for_exit", ask, root, ENV)
+        out = await terminals.handle("terminal/output", ask, root, ENV)
+    finally:
+        await terminals.close()
+    assert status == {"exitCode": None, "signal": "SIGKILL"}
+    assert out["output"] == "started\n"
+
+
+def _pids_running(argv: list[str]) -> list[int]:
+    """Pids of the processes (no zombie) whose command line is ``argv``."""
+    want = "\0".join(argv).encode() + b"\0"
+    pids = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if f.read() == want:
+                    pids.append(int(name))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+@both_loops
+@needs_bwrap
+async def test_a_sandboxed_terminals_background_process_dies_with_it(tmp_path: Path) -> None:
+    """Under bwrap the command is pid 1's child in a PID namespace of its own: when it
+    exits, the namespace goes and its background processes with it, so the pipe
+    closes at once and nothing outlives the exit, released or not."""
+    marker = ["sleep", f"60.{os.getpid()}"]  # names it among the processes here
+    params = {
+        "sessionId": "s",
+        "command": "/bin/sh",
+        "args": ["-c", f"{' '.join(marker)} & echo $!"],
+    }
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, sandbox="bwrap", prompt_timeout=30))
+    root = str(tmp_path)
+    try:
+        created = await terminals.handle("terminal/create", params, root, ENV)
+        ask = {"sessionId": "s", "terminalId": created["terminalId"]}
+        async with asyncio.timeout(5):
+            status = await terminals.handle("terminal/wait_for_exit", ask, root, ENV)
+        out = await terminals.handle("terminal/output", ask, root, ENV)
+        assert status == {"exitCode": 0, "signal": None}, out
+        assert out["output"].strip().isdigit(), out
+        left = _pids_running(marker)
+        await terminals.handle("terminal/release", ask, root, ENV)
+    finally:
+        await terminals.close()
+    assert all([await _gone(pid) for pid in left])
+    assert left == [], "the background sleep outlived the sandboxed command"
