@@ -7,7 +7,10 @@ with the agent's own clean environment (``launch.py``, never the bridge's) plus 
 request's ``env`` items; output is capped (oldest bytes dropped, ``truncated: true``);
 ``wait_for_exit`` answers when the command's process exits, even if a background
 process it left holds the output pipe open (the output written before the exit is
-read first, for up to :data:`EXIT_DRAIN` seconds). Every terminal of a session is
+read first, for up to :data:`EXIT_DRAIN` seconds). A kill (``terminal/kill``,
+``release``, a cancel, close) sends SIGKILL to the command's whole process group,
+also after the command exited while its group still has members; until then such
+leftovers count toward ``terminal_max_running``. Every terminal of a session is
 killed on cancel and all of them on close. Under
 ``agents.sandbox: bwrap`` a command is sandboxed like the agent, with write access
 to the session directory only. A terminal is forgotten when the agent releases it;
@@ -46,6 +49,36 @@ FD_DIR = "/proc/self/fd"
 _BY_FD = os.path.isdir(FD_DIR)
 
 
+def _group_outlives(pgid: int) -> bool:
+    """Whether the process group ``pgid``, led by a command that exited and was reaped,
+    still has members (its background processes).
+
+    POSIX (and Linux: a ``struct pid`` lives while any process uses its number as pid,
+    pgid or sid) never gives a process the number of a group that still has members.
+    So when some process has the number ``pgid`` again, the number was free, our
+    group is gone, and that process (which may lead a group of its own) is a
+    stranger's: no signal for it. When none has it, ``killpg(pgid, 0)`` reaches only
+    our group's members. (Left: the number reused and made a group between this check
+    and the kill, a wrap of the whole pid space within microseconds.) The output pipe
+    still open is a sign of members, not proof of them (one may have handed it on to
+    a process outside the group): it is not what this goes by."""
+    try:
+        os.kill(pgid, 0)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return False  # a process of another user has the number
+    else:
+        return False  # a process has the number again
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # members we may not signal (a setuid program)
+    return True
+
+
 class Terminal(asyncio.SubprocessProtocol):
     """One command: its output, kept as it arrives (no reader task), and its exit.
 
@@ -63,6 +96,8 @@ class Terminal(asyncio.SubprocessProtocol):
         self.transport: asyncio.SubprocessTransport | None = None
         self.exited: asyncio.Future[None] = loop.create_future()
         self.eof: asyncio.Future[None] = loop.create_future()
+        #: its group got SIGKILL after the command exited: nothing of it is left
+        self.group_killed = False
 
     # asyncio.SubprocessProtocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -109,10 +144,34 @@ class Terminal(asyncio.SubprocessProtocol):
             return {"exitCode": None, "signal": signal.Signals(-code).name}
         return {"exitCode": code, "signal": None}
 
+    def running(self) -> bool:
+        """The command, or what it left in its group after it exited."""
+        if self.returncode is None:
+            return True
+        return not self.group_killed and _group_outlives(self.pid)
+
     def kill(self) -> None:
-        if self.transport is not None and self.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
+        """SIGKILL to the command's group (its own: started in a new session), also
+        after the command exited while its group has members left."""
+        if self.transport is None:
+            return
+        if self.group_killed:
+            return
+        # while the command runs (or is a zombie) its pid is its group's number. (On
+        # CPython's threaded child watcher, the command may be reaped a moment before
+        # its returncode is set: a window this has always had, as any killpg after
+        # asyncio reaps.)
+        if self.returncode is not None and not _group_outlives(self.pid):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+            self.group_killed = True  # SIGKILL: none of them runs on
+
+    def release(self) -> None:
+        """Kill and let go: its pipe is closed, the loop keeps nothing of it."""
+        self.kill()
+        if self.transport is not None:
+            self.transport.close()
 
 
 class Terminals:
@@ -156,8 +215,8 @@ class Terminals:
             term.kill()
             return None
         if method == "terminal/release":
-            term.kill()
             self._terms.pop(str(params.get("terminalId")), None)
+            term.release()
             return None
         raise ClientError(codec.METHOD_NOT_FOUND, f"method not supported by this client: {method}")
 
@@ -174,7 +233,7 @@ class Terminals:
             raise ClientError(codec.INVALID_PARAMS, "command and args must not contain NUL")
         cwd = resolve(params.get("cwd") or root, root)
         session_id = str(params.get("sessionId", ""))
-        running = sum(1 for t in self._terms.values() if t.returncode is None)
+        running = sum(1 for t in self._terms.values() if t.running())
         if running >= self._config.terminal_max_running:
             raise ClientError(codec.INVALID_PARAMS, "too many running terminals")
         env = dict(base_env)  # never os.environ: the bridge's secrets stay with the bridge
@@ -226,9 +285,9 @@ class Terminals:
 
     def _forget_exited(self) -> None:
         """Make room for one more exited terminal: the oldest exited ones go."""
-        exited = [tid for tid, t in self._terms.items() if t.returncode is not None]
+        exited = [tid for tid, t in self._terms.items() if not t.running()]
         for tid in exited[: max(0, len(exited) - MAX_EXITED + 1)]:
-            del self._terms[tid]
+            self._terms.pop(tid).release()
 
     def kill_session(self, session_id: str) -> None:
         for term in self._terms.values():
@@ -237,7 +296,5 @@ class Terminals:
 
     async def close(self) -> None:
         for term in self._terms.values():
-            term.kill()
-            if term.transport is not None:
-                term.transport.close()
+            term.release()
         self._terms.clear()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +267,79 @@ async def test_wait_for_exit_answers_when_the_command_exits_though_its_output_st
 
 
 @both_loops
+async def test_a_released_terminals_background_process_is_killed_and_nothing_kept(
+    tmp_path: Path,
+) -> None:
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, prompt_timeout=30))
+    try:
+        tid, _, pid = await _start_and_wait(terminals, str(tmp_path))
+        term = weakref.ref(terminals._terms[tid])
+        await terminals.handle("terminal/release", {"sessionId": "s", "terminalId": tid}, "", ENV)
+        assert await _gone(pid), "the background sleep outlived the release"
+        gc.collect()
+        assert term() is None, "the released terminal is still referenced"
+    finally:
+        await terminals.close()
+
+
+@both_loops
+async def test_a_killed_terminals_background_process_is_killed(tmp_path: Path) -> None:
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, prompt_timeout=30))
+    try:
+        tid, _, pid = await _start_and_wait(terminals, str(tmp_path))
+        await terminals.handle("terminal/kill", {"sessionId": "s", "terminalId": tid}, "", ENV)
+        assert await _gone(pid), "the background sleep outlived terminal/kill"
+        out = await terminals.handle(
+            "terminal/output", {"sessionId": "s", "terminalId": tid}, "", ENV
+        )
+        assert out["exitStatus"] == {"exitCode": 0, "signal": None}  # the shell's, kept
+    finally:
+        await terminals.close()
+
+
+@both_loops
+async def test_background_processes_die_on_cancel_and_on_shutdown(tmp_path: Path) -> None:
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, prompt_timeout=30))
+    try:
+        _, _, cancelled = await _start_and_wait(terminals, str(tmp_path))
+        terminals.kill_session("s")
+        assert await _gone(cancelled), "the background sleep outlived the cancel"
+        _, _, closed = await _start_and_wait(terminals, str(tmp_path))
+    finally:
+        await terminals.close()
+    assert await _gone(closed), "the background sleep outlived the shutdown"
+
+
+@both_loops
+async def test_a_terminal_whose_background_process_lives_on_counts_as_running(
+    tmp_path: Path,
+) -> None:
+    """Its shell exited, its group did not: it counts toward ``terminal_max_running``
+    until killed or released."""
+    root = str(tmp_path)
+    config = AgentsConfig(terminal_enabled=True, prompt_timeout=30, terminal_max_running=1)
+    terminals = Terminals(config)
+    try:
+        tid, _, _ = await _start_and_wait(terminals, root)
+        with pytest.raises(ClientError, match="too many running terminals"):
+            await terminals.handle(
+                "terminal/create", {"sessionId": "s", "command": TRUE}, root, ENV
+            )
+        await terminals.handle("terminal/kill", {"sessionId": "s", "terminalId": tid}, root, ENV)
+        created = await terminals.handle(
+            "terminal/create", {"sessionId": "s", "command": TRUE}, root, ENV
+        )
+        await terminals.handle(
+            "terminal/release", {"sessionId": "s", "terminalId": created["terminalId"]}, root, ENV
+        )
+        tid, _, _ = await _start_and_wait(terminals, root)
+        await terminals.handle("terminal/release", {"sessionId": "s", "terminalId": tid}, root, ENV)
+        await terminals.handle("terminal/create", {"sessionId": "s", "command": TRUE}, root, ENV)
+    finally:
+        await terminals.close()
+
+
+@both_loops
 async def test_wait_for_exit_past_prompt_timeout_kills_the_command(tmp_path: Path) -> None:
     terminals = Terminals(AgentsConfig(terminal_enabled=True, prompt_timeout=0.2))
     root = str(tmp_path)
@@ -323,3 +398,13 @@ async def test_a_sandboxed_terminals_background_process_dies_with_it(tmp_path: P
         await terminals.close()
     assert all([await _gone(pid) for pid in left])
     assert left == [], "the background sleep outlived the sandboxed command"
+
+
+async def test_a_group_number_a_live_process_has_is_never_taken_for_a_leftover_group() -> None:
+    """After the command was reaped its number may go to a new process, which may lead
+    a group of that number: a stranger's, never killed. (Ours: this process, the
+    leader of no group of ours.)"""
+    from xwm_bridge.providers.stdio.terminal import _group_outlives
+
+    assert not _group_outlives(os.getpid())
+    assert not _group_outlives(os.getpgid(0))  # pytest's group, led by a live process
