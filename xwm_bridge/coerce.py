@@ -16,7 +16,7 @@ from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
-_LEADING_INT = re.compile(r"^\s*[+-]?\d+")
+_LEADING_INT = re.compile(r"^\s*[+-]?[0-9]+")  # not \d: it also matches "١٢"
 
 
 def _number_text(value: float | int) -> str:

@@ -10,7 +10,7 @@ def parse_listen(addr: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` for IPv6) → (host, port); ValueError if malformed."""
     value = addr.strip()
     host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or not (port_text.isascii() and port_text.isdigit()):
         raise ValueError(f"expected HOST:PORT, got {addr!r}")
     port = int(port_text)
     if not 0 <= port <= 65535:
@@ -33,15 +33,18 @@ ANY_HOST = "*"
 
 
 def _split_entry(entry: str) -> tuple[str, int | None]:
-    """``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare IPv6 → (host, port)."""
+    """``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare IPv6 → (host, port);
+    an entry whose port is not ASCII digits stays whole (it allows nothing)."""
     value = entry.strip().lower()
     if value.startswith("["):
         host, _, rest = value[1:].partition("]")
+        if not rest:
+            return host, None
         port = rest[1:] if rest.startswith(":") else ""
-        return host, int(port) if port.isdigit() else None
+        return (host, int(port)) if port.isascii() and port.isdigit() else (value, None)
     if value.count(":") == 1:
         host, _, port = value.partition(":")
-        if port.isdigit():
+        if port.isascii() and port.isdigit():
             return host, int(port)
     return value, None
 

@@ -116,14 +116,17 @@ class ProxyRoute:
 
 
 def _host_of(entry: str) -> tuple[str, int | None]:
-    """``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare v6 literal."""
+    """``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare v6 literal; an entry
+    whose port is not ASCII digits stays whole (it matches no host, not every port)."""
     if entry.startswith("["):
         host, _, rest = entry[1:].partition("]")
+        if not rest:
+            return host, None
         port = rest[1:] if rest.startswith(":") else ""
-        return host, int(port) if port.isdigit() else None
+        return (host, int(port)) if port.isascii() and port.isdigit() else (entry, None)
     if entry.count(":") == 1:
         host, _, port = entry.partition(":")
-        return host, int(port) if port.isdigit() else None
+        return (host, int(port)) if port.isascii() and port.isdigit() else (entry, None)
     return entry, None
 
 

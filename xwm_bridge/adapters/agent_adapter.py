@@ -63,8 +63,8 @@ class AdapterSettings:
             return coerce.env_text(env, name) or default
 
         version_text = get("GEMINI_ADAPTER_PROTOCOL_VERSION", "1")
-        try:
-            version = int(version_text)
+        try:  # ASCII digits: int() also reads "١"
+            version = int(version_text) if version_text.isascii() else 0
         except ValueError:
             version = 0
         if version <= 0:

@@ -83,8 +83,9 @@ _SEQ_MIN, _SEQ_MAX = -(2**63), 2**63 - 1
 
 
 def sequence(value: Any) -> int:
-    """Frame ``seq`` as an int: numbers truncated, numeric strings parsed, else 0 (also
-    for anything outside the signed 64-bit range)."""
+    """Frame ``seq`` as an int: numbers truncated, numeric strings parsed (ASCII only:
+    ``int()`` also reads "١٢"), else 0 (also for anything outside the signed 64-bit
+    range)."""
     if isinstance(value, bool):
         return 0
     out = 0
@@ -92,7 +93,7 @@ def sequence(value: Any) -> int:
         out = value
     elif isinstance(value, float):
         out = int(value) if value == value and abs(value) < 2**63 else 0
-    elif isinstance(value, str) and value.strip():
+    elif isinstance(value, str) and value.isascii() and value.strip():
         text = value.strip()
         try:
             out = int(text) if len(text) <= 24 else 0

@@ -38,8 +38,11 @@ REVIEWER_SYSTEM = (
 )
 
 # "SCORE: 7/10", "Score = 7.5", "**Score:** 9 / 10" — the last one in the text wins.
-_SCORE = re.compile(r"score\W{0,4}[:=]?\W{0,4}(\d+(?:\.\d+)?)(?:\s*/\s*(\d+))?", re.IGNORECASE)
-_RATIO = re.compile(r"\b(\d+(?:\.\d+)?)\s*/\s*10\b")
+# [0-9], not \d: \d also matches "٩", which float() reads as 9
+_SCORE = re.compile(
+    r"score\W{0,4}[:=]?\W{0,4}([0-9]+(?:\.[0-9]+)?)(?:\s*/\s*([0-9]+))?", re.IGNORECASE
+)
+_RATIO = re.compile(r"\b([0-9]+(?:\.[0-9]+)?)\s*/\s*10\b")
 
 
 def parse_score(review: str) -> float | None:

@@ -26,7 +26,7 @@ from xwm_bridge.proxy import ProxyRoute, ProxySettings
 from xwm_bridge.toolbridge.tools import ToolError
 
 #: urllib3's words for a proxy that refused CONNECT
-_TUNNEL_STATUS = re.compile(r"Tunnel connection failed: (\d{3})")
+_TUNNEL_STATUS = re.compile(r"Tunnel connection failed: ([0-9]{3})")
 
 OPERATIONS = {"read": "read", "get": "read", "write": "write", "put": "write"}
 OPERATIONS |= {"list": "list", "delete": "delete"}
@@ -92,8 +92,8 @@ def _data(value: Any) -> dict[str, Any]:
 
 
 def _cas(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
+    if isinstance(value, bool) or not coerce.text(value).isascii():
+        return None  # float() also reads "١٢" as 12
     try:
         number = int(value if isinstance(value, (int, float)) else float(coerce.text(value)))
     except (ValueError, OverflowError):  # not a number, NaN, or ±inf ("inf", "1e400")

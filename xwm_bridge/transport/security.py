@@ -166,11 +166,16 @@ def host_name(host: str) -> str:
     value = host.strip()
     if value.startswith("["):
         name, _, rest = value[1:].partition("]")
-        return name if not rest or (rest[0] == ":" and rest[1:].isdigit()) else ""
+        return name if not rest or (rest[0] == ":" and _port(rest[1:])) else ""
     if value.count(":") == 1:
         name, _, port = value.partition(":")
-        return name if port.isdigit() else ""
+        return name if _port(port) else ""
     return value
+
+
+def _port(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also passes "²" and "١٢"."""
+    return text.isascii() and text.isdigit()
 
 
 def _bare(name: str) -> str:
