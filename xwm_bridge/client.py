@@ -173,7 +173,8 @@ def permission_prompt(update: dict[str, Any]) -> str:
 
 def choose(options: list[dict[str, Any]], answer: str) -> str | None:
     text = answer.strip()
-    if text.isdigit() and 1 <= int(text) <= len(options):
+    # ASCII digits, and few: "²" passes str.isdigit, which int() then refuses
+    if text.isascii() and text.isdigit() and len(text) <= 6 and 1 <= int(text) <= len(options):
         return coerce.text(options[int(text) - 1].get("optionId"))
     for opt in options:
         if text and text == opt.get("optionId"):

@@ -63,3 +63,14 @@ def test_progress_and_choices() -> None:
     assert "1) Allow [allow_once]" in permission_prompt({"requestId": "perm-1", "options": options})
     assert choose(options, "1\n") == "once" and choose(options, "no") == "no"
     assert choose(options, "3") is None and choose(options, "") is None
+
+
+@pytest.mark.parametrize(
+    "answer", ["²", "١", "１", pytest.param("9" * 5000, id="5000-digits"), "٢²"]
+)
+def test_a_non_ascii_or_huge_number_is_no_choice(answer: str) -> None:
+    """Terminal input: "²" passed ``str.isdigit`` and ``int()`` raised (a traceback that
+    ended the client), "١" chose option 1, 5,000 digits passed the 4,300-digit limit."""
+    options = [{"optionId": "once"}, {"optionId": "no"}]
+    assert choose(options, answer) is None
+    assert choose([{"optionId": "²"}], "²") == "²"  # an option id is still matched
