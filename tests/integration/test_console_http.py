@@ -81,6 +81,17 @@ async def test_websocket_needs_the_token_first(
         assert orjson.loads(raw)["id"] == 2
 
 
+async def test_a_long_refused_origin_is_cut_in_the_answer(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bp = await start_bridge()
+    origin = "https://evil.example/" + "a" * 4000
+    async with http.get(f"{bp.url}/console/ws", headers={"Origin": origin}) as resp:
+        assert resp.status == 403
+        error = orjson.loads(await resp.read())["error"]
+    assert error == {"code": -32003, "message": f"origin not allowed: {origin[:200]}"}
+
+
 async def test_origin_rules_apply(start_bridge: StartBridge, http: aiohttp.ClientSession) -> None:
     bp = await start_bridge()
     url = f"{bp.url}/console/ws"

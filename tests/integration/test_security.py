@@ -215,6 +215,23 @@ async def test_blank_allowed_origins_means_default(
     )
 
 
+async def test_a_long_refused_origin_is_cut_in_the_answer_as_in_the_log(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    """The 403 repeated the whole ``Origin`` (up to 8190 bytes) while the log line kept
+    200 characters: the answer keeps the same 200, after the contract's message start."""
+    bridge = await start_bridge()
+    origin = "https://evil.example/" + "a" * 4000
+    status, _, body = await post_caps(http, bridge.rpc_url, {**AUTH, "Origin": origin})
+    assert status == 403
+    assert orjson.loads(body) == forbidden(origin[:200])
+    status, _, body = await get_acp(
+        http, bridge.url + "/acp", {**WS_UPGRADE, **AUTH, "Origin": origin}
+    )
+    assert status == 403
+    assert orjson.loads(body) == forbidden(origin[:200])
+
+
 # --- the same checks on the WebSocket upgrade /acp -------------------------------------------
 
 

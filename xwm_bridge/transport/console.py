@@ -30,7 +30,7 @@ from xwm_bridge.netaddr import is_loopback_host
 from xwm_bridge.observability.rejections import TOO_MANY_INFLIGHT, reject
 from xwm_bridge.tasks import Supervisor, wait_for
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
-from xwm_bridge.transport.security import peer_of, principal_of
+from xwm_bridge.transport.security import origin_refused, peer_of, principal_of
 
 if TYPE_CHECKING:
     from xwm_bridge.transport.http import HttpTransport
@@ -117,7 +117,7 @@ class ConsoleHandlers:
             return web.Response(status=404, text="404 page not found\n")
         origin = request.headers.get("Origin", "").strip()
         if not self.origin_allowed(request):
-            body = jsonrpc.error(None, jsonrpc.ORIGIN_NOT_ALLOWED, f"origin not allowed: {origin}")
+            body = jsonrpc.error(None, jsonrpc.ORIGIN_NOT_ALLOWED, origin_refused(origin))
             return web.Response(
                 status=403, body=jsonrpc.dumps(body), content_type="application/json"
             )

@@ -27,10 +27,12 @@ from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.transport.exchange import CORS_HEADERS, JSON_HEADERS, VARY, Reply, RequestView
 from xwm_bridge.transport.security import (
     AUTH_MESSAGES,
+    ORIGIN_SHOWN,
     BearerAuth,
     OriginPolicy,
     PrincipalCache,
     ServedHosts,
+    origin_refused,
     peer_of,
 )
 
@@ -195,8 +197,8 @@ class HttpChecks:
             return self.misdirected(request, transport)
         origin = request.headers.get("Origin", "").strip()
         if origin and not self.origins.allows(origin):
-            self._reject(request, transport, rj.ORIGIN, 403, origin=origin[:200])
-            return rpc_error(403, jsonrpc.ORIGIN_NOT_ALLOWED, f"origin not allowed: {origin}")
+            self._reject(request, transport, rj.ORIGIN, 403, origin=origin[:ORIGIN_SHOWN])
+            return rpc_error(403, jsonrpc.ORIGIN_NOT_ALLOWED, origin_refused(origin))
         why = self.auth.verify(request.headers.get("Authorization"))
         if why:
             self._reject(request, transport, why, 401)

@@ -182,6 +182,15 @@ def _bare(name: str) -> str:
     return name.strip().strip("[]").rstrip(".").lower()
 
 
+#: how much of a refused ``Origin`` (up to 8190 bytes) its 403 and its log line repeat
+ORIGIN_SHOWN = 200
+
+
+def origin_refused(origin: str) -> str:
+    """The 403 message for a refused ``Origin`` (contract.md §3.1), the value cut."""
+    return f"origin not allowed: {origin[:ORIGIN_SHOWN]}"
+
+
 def principal_of(header: str | None) -> tuple[str, str]:
     """(principal, bare credential) of an accepted ``Authorization`` value.
 
