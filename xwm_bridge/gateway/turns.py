@@ -23,7 +23,6 @@ from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.manager import LOCAL, GatewayManager
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.runtime import GatewayRuntime
-from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.gateway")
 
@@ -156,30 +155,45 @@ class GatewayTurnExecutor:
         run_id: str,
         deadline: float,
     ) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
+        """The run until its end, within the turn's deadline: a ``session.update`` to a
+        slow client still going out then is cut there (as a cancel cuts it), and the run
+        is aborted. The closing notice (one delivery) comes after the deadline."""
         deltas: list[str] = []
-        final_text = ""
+        within = asyncio.timeout_at(deadline)
+        try:
+            async with within:
+                end = await self._events(ctx, tap, run_id, deltas)
+        except TimeoutError:
+            if not within.expired():
+                raise
+            aborted = await self._abort(ctx, rt, session_key, run_id)
+            message = f"gateway turn timed out after {rt.settings.turn_timeout:g}s"
+            await ctx.emit_error(message)
+            return self._failure(
+                ctx,
+                message,
+                timedOut=True,
+                aborted=aborted,
+                runId=run_id,
+                sessionKey=session_key,
+            )
+        if end is None:  # the socket was lost (RunTap.lost): the run's events with it
+            await ctx.emit_error(CONNECTION_LOST)
+            return self._failure(ctx, CONNECTION_LOST, runId=run_id, sessionKey=session_key)
+        payload = end.payload
+        state = coerce.text(payload.get("state"))
+        final_text = p.extract_text(payload.get("message")) or "".join(deltas)
+        return await self._finish(ctx, state, final_text, run_id, session_key, payload)
+
+    async def _events(
+        self, ctx: TurnContext, tap: RunTap, run_id: str, deltas: list[str]
+    ) -> p.EventFrame | None:
+        """Pass on the run's tool calls and deltas; its terminal event, or ``None`` once
+        the socket the run is on was lost."""
         while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                aborted = await self._abort(ctx, rt, session_key, run_id)
-                message = f"gateway turn timed out after {rt.settings.turn_timeout:g}s"
-                await ctx.emit_error(message)
-                return self._failure(
-                    ctx,
-                    message,
-                    timedOut=True,
-                    aborted=aborted,
-                    runId=run_id,
-                    sessionKey=session_key,
-                )
-            try:
-                ev = await wait_for(tap.queue.get(), remaining)
-            except TimeoutError:
-                continue  # the deadline, handled above
-            if ev is None:  # the socket was lost (RunTap.lost): the run's events with it
-                await ctx.emit_error(CONNECTION_LOST)
-                return self._failure(ctx, CONNECTION_LOST, runId=run_id, sessionKey=session_key)
+            ev = await tap.queue.get()
+            if ev is None:
+                return None
             _key, ev_run = p.event_keys(ev)
             if ev_run and ev_run != run_id:
                 continue
@@ -205,8 +219,7 @@ class GatewayTurnExecutor:
                     deltas.append(text)
                     await ctx.emit({"type": "delta", "delta": text, "runId": run_id})
             elif state in TERMINAL:
-                final_text = p.extract_text(payload.get("message")) or "".join(deltas)
-                return await self._finish(ctx, state, final_text, run_id, session_key, payload)
+                return ev
 
     async def _finish(
         self,
