@@ -30,7 +30,9 @@ NESTED_SECTIONS: dict[str, type[Any]] = {
 }
 
 DESCRIPTIONS: dict[str, str] = {
-    "listen": "HOST:PORT to listen on (`serve`); port 0 picks a free port",
+    "listen": "HOST:PORT to listen on (`serve`; an IPv6 host in brackets, `[::1]:8787`; "
+    "an empty host, `:8787`, is every interface); port 0 picks a free port; a malformed "
+    "host is a config error at start",
     "auth_token": "bearer token clients must present; empty = any non-empty bearer (loopback only)",
     "client_tokens": "more accepted client bearer tokens (comma-separated in env); each is its own principal: it owns its gateway runtimes and sessions; a blank entry is a config error",
     "admin_tokens": "accepted bearer tokens that may also replay, follow, message, cancel and close every principal's sessions (the operator console); a blank entry is a config error",

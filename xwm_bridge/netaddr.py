@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from urllib.parse import urlsplit
 
 
@@ -15,9 +16,30 @@ def parse_listen(addr: str) -> tuple[str, int]:
     port = int(port_text)
     if not 0 <= port <= 65535:
         raise ValueError(f"port out of range in {addr!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, port
+    return _listen_host(host, addr), port
+
+
+#: a host name as a listen address may give it (letters, digits, ``.``, ``-``, ``_``)
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _listen_host(host: str, addr: str) -> str:
+    """The host part of a listen address, checked here so a malformed one is a config
+    error naming it, not a bind failure (or a "non-loopback" refusal) later."""
+    if host.startswith("[") or host.endswith("]"):
+        inner = host[1:-1] if host.startswith("[") and host.endswith("]") else None
+        try:
+            if inner is None:
+                raise ValueError
+            ipaddress.IPv6Address(inner)
+        except ValueError:
+            raise ValueError(f"expected HOST:PORT ([IPv6]:PORT), got {addr!r}") from None
+        return inner
+    if ":" in host:
+        raise ValueError(f"an IPv6 host needs brackets, e.g. [::1]:8787, got {addr!r}")
+    if host and not _HOST_NAME.fullmatch(host):
+        raise ValueError(f"not a host name or IP address: {host!r} in {addr!r}")
+    return host
 
 
 def is_loopback_host(host: str) -> bool:

@@ -58,12 +58,24 @@ def test_an_adapter_error_names_the_flag_or_variable(
         (["--listen", ":"], {}, "listen: expected HOST:PORT, got ':'"),
         (["--listen", "host:99999"], {}, "listen: port out of range in 'host:99999'"),
         (["--listen", "[::1]"], {}, "listen: expected HOST:PORT, got '[::1]'"),
+        (["--listen", "[::1"], {}, "listen: expected HOST:PORT ([IPv6]:PORT), got '[::1'"),
+        (["--listen", "::1:8787"], {}, "listen: an IPv6 host needs brackets, e.g. [::1]:8787"),
         ([], {"ACP_LISTEN_ADDR": "nonsense"}, "listen: expected HOST:PORT"),
         ([], {"XWM_MULTI_AGENT_MAX_ITERATIONS": "abc"}, "multi_agent.max_iterations: expected a"),
         ([], {"XWM_SESSION_STORE": "disk"}, "store.backend: must be one of"),
         ([], {"XWM_LOG_LEVEL": "loud"}, "log_level: must be one of"),
     ],
-    ids=["colon", "port", "v6-no-port", "env-listen", "env-int", "env-enum", "level"],
+    ids=[
+        "colon",
+        "port",
+        "v6-no-port",
+        "v6-unclosed",
+        "v6-unbracketed",
+        "env-listen",
+        "env-int",
+        "env-enum",
+        "level",
+    ],
 )
 def test_a_bad_flag_or_variable_is_one_line_and_exit_2(
     args: list[str], env: dict[str, str], expected: str

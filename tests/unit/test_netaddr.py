@@ -23,7 +23,25 @@ def test_parse_listen(addr: str, expected: tuple[str, int]) -> None:
 
 
 @pytest.mark.parametrize(
-    "addr", ["", "8787", "host", "host:", "host:abc", "host:-1", "host:65536", "h:1.5"]
+    "addr",
+    [
+        "",
+        "8787",
+        "host",
+        "host:",
+        "host:abc",
+        "host:-1",
+        "host:65536",
+        "h:1.5",
+        # a malformed host: these used to pass as a host named "[:" or "::1" and failed
+        # only at bind time (or were refused as "non-loopback without a token")
+        "[::1",
+        "[::1:8787",
+        "::1:8787",
+        "[nothost]:80",
+        "a b:80",
+        "]:80",
+    ],
 )
 def test_parse_listen_rejects(addr: str) -> None:
     with pytest.raises(ValueError):
