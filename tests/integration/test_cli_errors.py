@@ -142,3 +142,22 @@ def test_a_state_dir_that_cannot_be_made_exits_2(tmp_path: Path, command: str) -
     said = [line for line in proc.stderr.splitlines() if line.startswith("xwm-bridge:")]
     assert len(said) == 1 and "session store: cannot open" in said[0], proc.stderr
     assert "Not a directory" in said[0]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "refusing to listen on 0.0.0.0:0 without ACP_AUTH_TOKEN: set a token"),
+        # `ACP_AUTH_TOKEN=$TOKEN` with TOKEN unset: "without ACP_AUTH_TOKEN" read as
+        # "but I set it"; the line says what is wrong with it
+        ({"ACP_AUTH_TOKEN": ""}, "refusing to listen on 0.0.0.0:0: ACP_AUTH_TOKEN is empty"),
+        ({"ACP_AUTH_TOKEN": "  "}, "refusing to listen on 0.0.0.0:0: ACP_AUTH_TOKEN is empty"),
+    ],
+    ids=["unset", "empty", "blank"],
+)
+def test_no_token_on_a_public_address_says_whether_it_is_unset_or_empty(
+    env: dict[str, str], expected: str
+) -> None:
+    proc = run("serve", "--listen", "0.0.0.0:0", env=base_env(**env))
+    line = assert_one_line_error(proc, "xwm-bridge: " + expected)
+    assert "--allow-unauthenticated" in line

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -111,13 +112,22 @@ def serve(
     host, port = parse_listen(cfg.listen)
     if not is_loopback_host(host) and not cfg.authenticates and not cfg.allow_unauthenticated:
         _fail(
-            f"refusing to listen on {cfg.listen} without ACP_AUTH_TOKEN: set a token, "
+            f"refusing to listen on {cfg.listen}{_no_token()}: set a token, "
             "or pass --allow-unauthenticated if a proxy in front authenticates clients",
             EXIT_CONFIG,
         )
     start_logging(cfg, loaded)
     code = _run(_serve(cfg, host, port, sources=loaded.sources, proxies=loaded.proxies))
     sys.exit(code)
+
+
+def _no_token() -> str:
+    """Why there is no token: ``ACP_AUTH_TOKEN=$TOKEN`` with TOKEN unset sets it empty,
+    which counts as unset; saying only "without ACP_AUTH_TOKEN" reads as a bug then."""
+    raw = os.environ.get("ACP_AUTH_TOKEN")
+    if raw is not None and not raw.strip():
+        return ": ACP_AUTH_TOKEN is empty"
+    return " without ACP_AUTH_TOKEN"
 
 
 async def _serve(
