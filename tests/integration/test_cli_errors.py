@@ -161,3 +161,10 @@ def test_no_token_on_a_public_address_says_whether_it_is_unset_or_empty(
     proc = run("serve", "--listen", "0.0.0.0:0", env=base_env(**env))
     line = assert_one_line_error(proc, "xwm-bridge: " + expected)
     assert "--allow-unauthenticated" in line
+
+
+@pytest.mark.parametrize("command", ["serve", "doctor"])
+def test_an_empty_config_path_is_an_error_not_the_defaults(command: str) -> None:
+    """`--config "$CFG"` with CFG unset ran on the defaults, silently."""
+    proc = run(command, "--config", "")
+    assert_one_line_error(proc, "xwm-bridge: config error: --config: empty path")

@@ -63,6 +63,10 @@ def load_config(
     data: dict[str, Any] = {}
     warnings: list[EnvWarning] = []
 
+    if config_file is not None and not config_file.strip():
+        # click drops an empty XWM_BRIDGE_CONFIG, so this is `--config "$CFG"` with
+        # CFG unset: running on the defaults instead would go unnoticed
+        raise ConfigError("--config: empty path (an unset variable?)")
     path = config_file or coerce.env_text(env, CONFIG_FILE_ENV)
     if path:
         data = _read_yaml(Path(path), env)
