@@ -38,10 +38,26 @@ from xwm_bridge.tasks import wait_for
 CHECK_TIMEOUT = 5.0
 
 
-def masked_config(loaded: LoadedConfig) -> dict[str, Any]:
+def masked_config(loaded: LoadedConfig) -> tuple[dict[str, Any], dict[str, str]]:
     """The effective config with every secret masked (config_view.py; the console
-    shows the same data)."""
-    return masked(loaded.config)
+    shows the same data) and where each value came from: the config as the bridge
+    runs it, with the agents found on PATH among its providers (in their place: first
+    when nothing is configured), so ``providers[i]`` of the sources is renumbered and
+    a found agent's source is ``detected: <path>``."""
+    detection = registry.detect(loaded.config)
+    found = {a.id: a.path for a in detection.agents if a.found and a.source == "registry"}
+    index = {id(p): i for i, p in enumerate(loaded.config.providers)}
+    sources = {k: v for k, v in loaded.sources.items() if not k.startswith("providers[")}
+    for j, p in enumerate(detection.config.providers):
+        i = index.get(id(p))
+        if i is None:
+            sources[f"providers[{j}]"] = f"detected: {found.get(p.id, '')}"
+            continue
+        for key, value in loaded.sources.items():
+            head = f"providers[{i}]"
+            if key == head or key.startswith(head + "."):
+                sources[f"providers[{j}]" + key[len(head) :]] = value
+    return masked(detection.config), sources
 
 
 STDIO_WITHOUT_COMMAND = "kind: stdio without a command: never used"
@@ -248,7 +264,9 @@ def render_text(
         lines.append(f"  {key} = {value!r}  [{sources.get(key, 'default')}]")
     lines.append(f"  limits = {config['limits']!r}  [{sources.get('limits', 'default')}]")
     for i, p in enumerate(config["providers"]):
-        src = sources.get(f"providers[{i}].endpoint", sources.get("providers", "default"))
+        src = sources.get(f"providers[{i}]") or sources.get(
+            f"providers[{i}].endpoint", sources.get("providers", "default")
+        )
         lines.append(f"  providers[{i}] = {p!r}  [{src}]")
     lines.append("checks:")
     for c in checks:

@@ -205,3 +205,26 @@ async def test_each_probe_says_which_deadline_ran_out(tmp_path: Path) -> None:
     assert code == 1
     assert rows["hang"]["ok"] is False and rows["hang"]["error"] == "no answer within 5s"
     assert rows["silent"]["ok"] is False and "within 1s" in rows["silent"]["error"]
+
+
+async def test_the_effective_config_shows_the_agents_found_on_path(tmp_path: Path) -> None:
+    """doctor checked the local opencode it found but printed, as the "effective"
+    config, the remote opencode of the default catalog it replaces."""
+    from tests.integration.test_local_agents import fake_agent_on_path
+
+    script = fake_agent_on_path(tmp_path / "bin", "opencode")
+    env = {"XWM_AGENTS_DETECT": "true", "XWM_AGENTS_PATH": str(tmp_path / "bin")}
+    path = tmp_path / "empty.yaml"
+    path.write_text("{}\n")
+    code, out, err = await run_doctor(tmp_path, path, "--json", "--offline", **env)
+    assert code == 0, err
+    doc = orjson.loads(out)
+    providers = doc["config"]["providers"]
+    assert [p["id"] for p in providers] == ["opencode", "codex", "gemini"]
+    assert providers[0]["kind"] == "stdio" and providers[0]["command"] == [str(script), "acp"]
+    assert doc["sources"]["providers[0]"] == f"detected: {script}"
+    code, out, err = await run_doctor(tmp_path, path, "--offline", **env)
+    text = out.decode()
+    assert "providers[0] = {'id': 'opencode', 'label': 'OpenCode (local)'" in text, text
+    assert f"[detected: {script}]" in text
+    assert "acp-server.svc.plus/opencode" not in text

@@ -43,11 +43,11 @@ def doctor(config_file: str | None, as_json: bool, offline: bool) -> None:
     except ConfigError as exc:
         _fail(f"config error: {exc}", EXIT_CONFIG)
     checks = asyncio.run(run_checks(loaded, offline=offline))
-    config = masked_config(loaded)
+    config, sources = masked_config(loaded)
     redactor = Redactor(loaded.config.secrets())  # a secret quoted in an error text, too
     if as_json:
-        doc = {"config": config, "sources": dict(loaded.sources), "checks": checks}
+        doc = {"config": config, "sources": sources, "checks": checks}
         click.echo(redactor.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo(redactor.text(render_text(config, loaded.sources, checks)))
+        click.echo(redactor.text(render_text(config, sources, checks)))
     sys.exit(0 if passed(checks) else 1)
