@@ -313,9 +313,13 @@ class StdioAgentExecutor:
         if prompt_task is not None:
             with contextlib.suppress(AgentError, TimeoutError, asyncio.CancelledError):
                 answer = await wait_for(prompt_task, CANCEL_WAIT)
+                said = answer.get("stopReason") if isinstance(answer, dict) else None
                 log.info(
                     "agent turn cancelled",
-                    extra={"agent": agent.spec.name, "stop_reason": str(answer)[:80]},
+                    extra={
+                        "agent": agent.spec.name,
+                        "stop_reason": said if isinstance(said, str) else str(answer)[:80],
+                    },
                 )
 
     async def cancelled(self, ctx: TurnContext) -> dict[str, Any]:
