@@ -12,7 +12,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.conftest import AUTH, ROOT, StartBridge, base_env
+from tests.conftest import AUTH, ROOT, StartBridge, base_env, log_entries
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("xwm-bridge")
 
@@ -405,3 +405,21 @@ async def test_a_stdio_mode_on_a_held_state_dir_exits_2_and_names_the_holder(
     assert proc.stdout == "" and "Traceback" not in proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("xwm-bridge:")]
     assert len(said) == 1 and f"(pid {os.getpid()})" in said[0], proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("token", "warned"), [("dev", True), ("x" * 15, True), ("0123456789abcdef", False)]
+)
+async def test_a_short_bearer_token_is_warned_about(
+    start_bridge: StartBridge, token: str, warned: bool
+) -> None:
+    """Every configured secret is masked wherever it appears in the logs, so
+    ACP_AUTH_TOKEN=x turned 'xwm_bridge' into '[REDACTED]wm_bridge' in every line,
+    without a word why; the start now says so (and that the token is guessable)."""
+    bridge = await start_bridge(env=base_env(ACP_AUTH_TOKEN=token))
+    await bridge.stop()
+    lines = [e for e in log_entries(bridge.logs) if e.get("msg") == "short bearer token"]
+    assert bool(lines) is warned, bridge.logs
+    if warned:
+        assert lines[0]["level"] == "warning"
+        assert lines[0]["which"] == ["auth_token"] and "16" in lines[0]["hint"]

@@ -56,6 +56,9 @@ from xwm_bridge.store.redis import RedisStore
 from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.bridge")
+
+#: bearer tokens shorter than this are warned about at start
+SHORT_TOKEN = 16
 PRUNE_INTERVAL = 300.0
 #: the warning when periodic prunes start failing for a store outage (once per outage)
 PRUNE_FAILED = "session store prune failed: store unavailable"
@@ -232,8 +235,31 @@ class Bridge:
                 extra={"agents": detected, "listen": self.config.listen},
             )
 
+    def log_short_tokens(self) -> None:
+        """A client token under ``SHORT_TOKEN`` characters: guessable, and, masked like
+        every configured secret wherever it appears, it garbles log lines (a token
+        ``x`` turns ``xwm_bridge`` into ``[REDACTED]wm_bridge``)."""
+        cfg = self.config
+        tokens = {
+            "auth_token": (cfg.auth_token,),
+            "client_tokens": cfg.client_tokens,
+            "admin_tokens": cfg.admin_tokens,
+        }
+        short = [k for k, values in tokens.items() if any(0 < len(v) < SHORT_TOKEN for v in values)]
+        if short:
+            log.warning(
+                "short bearer token",
+                extra={
+                    "which": short,
+                    "hint": f"use at least {SHORT_TOKEN} random characters "
+                    "(openssl rand -hex 32): a short token is guessable, and every "
+                    "place it occurs in a log line is masked",
+                },
+            )
+
     async def start(self) -> None:
         self.log_agents()
+        self.log_short_tokens()
         if self.proxies.active:  # credentials masked
             log.info("outbound proxy", extra=self.proxies.summary())
         await self.store.start()
