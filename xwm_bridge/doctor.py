@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from xwm_bridge.config import BridgeConfig, LoadedConfig, ProviderConfig
+from xwm_bridge.config import DEFAULT_PROVIDERS, BridgeConfig, LoadedConfig, ProviderConfig
 from xwm_bridge.config_view import masked
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
@@ -60,6 +60,10 @@ def masked_config(loaded: LoadedConfig) -> tuple[dict[str, Any], dict[str, str]]
     return masked(detection.config), sources
 
 
+DEFAULT_PROVIDER_HINT = (
+    "a remote provider of the built-in default catalog: list your own in providers: "
+    "(the file replaces the catalog), or point it elsewhere with XWM_PROVIDER_<ID>_URL"
+)
 STDIO_WITHOUT_COMMAND = "kind: stdio without a command: never used"
 
 
@@ -239,6 +243,10 @@ async def run_checks(loaded: LoadedConfig, *, offline: bool = False) -> list[dic
         )
     finally:
         await pool.close()
+    defaults = set(DEFAULT_PROVIDERS)
+    for p, r in zip(cfg.available_providers, results, strict=True):
+        if not r["ok"] and p in defaults:
+            r["hint"] = DEFAULT_PROVIDER_HINT
     checks += [{"check": "provider", **r} for r in results]
     checks += agent_rows(detection)
     if openclaw_configured(loaded):
@@ -278,5 +286,7 @@ def render_text(
         detail = c.get("error") or c.get("warning") or c.get("detail") or c.get("url", "")
         if c.get("proxy"):
             detail += f" ({c['proxy']})"
+        if c.get("hint"):
+            detail += f" ({c['hint']})"
         lines.append(f"  [{mark}] {c['check']} {what}: {detail}")
     return "\n".join(lines)

@@ -228,3 +228,23 @@ async def test_the_effective_config_shows_the_agents_found_on_path(tmp_path: Pat
     assert "providers[0] = {'id': 'opencode', 'label': 'OpenCode (local)'" in text, text
     assert f"[detected: {script}]" in text
     assert "acp-server.svc.plus/opencode" not in text
+
+
+async def test_a_failing_default_provider_says_it_is_the_built_in_catalog(
+    tmp_path: Path,
+) -> None:
+    """With no config the remote codex/opencode/gemini of the production catalog are
+    checked; one that fails named only acp-server.svc.plus, a host the operator never
+    configured, and not how to be rid of it. (A proxy on a closed port makes them fail
+    without a network.)"""
+    path = tmp_path / "empty.yaml"
+    path.write_text("{}\n")
+    proxy = f"http://127.0.0.1:{closed_port()}"
+    code, out, err = await run_doctor(tmp_path, path, "--json", HTTPS_PROXY=proxy)
+    assert code == 1, err
+    codex = by(orjson.loads(out), "provider")["codex"]
+    assert codex["ok"] is False
+    assert "built-in default catalog" in codex["hint"] and "providers:" in codex["hint"]
+    code, out, err = await run_doctor(tmp_path, path, HTTPS_PROXY=proxy)
+    line = next(x for x in out.decode().splitlines() if "[FAIL] provider codex" in x)
+    assert "built-in default catalog" in line, line
