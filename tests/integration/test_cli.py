@@ -158,10 +158,16 @@ def test_busy_port_exits_1() -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen(1)
         port = holder.getsockname()[1]
-        proc = run("serve", "--listen", f"127.0.0.1:{port}", env=base_env(ACP_AUTH_TOKEN="t"))
+        proc = run("serve", "--listen", f"127.0.0.1:{port}")
     assert proc.returncode == 1, proc.stderr
     assert "ACP server failed:" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # the last line (what a `journalctl -n1` or a supervisor shows) is the failure, not
+    # the shutdown's "draining" log line, and it says what to look at
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("ACP server failed: "), proc.stderr
+    assert "address already in use" in last
+    assert f"another process listens on 127.0.0.1:{port}" in last and "ss -ltnp" in last
 
 
 def test_busy_port_of_the_adapter_says_gemini_adapter_failed() -> None:

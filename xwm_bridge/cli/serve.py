@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import sys
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from xwm_bridge.cli.common import (
 from xwm_bridge.cli.group import cli
 from xwm_bridge.config import BridgeConfig, ConfigError, load_config
 from xwm_bridge.heap import freeze_startup
+from xwm_bridge.observability.logging import flush_logs
 from xwm_bridge.store.base import StoreError
 
 if TYPE_CHECKING:  # imported lazily at run time (``--help`` stays fast)
@@ -193,8 +195,13 @@ async def _serve_until_stopped(
     try:
         actual_port = await server.listen(host or None, port)
     except OSError as exc:
-        click.echo(f"{failed}: {exc}", err=True)
-        await server.close()
+        await server.close()  # its log lines first: the failure is the last line
+        hint = ""
+        if exc.errno == errno.EADDRINUSE:
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            hint = f" (another process listens on {where}: ss -ltnp 'sport = :{port}')"
+        flush_logs()  # the sink writes from its own thread
+        click.echo(f"{failed}: {exc}{hint}", err=True)
         return EXIT_LISTEN
     if not cfg.available_providers:
         log.warning(
