@@ -429,3 +429,27 @@ async def test_a_short_bearer_token_is_warned_about(
     if warned:
         assert lines[0]["level"] == "warning"
         assert lines[0]["which"] == ["auth_token"] and "16" in lines[0]["hint"]
+
+
+@pytest.mark.parametrize("mode", ["serve", "agent-adapter"])
+async def test_a_configured_agent_that_is_not_found_is_a_warning_at_start(
+    start_bridge: StartBridge, tmp_path: Path, mode: str
+) -> None:
+    """The adapter's one agent (or a configured kind: stdio provider) missing from PATH
+    was said only inside the info line 'local agents'; every turn then failed with
+    'command not found'. The start now warns, naming the provider and the command."""
+    if mode == "serve":
+        config = {"providers": [{"id": "mine", "kind": "stdio", "command": ["no-such-xyz"]}]}
+        bridge = await start_bridge(config=config, tmp=tmp_path)
+        provider = "mine"
+    else:
+        from tests.integration.agent_helpers import start_adapter
+
+        env = base_env(GEMINI_ADAPTER_BIN="no-such-xyz")
+        bridge = await start_adapter(["agent-adapter"], env, None, tmp_path)
+        provider = "gemini"
+    await bridge.stop()
+    warned = [e for e in log_entries(bridge.logs) if e.get("msg") == "configured agent not found"]
+    assert len(warned) == 1, bridge.logs
+    assert warned[0]["level"] == "warning" and warned[0]["provider"] == provider
+    assert "no-such-xyz" in warned[0]["reason"]

@@ -215,7 +215,20 @@ class Bridge:
         await self.close()
 
     def log_agents(self) -> None:
-        """The startup line: which local agents were found, which not and why."""
+        """The startup line: which local agents were found, which not and why; a
+        configured one (a ``kind: stdio`` provider, the adapter's agent) that is not
+        found is a warning of its own: every turn on it will fail."""
+        for a in self.agents.agents:
+            if a.source == "config" and not a.found:
+                log.warning(
+                    "configured agent not found",
+                    extra={
+                        "provider": a.id,
+                        "reason": a.reason,
+                        "hint": "install it, fix its command (or --agent-bin), "
+                        "or add its directory to agents.search_paths / PATH",
+                    },
+                )
         found = {a.id: a.path for a in self.agents.agents if a.found}
         log.info(
             "local agents",
