@@ -145,7 +145,7 @@ DESCRIPTIONS: dict[str, str] = {
     "gateway.idle_ttl": "a runtime with no request and no live owner WebSocket for this long is closed",
     "gateway.backoff_initial": "first reconnect delay in seconds (doubles, with jitter, reset on hello-ok)",
     "gateway.backoff_max": "longest reconnect delay in seconds",
-    "gateway.notify_timeout": "seconds one client may take to accept a gateway notification",
+    "gateway.notify_timeout": "seconds one client may take to accept a gateway notification; past it (or with 256 waiting) that client gets no more of the runtime's notifications on that connection",
     "gateway.max_runtimes_per_principal": "runtimes one client token may hold",
     "gateway.max_runtimes": "runtimes of all clients together (a bridge without a token takes any bearer, each a new client); past it a connect is `TOO_MANY`",
     "gateway.max_message_bytes": "largest frame accepted from a gateway",

@@ -349,11 +349,12 @@ async def test_gateway_closing_right_after_the_challenge_is_a_retryable_failure(
         await gw.stop()
 
 
-async def test_a_connect_cancelled_while_it_announces_the_socket_leaves_no_unread_socket(
+async def test_a_connect_is_not_held_by_a_client_slow_to_take_its_announcement(
     gateway: FakeGateway,
 ) -> None:
-    # the caller goes away (an HTTP client hangs up) while ``connected`` is being delivered
-    settings = GatewayConfig(backoff_initial=0.1, backoff_max=0.5)
+    # a client that stops reading while ``connected`` is delivered: the connect used to
+    # wait on that delivery (and a cancel of its caller landed there); now it only queues
+    settings = GatewayConfig(backoff_initial=0.1, backoff_max=0.5, notify_timeout=30)
     rt = GatewayRuntime("rt-c", "alice", settings)
     announced, never = asyncio.Event(), asyncio.Event()
 
@@ -361,22 +362,23 @@ async def test_a_connect_cancelled_while_it_announces_the_socket_leaves_no_unrea
         params = message["params"]
         if params.get("snapshot", {}).get("status") == "connected":
             announced.set()
-            await never.wait()  # bounded by notify_timeout; cancelled first
+            await never.wait()  # far past the guard below (notify_timeout 30 s)
 
     rt.attach(slow_client, None)
     cfg = build_connect_config(
         ConnectParams.parse(connect_params(gateway)), BridgeConfig(gateway=settings), ""
     )
-    connecting = asyncio.ensure_future(rt.connect(cfg))
-    await announced.wait()
-    connecting.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await connecting
     try:
-        assert not rt.connected  # no runtime that looks connected while nothing reads it
-        await wait_until(lambda: not gateway.state.connections, 5)
+        hello, error = await asyncio.wait_for(rt.connect(cfg), 5)
+        assert error is None and hello is not None and rt.connected
+        await asyncio.wait_for(announced.wait(), 5)
+        assert rt._loop_task is not None and not rt._loop_task.done()  # the socket is read
     finally:
-        await rt.close()
+        await asyncio.wait_for(rt.close(), 10)  # the pending delivery is cut
+    assert not rt.connected
+    await wait_until(lambda: not gateway.state.connections, 5)
+    left = [t for t in asyncio.all_tasks() if t.get_name().startswith("gateway")]
+    assert left == [], left
 
 
 # --- ownership and event delivery ------------------------------------------------------------

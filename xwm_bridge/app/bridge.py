@@ -143,6 +143,7 @@ class Bridge:
             self.gateway.status_counts,
             self.gateway.frames_ignored,
             self.gateway.connects_refused,
+            self.gateway.notify_dropped,
         )
         self.metrics.bind_store(store.alive, lambda: store_error_counts(store))
         self.health = HealthSampler(self)

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.gateway import protocol as p
+from xwm_bridge.gateway.fanout import DROP_REASONS
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.runtime import ConnectConfig, GatewayRuntime, Notify
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
@@ -204,6 +205,8 @@ class GatewayManager:
         self._runtimes: dict[tuple[str, str], GatewayRuntime] = {}
         #: frames every runtime dropped, by reason (reaped ones included)
         self._frame_counts: dict[str, int] = dict.fromkeys(p.IGNORED_REASONS, 0)
+        #: notification targets every runtime dropped (a client that stopped reading)
+        self._notify_drops: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
         #: connects refused for want of room, by reason
         self._refused: dict[str, int] = dict.fromkeys(REFUSAL_REASONS, 0)
         #: the bridge-wide limit refused a connect since the table last had room
@@ -222,6 +225,10 @@ class GatewayManager:
     def frames_ignored(self) -> dict[str, int]:
         """Frames read from gateways and dropped, by reason, for metrics."""
         return dict(self._frame_counts)
+
+    def notify_dropped(self) -> dict[str, int]:
+        """Notification targets dropped (outbox overflow, write timeout), for metrics."""
+        return dict(self._notify_drops)
 
     def connects_refused(self) -> dict[str, int]:
         """Connects refused with ``TOO_MANY``, by reason, for metrics."""
@@ -322,10 +329,12 @@ class GatewayManager:
                     self._tasks,
                     self._proxies,
                     self._frame_counts,
+                    self._notify_drops,
                 )
                 self._runtimes[(principal, cp.runtime_id)] = rt
         with self.using(rt, notify, connection):
             hello, error = await rt.connect(cfg)
+            await rt.settle(notify, connection)  # its notifications before its answer
         if error is not None:
             return _failure(error, rt.snapshot.wire())
         assert hello is not None
@@ -356,7 +365,9 @@ class GatewayManager:
             try:
                 payload = await rt.request(method, gw_params, timeout)
             except GatewayError as exc:
+                await rt.settle(notify, connection)
                 return {"ok": False, "payload": None, "error": exc.to_wire()}
+            await rt.settle(notify, connection)
         return {"ok": True, "payload": payload, "error": None}
 
     def request_deadline(self, timeout_ms: Any) -> float:
@@ -378,6 +389,7 @@ class GatewayManager:
         if rt is not None:
             with self.using(rt, notify, connection):
                 await rt.disconnect()
+                await rt.settle(notify, connection)
         return {"accepted": True}
 
     async def reap(self, now: float | None = None) -> int:

@@ -61,6 +61,7 @@ class GatewayRuntime:
         tasks: Supervisor | None = None,
         proxies: ProxySettings | None = None,
         frame_counts: dict[str, int] | None = None,
+        notify_drops: dict[str, int] | None = None,
     ) -> None:
         self.runtime_id = runtime_id
         #: the forward proxies of the bridge's environment (xwm_bridge/proxy.py)
@@ -89,7 +90,8 @@ class GatewayRuntime:
         self._op_lock = asyncio.Lock()
         #: the client connect running now, for connects with the same config to join
         self._joins = Joins()
-        self._fanout = Fanout(settings.notify_timeout)
+        #: notifications only queue here: one writer per target (never the reader)
+        self._fanout = Fanout(settings.notify_timeout, self._tasks, runtime_id, notify_drops)
         self._taps: set[Tap] = set()
         self._last_seq = 0
         self.ignored = IgnoredFrames(runtime_id, frame_counts)
@@ -106,30 +108,28 @@ class GatewayRuntime:
     def has_live_owner(self) -> bool:
         return self._fanout.has_live_owner()
 
-    async def _publish(self, method: str, params: dict[str, Any]) -> None:
-        await self._fanout.publish(method, params)
+    async def settle(self, notify: Notify | None, connection: Any | None) -> None:
+        """Until a call's notifications so far went out (at most ``notify_timeout``)."""
+        await self._fanout.settle(notify, connection)
 
-    async def _log(self, level: str, category: str, message: str) -> None:
+    def _publish(self, kind: str, key: str, value: Any) -> None:
+        """Queue ``xworkmate.gateway.<kind>`` for every target (never waits on one)."""
+        self._fanout.publish(
+            f"xworkmate.gateway.{kind}", {"runtimeId": self.runtime_id, key: value}
+        )
+
+    def _log(self, level: str, category: str, message: str) -> None:
         getattr(log, "warning" if level == "warn" else level)(
             message, extra={"runtime_id": self.runtime_id, "category": category}
         )
         entry = {"timestampMs": now_ms(), "level": level, "category": category, "message": message}
-        await self._publish("xworkmate.gateway.log", {"runtimeId": self.runtime_id, "log": entry})
+        self._publish("log", "log", entry)
 
-    async def _emit_snapshot(self) -> None:
-        await self._publish(
-            "xworkmate.gateway.snapshot",
-            {"runtimeId": self.runtime_id, "snapshot": self.snapshot.wire()},
-        )
+    def _emit_snapshot(self) -> None:
+        self._publish("snapshot", "snapshot", self.snapshot.wire())
 
-    async def _push(self, event: str, payload: dict[str, Any], seq: int) -> None:
-        await self._publish(
-            "xworkmate.gateway.push",
-            {
-                "runtimeId": self.runtime_id,
-                "event": {"event": event, "payload": payload, "sequence": seq},
-            },
-        )
+    def _push(self, event: str, payload: dict[str, Any], seq: int) -> None:
+        self._publish("push", "event", {"event": event, "payload": payload, "sequence": seq})
 
     def add_tap(self, tap: Tap) -> None:
         self._taps.add(tap)
@@ -160,7 +160,7 @@ class GatewayRuntime:
         self.snapshot = self._offline_snapshot(cfg)
         fields = ", ".join(cfg.auth_fields) or "none"
         sources = " · ".join(cfg.auth_sources) or "none"
-        await self._log(
+        self._log(
             "info",
             "connect",
             f"attempt {cfg.remote_address} tls:{str(cfg.url.startswith('wss')).lower()} | "
@@ -168,7 +168,7 @@ class GatewayRuntime:
         )
         self.snapshot.status, self.snapshot.status_text = "connecting", "Connecting…"
         self.snapshot.remote_address = cfg.remote_address
-        await self._emit_snapshot()
+        self._emit_snapshot()
         if self._stops != stops:  # a disconnect or close came in meanwhile: it wins
             self.snapshot = self._offline_snapshot(cfg)
             return None, SOCKET_RESET
@@ -193,7 +193,7 @@ class GatewayRuntime:
             self._attempting = None
         if isinstance(result, GatewayError):
             exc = result
-            await self._attempt_failed(cfg, exc)
+            self._attempt_failed(cfg, exc)
             if not exc.fatal:
                 self._loop_task = self._tasks.spawn(
                     self._run(None), name=f"gateway:{self.runtime_id}", service=True
@@ -217,10 +217,10 @@ class GatewayRuntime:
         async with self._op_lock:
             if self.config is None and self._ws is None:
                 return
-            await self._log("info", "connect", "manual disconnect")
+            self._log("info", "connect", "manual disconnect")
             await self._stop(SOCKET_RESET)
             self.snapshot = self._offline_snapshot(self.config)
-            await self._emit_snapshot()
+            self._emit_snapshot()
 
     async def close(self) -> None:
         """Final close (idle reap or shutdown)."""
@@ -228,6 +228,7 @@ class GatewayRuntime:
         async with self._op_lock:
             await self._stop(SOCKET_RESET)
             self.closed = True
+            await self._fanout.close()
 
     async def _stop(self, error: GatewayError) -> None:
         task, self._loop_task = self._loop_task, None
@@ -292,10 +293,10 @@ class GatewayRuntime:
             self._proxies,
             self.ignored.note,
         )
-        await self._accept(cfg, ws, hello)
+        self._accept(cfg, ws, hello)
         return ws
 
-    async def _accept(self, cfg: ConnectConfig, ws: ClientConnection, hello: p.Hello) -> None:
+    def _accept(self, cfg: ConnectConfig, ws: ClientConnection, hello: p.Hello) -> None:
         self._lost = None  # the old socket's, set when it was dropped: this one gets its own
         self._ws = ws
         self.hello = hello
@@ -314,21 +315,21 @@ class GatewayRuntime:
         snap.has_device_token = cfg.has_device_token or bool(cfg.creds.device_token)
         snap.protocol = hello.protocol
         snap.last_error = snap.last_error_code = snap.last_error_detail_code = ""
-        await self._emit_snapshot()
-        await self._log(
+        self._emit_snapshot()
+        self._log(
             "info",
             "connect",
             f"connected {cfg.remote_address} | role: {hello.role} | scopes: {len(hello.scopes)}"
             f" | protocol: {hello.protocol}",
         )
 
-    async def _attempt_failed(self, cfg: ConnectConfig, exc: GatewayError) -> None:
+    def _attempt_failed(self, cfg: ConnectConfig, exc: GatewayError) -> None:
         code, detail = exc.code or "unknown", exc.detail_code or "none"
         if exc.fatal:
-            await self._log(
+            self._log(
                 "warn", "socket", f"auto reconnect suppressed | code: {code} | detail: {detail}"
             )
-        await self._log(
+        self._log(
             "error",
             "connect",
             f"failed {cfg.remote_address} | code: {code} | detail: {detail} | message: {exc}",
@@ -337,7 +338,7 @@ class GatewayRuntime:
         snap.status, snap.status_text = "error", "Connection failed"
         snap.last_error, snap.last_error_code = exc.message, exc.code
         snap.last_error_detail_code = exc.detail_code
-        await self._emit_snapshot()
+        self._emit_snapshot()
 
     async def _run(self, ws: ClientConnection | None) -> None:
         """Own the socket: read until lost, then reconnect with backoff unless fatal."""
@@ -352,28 +353,28 @@ class GatewayRuntime:
                     self.backoff.reset()
                 if self._ws is ws:
                     await self._drop_socket(GatewayError("socket closed", "SOCKET_CLOSED"))
-                await self._log("warn", "socket", "closed by gateway")
+                self._log("warn", "socket", "closed by gateway")
                 snap = self.snapshot
                 snap.status, snap.status_text = "error", "Disconnected"
                 snap.last_error, snap.last_error_code = "Gateway connection closed", "SOCKET_CLOSED"
-                await self._emit_snapshot()
+                self._emit_snapshot()
             cfg = self.config
             if cfg is None:
                 return
             delay = self.backoff.next_delay()
-            await self._log(
+            self._log(
                 "warn",
                 "socket",
                 f"scheduling reconnect in {delay:.1f}s | code: "
                 f"{self.snapshot.last_error_code or 'unknown'}",
             )
             await asyncio.sleep(delay)
-            await self._log("info", "socket", f"reconnect firing | host: {cfg.remote_address}")
+            self._log("info", "socket", f"reconnect firing | host: {cfg.remote_address}")
             self.reconnects += 1
             try:
                 ws = await self._attempt(cfg)
             except GatewayError as exc:
-                await self._attempt_failed(cfg, exc)
+                self._attempt_failed(cfg, exc)
                 if exc.fatal:
                     return
                 ws = None
@@ -385,7 +386,7 @@ class GatewayRuntime:
             try:
                 data = await wait_for(ws.recv(), silence)
             except TimeoutError:
-                await self._log("warn", "socket", f"no frame for {silence:.1f}s; reconnecting")
+                self._log("warn", "socket", f"no frame for {silence:.1f}s; reconnecting")
                 return
             except websockets.ConnectionClosed:
                 return
@@ -395,35 +396,35 @@ class GatewayRuntime:
             elif isinstance(frame, p.ResponseFrame):
                 if not self._requests.deliver(frame):  # unknown, duplicate, or too late
                     self.ignored.note("unknown_response", data)
-            elif isinstance(frame, p.EventFrame) and await self._on_event(frame):
-                return
+            elif isinstance(frame, p.EventFrame):
+                if self._on_event(frame):
+                    return
+                await asyncio.sleep(0)  # the writers' turn: a burst must not fill outboxes
 
-    async def _on_event(self, ev: p.EventFrame) -> bool:
+    def _on_event(self, ev: p.EventFrame) -> bool:
         """Handle one event; True when the gateway announced it is going away."""
         for tap in list(self._taps):
             tap(ev)
         if ev.seq > 0:
             if self._last_seq and ev.seq > self._last_seq + 1:
-                await self._log(
-                    "warn", "sync", f"sequence gap detected | expected: {self._last_seq + 1}"
-                )
+                self._log("warn", "sync", f"sequence gap detected | expected: {self._last_seq + 1}")
             self._last_seq = max(self._last_seq, ev.seq)
         if ev.event in ("connect.challenge", "tick"):
             return False
         if ev.event == "health":
             self.snapshot.health_payload = ev.payload
-            await self._emit_snapshot()
+            self._emit_snapshot()
         elif ev.event in ("device.pair.requested", "device.pair.resolved"):
             req = ev.payload.get("requestId") or "unknown"
             dev = ev.payload.get("deviceId") or "unknown"
-            await self._log("info", "pairing", f"{ev.event} | request: {req} | device: {dev}")
+            self._log("info", "pairing", f"{ev.event} | request: {req} | device: {dev}")
         elif ev.event == "seqGap":
-            await self._log("warn", "sync", "sequence gap detected")
+            self._log("warn", "sync", "sequence gap detected")
         elif ev.event in ("chat", "agent"):
             run = p.normalize_run(ev)
             if run is not None:
-                await self._push("chat.run", run, ev.seq)
-        await self._push(ev.event, ev.payload, ev.seq)
+                self._push("chat.run", run, ev.seq)
+        self._push(ev.event, ev.payload, ev.seq)
         return ev.event == "shutdown"
 
     # --- requests ----------------------------------------------------------------------
@@ -438,14 +439,14 @@ class GatewayRuntime:
         """Send one request; return its payload or raise :class:`GatewayError` (§5.3)."""
         ws = self._ws
         if ws is None or not self.connected:
-            await self._log("warn", "rpc", f"blocked request {method} | offline")
+            self._log("warn", "rpc", f"blocked request {method} | offline")
             raise OFFLINE
         timeout = deadline_s if deadline_s and deadline_s > 0 else self.settings.request_timeout
         frame = await self._requests.call(ws, method, params, timeout)
         if frame.ok:
             return frame.payload
         error = p.error_from_frame(frame.error)
-        await self._log(
+        self._log(
             "error",
             "rpc",
             f"request failed | code: {error.code or 'unknown'} | detail: "

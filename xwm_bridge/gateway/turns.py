@@ -102,7 +102,10 @@ class GatewayTurnExecutor:
             await ctx.emit_error(NOT_CONNECTED)
             return self._failure(ctx, NOT_CONNECTED)
         with self._manager.using(rt, ctx.notify, None):
-            return await self._run(ctx, rt)
+            result = await self._run(ctx, rt)
+            # the run's raw pushes queued for this call (an SSE response) go out first
+            await rt.settle(ctx.notify, None)
+            return result
 
     async def _run(self, ctx: TurnContext, rt: GatewayRuntime) -> dict[str, Any]:
         settings = rt.settings

@@ -140,11 +140,14 @@ class Metrics:
         status_counts: Callable[[], dict[str, int]],
         frames_ignored: Callable[[], dict[str, int]] | None = None,
         connects_refused: Callable[[], dict[str, int]] | None = None,
+        notify_dropped: Callable[[], dict[str, int]] | None = None,
     ) -> None:
-        """``xwm_gateway_runtimes{state}``, ``xwm_gateway_frames_ignored_total{reason}``
-        and ``xwm_gateway_connects_refused_total{reason}`` (``TOO_MANY``: the
-        per-principal or the bridge-wide runtime limit), read from the gateway manager
-        on each scrape."""
+        """``xwm_gateway_runtimes{state}``, ``xwm_gateway_frames_ignored_total{reason}``,
+        ``xwm_gateway_connects_refused_total{reason}`` (``TOO_MANY``: the
+        per-principal or the bridge-wide runtime limit) and
+        ``xwm_gateway_notify_dropped_total{reason}`` (a client dropped from a runtime's
+        notifications: ``overflow``, ``timeout``), read from the gateway manager on each
+        scrape."""
         registry = self.registry
 
         class _GatewayStates(Collector):
@@ -174,6 +177,15 @@ class Metrics:
                     for reason, value in sorted(connects_refused().items()):
                         refused.add_metric([reason], value)
                     yield refused
+                if notify_dropped is not None:
+                    dropped = CounterMetricFamily(
+                        "xwm_gateway_notify_dropped",
+                        "Clients dropped from a gateway runtime's notifications, by reason",
+                        labels=["reason"],
+                    )
+                    for reason, value in sorted(notify_dropped().items()):
+                        dropped.add_metric([reason], value)
+                    yield dropped
 
         registry.register(_GatewayStates())
 
