@@ -87,6 +87,9 @@ class AcpConnection:
         #: idle sessions of this connection that left memory (AcpSessions' bound): a
         #: request naming one reopens it from the store (at most MAX_FORGOTTEN kept)
         self._forgotten: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        #: sessions being reopened from the store for a request (``AcpMethods._open``):
+        #: True once a ``session/cancel`` named one meanwhile (its prompt takes it)
+        self._reopening: dict[str, bool] = {}
         self.dispatcher = Dispatcher(AcpMethods(front, self).table(), front.bridge.metrics)
 
     def __repr__(self) -> str:
@@ -215,6 +218,23 @@ class AcpConnection:
         """The MCP servers of ``session_id`` if it was open here before it left memory,
         else None (asked once)."""
         return self._forgotten.pop(session_id, None)
+
+    # --- sessions being reopened --------------------------------------------------
+
+    def begin_reopen(self, session_id: str) -> None:
+        self._reopening[session_id] = False
+
+    def cancel_reopen(self, session_id: str) -> bool:
+        """``session/cancel`` of a session being reopened: kept for the prompt that
+        reopens it (True), else False."""
+        if session_id not in self._reopening:
+            return False
+        self._reopening[session_id] = True
+        return True
+
+    def end_reopen(self, session_id: str) -> bool:
+        """The reopen is over: whether a ``session/cancel`` came meanwhile."""
+        return self._reopening.pop(session_id, False)
 
     # --- lifecycle ---------------------------------------------------------------
 

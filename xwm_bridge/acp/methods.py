@@ -290,11 +290,23 @@ class AcpMethods:
     # --- turns ---------------------------------------------------------------
 
     async def _open(self, params: dict[str, Any]) -> AcpSession:
+        session, _ = await self._reopened(params)
+        return session
+
+    async def _reopened(self, params: dict[str, Any]) -> tuple[AcpSession, bool]:
+        """The session a request names, open on this connection (reopened from the store
+        if it left memory), and whether a ``session/cancel`` of it came while it was
+        being reopened (the prompt it was reopened for is then cancelled)."""
         sid = _text_param(params, "sessionId")
         session = self.front.sessions.get(sid)
         servers = None if session is not None else self.conn.take_forgotten(sid)
+        cancelled = False
         if servers is not None:  # open here, and left memory while idle
-            session, _ = await self.front.find(sid, "", self.conn.principal)
+            self.conn.begin_reopen(sid)
+            try:
+                session, _ = await self.front.find(sid, "", self.conn.principal)
+            finally:
+                cancelled = self.conn.end_reopen(sid)
             if session is not None:
                 session.mcp_servers = servers
                 self.front.attach(session, self.conn)
@@ -304,18 +316,20 @@ class AcpMethods:
                 f"session {sid!r} is not open on this connection: "
                 "create it with session/new, or reattach with session/load or session/resume",
             )
-        return session
+        return session, cancelled
 
     async def session_prompt(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        session = await self._open(params)
+        session, cancelled = await self._reopened(params)
         support = self.conn.prompt_support or self.front.prompt_support()
         blocks = mapping.check_prompt(params.get("prompt"), support)
         relay = TurnRelay(self.front, session, blocks)
         # in session.turns before the first await: a session/cancel right behind the
         # prompt (while the title is stored or a gateway connected) finds it
         session.turns.add(relay)
+        if cancelled:  # a session/cancel while it was reopened: applied at its start
+            relay.cancel()
         try:
             if not session.title:
                 session.title = mapping.title_of(mapping.prompt_text(blocks))
@@ -364,6 +378,8 @@ class AcpMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         sid = coerce.text(params.get("sessionId"))
+        if sid and self.conn.cancel_reopen(sid):
+            return {}  # its prompt is being reopened from the store: applied there
         session = self._mine(sid) if sid else None
         if session is not None:
             await self.front.cancel(session, self.conn.principal)

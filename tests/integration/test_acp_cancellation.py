@@ -1,0 +1,111 @@
+"""Cancelling ACP prompts: ``session/cancel`` while a prompt reopens its session from the
+store, and ACP's request cancellation (``$/cancel_request {requestId}``) of one prompt.
+Raw JSON-RPC frames on the in-process daemon's ``/acp/remote`` WebSocket (the SDK's
+client has no call that sends ``$/cancel_request`` for a prompt)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.conftest import AUTH, FakeUpstream, StartBridge
+from tests.integration.test_acp_conformance import send, ws_url
+from tests.integration.test_acp_remote import config
+from xwm_bridge.acp import sessions as acp_sessions
+from xwm_bridge.acp.front import AcpFrontDoor
+from xwm_bridge.acp.methods import AcpMethods
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
+
+WS = aiohttp.ClientWebSocketResponse
+
+
+class Peer:
+    """One raw ACP connection: requests by id, answers collected as they come."""
+
+    def __init__(self, ws: WS) -> None:
+        self.ws = ws
+        self.answers: dict[Any, dict[str, Any]] = {}
+
+    async def request(self, rid: Any, method: str, params: dict[str, Any]) -> None:
+        await send(self.ws, {"id": rid, "method": method, "params": params})
+
+    async def answer(self, rid: Any) -> dict[str, Any]:
+        while rid not in self.answers:
+            msg = await asyncio.wait_for(self.ws.receive(), 20)
+            assert msg.type is aiohttp.WSMsgType.TEXT, msg
+            frame = orjson.loads(msg.data)
+            if "method" not in frame:
+                self.answers[frame.get("id")] = frame
+        return self.answers.pop(rid)
+
+    async def call(self, rid: Any, method: str, params: dict[str, Any]) -> Any:
+        await self.request(rid, method, params)
+        frame = await self.answer(rid)
+        assert "error" not in frame, frame
+        return frame["result"]
+
+    async def new_session(self, rid: Any, cwd: Path) -> str:
+        result = await self.call(rid, "session/new", {"cwd": str(cwd), "mcpServers": []})
+        return str(result["sessionId"])
+
+
+def prompt(sid: str, text: str) -> dict[str, Any]:
+    return {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+
+
+def cancel_request(rid: Any) -> dict[str, Any]:
+    return {"method": "$/cancel_request", "params": {"requestId": rid}}
+
+
+async def test_a_cancel_while_the_prompt_reopens_its_session_cancels_it(
+    monkeypatch: pytest.MonkeyPatch,
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    # a session of this connection left memory (past the live bound): the prompt reads it
+    # back from the store, and a session/cancel that lands during that read must still
+    # answer the prompt cancelled (ACP: MUST), its turn never reaching the upstream
+    monkeypatch.setattr(acp_sessions, "MAX_LIVE_SESSIONS", 2)
+    target = ""
+    reading, release, cancel_served = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    real_find, real_cancel = AcpFrontDoor.find, AcpMethods.session_cancel
+
+    async def find(front: AcpFrontDoor, sid: str, cwd: str, principal: str) -> Any:
+        if sid == target and not cwd:  # the prompt's reopen (a load passes its cwd)
+            reading.set()
+            await asyncio.wait_for(release.wait(), 30)
+        return await real_find(front, sid, cwd, principal)
+
+    async def session_cancel(methods: AcpMethods, *args: Any) -> dict[str, Any]:
+        out = await real_cancel(methods, *args)
+        cancel_served.set()
+        return out
+
+    monkeypatch.setattr(AcpFrontDoor, "find", find)
+    monkeypatch.setattr(AcpMethods, "session_cancel", session_cancel)
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
+        peer = Peer(ws)
+        await peer.call(0, "initialize", {"protocolVersion": 1})
+        target = await peer.new_session(1, tmp_path)
+        for rid in range(2, 5):  # the first session leaves memory
+            await peer.new_session(rid, tmp_path)
+        assert bp.bridge is not None
+        await peer.request("p", "session/prompt", prompt(target, "reopened"))
+        await asyncio.wait_for(reading.wait(), 20)
+        await send(ws, {"method": "session/cancel", "params": {"sessionId": target}})
+        await asyncio.wait_for(cancel_served.wait(), 20)
+        release.set()
+        answer = await peer.answer("p")
+        assert answer.get("result") == {"stopReason": "cancelled"}, answer
+        after = await peer.call("q", "session/prompt", prompt(target, "after"))
+        assert after == {"stopReason": "end_turn"}
+    sent = [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
+    assert [r["params"]["taskPrompt"] for r in sent] == ["after"]
