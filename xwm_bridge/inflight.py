@@ -18,7 +18,7 @@ from xwm_bridge import jsonrpc
 
 MAX_INFLIGHT_PER_CONNECTION = 256
 #: methods that end work (the bridge's and ACP's cancel)
-CANCEL_METHODS = frozenset(("session.cancel", "session/cancel"))
+CANCEL_METHODS = frozenset(("session.cancel", "session/cancel", "$/cancel_request"))
 
 
 def admits(inflight: int, method: str, limit: int | None = None) -> bool:

@@ -6,6 +6,7 @@ client has no call that sends ``$/cancel_request`` for a prompt)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.conftest import AUTH, FakeUpstream, StartBridge
+from tests.conftest import AUTH, FakeUpstream, StartBridge, wait_until
 from tests.integration.test_acp_conformance import send, ws_url
 from tests.integration.test_acp_remote import config
 from xwm_bridge.acp import sessions as acp_sessions
@@ -109,3 +110,73 @@ async def test_a_cancel_while_the_prompt_reopens_its_session_cancels_it(
         assert after == {"stopReason": "end_turn"}
     sent = [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
     assert [r["params"]["taskPrompt"] for r in sent] == ["after"]
+
+
+async def test_cancel_request_of_the_running_prompt_cancels_its_turn(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
+        peer = Peer(ws)
+        await peer.call(0, "initialize", {"protocolVersion": 1})
+        sid = await peer.new_session(1, tmp_path)
+        await peer.request(7, "session/prompt", prompt(sid, "slow:20000 a"))
+        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+        await send(ws, cancel_request("7"))  # "7" is not 7: another id, ignored
+        await send(ws, cancel_request(7))
+        answer = await peer.answer(7)
+        assert answer.get("result") == {"stopReason": "cancelled"}, answer
+        await wait_until(lambda: len(fake_upstream.state.cancels) == 1, within=10)
+        after = await peer.call(8, "session/prompt", prompt(sid, "after"))
+        assert after == {"stopReason": "end_turn"}
+
+
+async def test_cancel_request_of_a_queued_prompt_cancels_that_one_only(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
+        peer = Peer(ws)
+        await peer.call(0, "initialize", {"protocolVersion": 1})
+        sid = await peer.new_session(1, tmp_path)
+        hold = fake_upstream.state.holds[sid] = asyncio.Event()
+        await peer.request("first", "session/prompt", prompt(sid, "a"))
+        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+        await peer.request("second", "session/prompt", prompt(sid, "b"))
+        await peer.call("list", "session/list", {})  # a round trip: the second is taken
+        await send(ws, cancel_request("second"))
+        await peer.call("list2", "session/list", {})
+        hold.set()
+        first, second = await peer.answer("first"), await peer.answer("second")
+        assert first.get("result") == {"stopReason": "end_turn"}, first
+        assert second.get("result") == {"stopReason": "cancelled"}, second
+    sent = [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
+    assert [r["params"]["taskPrompt"] for r in sent] == ["a"]  # b never reached it
+
+
+async def test_cancel_request_of_any_other_request_is_ignored(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # cancellation is optional (ACP): an unknown id, or a request other than a prompt,
+    # is not cancelled; that request gets its usual answer, and $/cancel_request itself
+    # (a notification) none
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
+        peer = Peer(ws)
+        await peer.call(0, "initialize", {"protocolVersion": 1})
+        await peer.request(1, "session/list", {})
+        for rid in (1, 999, None, [1], {"id": 1}, True):
+            await send(ws, cancel_request(rid))
+        await send(ws, {"method": "$/cancel_request", "params": {}})
+        listed = await peer.answer(1)
+        assert "sessions" in listed["result"], listed
+        sid = await peer.new_session(2, tmp_path)
+        done = await peer.call(3, "session/prompt", prompt(sid, "hi"))
+        assert done == {"stopReason": "end_turn"}
+        await send(ws, cancel_request(3))  # no longer in flight
+        assert (await peer.call(4, "session/list", {}))["sessions"]
+    assert not peer.answers  # nothing but the answers asked for
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records

@@ -19,6 +19,8 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xwm_bridge import coerce, inflight, jsonrpc
@@ -33,6 +35,7 @@ from xwm_bridge.tasks import Supervisor
 if TYPE_CHECKING:
     from xwm_bridge.acp.front import AcpFrontDoor
     from xwm_bridge.acp.sessions import AcpSession
+    from xwm_bridge.acp.turns import TurnRelay
 
 log = logging.getLogger("xwm_bridge.acp")
 
@@ -52,6 +55,28 @@ CLIENT_GONE = "the ACP client disconnected"
 CANCEL_REQUEST = "$/cancel_request"
 #: session ids a connection remembers after they left memory (then: session/load)
 MAX_FORGOTTEN = 4096
+PROMPT = "session/prompt"
+
+
+@dataclass(slots=True)
+class PromptRequest:
+    """One ``session/prompt`` request in flight, by its JSON-RPC id: the relay of its
+    turn once it has one, and whether ``$/cancel_request`` named it before that."""
+
+    relay: TurnRelay | None = None
+    cancelled: bool = False
+
+
+#: the ``session/prompt`` request the current task serves (set by ``_serve``)
+CURRENT_PROMPT: ContextVar[PromptRequest | None] = ContextVar("acp_prompt", default=None)
+
+
+def request_key(rid: Any) -> tuple[str, Any] | None:
+    """A request id as a dict key (``1``, ``"1"`` and ``true`` are different ids);
+    None for one nobody can name (``null``, or not an id at all)."""
+    if isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool)):
+        return (type(rid).__name__, rid)
+    return None
 
 
 class AcpConnection:
@@ -90,6 +115,8 @@ class AcpConnection:
         #: sessions being reopened from the store for a request (``AcpMethods._open``):
         #: True once a ``session/cancel`` named one meanwhile (its prompt takes it)
         self._reopening: dict[str, bool] = {}
+        #: this connection's ``session/prompt`` requests in flight, by id
+        self.prompts: dict[tuple[str, Any], PromptRequest] = {}
         self.dispatcher = Dispatcher(AcpMethods(front, self).table(), front.bridge.metrics)
 
     def __repr__(self) -> str:
@@ -120,12 +147,23 @@ class AcpConnection:
             if not req.is_notification:
                 await self.send(inflight.refusal(req.id), None)
             return
-        self._inflight.spawn(self._serve(req), name=f"acp-request:{req.method}")
+        prompt = None
+        key = request_key(req.id) if req.method == PROMPT and not req.is_notification else None
+        if key is not None:  # known before its task runs: a $/cancel_request right behind
+            prompt = self.prompts[key] = PromptRequest()
+        self._inflight.spawn(self._serve(req, key, prompt), name=f"acp-request:{req.method}")
 
-    async def _serve(self, req: jsonrpc.Request) -> None:
+    async def _serve(
+        self, req: jsonrpc.Request, key: tuple[str, Any] | None, prompt: PromptRequest | None
+    ) -> None:
+        CURRENT_PROMPT.set(prompt)  # this task's own context
         scope = self.scope_of(req.method, req.params)
-        call = CallContext(None, self.transport, self.principal, self.bearer, None)
-        reply = await self.dispatcher.handle(req, call)
+        try:
+            call = CallContext(None, self.transport, self.principal, self.bearer, None)
+            reply = await self.dispatcher.handle(req, call)
+        finally:
+            if key is not None and self.prompts.get(key) is prompt:
+                del self.prompts[key]
         if reply is not None:
             await self.send(reply, scope)
 

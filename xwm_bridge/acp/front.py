@@ -15,6 +15,7 @@ from xwm_bridge.acp.connection import AcpConnection, Send
 from xwm_bridge.acp.mapping import PromptSupport
 from xwm_bridge.acp.options import Choice, RouteCatalog
 from xwm_bridge.acp.sessions import AcpSession, AcpSessions, Client, from_upstream
+from xwm_bridge.acp.turns import TurnRelay
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.methods import BridgeMethods
 from xwm_bridge.core.context import CallContext
@@ -143,6 +144,19 @@ class AcpFrontDoor:
             relay.cancel()
         call = CallContext(None, "acp", principal)
         await self.methods.session_cancel({"sessionId": session.session_id}, call, "session.cancel")
+
+    async def cancel_prompt(self, relay: TurnRelay, principal: str) -> None:
+        """``$/cancel_request`` of one prompt: as :meth:`cancel`, for that prompt only. A
+        prompt queued behind another of its session is cancelled when its turn starts
+        (``TurnRelay._started``); the running one now, with its upstream."""
+        if relay.cancel_requested:
+            return
+        relay.cancel()
+        sid = relay.session.session_id
+        running = self.bridge.sessions.running(sid)
+        if relay.turn_id and (running is None or running.turn_id == relay.turn_id):
+            call = CallContext(None, "acp", principal)
+            await self.methods.session_cancel({"sessionId": sid}, call, "session.cancel")
 
     def takes_client_mcp(self, route: str) -> bool:
         """Does ``route`` give a session's ``mcpServers`` to its agent? Only an explicit

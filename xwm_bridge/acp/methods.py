@@ -22,6 +22,7 @@ import orjson
 
 from xwm_bridge import __version__, coerce, jsonrpc
 from xwm_bridge.acp import codec, mapping
+from xwm_bridge.acp.connection import CANCEL_REQUEST, CURRENT_PROMPT, request_key
 from xwm_bridge.acp.options import Choice
 from xwm_bridge.acp.sessions import AcpSession, new_session_id, session_info
 from xwm_bridge.acp.turns import TurnRelay
@@ -123,6 +124,7 @@ class AcpMethods:
             "session/cancel": self.session_cancel,
             "session/set_mode": self.session_set_mode,
             "session/set_config_option": self.session_set_config_option,
+            CANCEL_REQUEST: self.cancel_request,
         }
 
     # --- connection ---------------------------------------------------------------
@@ -328,7 +330,11 @@ class AcpMethods:
         # in session.turns before the first await: a session/cancel right behind the
         # prompt (while the title is stored or a gateway connected) finds it
         session.turns.add(relay)
-        if cancelled:  # a session/cancel while it was reopened: applied at its start
+        request = CURRENT_PROMPT.get()
+        if request is not None:  # $/cancel_request names it from now on
+            request.relay = relay
+            cancelled = cancelled or request.cancelled
+        if cancelled:  # while it was reopened, or by $/cancel_request: at its start
             relay.cancel()
         try:
             if not session.title:
@@ -383,6 +389,23 @@ class AcpMethods:
         session = self._mine(sid) if sid else None
         if session is not None:
             await self.front.cancel(session, self.conn.principal)
+        return {}
+
+    async def cancel_request(
+        self, params: dict[str, Any], call: CallContext, method: str
+    ) -> dict[str, Any]:
+        """``$/cancel_request {requestId}`` (ACP request cancellation, optional): a
+        ``session/prompt`` of this connection in flight is cancelled as ``session/cancel``
+        would, that prompt only (answered ``cancelled``); any other id is ignored (its
+        request gets its usual answer)."""
+        key = request_key(params.get("requestId"))
+        request = self.conn.prompts.get(key) if key is not None else None
+        if request is None:
+            log.debug("$/cancel_request of no prompt in flight; ignored")
+            return {}
+        request.cancelled = True  # not registered yet: the prompt takes it
+        if request.relay is not None:
+            await self.front.cancel_prompt(request.relay, self.conn.principal)
         return {}
 
     async def session_set_mode(
