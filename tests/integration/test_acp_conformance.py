@@ -138,6 +138,16 @@ async def test_errors_of_served_methods(
             (4, "session/load", reopen, -32002),  # ACP's "resource not found"
             (5, "session/resume", reopen, -32002),
             (6, "session/close", {"sessionId": "acp-unknown"}, -32002),
+            # every session method: an unknown session (or one not open on this
+            # connection) is "resource not found", not invalid params
+            (9, "session/prompt", {"sessionId": "acp-unknown", "prompt": [HI]}, -32002),
+            (10, "session/set_mode", {"sessionId": "acp-unknown", "modeId": "auto"}, -32002),
+            (
+                11,
+                "session/set_config_option",
+                {"sessionId": "acp-unknown", "configId": "route", "value": "auto"},
+                -32002,
+            ),
             # promptCapabilities.audio: false (and image: false, no agent takes images)
             (7, "session/prompt", {"sessionId": sid, "prompt": [AUDIO, HI]}, -32602),
             (8, "session/prompt", {"sessionId": sid, "prompt": [IMAGE, HI]}, -32602),

@@ -526,11 +526,11 @@ async def test_sessions_past_the_live_bound_reopen_from_the_store(
         await conn.close_session(session_id=others[1].session_id)
         with pytest.raises(RequestError) as err:  # closed stays closed
             await conn.prompt(session_id=others[1].session_id, prompt=prompt("closed"))
-        assert err.value.code == -32602
+        assert err.value.code == -32002
     async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, _c):
         with pytest.raises(RequestError) as err:  # another connection must load it first
             await conn.prompt(session_id=others[2].session_id, prompt=prompt("not mine"))
-        assert err.value.code == -32602
+        assert err.value.code == -32002
 
 
 async def test_a_session_stream_of_another_principal_s_session_is_not_found(

@@ -372,7 +372,7 @@ async def test_sessions_listed_and_loaded_after_a_restart(
         await acp.conn.close_session(session_id=second.session_id)
         with pytest.raises(RequestError) as err:
             await acp.conn.prompt(session_id=second.session_id, prompt=prompt("closed"))
-        assert err.value.code == -32602
+        assert err.value.code == -32002
         with pytest.raises(RequestError) as err:
             await acp.conn.load_session(cwd=str(work_a), session_id="acp-nope", mcp_servers=[])
         assert err.value.code == -32002
@@ -519,7 +519,7 @@ async def test_bad_input_gets_errors_and_eof_exits_cleanly(
         b'{"jsonrpc":"2.0","id":4,"method":"session/prompt","params":{"sessionId":"acp-x",'
         b'"prompt":[{"type":"text","text":"hi"}]}}'
     )
-    assert early["id"] == 4 and early["error"]["code"] == -32602
+    assert early["id"] == 4 and early["error"]["code"] == -32002
     assert "session/new" in early["error"]["message"]
     bad = await ask(b'{"jsonrpc":"2.0","id":5,"method":"session/new","params":{"cwd":"relative"}}')
     assert bad["error"]["code"] == -32602

@@ -313,8 +313,8 @@ class AcpMethods:
                 session.mcp_servers = servers
                 self.front.attach(session, self.conn)
         if session is None or session.client is not self.conn:
-            raise RpcError(
-                INVALID_PARAMS,
+            raise RpcError(  # as session/load of an unknown session: ACP's resource not found
+                codec.RESOURCE_NOT_FOUND,
                 f"session {sid!r} is not open on this connection: "
                 "create it with session/new, or reattach with session/load or session/resume",
             )
