@@ -74,6 +74,12 @@ def mask_key(text: str, key: str) -> str:
 def parse_completion(status: int, raw: bytes, key: str = "") -> str:
     """Sans-I/O: the trimmed ``choices[0].message.content`` or :class:`LLMError`;
     ``key`` is masked in both (before an error body is cut, so no prefix stays)."""
+    return parse_choice(status, raw, key)[0]
+
+
+def parse_choice(status: int, raw: bytes, key: str = "") -> tuple[str, str]:
+    """:func:`parse_completion` and the choice's ``finish_reason`` (``stop``,
+    ``length``, ``content_filter``…; ``""`` when the peer gave none)."""
     if not 200 <= status < 300:
         body = mask_key(raw.decode("utf-8", errors="replace"), key).strip()[:MAX_ERROR_BODY]
         raise LLMError(f"api error {status}: {body}")
@@ -90,19 +96,25 @@ def parse_completion(status: int, raw: bytes, key: str = "") -> str:
     text = content.strip() if isinstance(content, str) else ""
     if not text:
         raise LLMError("empty response content")
-    return mask_key(text, key)
+    finish = first.get("finish_reason")
+    return mask_key(text, key), finish if isinstance(finish, str) else ""
 
 
 async def complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
     """POST ``<base>/chat/completions``; the whole exchange is bounded by ``req.timeout``.
     Every :class:`LLMError` text and the answer have ``req.api_key`` masked."""
+    return (await complete_choice(http, req))[0]
+
+
+async def complete_choice(http: aiohttp.ClientSession, req: ChatRequest) -> tuple[str, str]:
+    """:func:`complete` and the answer's ``finish_reason`` (:func:`parse_choice`)."""
     try:
         return await _complete(http, req)
     except LLMError as exc:
         raise LLMError(mask_key(str(exc), req.api_key)) from None
 
 
-async def _complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
+async def _complete(http: aiohttp.ClientSession, req: ChatRequest) -> tuple[str, str]:
     url = normalize_base_url(req.base_url) + "/chat/completions"
     if _has_credentials(url):
         # aiohttp refuses them beside a bearer (a bare ValueError), and its error texts
@@ -117,7 +129,7 @@ async def _complete(http: aiohttp.ClientSession, req: ChatRequest) -> str:
                 url, data=orjson.dumps(req.body()), headers=headers, allow_redirects=False
             ) as resp:
                 raw = await read_capped(resp, MAX_RESPONSE_BYTES)
-                return parse_completion(resp.status, raw, req.api_key)
+                return parse_choice(resp.status, raw, req.api_key)
     except BodyTooLarge:
         raise LLMError(f"response larger than {MAX_RESPONSE_BYTES} bytes") from None
     except TimeoutError:

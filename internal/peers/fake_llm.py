@@ -16,7 +16,8 @@ Hooks:
   next calls instead of the echo; an item is a string (the content) or an
   object ``{"content": str, "tool_calls": [{"name": str, "arguments": {...}}]}``
   or ``{"status": int, "body": str}`` for an HTTP error; any item object may add
-  ``"delay_ms": int`` to answer only after that delay (cancel-mid-loop tests);
+  ``"delay_ms": int`` to answer only after that delay (cancel-mid-loop tests), and
+  ``"finish_reason": str`` (``length``, ``content_filter``) to end the choice so;
 * ``GET /_requests`` lists what was received (path, headers, body);
   ``POST /_reset`` clears requests and script.
 
@@ -139,7 +140,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     model = str(body.get("model") or MODEL_ID)
     created = int(time.time())
     cid = f"chatcmpl-fake-{time.time_ns()}"
-    finish = "tool_calls" if calls else "stop"
+    finish = str(reply.get("finish_reason") or ("tool_calls" if calls else "stop"))
     if not body.get("stream"):
         message: dict[str, Any] = {"role": "assistant", "content": content or None}
         if calls:

@@ -17,8 +17,10 @@ import pytest
 from acp import schema, text_block
 from acp.meta import AGENT_METHODS
 
+from internal.peers.fake_llm import STATE_KEY
+from internal.peers.fake_llm import create_app as llm_app
 from tests.acp_schema import check_error, strict
-from tests.conftest import AUTH, FakeUpstream, StartBridge, wait_until
+from tests.conftest import AUTH, FakeUpstream, ServeApp, StartBridge, wait_until
 from tests.integration.acp_helpers import prompt
 from tests.integration.test_acp_remote import config, sdk_client
 
@@ -172,6 +174,54 @@ async def test_an_agent_s_stop_reason_is_the_prompt_s(
         answer = await conn.prompt(session_id=session.session_id, prompt=prompt(f"stop {reason}"))
         assert answer.stop_reason == reason
         assert checker.text() == "stopping"
+
+
+APPROVE = "score: 9/10"
+
+
+@pytest.mark.parametrize(
+    ("script", "reason"),
+    [
+        ([], "max_turn_requests"),  # the echo has no score: never approved in 2 rounds
+        (["plan", "draft", APPROVE], "end_turn"),
+        (["plan", {"content": "dra", "finish_reason": "length"}, APPROVE], "max_tokens"),
+        (["plan", {"content": "d", "finish_reason": "content_filter"}, APPROVE], "refusal"),
+        # the answer is the best draft: the first round's, cut short
+        (
+            [
+                "plan",
+                {"content": "dra", "finish_reason": "length"},
+                "score: 5/10",
+                "draft",
+                "score: 2/10",
+            ],
+            "max_tokens",
+        ),
+    ],
+)
+async def test_a_multi_agent_run_s_stop_reason(
+    script: list[Any],
+    reason: str,
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    serve_app: ServeApp,
+    tmp_path: Path,
+) -> None:
+    # max_iterations rounds without the reviewer's approval: max_turn_requests; a worker's
+    # answer the model cut short (finish_reason length): max_tokens; filtered: refusal
+    app = llm_app()
+    app[STATE_KEY].script.extend(script)
+    llm = await serve_app(app)
+    cfg = config(fake_upstream, tmp_path)
+    cfg["acp"] = {"default_route": "multi-agent"}
+    cfg["multi_agent"] = {"base_url": llm, "api_key": "sk-local", "max_iterations": 2}
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, checker):
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        answer = await conn.prompt(session_id=session.session_id, prompt=prompt("write"))
+        assert answer.stop_reason == reason
+        assert checker.text()  # the summary, as one message chunk
+    assert not app[STATE_KEY].script  # every scripted reply was used
 
 
 async def test_a_second_prompt_waits_for_the_first_and_one_cancel_ends_both(

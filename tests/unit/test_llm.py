@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import aiohttp
+import orjson
 import pytest
 
-from xwm_bridge.llm import MAX_ERROR_BODY, ChatRequest, LLMError, complete, parse_completion
+from xwm_bridge.llm import (
+    MAX_ERROR_BODY,
+    ChatRequest,
+    LLMError,
+    complete,
+    parse_choice,
+    parse_completion,
+)
 
 
 @pytest.mark.parametrize(
@@ -51,3 +59,12 @@ def test_a_key_across_the_error_body_cut_leaves_no_prefix() -> None:
 def test_a_key_too_short_to_mask_leaves_the_text() -> None:
     ok = b'{"choices": [{"message": {"content": "a b c"}}]}'
     assert parse_completion(200, ok, "a") == "a b c"
+
+
+def test_the_finish_reason_comes_with_the_answer() -> None:
+    choice = {"message": {"content": " cut "}, "finish_reason": "length"}
+    assert parse_choice(200, orjson.dumps({"choices": [choice]})) == ("cut", "length")
+    # absent or not a string: none
+    for finish in (None, 3):
+        raw = orjson.dumps({"choices": [{**choice, "finish_reason": finish}]})
+        assert parse_choice(200, raw) == ("cut", "")

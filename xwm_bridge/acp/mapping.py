@@ -405,6 +405,8 @@ def stop_reason(result: Mapping[str, Any], cancel_requested: bool) -> str | None
         return reason
     if result.get("success") is False:
         return None
+    if result.get("mode") == "multi-agent" and result.get("approved") is False:
+        return "max_turn_requests"  # max_iterations rounds, and the reviewer never approved
     return "end_turn"
 
 

@@ -19,7 +19,7 @@ from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
-from xwm_bridge.llm import ChatRequest, LLMError, complete, normalize_base_url
+from xwm_bridge.llm import ChatRequest, LLMError, complete_choice, normalize_base_url
 from xwm_bridge.multiagent import protocol as p
 from xwm_bridge.netaddr import HostPolicy, endpoint_of
 
@@ -75,26 +75,34 @@ class MultiAgentExecutor:
             return await self._fail(ctx, p.NO_PROMPT)
         model = coerce.text(params.get("model")) or self._config.multi_agent_model or "gpt-4o"
 
+        #: the ``finish_reason`` of each call since the round began (its workers')
+        finishes: list[str] = []
+
         async def call(messages: list[dict[str, str]]) -> str:
             req = ChatRequest(base_url, key, model, messages, ma.call_timeout, ma.max_tokens)
-            return await complete(self._http, req)
+            text, finish = await complete_choice(self._http, req)
+            finishes.append(finish)
+            return text
 
         try:
             plan = await call(p.planner_messages(prompt))
             await ctx.emit(p.Step("Planner", "architect", plan, 1).update())
             best_draft, best_score, draft, feedback = "", -1.0, "", ""
+            best_stop = ""
             for iteration in range(1, ma.max_iterations + 1):
+                finishes.clear()
                 drafts = await self._work(ctx, call, prompt, plan, iteration, draft, feedback)
+                stop = p.draft_stop(finishes)  # a worker's answer cut short or filtered
                 draft = p.merge_drafts(drafts)
                 review = await call(p.reviewer_messages(prompt, plan, draft))
                 parsed = p.parse_score(review)
                 score = 0.0 if parsed is None else parsed
                 await ctx.emit(p.Step("Reviewer", "tester", review, iteration, score).update())
                 if score > best_score:
-                    best_draft, best_score = draft, score
+                    best_draft, best_score, best_stop = draft, score, stop
                 if score >= ma.score_threshold:
                     return p.success_result(
-                        ctx.turn_id, draft, score, iteration, approved=True, plan=plan
+                        ctx.turn_id, draft, score, iteration, approved=True, plan=plan, stop=stop
                     )
                 feedback = review
             return p.success_result(
@@ -104,6 +112,7 @@ class MultiAgentExecutor:
                 ma.max_iterations,
                 approved=False,
                 plan=plan,
+                stop=best_stop,
             )
         except LLMError as exc:
             return await self._fail(ctx, str(exc))

@@ -166,10 +166,28 @@ def error_update(message: str) -> dict[str, Any]:
     return {"type": "status", "mode": MODE, "message": message, "pending": False, "error": True}
 
 
+def draft_stop(finish_reasons: Sequence[str]) -> str:
+    """The ``stopReason`` of a draft from its workers' ``finish_reason``s: ``refusal``
+    when one was filtered (``content_filter``), ``max_tokens`` when one was cut short
+    (``length``), else ``""`` (none: the result has no ``stopReason``)."""
+    if "content_filter" in finish_reasons:
+        return "refusal"
+    if "length" in finish_reasons:
+        return "max_tokens"
+    return ""
+
+
 def success_result(
-    turn_id: str, summary: str, score: float, iterations: int, *, approved: bool, plan: str
+    turn_id: str,
+    summary: str,
+    score: float,
+    iterations: int,
+    *,
+    approved: bool,
+    plan: str,
+    stop: str = "",
 ) -> dict[str, Any]:
-    return {
+    result: dict[str, Any] = {
         "success": True,
         "summary": summary,
         "finalScore": _number(score),
@@ -179,6 +197,9 @@ def success_result(
         "turnId": turn_id,
         "mode": MODE,
     }
+    if stop:  # the single-agent results' field; only when the summary was cut or filtered
+        result["stopReason"] = stop
+    return result
 
 
 def failure_result(turn_id: str, message: str, **extra: Any) -> dict[str, Any]:

@@ -150,6 +150,12 @@ def test_stop_reasons() -> None:
     assert mapping.stop_reason({"success": False, "aborted": True}, False) == "cancelled"
     assert mapping.stop_reason({"success": True}, True) == "cancelled"
     assert mapping.stop_reason({"success": False, "error": "down"}, False) is None
+    # multi-agent: max_iterations rounds without the reviewer's approval
+    unapproved = {"success": True, "mode": "multi-agent", "approved": False}
+    assert mapping.stop_reason(unapproved, False) == "max_turn_requests"
+    assert mapping.stop_reason({**unapproved, "approved": True}, False) == "end_turn"
+    assert mapping.stop_reason({**unapproved, "stopReason": "max_tokens"}, False) == "max_tokens"
+    assert mapping.stop_reason(unapproved, True) == "cancelled"
     for reason in mapping.STOP_REASONS:
         strict(
             schema.PromptResponse,

@@ -87,6 +87,15 @@ def test_results() -> None:
         "mode": "multi-agent",
     }
     assert "output" not in ok
+    # a summary cut short or filtered says so in the single-agent results' field
+    cut = p.success_result("t-1", "s", 9.0, 2, approved=True, plan="pl", stop="max_tokens")
+    assert cut == {**ok, "stopReason": "max_tokens"}
+
+
+def test_draft_stop() -> None:
+    assert p.draft_stop([]) == p.draft_stop(["stop", "", "tool_calls"]) == ""
+    assert p.draft_stop(["stop", "length"]) == "max_tokens"
+    assert p.draft_stop(["length", "content_filter"]) == "refusal"
     assert p.failure_result("t-1", "x") == {
         "success": False,
         "error": "x",
