@@ -112,6 +112,46 @@ async def test_a_cancel_while_the_prompt_reopens_its_session_cancels_it(
     assert [r["params"]["taskPrompt"] for r in sent] == ["after"]
 
 
+async def test_requests_naming_a_session_being_reopened_wait_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    # a prompt reopens a session that left memory; an option change and a second prompt
+    # of the same session, sent during that store read, wait for it instead of failing
+    # "not open on this connection" (the first request took the connection's memory of it)
+    monkeypatch.setattr(acp_sessions, "MAX_LIVE_SESSIONS", 2)
+    target = ""
+    reading, release = asyncio.Event(), asyncio.Event()
+    real_find = AcpFrontDoor.find
+
+    async def find(front: AcpFrontDoor, sid: str, cwd: str, principal: str) -> Any:
+        if sid == target and not cwd:
+            reading.set()
+            await asyncio.wait_for(release.wait(), 30)
+        return await real_find(front, sid, cwd, principal)
+
+    monkeypatch.setattr(AcpFrontDoor, "find", find)
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
+        peer = Peer(ws)
+        await peer.call(0, "initialize", {"protocolVersion": 1})
+        target = await peer.new_session(1, tmp_path)
+        for rid in range(2, 5):  # the first session leaves memory
+            await peer.new_session(rid, tmp_path)
+        await peer.request("p", "session/prompt", prompt(target, "one"))
+        await asyncio.wait_for(reading.wait(), 20)
+        route = {"sessionId": target, "configId": "route", "value": "single-agent:fake"}
+        await peer.request("c", "session/set_config_option", route)
+        await peer.request("p2", "session/prompt", prompt(target, "two"))
+        await peer.call("list", "session/list", {})  # a round trip: both are waiting
+        release.set()
+        for rid in ("p", "c", "p2"):
+            answer = await peer.answer(rid)
+            assert "error" not in answer, answer
+
+
 async def test_cancel_request_of_the_running_prompt_cancels_its_turn(
     start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:

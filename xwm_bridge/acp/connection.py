@@ -20,7 +20,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from xwm_bridge import coerce, inflight, jsonrpc
@@ -65,6 +65,15 @@ class PromptRequest:
 
     relay: TurnRelay | None = None
     cancelled: bool = False
+
+
+@dataclass(slots=True)
+class Reopen:
+    """A session being read back from the store for one request; other requests naming
+    it wait for ``done``. ``cancelled``: a ``session/cancel`` came meanwhile."""
+
+    cancelled: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 #: the ``session/prompt`` request the current task serves (set by ``_serve``)
@@ -112,9 +121,8 @@ class AcpConnection:
         #: idle sessions of this connection that left memory (AcpSessions' bound): a
         #: request naming one reopens it from the store (at most MAX_FORGOTTEN kept)
         self._forgotten: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
-        #: sessions being reopened from the store for a request (``AcpMethods._open``):
-        #: True once a ``session/cancel`` named one meanwhile (its prompt takes it)
-        self._reopening: dict[str, bool] = {}
+        #: sessions being reopened from the store for a request (``AcpMethods._open``)
+        self._reopening: dict[str, Reopen] = {}
         #: this connection's ``session/prompt`` requests in flight, by id
         self.prompts: dict[tuple[str, Any], PromptRequest] = {}
         self.dispatcher = Dispatcher(AcpMethods(front, self).table(), front.bridge.metrics)
@@ -260,19 +268,28 @@ class AcpConnection:
     # --- sessions being reopened --------------------------------------------------
 
     def begin_reopen(self, session_id: str) -> None:
-        self._reopening[session_id] = False
+        self._reopening[session_id] = Reopen()
+
+    def reopening(self, session_id: str) -> Reopen | None:
+        """The reopen under way of ``session_id`` (another request waits for it)."""
+        return self._reopening.get(session_id)
 
     def cancel_reopen(self, session_id: str) -> bool:
-        """``session/cancel`` of a session being reopened: kept for the prompt that
-        reopens it (True), else False."""
-        if session_id not in self._reopening:
-            return False
-        self._reopening[session_id] = True
-        return True
+        """``session/cancel`` of a session being reopened: kept for the prompts that
+        reopen it or wait for it (True), else False."""
+        reopen = self._reopening.get(session_id)
+        if reopen is not None:
+            reopen.cancelled = True
+        return reopen is not None
 
     def end_reopen(self, session_id: str) -> bool:
-        """The reopen is over: whether a ``session/cancel`` came meanwhile."""
-        return self._reopening.pop(session_id, False)
+        """The reopen is over (the requests waiting for it go on): whether a
+        ``session/cancel`` came meanwhile."""
+        reopen = self._reopening.pop(session_id, None)
+        if reopen is None:
+            return False
+        reopen.done.set()
+        return reopen.cancelled
 
     # --- lifecycle ---------------------------------------------------------------
 

@@ -297,12 +297,15 @@ class AcpMethods:
 
     async def _reopened(self, params: dict[str, Any]) -> tuple[AcpSession, bool]:
         """The session a request names, open on this connection (reopened from the store
-        if it left memory), and whether a ``session/cancel`` of it came while it was
-        being reopened (the prompt it was reopened for is then cancelled)."""
+        if it left memory), and whether a ``session/cancel`` came during the reopen."""
         sid = _text_param(params, "sessionId")
         session = self.front.sessions.get(sid)
-        servers = None if session is not None else self.conn.take_forgotten(sid)
         cancelled = False
+        pending = self.conn.reopening(sid) if session is None else None
+        if pending is not None:  # another request of this connection reopens it
+            await pending.done.wait()
+            session, cancelled = self.front.sessions.get(sid), pending.cancelled
+        servers = None if session is not None else self.conn.take_forgotten(sid)
         if servers is not None:  # open here, and left memory while idle
             self.conn.begin_reopen(sid)
             try:
@@ -394,10 +397,8 @@ class AcpMethods:
     async def cancel_request(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        """``$/cancel_request {requestId}`` (ACP request cancellation, optional): a
-        ``session/prompt`` of this connection in flight is cancelled as ``session/cancel``
-        would, that prompt only (answered ``cancelled``); any other id is ignored (its
-        request gets its usual answer)."""
+        """``$/cancel_request {requestId}`` (optional in ACP): a ``session/prompt`` of this
+        connection in flight is cancelled as by ``session/cancel``, it alone; else ignored."""
         key = request_key(params.get("requestId"))
         request = self.conn.prompts.get(key) if key is not None else None
         if request is None:
