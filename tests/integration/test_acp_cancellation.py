@@ -112,6 +112,53 @@ async def test_a_cancel_while_the_prompt_reopens_its_session_cancels_it(
     assert [r["params"]["taskPrompt"] for r in sent] == ["after"]
 
 
+async def test_a_close_while_the_prompt_reopens_its_session_cancels_it_and_closes(
+    monkeypatch: pytest.MonkeyPatch,
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    # as above, with session/close: it waits for the reopen (it answered -32002 "not
+    # active" and the prompt ran on), the prompt answers cancelled, the session is closed
+    monkeypatch.setattr(acp_sessions, "MAX_LIVE_SESSIONS", 2)
+    target = ""
+    reading, release, closing = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    real_find, real_close = AcpFrontDoor.find, AcpMethods.session_close
+
+    async def find(front: AcpFrontDoor, sid: str, cwd: str, principal: str) -> Any:
+        if sid == target and not cwd:  # the prompt's reopen
+            reading.set()
+            await asyncio.wait_for(release.wait(), 30)
+        return await real_find(front, sid, cwd, principal)
+
+    async def session_close(methods: AcpMethods, *args: Any) -> dict[str, Any]:
+        closing.set()  # the close runs up to its first wait before the test goes on
+        return await real_close(methods, *args)
+
+    monkeypatch.setattr(AcpFrontDoor, "find", find)
+    monkeypatch.setattr(AcpMethods, "session_close", session_close)
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
+        peer = Peer(ws)
+        await peer.call(0, "initialize", {"protocolVersion": 1})
+        target = await peer.new_session(1, tmp_path)
+        for rid in range(2, 5):  # the first session leaves memory
+            await peer.new_session(rid, tmp_path)
+        await peer.request("p", "session/prompt", prompt(target, "reopened"))
+        await asyncio.wait_for(reading.wait(), 20)
+        await peer.request("c", "session/close", {"sessionId": target})
+        await asyncio.wait_for(closing.wait(), 20)
+        release.set()
+        assert (await peer.answer("p")).get("result") == {"stopReason": "cancelled"}
+        closed = await peer.answer("c")
+        assert closed.get("result") == {}, closed
+        await peer.request("q", "session/prompt", prompt(target, "after"))
+        again = await peer.answer("q")
+        assert again.get("error", {}).get("code") == -32002, again
+    sent = [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
+    assert sent == []
+
+
 async def test_requests_naming_a_session_being_reopened_wait_for_it(
     monkeypatch: pytest.MonkeyPatch,
     start_bridge: StartBridge,

@@ -273,6 +273,11 @@ class AcpMethods:
     ) -> dict[str, Any]:
         sid = _text_param(params, "sessionId")
         session = self._mine(sid)
+        pending = self.conn.reopening(sid) if session is None else None
+        if pending is not None:  # a prompt reopens it: that prompt is cancelled, then close
+            self.conn.cancel_reopen(sid)
+            await pending.done.wait()
+            session = self._mine(sid)
         if session is None and self.conn.take_forgotten(sid) is not None:
             return {}  # open here, idle, and out of memory: nothing runs to cancel
         if session is None:
