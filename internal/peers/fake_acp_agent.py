@@ -21,6 +21,8 @@ separate id space). The first word of the prompt picks the behaviour:
   markup in the titles; reports the option chosen
 * ``permcrash <path>``    asks ``session/request_permission``, then exits (status 4) unanswered
 * ``crash``               exits with status 3 in the middle of the turn
+* ``orphan [secs]``       starts ``sleep secs`` (60) holding its stdin/stdout/stderr,
+  says ``orphan <its pid>``, then exits (status 6) in the middle of the turn
 * ``big``                 one 200 KiB message chunk (over asyncio's 64 KiB line default)
 * ``describe``            replies the types of its content blocks (``text,image:image/png``)
 * ``whoami``              ``model=<current> mode=<current> thought=<current>``

@@ -183,6 +183,11 @@ class Prompts:
                 "terminal/create", {"sessionId": sid, "command": argv[0], "args": argv[1:]}
             )
             self.chunk(sid, f"spawned {made.get('result') or made.get('error')}")
+        elif word == "orphan":  # exits, leaving a child that holds its stdio open
+            child = await asyncio.create_subprocess_exec("sleep", rest.strip() or "60")
+            self.chunk(sid, f"orphan {child.pid}")
+            print("fake agent exiting, its child keeps the pipes", file=sys.stderr, flush=True)
+            os._exit(6)
         elif word == "pid":
             self.chunk(sid, f"pid {os.getpid()}")
         elif word == "crash":

@@ -282,6 +282,27 @@ async def test_crash_is_reported_and_agent_restarts(
     assert first["result"]["sessionContinuity"] == "new"
 
 
+async def test_an_agent_exiting_while_its_child_holds_its_pipes_fails_the_turn_at_once(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """The agent exits, a ``sleep`` it started keeps its stdout and stderr: the turn
+    fails with how it exited (not at the prompt timeout), and the next one runs."""
+    bp = await start_bridge(config=config(tmp_path, prompt_timeout=20), tmp=tmp_path)
+    wd = str(tmp_path)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    crashed = await rpc(
+        http, bp.rpc_url, "session.start", agent_params("o1", "orphan 60", workingDirectory=wd)
+    )
+    assert crashed["result"]["success"] is False
+    assert "exited (exit status 6)" in crashed["result"]["error"]
+    assert loop.time() - started < 15
+    again = await rpc(
+        http, bp.rpc_url, "session.message", agent_params("o1", "back", workingDirectory=wd)
+    )
+    assert again["result"]["output"].startswith("agent says: back")
+
+
 async def test_fs_requests_are_confined(
     start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:

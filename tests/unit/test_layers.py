@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
         "flock",
         "heap",
         "console",
+        "procgroups",
     ),
     ("config",),  # 1: the typed config
     ("store", "router", "mounts", "config_doc", "config_view"),  # 2: services the core uses

@@ -3,7 +3,10 @@
 The agent runs in its own process group (``start_new_session``) from an argv
 without a shell; closing terminates the whole group (gemini re-launches itself
 as a child, some agents ignore EOF). stdout is split by :class:`LineSplitter`
-with a 64 MiB per-line limit; stderr is drained to the log line by line.
+with a 64 MiB per-line limit; stderr is drained to the log line by line. The
+agent's end is its process's exit, not its pipes' (a process it left may hold
+them open for ever): what it wrote before is read (for up to :data:`EXIT_DRAIN`
+seconds), what is left of its group is killed, and its pending calls fail.
 Our request ids are integers from :class:`IdSpace`; requests *from* the agent
 keep their own ids and are answered by the handler registered for their
 ``sessionId``.
@@ -20,9 +23,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from xwm_bridge import inflight, jsonrpc
+from xwm_bridge.procgroups import kill_group
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.features import AgentFeatures
 from xwm_bridge.tasks import Supervisor, wait_for
@@ -34,6 +38,11 @@ WRITE_TIMEOUT = 30.0
 STDERR_TAIL = 20
 #: how long a call to a dead process waits to learn its exit status
 EXIT_REPORT_WAIT = 2.0
+#: seconds the output written before the agent exited may take to arrive, at most,
+#: when its pipes stay open after the exit (a process it left holds them)
+EXIT_DRAIN = 0.25
+#: the bytes a pipe's reader buffers (asyncio's ``create_subprocess_exec`` default)
+STREAM_LIMIT = 2**16
 #: requests from the agent served at once; past it one is answered -32004 at once (a
 #: runaway agent cannot pile up permission prompts or file reads without bound)
 MAX_AGENT_REQUESTS = 64
@@ -88,10 +97,33 @@ class AgentSpec:
     stop_grace: float = 3.0
 
 
+class _AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's protocol of ``create_subprocess_exec``, plus ``exited``, set when the
+    process exits (asyncio's ``Process.wait()`` on the default loop waits for its
+    pipes to close as well, which a process the agent left can delay for ever)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=STREAM_LIMIT, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.transport: asyncio.SubprocessTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.transport = cast(asyncio.SubprocessTransport, transport)
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
 class AcpAgent:
     def __init__(self, spec: AgentSpec) -> None:
         self.spec = spec
         self._proc: asyncio.subprocess.Process | None = None
+        self._protocol: _AgentProtocol | None = None
+        #: the running process's :meth:`_watch_exit` (close waits for it)
+        self._watcher: asyncio.Task[None] | None = None
         #: the process's reader tasks and the agent's requests being served
         self._tasks = Supervisor()
         self._pending: dict[int, asyncio.Future[Any]] = {}
@@ -155,8 +187,11 @@ class AcpAgent:
 
     async def _spawn(self) -> None:
         env = dict(self.spec.env)  # the whole environment: nothing inherited (launch.py)
+        loop = asyncio.get_running_loop()
         try:
-            self._proc = await asyncio.create_subprocess_exec(
+            # create_subprocess_exec, with a protocol that says when the process exits
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _AgentProtocol(loop),
                 *self.spec.argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -176,6 +211,8 @@ class AcpAgent:
                 why = f"{binary}: {exc.strerror or exc}"
             self._failed(f"cannot start agent {self.spec.name}: {why}")
             raise AgentError(f"cannot start agent {self.spec.name}: {why}") from None
+        self._proc = asyncio.subprocess.Process(transport, protocol, loop)
+        self._protocol = protocol
         self.generation += 1
         self.authenticated = ""
         self._exited = asyncio.Event()
@@ -186,11 +223,13 @@ class AcpAgent:
             extra={"agent": self.spec.name, "pid": self._proc.pid, "generation": self.generation},
         )
         proc = self._proc
-        self._spawn_task(self._read_stdout(proc), f"agent-stdout:{self.spec.name}")
-        self._spawn_task(self._read_stderr(proc), f"agent-stderr:{self.spec.name}")
-
-    def _spawn_task(self, coro: Any, name: str) -> None:
-        self._tasks.spawn(coro, name=name)
+        readers = [
+            self._tasks.spawn(self._read_stdout(proc), name=f"agent-stdout:{self.spec.name}"),
+            self._tasks.spawn(self._read_stderr(proc), name=f"agent-stderr:{self.spec.name}"),
+        ]
+        self._watcher = self._tasks.spawn(
+            self._watch_exit(proc, protocol, readers), name=f"agent-stdexit:{self.spec.name}"
+        )
 
     async def _not_running(self) -> AgentError:
         """The error for a call to a process that is gone: how it exited, once known."""
@@ -242,36 +281,52 @@ class AcpAgent:
     async def _read_stdout(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
         splitter = codec.LineSplitter()
-        try:
-            while True:
-                data = await proc.stdout.read(READ_CHUNK)
-                if not data:
-                    break
-                for line in splitter.feed(data):
-                    await self._on_line(line)
-                if splitter.dropped != self.dropped_lines:
-                    self.dropped_lines = splitter.dropped
-                    log.warning(
-                        "agent line over the size limit dropped", extra={"agent": self.spec.name}
-                    )
-        finally:
-            code = await proc.wait()
-            self.last_exit = f"exit status {code}"
-            tail = " | ".join(self._stderr)
-            message = f"agent {self.spec.name} exited ({self.last_exit})" + (
-                f": {tail[-500:]}" if tail else ""
-            )
-            if code != 0 and proc is self._proc:
-                self._failed(message)
-            # after a restart the pending calls belong to the new process: leave them
-            if proc is self._proc or self._proc is None:
-                self._exit_message = message
-                self._exited.set()
-                self.init_result = {}
-                for fut in list(self._pending.values()):
-                    if not fut.done():
-                        fut.set_exception(AgentError(message))
-            log.info("agent exited", extra={"agent": self.spec.name, "status": code})
+        while True:
+            data = await proc.stdout.read(READ_CHUNK)
+            if not data:
+                return
+            for line in splitter.feed(data):
+                await self._on_line(line)
+            if splitter.dropped != self.dropped_lines:
+                self.dropped_lines = splitter.dropped
+                log.warning(
+                    "agent line over the size limit dropped", extra={"agent": self.spec.name}
+                )
+
+    async def _watch_exit(
+        self,
+        proc: asyncio.subprocess.Process,
+        protocol: _AgentProtocol,
+        readers: list[asyncio.Task[None]],
+    ) -> None:
+        """The process's end, when it exits (its pipes may stay open after it): what it
+        wrote before is read (up to the pipes' end, at most :data:`EXIT_DRAIN` seconds
+        when a process it left holds them), what is left of its group is killed, its
+        pipes are closed, and the pending calls fail with how it ended."""
+        await asyncio.shield(protocol.exited)
+        await asyncio.wait(readers, timeout=EXIT_DRAIN)
+        if kill_group(proc.pid, reaped=True):
+            log.info("agent's leftover processes killed", extra={"agent": self.spec.name})
+        if protocol.transport is not None:
+            protocol.transport.close()  # the readers see the end even if a stranger holds them
+        await asyncio.wait(readers)
+        code = proc.returncode
+        self.last_exit = f"exit status {code}"
+        tail = " | ".join(self._stderr)
+        message = f"agent {self.spec.name} exited ({self.last_exit})" + (
+            f": {tail[-500:]}" if tail else ""
+        )
+        if code != 0 and proc is self._proc:
+            self._failed(message)
+        # after a restart the pending calls belong to the new process: leave them
+        if proc is self._proc or self._proc is None:
+            self._exit_message = message
+            self._exited.set()
+            self.init_result = {}
+            for fut in list(self._pending.values()):
+                if not fut.done():
+                    fut.set_exception(AgentError(message))
+        log.info("agent exited", extra={"agent": self.spec.name, "status": code})
 
     async def _on_line(self, line: bytes) -> None:
         msg = codec.decode(line)
@@ -370,19 +425,23 @@ class AcpAgent:
 
     async def _stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.returncode is None:
+        protocol, self._protocol = self._protocol, None
+        watcher, self._watcher = self._watcher, None
+        if proc is not None and protocol is not None and proc.returncode is None:
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, sig)
-                try:
-                    await wait_for(proc.wait(), self.spec.stop_grace)
+                try:  # its exit, not its pipes' end (a process it left may hold them)
+                    await wait_for(asyncio.shield(protocol.exited), self.spec.stop_grace)
                     break
                 except TimeoutError:
                     continue
         if proc is not None:
-            # the group may outlive its leader (gemini's relaunched child)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            # the group may outlive its leader (gemini's relaunched child): never a
+            # signal for the number once the group is gone (it may be a stranger's)
+            kill_group(proc.pid, reaped=proc.returncode is not None)
+        if watcher is not None:  # its end recorded (how it exited), its pipes closed
+            await asyncio.wait([watcher], timeout=EXIT_DRAIN + 1)
         for task in self._tasks.tasks():
             if task.get_name().startswith("agent-std"):
                 continue

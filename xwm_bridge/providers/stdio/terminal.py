@@ -22,7 +22,6 @@ daemon's life.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import signal
@@ -32,6 +31,7 @@ from typing import Any, cast
 
 from xwm_bridge.beneath import open_dir
 from xwm_bridge.config import AgentsConfig
+from xwm_bridge.procgroups import group_outlives, kill_group
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.agent import ClientError
 from xwm_bridge.providers.stdio.client_fs import parts_below, resolve
@@ -47,36 +47,6 @@ EXIT_DRAIN = 0.25
 #: where a child finds the directory fd it starts in (Linux); elsewhere: by name
 FD_DIR = "/proc/self/fd"
 _BY_FD = os.path.isdir(FD_DIR)
-
-
-def _group_outlives(pgid: int) -> bool:
-    """Whether the process group ``pgid``, led by a command that exited and was reaped,
-    still has members (its background processes).
-
-    POSIX (and Linux: a ``struct pid`` lives while any process uses its number as pid,
-    pgid or sid) never gives a process the number of a group that still has members.
-    So when some process has the number ``pgid`` again, the number was free, our
-    group is gone, and that process (which may lead a group of its own) is a
-    stranger's: no signal for it. When none has it, ``killpg(pgid, 0)`` reaches only
-    our group's members. (Left: the number reused and made a group between this check
-    and the kill, a wrap of the whole pid space within microseconds.) The output pipe
-    still open is a sign of members, not proof of them (one may have handed it on to
-    a process outside the group): it is not what this goes by."""
-    try:
-        os.kill(pgid, 0)
-    except ProcessLookupError:
-        pass
-    except PermissionError:
-        return False  # a process of another user has the number
-    else:
-        return False  # a process has the number again
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # members we may not signal (a setuid program)
-    return True
 
 
 class Terminal(asyncio.SubprocessProtocol):
@@ -148,7 +118,7 @@ class Terminal(asyncio.SubprocessProtocol):
         """The command, or what it left in its group after it exited."""
         if self.returncode is None:
             return True
-        return not self.group_killed and _group_outlives(self.pid)
+        return not self.group_killed and group_outlives(self.pid)
 
     def kill(self) -> None:
         """SIGKILL to the command's group (its own: started in a new session), also
@@ -157,14 +127,7 @@ class Terminal(asyncio.SubprocessProtocol):
             return
         if self.group_killed:
             return
-        # while the command runs (or is a zombie) its pid is its group's number. (On
-        # CPython's threaded child watcher, the command may be reaped a moment before
-        # its returncode is set: a window this has always had, as any killpg after
-        # asyncio reaps.)
-        if self.returncode is not None and not _group_outlives(self.pid):
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
+        if kill_group(self.pid, reaped=self.returncode is not None):
             self.group_killed = True  # SIGKILL: none of them runs on
 
     def release(self) -> None:

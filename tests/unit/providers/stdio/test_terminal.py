@@ -404,7 +404,7 @@ async def test_a_group_number_a_live_process_has_is_never_taken_for_a_leftover_g
     """After the command was reaped its number may go to a new process, which may lead
     a group of that number: a stranger's, never killed. (Ours: this process, the
     leader of no group of ours.)"""
-    from xwm_bridge.providers.stdio.terminal import _group_outlives
+    from xwm_bridge.procgroups import group_outlives
 
-    assert not _group_outlives(os.getpid())
-    assert not _group_outlives(os.getpgid(0))  # pytest's group, led by a live process
+    assert not group_outlives(os.getpid())
+    assert not group_outlives(os.getpgid(0))  # pytest's group, led by a live process

@@ -1,0 +1,146 @@
+"""An agent process that exits while a process it started holds its pipes, and the
+group it leaves behind: noticed at once, killed, on both event loops (in-process)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_acp_agent_process import alive, spec
+from tests.markers import both_loops
+from xwm_bridge.providers.stdio import codec
+from xwm_bridge.providers.stdio.agent import AcpAgent, AgentError, SessionHandlers
+
+
+async def gone(pid: int, within: float = 5.0) -> bool:
+    """Whether ``pid`` is dead (or a zombie) within ``within`` seconds (a SIGKILL sent
+    takes a moment to be delivered)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while alive(pid):
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def kill_quietly(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+@both_loops
+async def test_an_agent_exiting_while_its_child_holds_the_pipes_fails_the_turn_at_once(
+    tmp_path: Path,
+) -> None:
+    agent = AcpAgent(spec())
+    chunks: list[str] = []
+    child = 0
+    try:
+        await agent.ensure_started()
+        sid = (await agent.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}, 10))[
+            "sessionId"
+        ]
+
+        async def on_update(update: dict[str, Any]) -> None:
+            chunks.append(str(update.get("content", {}).get("text", "")))
+
+        async def on_request(method: str, params: dict[str, Any]) -> Any:
+            return None
+
+        agent.sessions[sid] = SessionHandlers(on_update, on_request)
+        prompt = {"sessionId": sid, "prompt": codec.prompt_blocks("orphan 60")}
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(AgentError) as info:
+            await agent.call("session/prompt", prompt, 8)
+        assert not info.value.timed_out, info.value
+        assert loop.time() - started < 5
+        assert "exited (exit status 6)" in str(info.value)
+        # what it wrote before it exited was read: its last stderr line, its chunk
+        assert "its child keeps the pipes" in str(info.value)
+        assert chunks and chunks[-1].startswith("orphan ")
+        child = int(chunks[-1].split()[1])
+        assert await gone(child)  # the child left in its group is killed
+        assert not agent.alive
+        assert agent.status()["lastExit"] == "exit status 6"
+        # the next call starts a new process
+        await agent.ensure_started()
+        assert agent.generation == 2
+    finally:
+        await agent.close()
+        if child:
+            kill_quietly(child)
+
+
+LEFTOVER_AGENT = """
+import json, signal, subprocess, sys
+line = sys.stdin.readline()
+rid = json.loads(line)["id"]
+# a child in the agent's group, on its stdout and stderr, that ignores SIGTERM
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+child.stdout.readline()
+sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": rid,
+                             "result": {"protocolVersion": 1, "child": child.pid}}) + "\\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+@both_loops
+async def test_close_kills_what_the_group_left_when_the_leader_exited_on_sigterm() -> None:
+    """SIGTERM ends the agent but not the child that holds its pipes: close does not
+    wait ``stop_grace`` for pipes to close, and kills the child."""
+    agent = AcpAgent(replace(spec([sys.executable, "-c", LEFTOVER_AGENT]), stop_grace=6.0))
+    child = 0
+    try:
+        init = await agent.ensure_started()
+        child = int(init["child"])
+        assert os.getpgid(child) == agent.status()["pid"]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await agent.close()
+        assert loop.time() - started < 4  # not stop_grace: the leader exited at once
+        assert await gone(child)
+    finally:
+        await agent.close()
+        if child:
+            kill_quietly(child)
+
+
+@both_loops
+async def test_close_signals_no_group_that_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the agent exited and was reaped with nothing left of its group, its number
+    may be a stranger's: close sends it nothing."""
+    agent = AcpAgent(spec())
+    await agent.ensure_started()
+    pid = agent.status()["pid"]
+    sid = (await agent.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}, 10))[
+        "sessionId"
+    ]
+    with pytest.raises(AgentError, match="exit status 3"):
+        prompt = {"sessionId": sid, "prompt": codec.prompt_blocks("crash")}
+        await agent.call("session/prompt", prompt, 10)
+    sent: list[tuple[int, int]] = []
+    real = os.killpg
+
+    def spy(pgid: int, sig: int) -> None:
+        if pgid == pid:
+            sent.append((pgid, sig))
+        real(pgid, sig)
+
+    monkeypatch.setattr(os, "killpg", spy)
+    await agent.close()
+    assert [s for s in sent if s[1] != 0] == []
