@@ -1,12 +1,57 @@
-"""Process groups the bridge started (an agent's, a terminal command's: each its own,
-``start_new_session``): whether one outlives its leader, and a SIGKILL to what is left
-that never reaches a stranger's process."""
+"""Processes the bridge starts (agents, terminal commands, skill commands, CLIs) and
+their groups (each its own, ``start_new_session``): :func:`start` says when the
+process exits, not only when its pipes close; whether a group outlives its leader;
+a SIGKILL to what is left that never reaches a stranger's process."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
+from typing import Any, cast
+
+#: the bytes a pipe's reader buffers (asyncio's ``create_subprocess_exec`` default)
+STREAM_LIMIT = 2**16
+
+
+class Watch(asyncio.subprocess.SubprocessStreamProtocol):
+    """The protocol of asyncio's ``create_subprocess_exec``, plus ``exited``, set when
+    the process exits: asyncio's ``Process.wait()`` on the default loop (not uvloop's)
+    waits for its pipes to close as well, which a background process it left holding
+    them can delay for ever."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=STREAM_LIMIT, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.transport: asyncio.SubprocessTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.transport = cast(asyncio.SubprocessTransport, transport)
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    async def wait_exit(self) -> None:
+        """Until the process exits (its pipes may stay open); a cancel leaves
+        ``exited`` be."""
+        await asyncio.shield(self.exited)
+
+    def close(self) -> None:
+        """Our ends of its pipes closed (their readers see the end, whoever holds the
+        other ends); the process killed if it still runs (asyncio's close)."""
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def start(*argv: str, **kwargs: Any) -> tuple[asyncio.subprocess.Process, Watch]:
+    """``asyncio.create_subprocess_exec(*argv, **kwargs)`` and its :class:`Watch`."""
+    loop = asyncio.get_running_loop()
+    transport, watch = await loop.subprocess_exec(lambda: Watch(loop), *argv, **kwargs)
+    return asyncio.subprocess.Process(transport, watch, loop), watch
 
 
 def group_outlives(pgid: int) -> bool:

@@ -12,10 +12,11 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.integration.agent_helpers import FAKE_AGENT
+from tests.markers import both_loops
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.agent import AcpAgent, AgentError, AgentSpec, SessionHandlers
 
-pytestmark = pytest.mark.asyncio
+pytestmark = both_loops
 
 
 def spec(argv: list[str] | None = None, **env: str) -> AgentSpec:

@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, wait_until
+from tests.markers import both_loops
 from xwm_bridge.adapters.agent_adapter import AdapterMethods, AdapterSettings
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.config import AgentsConfig, BridgeConfig, StoreConfig
 from xwm_bridge.core.context import CallContext, Handler
 from xwm_bridge.providers.stdio.agent import AcpAgent
 
-pytestmark = pytest.mark.asyncio
+pytestmark = both_loops
 
 AGENT = (sys.executable, str(ROOT / "internal" / "peers" / "fake_acp_agent.py"))
 CALL = CallContext(notify=None, transport="test")

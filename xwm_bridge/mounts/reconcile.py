@@ -16,14 +16,13 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from xwm_bridge import coerce
+from xwm_bridge import coerce, procgroups
 from xwm_bridge.config import MountsConfig, without_secrets
 from xwm_bridge.mounts import files
 from xwm_bridge.mounts.managed import CODEX, OPENCODE, McpServer, MergeError, count_sections, merge
@@ -32,6 +31,8 @@ from xwm_bridge.tasks import wait_for
 log = logging.getLogger("xwm_bridge.mounts")
 #: what ``<cli> mcp list`` may print; reading stops there and the CLI is killed
 MAX_CLI_OUTPUT = 1024 * 1024
+#: seconds a CLI's output may take to end after it exited (a process it left holds it)
+EXIT_GRACE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,9 +253,11 @@ def count_cli_servers(output: str) -> int:
 
 
 async def run_cli(exe: str, deadline: float) -> str:
-    """``<exe> mcp list``: stdout+stderr, no shell, killed at the deadline."""
+    """``<exe> mcp list``: stdout+stderr, no shell, killed at the deadline. Its output
+    ends when it exits (a process it left may hold the pipe: read for
+    :data:`EXIT_GRACE` more); nothing it started outlives the call."""
     try:
-        proc = await asyncio.create_subprocess_exec(
+        proc, watch = await procgroups.start(
             exe,
             "mcp",
             "list",
@@ -269,21 +272,30 @@ async def run_cli(exe: str, deadline: float) -> str:
     assert proc.stdout is not None
     out = bytearray()
     try:
-        async with asyncio.timeout(deadline):
-            # read no more than the cap: a CLI that keeps printing is killed there
-            while len(out) < MAX_CLI_OUTPUT and (chunk := await proc.stdout.read(65536)):
-                out += chunk
-            if len(out) < MAX_CLI_OUTPUT:
-                await proc.wait()
-    except TimeoutError:
+        async with asyncio.timeout(deadline), asyncio.TaskGroup() as tg:
+            reading = tg.create_task(_read_capped(proc.stdout, out))
+            exited = tg.create_task(watch.wait_exit())
+            await asyncio.wait((reading, exited), return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():  # it exited: a child it left may hold its stdout
+                await asyncio.wait((reading,), timeout=EXIT_GRACE)
+                reading.cancel()
+            elif len(out) >= MAX_CLI_OUTPUT:  # a CLI that keeps printing is killed
+                exited.cancel()
+    except TimeoutError:  # asyncio.timeout's own, raised around the task group
         return ""
     finally:
+        procgroups.kill_group(proc.pid, reaped=proc.returncode is not None)
         if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(Exception):
-                await wait_for(proc.wait(), 5)
+            with contextlib.suppress(TimeoutError):
+                await wait_for(watch.wait_exit(), 5)
+        watch.close()
     return out[:MAX_CLI_OUTPUT].decode("utf-8", errors="replace")
+
+
+async def _read_capped(stdout: asyncio.StreamReader, out: bytearray) -> None:
+    """Into ``out``, no more than the cap (``MAX_CLI_OUTPUT``) and its last chunk."""
+    while len(out) < MAX_CLI_OUTPUT and (chunk := await stdout.read(65536)):
+        out += chunk
 
 
 async def cli_target(

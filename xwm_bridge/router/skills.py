@@ -15,14 +15,13 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from xwm_bridge import coerce
+from xwm_bridge import coerce, procgroups
 from xwm_bridge.config import without_secrets
 from xwm_bridge.router import keywords
 from xwm_bridge.tasks import wait_for
@@ -335,7 +334,7 @@ class SkillCommands:
 
     async def _run_one(self, exe: str, payload: dict[str, Any]) -> list[SkillCandidate]:
         try:
-            proc = await asyncio.create_subprocess_exec(
+            proc, watch = await procgroups.start(
                 exe,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -347,17 +346,19 @@ class SkillCommands:
             log.warning("skill command failed to start", extra={"command": exe, "error": str(exc)})
             return []
         try:
-            stdout = await wait_for(self._exchange(proc, payload), self._timeout)
+            stdout = await wait_for(self._exchange(proc, watch, payload), self._timeout)
         except TimeoutError:
             log.warning("skill command timed out", extra={"command": exe})
             return []
         finally:
-            await _reap(proc)
+            await _reap(proc, watch)
         if proc.returncode != 0 or stdout is None:
             return []
         return parse_command_output(stdout)
 
-    async def _exchange(self, proc: asyncio.subprocess.Process, payload: dict[str, Any]) -> bytes:
+    async def _exchange(
+        self, proc: asyncio.subprocess.Process, watch: procgroups.Watch, payload: dict[str, Any]
+    ) -> bytes:
         assert proc.stdin is not None and proc.stdout is not None
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             proc.stdin.write(orjson.dumps(payload))
@@ -365,7 +366,7 @@ class SkillCommands:
             proc.stdin.close()
         async with asyncio.TaskGroup() as tg:
             reading = tg.create_task(self._read(proc.stdout))
-            exited = tg.create_task(proc.wait())
+            exited = tg.create_task(watch.wait_exit())  # not proc.wait(): its pipes too
             await asyncio.wait((reading, exited), return_when=asyncio.FIRST_COMPLETED)
             if not reading.done():  # it exited: a child it left may hold its stdout open
                 await asyncio.wait((reading,), timeout=EXIT_GRACE)
@@ -387,13 +388,14 @@ class SkillCommands:
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     """SIGKILL the command's process group: it and whatever it started (its own
-    session), also once the command itself has exited."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    session), also once the command itself has exited (while the group has members:
+    never a number that may be a stranger's by now)."""
+    procgroups.kill_group(proc.pid, reaped=proc.returncode is not None)
 
 
-async def _reap(proc: asyncio.subprocess.Process) -> None:
+async def _reap(proc: asyncio.subprocess.Process, watch: procgroups.Watch) -> None:
     _kill_group(proc)  # nothing it started outlives the call
     if proc.returncode is None:
-        with contextlib.suppress(Exception):
-            await wait_for(proc.wait(), 5)
+        with contextlib.suppress(TimeoutError):
+            await wait_for(watch.wait_exit(), 5)
+    watch.close()  # its pipes, also when a process outside its group holds them

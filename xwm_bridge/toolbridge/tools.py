@@ -11,13 +11,12 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 from typing import Any
 
 import aiohttp
 import orjson
 
-from xwm_bridge import coerce
+from xwm_bridge import coerce, procgroups
 from xwm_bridge.config import ToolbridgeConfig, without_secrets
 from xwm_bridge.llm import ChatRequest, LLMError, complete
 
@@ -127,15 +126,16 @@ async def _read_capped(stream: asyncio.StreamReader, cap: int) -> bytes:
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    """SIGKILL to the CLI's group, also after it exited while the group has members
+    (never to a number that may be a stranger's by then)."""
+    procgroups.kill_group(proc.pid, reaped=proc.returncode is not None)
 
 
 async def claude_review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
     argv = claude_argv(cfg.claude_bin, cfg, args)
     argv[0] = resolve_binary(cfg.claude_bin)
     try:
-        proc = await asyncio.create_subprocess_exec(
+        proc, watch = await procgroups.start(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -154,7 +154,8 @@ async def claude_review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
             async with asyncio.TaskGroup() as group:
                 out_task = group.create_task(_read_capped(proc.stdout, cap))
                 err_task = group.create_task(_read_capped(proc.stderr, cap))
-                code = await proc.wait()
+                await watch.wait_exit()  # not proc.wait(): on asyncio's loop, its pipes too
+                code = proc.returncode
                 # it exited: a process it left may hold its stdout/stderr open
                 _, held = await asyncio.wait((out_task, err_task), timeout=EXIT_GRACE)
                 if held:
@@ -171,7 +172,8 @@ async def claude_review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+            await watch.wait_exit()
+        watch.close()  # its pipes, also when a process outside its group holds them
     stdout = out.decode("utf-8", errors="replace")
     stderr = err.decode("utf-8", errors="replace")
     if code != 0:

@@ -16,9 +16,17 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import wait_until
+from tests.markers import both_loops
 from xwm_bridge.config import MountsConfig
 from xwm_bridge.mounts.managed import BEGIN, END, McpServer, merge, render_block, timestamp
-from xwm_bridge.mounts.reconcile import MountsRequest, reconcile
+from xwm_bridge.mounts.reconcile import (
+    MAX_CLI_OUTPUT,
+    MountsRequest,
+    count_cli_servers,
+    reconcile,
+    run_cli,
+)
 
 SERVER = {"id": "xworkmate_server", "command": "xworkmate-mcp", "args": ["--port", "7777"]}
 USER_CONFIG = '# user settings\nmodel = "o3"\n\n[mcp_servers.user_server]\ncommand = "u"\n'
@@ -454,3 +462,43 @@ def test_a_stuck_lock_holder_fails_the_write_at_the_deadline(
     params = {"config": {"autoSync": True, "managedMcpServers": [SERVER]}}
     assert targets(run(params, cfg(env)))["codex"]["syncState"] == "ready"
     assert path.read_text().count(BEGIN) == 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@both_loops
+async def test_a_cli_that_leaves_a_child_on_its_output_is_read_at_once(tmp_path: Path) -> None:
+    """``<cli> mcp list`` that prints, exits and leaves a child holding its stdout: the
+    list counts at once (not "" at the deadline), and the child is killed."""
+    pid_file = tmp_path / "child.pid"
+    body = (
+        "import subprocess\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid))\n"
+        "print('srv-one: ok'); print('srv-two: ok')"
+    )
+    cli = exe(tmp_path / "claude", body)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    out = await run_cli(str(cli), 8)
+    assert loop.time() - started < 5
+    assert count_cli_servers(out) == 2
+    child = int(pid_file.read_text())
+    await wait_until(lambda: not _alive(child))
+
+
+@both_loops
+async def test_a_cli_past_its_deadline_or_its_cap(tmp_path: Path) -> None:
+    slow = exe(tmp_path / "slow", "import time; print('srv: ok', flush=True); time.sleep(30)")
+    assert await run_cli(str(slow), 0.5) == ""
+    flood = exe(
+        tmp_path / "flood",
+        "import time\nsys.stdout.write('srv: ok\\n' * 200000); sys.stdout.flush(); time.sleep(60)",
+    )
+    assert len(await run_cli(str(flood), 20)) == MAX_CLI_OUTPUT

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_until
+from tests.markers import both_loops
 from xwm_bridge.config import BridgeConfig, RouterConfig
 from xwm_bridge.router.resolver import RoutingRequest
 from xwm_bridge.router.service import Router
@@ -190,6 +191,7 @@ def commands(tmp_path: Path, find: str, install: str = "", enabled: bool = True)
     )
 
 
+@both_loops
 async def test_finder_command_gets_prompt_on_stdin(tmp_path: Path) -> None:
     find = script(tmp_path, "finder", FINDER)
     found = await commands(tmp_path, find).find("  dub it  ")
@@ -203,6 +205,7 @@ async def test_commands_disabled_do_not_run(tmp_path: Path) -> None:
     assert seen(find) is None
 
 
+@both_loops
 async def test_missing_or_failing_commands(tmp_path: Path) -> None:
     assert await commands(tmp_path, str(tmp_path / "nope")).find("x") == []
     assert await commands(tmp_path, "no-such-binary-xwm").find("x") == []
@@ -212,6 +215,7 @@ async def test_missing_or_failing_commands(tmp_path: Path) -> None:
     assert await commands(tmp_path, big).find("x") == []
 
 
+@both_loops
 async def test_command_deadline_kills_process(tmp_path: Path) -> None:
     slow = script(tmp_path, "slow", "time.sleep(30)")
     cmds = SkillCommands(enabled=True, find_bin=slow, install_bin="", timeout=0.5, max_output=99)
@@ -220,6 +224,7 @@ async def test_command_deadline_kills_process(tmp_path: Path) -> None:
     assert time.monotonic() - started < 5
 
 
+@both_loops
 async def test_approved_install_flow_example_11_3(tmp_path: Path) -> None:
     find = script(tmp_path, "finder", FINDER)
     install = script(tmp_path, "installer", INSTALLER)
@@ -269,6 +274,7 @@ async def test_approved_install_flow_example_11_3(tmp_path: Path) -> None:
     assert os.environ.get("ACP_INSTALL_SKILL_BIN", "") != install  # argv came from config
 
 
+@both_loops
 async def test_skill_commands_run_without_the_bridges_secrets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -288,6 +294,7 @@ async def test_skill_commands_run_without_the_bridges_secrets(
     assert not {"ACP_AUTH_TOKEN", "XWM_CLIENT_TOKENS", "A_COPY"} & set(child)
 
 
+@both_loops
 async def test_a_background_child_holding_stdout_neither_delays_nor_outlives_the_command(
     tmp_path: Path,
 ) -> None:
@@ -325,6 +332,7 @@ def test_command_output_reads_installed_as_a_frame_bool() -> None:
     assert [(c.id, c.installed) for c in out] == [("a", True), ("b", False), ("c", True)]
 
 
+@both_loops
 async def test_at_most_four_skill_commands_run_at_once(tmp_path: Path) -> None:
     """Each routing preflight may start a finder: without a cap, a burst of requests
     started as many processes (the classifier has classifier_max_concurrency)."""

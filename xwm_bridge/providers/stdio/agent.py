@@ -23,10 +23,9 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from xwm_bridge import inflight, jsonrpc
-from xwm_bridge.procgroups import kill_group
+from xwm_bridge import inflight, jsonrpc, procgroups
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.features import AgentFeatures
 from xwm_bridge.tasks import Supervisor, wait_for
@@ -41,8 +40,6 @@ EXIT_REPORT_WAIT = 2.0
 #: seconds the output written before the agent exited may take to arrive, at most,
 #: when its pipes stay open after the exit (a process it left holds them)
 EXIT_DRAIN = 0.25
-#: the bytes a pipe's reader buffers (asyncio's ``create_subprocess_exec`` default)
-STREAM_LIMIT = 2**16
 #: requests from the agent served at once; past it one is answered -32004 at once (a
 #: runaway agent cannot pile up permission prompts or file reads without bound)
 MAX_AGENT_REQUESTS = 64
@@ -97,31 +94,11 @@ class AgentSpec:
     stop_grace: float = 3.0
 
 
-class _AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """asyncio's protocol of ``create_subprocess_exec``, plus ``exited``, set when the
-    process exits (asyncio's ``Process.wait()`` on the default loop waits for its
-    pipes to close as well, which a process the agent left can delay for ever)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=STREAM_LIMIT, loop=loop)
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.transport: asyncio.SubprocessTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self.transport = cast(asyncio.SubprocessTransport, transport)
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-
 class AcpAgent:
     def __init__(self, spec: AgentSpec) -> None:
         self.spec = spec
         self._proc: asyncio.subprocess.Process | None = None
-        self._protocol: _AgentProtocol | None = None
+        self._protocol: procgroups.Watch | None = None
         #: the running process's :meth:`_watch_exit` (close waits for it)
         self._watcher: asyncio.Task[None] | None = None
         #: the process's reader tasks and the agent's requests being served
@@ -187,11 +164,8 @@ class AcpAgent:
 
     async def _spawn(self) -> None:
         env = dict(self.spec.env)  # the whole environment: nothing inherited (launch.py)
-        loop = asyncio.get_running_loop()
         try:
-            # create_subprocess_exec, with a protocol that says when the process exits
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _AgentProtocol(loop),
+            proc, watch = await procgroups.start(
                 *self.spec.argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -211,8 +185,7 @@ class AcpAgent:
                 why = f"{binary}: {exc.strerror or exc}"
             self._failed(f"cannot start agent {self.spec.name}: {why}")
             raise AgentError(f"cannot start agent {self.spec.name}: {why}") from None
-        self._proc = asyncio.subprocess.Process(transport, protocol, loop)
-        self._protocol = protocol
+        self._proc, self._protocol = proc, watch
         self.generation += 1
         self.authenticated = ""
         self._exited = asyncio.Event()
@@ -228,7 +201,7 @@ class AcpAgent:
             self._tasks.spawn(self._read_stderr(proc), name=f"agent-stderr:{self.spec.name}"),
         ]
         self._watcher = self._tasks.spawn(
-            self._watch_exit(proc, protocol, readers), name=f"agent-stdexit:{self.spec.name}"
+            self._watch_exit(proc, watch, readers), name=f"agent-stdexit:{self.spec.name}"
         )
 
     async def _not_running(self) -> AgentError:
@@ -296,19 +269,18 @@ class AcpAgent:
     async def _watch_exit(
         self,
         proc: asyncio.subprocess.Process,
-        protocol: _AgentProtocol,
+        protocol: procgroups.Watch,
         readers: list[asyncio.Task[None]],
     ) -> None:
         """The process's end, when it exits (its pipes may stay open after it): what it
         wrote before is read (up to the pipes' end, at most :data:`EXIT_DRAIN` seconds
         when a process it left holds them), what is left of its group is killed, its
         pipes are closed, and the pending calls fail with how it ended."""
-        await asyncio.shield(protocol.exited)
+        await protocol.wait_exit()
         await asyncio.wait(readers, timeout=EXIT_DRAIN)
-        if kill_group(proc.pid, reaped=True):
+        if procgroups.kill_group(proc.pid, reaped=True):
             log.info("agent's leftover processes killed", extra={"agent": self.spec.name})
-        if protocol.transport is not None:
-            protocol.transport.close()  # the readers see the end even if a stranger holds them
+        protocol.close()  # the readers see the end even if a stranger holds the pipes
         await asyncio.wait(readers)
         code = proc.returncode
         self.last_exit = f"exit status {code}"
@@ -432,14 +404,14 @@ class AcpAgent:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, sig)
                 try:  # its exit, not its pipes' end (a process it left may hold them)
-                    await wait_for(asyncio.shield(protocol.exited), self.spec.stop_grace)
+                    await wait_for(protocol.wait_exit(), self.spec.stop_grace)
                     break
                 except TimeoutError:
                     continue
         if proc is not None:
             # the group may outlive its leader (gemini's relaunched child): never a
             # signal for the number once the group is gone (it may be a stranger's)
-            kill_group(proc.pid, reaped=proc.returncode is not None)
+            procgroups.kill_group(proc.pid, reaped=proc.returncode is not None)
         if watcher is not None:  # its end recorded (how it exited), its pipes closed
             await asyncio.wait([watcher], timeout=EXIT_DRAIN + 1)
         for task in self._tasks.tasks():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
+from tests.markers import both_loops
 from xwm_bridge.config import AgentsConfig, BridgeConfig, ProviderConfig
 from xwm_bridge.providers.stdio.executor import AgentBusy, StdioAgentExecutor, currency_label
 from xwm_bridge.providers.stdio.permissions import PermissionBroker
@@ -23,6 +24,7 @@ def executor(sandbox: str) -> StdioAgentExecutor:
     )
 
 
+@both_loops
 async def test_a_protocol_version_set_for_a_provider_reaches_each_of_its_processes(
     tmp_path: Path,
 ) -> None:
@@ -52,6 +54,7 @@ def capped(limit: int, wait: float = 10.0) -> StdioAgentExecutor:
     )
 
 
+@both_loops
 async def test_the_cap_closes_the_least_recently_used_idle_process_never_a_held_one(
     tmp_path: Path,
 ) -> None:
@@ -73,6 +76,7 @@ async def test_the_cap_closes_the_least_recently_used_idle_process_never_a_held_
         ]
 
 
+@both_loops
 async def test_with_every_process_held_a_new_one_waits_for_a_release(tmp_path: Path) -> None:
     ex = capped(1)
     held = await ex.acquire("gem", str(tmp_path / "a"))
@@ -91,6 +95,7 @@ async def test_with_every_process_held_a_new_one_waits_for_a_release(tmp_path: P
     ex.release(got)
 
 
+@both_loops
 async def test_with_every_process_held_past_the_wait_the_call_fails_naming_the_cap(
     tmp_path: Path,
 ) -> None:
@@ -106,6 +111,7 @@ async def test_with_every_process_held_past_the_wait_the_call_fails_naming_the_c
         assert list(ex.processes._agents.values()) == [held] and ex.status()[0]["waiting"] == 0
 
 
+@both_loops
 async def test_many_directories_at_once_never_pass_the_cap(tmp_path: Path) -> None:
     ex = capped(3)
     most = 0
@@ -121,6 +127,7 @@ async def test_many_directories_at_once_never_pass_the_cap(tmp_path: Path) -> No
     assert all(a.users == 0 for a in ex.processes._agents.values())
 
 
+@both_loops
 async def test_the_unsandboxed_executor_has_one_process_per_provider_and_no_cap() -> None:
     ex = executor("")
     async with ex.using("gem", "/a") as a, ex.using("gem", "/b") as b:
