@@ -33,6 +33,11 @@ class LLMError(Exception):
     """A failed completion, phrased as the original phrases it."""
 
 
+class LLMRefusal(LLMError):
+    """No content because the peer filtered it (``finish_reason: content_filter``):
+    the model refused, a refused turn rather than a broken peer."""
+
+
 def normalize_base_url(value: str) -> str:
     """Empty → the OpenAI default; ``…/v1`` kept; otherwise ``/v1`` appended (the
     §3 base URL rule, kept exactly, including ``/v1/`` → ``/v1/v1``; the classifier's
@@ -94,9 +99,11 @@ def parse_choice(status: int, raw: bytes, key: str = "") -> tuple[str, str]:
     message = first.get("message")
     content = message.get("content") if isinstance(message, dict) else None
     text = content.strip() if isinstance(content, str) else ""
-    if not text:
-        raise LLMError("empty response content")
     finish = first.get("finish_reason")
+    if not text:
+        if finish == "content_filter":
+            raise LLMRefusal("empty response content (finish_reason content_filter)")
+        raise LLMError("empty response content")
     return mask_key(text, key), finish if isinstance(finish, str) else ""
 
 
@@ -111,7 +118,7 @@ async def complete_choice(http: aiohttp.ClientSession, req: ChatRequest) -> tupl
     try:
         return await _complete(http, req)
     except LLMError as exc:
-        raise LLMError(mask_key(str(exc), req.api_key)) from None
+        raise type(exc)(mask_key(str(exc), req.api_key)) from None
 
 
 async def _complete(http: aiohttp.ClientSession, req: ChatRequest) -> tuple[str, str]:

@@ -224,6 +224,27 @@ async def test_a_multi_agent_run_s_stop_reason(
     assert not app[STATE_KEY].script  # every scripted reply was used
 
 
+async def test_a_multi_agent_answer_filtered_to_nothing_is_a_refusal(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    serve_app: ServeApp,
+    tmp_path: Path,
+) -> None:
+    # finish_reason content_filter with empty content: the run ends refused (no -32603)
+    app = llm_app()
+    app[STATE_KEY].script.extend(["plan", {"content": "", "finish_reason": "content_filter"}])
+    llm = await serve_app(app)
+    cfg = config(fake_upstream, tmp_path)
+    cfg["acp"] = {"default_route": "multi-agent"}
+    cfg["multi_agent"] = {"base_url": llm, "api_key": "sk-local", "max_iterations": 2}
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, _):
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        answer = await conn.prompt(session_id=session.session_id, prompt=prompt("write"))
+        assert answer.stop_reason == "refusal"
+    assert not app[STATE_KEY].script  # the run ended at the filtered answer
+
+
 async def test_a_second_prompt_waits_for_the_first_and_one_cancel_ends_both(
     start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:

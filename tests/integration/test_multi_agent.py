@@ -389,6 +389,27 @@ async def test_bad_llm_answers_are_failure_results(
     assert not any("Traceback" in line for line in bridge.logs)
 
 
+async def test_an_answer_filtered_to_nothing_is_a_refused_run(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str
+) -> None:
+    """finish_reason content_filter and no content: the failed run's shape (an error
+    update, success false) with ``stopReason: refusal``, and no further call."""
+    bridge = await start_bridge(env=base_env(**TOKEN_ENV))
+    await script(http, llm_url, "plan", {"content": "", "finish_reason": "content_filter"})
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-filtered", llm_url)), 20
+    )
+    assert "error" not in events[-1], events[-1]
+    result = events[-1]["result"]
+    assert result["success"] is False and result["mode"] == "multi-agent"
+    assert result["stopReason"] == "refusal"
+    assert result["error"] == "empty response content (finish_reason content_filter)"
+    last = updates(events)[-1]
+    assert last["type"] == "status" and last["error"] is True
+    assert last["message"] == result["error"]
+    assert len(await seen(http, llm_url)) == 2  # planner, the filtered worker
+
+
 CLIENT_KEY = "sk-client-very-secret-0123456789"
 
 

@@ -10,6 +10,7 @@ from xwm_bridge.llm import (
     MAX_ERROR_BODY,
     ChatRequest,
     LLMError,
+    LLMRefusal,
     complete,
     parse_choice,
     parse_completion,
@@ -68,3 +69,16 @@ def test_the_finish_reason_comes_with_the_answer() -> None:
     for finish in (None, 3):
         raw = orjson.dumps({"choices": [{**choice, "finish_reason": finish}]})
         assert parse_choice(200, raw) == ("cut", "")
+
+
+def test_an_empty_filtered_answer_is_a_refusal() -> None:
+    # finish_reason content_filter and no text: the model refused, not a broken peer
+    for message in ({"content": None}, {"content": "  "}, {}):
+        raw = orjson.dumps({"choices": [{"message": message, "finish_reason": "content_filter"}]})
+        with pytest.raises(LLMRefusal, match=r"^empty response content"):
+            parse_choice(200, raw)
+    # empty for another reason: an error, not a refusal
+    raw = orjson.dumps({"choices": [{"message": {}, "finish_reason": "stop"}]})
+    with pytest.raises(LLMError) as caught:
+        parse_choice(200, raw)
+    assert not isinstance(caught.value, LLMRefusal)

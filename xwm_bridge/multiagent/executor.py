@@ -19,7 +19,13 @@ from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.core.executors import CANCELLED
-from xwm_bridge.llm import ChatRequest, LLMError, complete_choice, normalize_base_url
+from xwm_bridge.llm import (
+    ChatRequest,
+    LLMError,
+    LLMRefusal,
+    complete_choice,
+    normalize_base_url,
+)
 from xwm_bridge.multiagent import protocol as p
 from xwm_bridge.netaddr import HostPolicy, endpoint_of
 
@@ -114,6 +120,8 @@ class MultiAgentExecutor:
                 plan=plan,
                 stop=best_stop,
             )
+        except LLMRefusal as exc:  # a call's answer filtered to nothing: the run is refused
+            return await self._fail(ctx, str(exc), stopReason="refusal")
         except LLMError as exc:
             return await self._fail(ctx, str(exc))
 
@@ -160,10 +168,10 @@ class MultiAgentExecutor:
             raise eg.exceptions[0] from None
         return [t.result() for t in tasks]
 
-    async def _fail(self, ctx: TurnContext, message: str) -> dict[str, Any]:
+    async def _fail(self, ctx: TurnContext, message: str, **extra: Any) -> dict[str, Any]:
         log.info("multi-agent turn failed", extra={"turn_id": ctx.turn_id, "error": message})
         await ctx.emit(p.error_update(message))
-        return p.failure_result(ctx.turn_id, message)
+        return p.failure_result(ctx.turn_id, message, **extra)
 
     async def cancelled(self, ctx: TurnContext) -> dict[str, Any]:
         await ctx.emit(p.error_update(CANCELLED))
