@@ -9,7 +9,7 @@ import gzip
 
 import pytest
 
-from tests.conftest import StartBridge
+from tests.conftest import StartBridge, base_env
 from tests.integration.test_front import Client, get, post
 from tests.integration.test_front_framing import AUTH, CAPS, chunk, raw
 
@@ -69,4 +69,30 @@ async def test_an_expect_with_an_unsupported_coding_gets_no_100_continue(
     await client.send(f"{head}Transfer-Encoding: gzip, chunked\r\n\r\n".encode())
     answer = await client.answer()
     assert answer.status == 501 and answer.header("Connection") == "close"
+    client.close()
+
+
+@pytest.mark.parametrize("path", ["/api/ping", "/console/ws", "/nowhere"])
+async def test_an_expect_with_an_unsupported_coding_gets_no_100_on_other_routes(
+    start_bridge: StartBridge, path: str
+) -> None:
+    # aiohttp's routes (and its catch-all): the refusal, not 100 Continue before it
+    bridge = await start_bridge()
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n" + AUTH
+    client = await Client.open(bridge.port)
+    await client.send(f"{head}Transfer-Encoding: gzip, chunked\r\n\r\n".encode())
+    answer = await client.answer()
+    assert (answer.status, answer.body) == (501, NOT_IMPLEMENTED), path
+    assert answer.header("Connection") == "close"
+    client.close()  # (aiohttp lingers a while for the body it did not invite)
+
+
+async def test_an_expect_from_a_foreign_host_gets_421_not_100(start_bridge: StartBridge) -> None:
+    # a bridge without a token checks Host: refused before the body is invited
+    bridge = await start_bridge(env=base_env())
+    head = "POST /api/ping HTTP/1.1\r\nHost: evil.example\r\nExpect: 100-continue\r\n"
+    client = await Client.open(bridge.port)
+    await client.send(f"{head}Content-Length: 5\r\n\r\n".encode())
+    answer = await client.answer()
+    assert answer.status == 421 and answer.header("Connection") == "close"
     client.close()

@@ -176,9 +176,10 @@ class HttpTransport(HttpChecks):
         routes = self._routes()
         for path in paths:
             method, handler = routes[path]
-            expect = self.rpc_expect if path == "/acp/rpc" else None
+            expect = self.rpc_expect if path == "/acp/rpc" else self.route_expect
             app.router.add_route(method, path, handler, expect_handler=expect)
-        app.router.add_route("*", "/{tail:.*}", self.not_found)  # last: matched in order
+        # last: matched in order
+        app.router.add_route("*", "/{tail:.*}", self.not_found, expect_handler=self.route_expect)
         app.cleanup_ctx.append(self._lifespan)
         app.on_shutdown.append(self._on_shutdown)
         return app
@@ -259,6 +260,20 @@ class HttpTransport(HttpChecks):
                 apply_cors(response, self.cors(request))
                 response.force_close()
                 return response
+        await _default_expect_handler(request)  # 100 Continue (417 for another Expect)
+        return None
+
+    async def route_expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue`` on every other route: the refusals every route gets
+        (:meth:`unframed`, a foreign ``Host``) instead of ``100 Continue`` before them,
+        as :meth:`rpc_expect` (the middlewares run only after the 100)."""
+        refused = self.unframed(request)
+        if refused is None and self.hosts.refuses(request.headers.get("Host")):
+            upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+            refused = web_reply(self.misdirected(request, "ws" if upgrade else "http"))
+            refused.force_close()
+        if refused is not None:
+            return refused
         await _default_expect_handler(request)  # 100 Continue (417 for another Expect)
         return None
 
