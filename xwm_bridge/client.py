@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import itertools
 import os
+import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -53,6 +55,27 @@ def ws_url(base: str) -> str:
         raise bad
     scheme = "wss" if parts.scheme in ("https", "wss") else "ws"
     return f"{scheme}://{parts.netloc}/acp"
+
+
+def unreachable(exc: BaseException) -> str:
+    """Why a connection failed, in a few lowercase words: the OS's or the resolver's
+    reason, not aiohttp's ``Cannot connect to host h:p ssl:default [...]``; a
+    proxy's failure says so."""
+    os_error = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(os_error, ssl.SSLCertVerificationError):
+        reason = f"TLS certificate not trusted: {os_error.verify_message}"
+    elif isinstance(os_error, ssl.SSLError):  # its errno is OpenSSL's
+        reason = f"TLS error: {os_error.reason or os_error.strerror}"
+    elif isinstance(os_error, socket.gaierror) and os_error.strerror:
+        reason = os_error.strerror  # its errno is the resolver's, not os.strerror's
+    elif isinstance(os_error, OSError) and os_error.errno:
+        reason = os.strerror(os_error.errno)
+    else:
+        reason = str(os_error) or type(os_error).__name__
+    reason = reason[:1].lower() + reason[1:] if not reason.startswith("TLS") else reason
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        return f"the proxy {exc.host}:{exc.port}: {reason}"
+    return reason
 
 
 def listen_url(listen: str) -> str:
@@ -224,7 +247,9 @@ class Client:
             raise ClientError(f"the bridge refused the connection: HTTP {exc.status}") from None
         except (aiohttp.ClientError, OSError) as exc:
             await self._http.close()
-            raise ClientError(f"cannot reach the bridge at {self.url}: {exc}") from None
+            raise ClientError(
+                f"cannot reach the bridge at {self.url}: {unreachable(exc)}"
+            ) from None
         self._reader = asyncio.get_running_loop().create_task(self._read(), name="client-reader")
         return self
 

@@ -61,6 +61,22 @@ async def test_run_list_and_a_wrong_token(
     assert code == 1 and "cannot reach the bridge" in err
 
 
+async def test_a_bridge_it_cannot_reach_is_one_clear_line() -> None:
+    # the URL and the reason, without aiohttp's "Cannot connect to host …ssl:default"
+    code, out, err = await client("nonsense", "list")
+    assert (code, out) == (1, "")
+    (line,) = err.strip().splitlines()
+    # the resolver's reason ("name or service not known"; offline resolvers differ)
+    prefix = "xwm-bridge: cannot reach the bridge at ws://nonsense/acp: "
+    assert line.startswith(prefix) and line.removeprefix(prefix).islower(), line
+    assert "ssl:" not in line and "[" not in line, line
+    code, _, err = await client("http://127.0.0.1:1", "list")
+    assert code == 1
+    assert err.strip() == (
+        "xwm-bridge: cannot reach the bridge at ws://127.0.0.1:1/acp: connection refused"
+    ), err
+
+
 async def test_run_prompts_for_a_permission(
     start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.test_utils import TestServer
 
 from xwm_bridge import client as client_mod
@@ -92,3 +96,24 @@ async def test_a_call_after_the_bridge_closed_the_connection_fails_at_once() -> 
                     await c.call("bridge.watch", {}, wait_s=None)
     finally:
         await server.close()
+
+
+def test_why_a_connection_failed_is_a_few_words() -> None:
+    key = ConnectionKey("proxy.test", 3128, False, True, None, None, None)
+    refused = ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 1)")
+    assert client_mod.unreachable(aiohttp.ClientConnectorError(key, refused)) == (
+        "connection refused"
+    )
+    dns = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    assert client_mod.unreachable(aiohttp.ClientConnectorError(key, dns)) == (
+        "name or service not known"
+    )
+    assert client_mod.unreachable(aiohttp.ClientProxyConnectionError(key, refused)) == (
+        "the proxy proxy.test:3128: connection refused"
+    )
+    cert = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    cert.verify_message = "self-signed certificate"
+    assert client_mod.unreachable(aiohttp.ClientConnectorCertificateError(key, cert)) == (
+        "TLS certificate not trusted: self-signed certificate"
+    )
+    assert client_mod.unreachable(aiohttp.ServerDisconnectedError()) == "server disconnected"
