@@ -277,6 +277,8 @@ def render_text(
         )
         lines.append(f"  providers[{i}] = {p!r}  [{src}]")
     lines.append("checks:")
+    #: each hint once, after the checks, with the rows it is for (in --json: per row)
+    hints: dict[str, list[str]] = {}
     for c in checks:
         if c["ok"]:
             mark = "WARN" if c.get("warning") else "ok  "
@@ -287,6 +289,7 @@ def render_text(
         if c.get("proxy"):
             detail += f" ({c['proxy']})"
         if c.get("hint"):
-            detail += f" ({c['hint']})"
+            hints.setdefault(c["hint"], []).append(str(what))
         lines.append(f"  [{mark}] {c['check']} {what}: {detail}")
+    lines += [f"  hint ({', '.join(whats)}): {hint}" for hint, whats in hints.items()]
     return "\n".join(lines)

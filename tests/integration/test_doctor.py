@@ -245,6 +245,11 @@ async def test_a_failing_default_provider_says_it_is_the_built_in_catalog(
     codex = by(orjson.loads(out), "provider")["codex"]
     assert codex["ok"] is False
     assert "built-in default catalog" in codex["hint"] and "providers:" in codex["hint"]
+    assert all("hint" in r for r in by(orjson.loads(out), "provider").values())
     code, out, err = await run_doctor(tmp_path, path, HTTPS_PROXY=proxy)
-    line = next(x for x in out.decode().splitlines() if "[FAIL] provider codex" in x)
-    assert "built-in default catalog" in line, line
+    text = out.decode()
+    # the three failing providers share one hint: printed once, naming them
+    assert text.count("built-in default catalog") == 1, text
+    line = next(x for x in text.splitlines() if "built-in default catalog" in x)
+    assert line.startswith("  hint (codex, opencode, gemini): "), line
+    assert "[FAIL] provider codex" in text
