@@ -407,4 +407,14 @@ async def test_a_group_number_a_live_process_has_is_never_taken_for_a_leftover_g
     from xwm_bridge.procgroups import group_outlives
 
     assert not group_outlives(os.getpid())
-    assert not group_outlives(os.getpgid(0))  # pytest's group, led by a live process
+    # a group led by a live process of its own number (pytest's own group may be led by
+    # a shell that already exited, as under a CI runner: then it does outlive its leader)
+    leader = await asyncio.create_subprocess_exec(
+        "sleep", "30", start_new_session=True, stdin=asyncio.subprocess.DEVNULL
+    )
+    try:
+        assert os.getpgid(leader.pid) == leader.pid
+        assert not group_outlives(leader.pid)
+    finally:
+        leader.kill()
+        await leader.wait()
