@@ -21,26 +21,29 @@ FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXE
 
 @contextlib.contextmanager
 def parent_fd(base: Path, parts: tuple[str, ...]) -> Iterator[int]:
-    """A directory fd of ``base/parts[:-1]``, each component opened ``O_NOFOLLOW``
-    relative to the one before (``base`` itself is followed: it is trusted)."""
-    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    """A directory fd of ``base/parts[:-1]`` (:func:`open_dir`), closed on exit."""
+    fd = open_dir(base, parts[:-1])
     try:
-        for part in parts[:-1]:
-            child = os.open(part, DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
         yield fd
     finally:
         os.close(fd)
 
 
-def open_dir(base: Path, parts: tuple[str, ...]) -> int:
+def open_dir(base: Path | str, parts: tuple[str, ...], *, create: bool = False) -> int:
     """A directory fd of ``base/parts``, every component opened ``O_NOFOLLOW`` relative
-    to the one before (``base`` itself is followed: it is trusted); the caller closes it."""
+    to the one before (``base`` itself is followed: it is trusted), and with ``create``
+    made when missing (a symlink on the way still fails); the caller closes it."""
     fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
         for part in parts:
-            child = os.open(part, DIR_FLAGS, dir_fd=fd)
+            try:
+                child = os.open(part, DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
+                    os.mkdir(part, dir_fd=fd)
+                child = os.open(part, DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = child
     except BaseException:

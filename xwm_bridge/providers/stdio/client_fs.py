@@ -121,32 +121,12 @@ def _target_mode(dir_fd: int, name: str) -> int:
     return 0o666 & ~_UMASK if stat.S_ISLNK(st.st_mode) else stat.S_IMODE(st.st_mode)
 
 
-def _open_dirs(root: str, parts: tuple[str, ...]) -> int:
-    """A directory fd of ``root/parts``, each component opened ``O_NOFOLLOW`` relative
-    to the one before and created when missing (a symlink on the way fails)."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in parts:
-            try:
-                child = os.open(part, beneath.DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
-                    os.mkdir(part, dir_fd=fd)
-                child = os.open(part, beneath.DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def _write(path: str, content: str, root: str) -> None:
     parts = parts_below(path, root)
     if not parts:
         raise IsADirectoryError(21, "Is a directory")
     name = parts[-1]
-    dir_fd = _open_dirs(root, parts[:-1])
+    dir_fd = beneath.open_dir(root, parts[:-1], create=True)
     try:
         mode = _target_mode(dir_fd, name)
         tmp = f".xwm-write-{secrets.token_hex(6)}"
