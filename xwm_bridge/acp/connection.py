@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from xwm_bridge import coerce, inflight, jsonrpc
 from xwm_bridge.acp import codec
-from xwm_bridge.acp.mapping import PromptSupport
+from xwm_bridge.acp.prompts import PromptSupport
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.jsonrpc import RpcError

@@ -12,8 +12,8 @@ from typing import Any
 
 from xwm_bridge import coerce, jsonrpc
 from xwm_bridge.acp.connection import AcpConnection, Send
-from xwm_bridge.acp.mapping import PromptSupport
 from xwm_bridge.acp.options import Choice, RouteCatalog
+from xwm_bridge.acp.prompts import PromptSupport
 from xwm_bridge.acp.sessions import AcpSession, AcpSessions, Client, from_upstream
 from xwm_bridge.acp.turns import TurnRelay
 from xwm_bridge.app.bridge import Bridge

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from xwm_bridge import __version__, coerce, jsonrpc
-from xwm_bridge.acp import codec, mapping
+from xwm_bridge.acp import codec, prompts, updates
 from xwm_bridge.acp.connection import CANCEL_REQUEST, CURRENT_PROMPT, request_key
 from xwm_bridge.acp.options import Choice
 from xwm_bridge.acp.sessions import AcpSession, new_session_id, session_info
@@ -207,7 +207,7 @@ class AcpMethods:
                 ledger = await self._ledger(sid)
                 last = ledger[-1].event_id if ledger else -1
                 notes = [e.message for e in ledger if e.kind == NOTIFICATION]
-                for update in mapping.replay_updates(history, notes):
+                for update in updates.replay_updates(history, notes):
                     body = {"sessionId": sid, "update": update}
                     await send(jsonrpc.notification("session/update", body))
                 await session.end_replay(last, send)
@@ -333,7 +333,7 @@ class AcpMethods:
     ) -> dict[str, Any]:
         session, cancelled = await self._reopened(params)
         support = self.conn.prompt_support or self.front.prompt_support()
-        blocks = mapping.check_prompt(params.get("prompt"), support)
+        blocks = prompts.check_prompt(params.get("prompt"), support)
         relay = TurnRelay(self.front, session, blocks)
         # in session.turns before the first await: a session/cancel right behind the
         # prompt (while the title is stored or a gateway connected) finds it
@@ -346,10 +346,10 @@ class AcpMethods:
             relay.cancel()
         try:
             if not session.title:
-                session.title = mapping.title_of(mapping.prompt_text(blocks))
+                session.title = prompts.title_of(prompts.prompt_text(blocks))
                 await self.front.persist(session)
             await self.front.prepare_route(session.choice, self.conn)
-            turn = mapping.turn_params(
+            turn = prompts.turn_params(
                 session.session_id, session.cwd, blocks, session.choice.route, session.choice.model
             )
             if session.mcp_servers and self.front.takes_client_mcp(session.choice.route):

@@ -19,7 +19,7 @@ from asyncio import FIRST_COMPLETED
 from typing import TYPE_CHECKING, Any
 
 from xwm_bridge import coerce, jsonrpc
-from xwm_bridge.acp import codec, mapping
+from xwm_bridge.acp import codec, prompts, updates
 from xwm_bridge.acp.sessions import AcpSession
 from xwm_bridge.app.dispatcher import report_turn
 from xwm_bridge.jsonrpc import RpcError
@@ -47,7 +47,7 @@ class TurnRelay:
         self.session = session
         self.blocks = blocks
         client = session.client
-        self.state = mapping.TurnMapState(
+        self.state = updates.TurnMapState(
             terminals=client is not None and client.serves("terminal/create")
         )
         self.turn_id = ""
@@ -70,7 +70,7 @@ class TurnRelay:
             return
         pos = self._pos(params, bridge_update)
         sid = self.session.session_id
-        for update in mapping.acp_updates(message, self.state):
+        for update in updates.acp_updates(message, self.state):
             await self.session.deliver(_update(sid, update), pos)
 
     def _pos(self, params: dict[str, Any], bridge_update: bool) -> int | None:
@@ -84,8 +84,8 @@ class TurnRelay:
         # the prompt goes into the turn's ledger, for session/load after a restart
         blocks: list[dict[str, Any]] = self.blocks
         if len(jsonrpc.dumps(blocks)) > LEDGER_PROMPT_MAX:
-            blocks = [{"type": "text", "text": mapping.prompt_text(blocks)[:LEDGER_PROMPT_MAX]}]
-        self._record(mapping.USER_MESSAGE, {"prompt": blocks})
+            blocks = [{"type": "text", "text": prompts.prompt_text(blocks)[:LEDGER_PROMPT_MAX]}]
+        self._record(updates.USER_MESSAGE, {"prompt": blocks})
         if self.cancel_requested:  # a cancel that came before the turn had started
             self.front.cancel_turn(self.session.session_id)
 
@@ -137,7 +137,7 @@ class TurnRelay:
         request_id = coerce.text(payload.get("requestId"))
         if not request_id:
             return
-        params = mapping.permission_request(self.session.session_id, payload)
+        params = updates.permission_request(self.session.session_id, payload)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.front.config.agents.permission_timeout
         asked = False
@@ -192,7 +192,7 @@ class TurnRelay:
                     continue  # the connection dropped: ask the next client that attaches
                 log.info("permission request failed", extra={"error": exc.message})
                 answer = None
-            option = mapping.chosen_option(answer, params["options"])
+            option = updates.chosen_option(answer, params["options"])
             if option is None:  # cancelled with no reject option, not offered, an error:
                 # the agent is told "cancelled" now, not at agents.permission_timeout
                 self.front.bridge.permissions.decline(
@@ -249,7 +249,7 @@ class TurnRelay:
 
     async def respond(self, result: dict[str, Any]) -> dict[str, Any]:
         """The ``session/prompt`` result of the turn's bridge result."""
-        stop = mapping.stop_reason(result, self.cancel_requested)
+        stop = updates.stop_reason(result, self.cancel_requested)
         # the request's audit line and metric: as for the turn on the HTTP path
         report_turn(
             "failed" if stop is None else "cancelled" if stop == "cancelled" else "ok", result
@@ -259,7 +259,7 @@ class TurnRelay:
                 jsonrpc.INTERNAL_ERROR,
                 f"turn failed: {coerce.text(result.get('error'), 'unknown error')}",
             )
-        text = mapping.final_output(result)
+        text = updates.final_output(result)
         if text and not self.state.message_chars and stop != "cancelled":
             # a provider that streamed nothing: its final output is the message
             update = {
@@ -267,5 +267,5 @@ class TurnRelay:
                 "content": {"type": "text", "text": text},
             }
             await self.session.deliver(_update(self.session.session_id, update))
-            self._record(mapping.AGENT_MESSAGE, {"text": text})
+            self._record(updates.AGENT_MESSAGE, {"text": text})
         return {"stopReason": stop}

@@ -10,8 +10,10 @@ from acp import schema
 from pydantic import ValidationError
 
 from tests.acp_schema import strict
-from xwm_bridge.acp import mapping
-from xwm_bridge.acp.mapping import PromptSupport, TurnMapState
+from xwm_bridge.acp import prompts
+from xwm_bridge.acp import updates as to_acp
+from xwm_bridge.acp.prompts import PromptSupport
+from xwm_bridge.acp.updates import TurnMapState
 from xwm_bridge.jsonrpc import RpcError
 
 
@@ -21,7 +23,7 @@ def bridge(payload: dict[str, Any], *, relayed: bool = False) -> dict[str, Any]:
 
 
 def updates(message: dict[str, Any], state: TurnMapState | None = None) -> list[dict[str, Any]]:
-    out = mapping.acp_updates(message, state or TurnMapState())
+    out = to_acp.acp_updates(message, state or TurnMapState())
     for update in out:
         strict(schema.SessionNotification, {"sessionId": "s1", "update": update})
     return out
@@ -138,33 +140,33 @@ def test_plan_usage_steps_gateway_tools_and_passthrough() -> None:
     assert updates(bridge({"type": "agent_update", "update": mode})) == []  # the bridge's own
     for quiet in ({"type": "status", "event": "started"}, {"type": "final", "message": "x"}):
         assert updates(bridge(quiet)) == []
-    assert mapping.acp_updates({"method": "other", "params": {}}, TurnMapState()) == []
+    assert to_acp.acp_updates({"method": "other", "params": {}}, TurnMapState()) == []
 
 
 def test_stop_reasons() -> None:
-    assert mapping.stop_reason({"success": True}, False) == "end_turn"
-    assert mapping.stop_reason({"success": True, "stopReason": "max_tokens"}, False) == "max_tokens"
-    assert mapping.stop_reason({"success": False, "stopReason": "refusal"}, False) == "refusal"
-    assert mapping.stop_reason({"success": True, "stopReason": "length"}, False) == "max_tokens"
-    assert mapping.stop_reason({"success": False, "cancelled": True}, False) == "cancelled"
-    assert mapping.stop_reason({"success": False, "aborted": True}, False) == "cancelled"
-    assert mapping.stop_reason({"success": True}, True) == "cancelled"
-    assert mapping.stop_reason({"success": False, "error": "down"}, False) is None
+    assert to_acp.stop_reason({"success": True}, False) == "end_turn"
+    assert to_acp.stop_reason({"success": True, "stopReason": "max_tokens"}, False) == "max_tokens"
+    assert to_acp.stop_reason({"success": False, "stopReason": "refusal"}, False) == "refusal"
+    assert to_acp.stop_reason({"success": True, "stopReason": "length"}, False) == "max_tokens"
+    assert to_acp.stop_reason({"success": False, "cancelled": True}, False) == "cancelled"
+    assert to_acp.stop_reason({"success": False, "aborted": True}, False) == "cancelled"
+    assert to_acp.stop_reason({"success": True}, True) == "cancelled"
+    assert to_acp.stop_reason({"success": False, "error": "down"}, False) is None
     # multi-agent: max_iterations rounds without the reviewer's approval
     unapproved = {"success": True, "mode": "multi-agent", "approved": False}
-    assert mapping.stop_reason(unapproved, False) == "max_turn_requests"
-    assert mapping.stop_reason({**unapproved, "approved": True}, False) == "end_turn"
-    assert mapping.stop_reason({**unapproved, "stopReason": "max_tokens"}, False) == "max_tokens"
-    assert mapping.stop_reason(unapproved, True) == "cancelled"
-    for reason in mapping.STOP_REASONS:
+    assert to_acp.stop_reason(unapproved, False) == "max_turn_requests"
+    assert to_acp.stop_reason({**unapproved, "approved": True}, False) == "end_turn"
+    assert to_acp.stop_reason({**unapproved, "stopReason": "max_tokens"}, False) == "max_tokens"
+    assert to_acp.stop_reason(unapproved, True) == "cancelled"
+    for reason in to_acp.STOP_REASONS:
         strict(
             schema.PromptResponse,
-            {"stopReason": mapping.stop_reason({"stopReason": reason}, False)},
+            {"stopReason": to_acp.stop_reason({"stopReason": reason}, False)},
         )
 
 
 def test_prompt_to_turn_params() -> None:
-    blocks = mapping.check_prompt(
+    blocks = prompts.check_prompt(
         [
             {"type": "text", "text": "review this"},
             {"type": "resource_link", "uri": "file:///w/a.py", "name": "a.py"},
@@ -172,7 +174,7 @@ def test_prompt_to_turn_params() -> None:
         ],
         PromptSupport(),
     )
-    params = mapping.turn_params("s1", "/w", blocks, "single-agent:codex", "gpt-x")
+    params = prompts.turn_params("s1", "/w", blocks, "single-agent:codex", "gpt-x")
     assert params == {
         "sessionId": "s1",
         "threadId": "s1",
@@ -186,17 +188,17 @@ def test_prompt_to_turn_params() -> None:
             "explicitModel": "gpt-x",
         },
     }
-    assert "acpPrompt" not in mapping.turn_params("s1", "/w", blocks[:2], "auto", "")
+    assert "acpPrompt" not in prompts.turn_params("s1", "/w", blocks[:2], "auto", "")
     image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
-    assert mapping.check_prompt([image], PromptSupport(image=True)) == [image]
-    assert mapping.prompt_text([image]) == "[image: image/png]"
-    assert mapping.routing_params("auto", "") == {"routingMode": "auto"}
-    assert mapping.routing_params("multi-agent", "")["explicitExecutionTarget"] == "multiAgent"
-    gw = mapping.routing_params("gateway:openclaw", "")
+    assert prompts.check_prompt([image], PromptSupport(image=True)) == [image]
+    assert prompts.prompt_text([image]) == "[image: image/png]"
+    assert prompts.routing_params("auto", "") == {"routingMode": "auto"}
+    assert prompts.routing_params("multi-agent", "")["explicitExecutionTarget"] == "multiAgent"
+    gw = prompts.routing_params("gateway:openclaw", "")
     assert gw["explicitExecutionTarget"] == "gateway"
     assert gw["preferredGatewayProviderId"] == "openclaw"
-    assert mapping.title_of("\n  fix the bug in parser.py\nmore") == "fix the bug in parser.py"
-    assert len(mapping.title_of("x" * 200)) == 80
+    assert prompts.title_of("\n  fix the bug in parser.py\nmore") == "fix the bug in parser.py"
+    assert len(prompts.title_of("x" * 200)) == 80
 
 
 @pytest.mark.parametrize(
@@ -214,7 +216,7 @@ def test_prompt_to_turn_params() -> None:
 )
 def test_bad_prompts_are_invalid_params(prompt: Any) -> None:
     with pytest.raises(RpcError) as err:
-        mapping.check_prompt(prompt, PromptSupport())
+        prompts.check_prompt(prompt, PromptSupport())
     assert err.value.code == -32602
 
 
@@ -235,11 +237,11 @@ def test_a_prompt_block_the_schema_rejects_is_invalid_params(block: dict[str, An
     with pytest.raises(ValidationError):
         schema.PromptRequest.model_validate({"sessionId": "s", "prompt": [block]})
     with pytest.raises(RpcError) as err:
-        mapping.check_prompt([{"type": "text", "text": "see"}, block], PromptSupport(image=True))
+        prompts.check_prompt([{"type": "text", "text": "see"}, block], PromptSupport(image=True))
     assert err.value.code == -32602 and err.value.message.startswith("prompt[1]: "), err.value
     # what the schema takes passes, extra fields and _meta included (ACP tolerates them)
     link = {"type": "resource_link", "uri": "file:///a", "name": "a", "_meta": {"x": 1}}
-    assert mapping.check_prompt([link], PromptSupport()) == [link]
+    assert prompts.check_prompt([link], PromptSupport()) == [link]
 
 
 def test_permission_request_and_answers() -> None:
@@ -254,19 +256,18 @@ def test_permission_request_and_answers() -> None:
         ],
         "pending": True,
     }
-    params = mapping.permission_request("s1", payload)
+    params = to_acp.permission_request("s1", payload)
     strict(schema.RequestPermissionRequest, params)
     assert [o["optionId"] for o in params["options"]] == ["once", "no"]
     options = params["options"]
     picked = {"outcome": {"outcome": "selected", "optionId": "once"}}
-    assert mapping.chosen_option(picked, options) == "once"
+    assert to_acp.chosen_option(picked, options) == "once"
     assert (
-        mapping.chosen_option({"outcome": {"outcome": "selected", "optionId": "x"}}, options)
-        is None
+        to_acp.chosen_option({"outcome": {"outcome": "selected", "optionId": "x"}}, options) is None
     )
-    assert mapping.chosen_option({"outcome": {"outcome": "cancelled"}}, options) == "no"
-    assert mapping.chosen_option({"nope": 1}, options) is None
-    bare = mapping.permission_request("s1", {"requestId": "perm-8", "options": []})
+    assert to_acp.chosen_option({"outcome": {"outcome": "cancelled"}}, options) == "no"
+    assert to_acp.chosen_option({"nope": 1}, options) is None
+    bare = to_acp.permission_request("s1", {"requestId": "perm-8", "options": []})
     assert bare["toolCall"] == {"toolCallId": "perm-8"}
 
 
@@ -274,15 +275,15 @@ def test_replay_of_a_stored_session() -> None:
     ledger = [
         bridge({"type": "status", "event": "started"}),
         {
-            "method": mapping.USER_MESSAGE,
+            "method": to_acp.USER_MESSAGE,
             "params": {"prompt": [{"type": "text", "text": "second"}]},
         },
         bridge({"type": "delta", "delta": "answer two"}),
         bridge({"type": "tool_call", "toolCallId": "c1", "title": "t"}),
-        {"method": mapping.USER_MESSAGE, "params": {"prompt": [{"type": "text", "text": "third"}]}},
-        {"method": mapping.AGENT_MESSAGE, "params": {"text": "final only"}},
+        {"method": to_acp.USER_MESSAGE, "params": {"prompt": [{"type": "text", "text": "third"}]}},
+        {"method": to_acp.AGENT_MESSAGE, "params": {"text": "final only"}},
     ]
-    out = mapping.replay_updates(("first", "second", "third"), ledger)
+    out = to_acp.replay_updates(("first", "second", "third"), ledger)
     for update in out:
         strict(schema.SessionNotification, {"sessionId": "s1", "update": update})
     assert [(u["sessionUpdate"], u.get("content", {}).get("text")) for u in out] == [
@@ -318,7 +319,7 @@ def test_a_malformed_content_block_from_upstream_is_not_relayed(content: dict[st
     tool = {"type": "tool_call", "toolCallId": "t1", "title": "x"}
     (update,) = updates(bridge({**tool, "content": [{"type": "content", "content": content}]}))
     assert update["content"] == []
-    replayed = mapping.user_message_updates([content, {"type": "text", "text": "kept"}])
+    replayed = to_acp.user_message_updates([content, {"type": "text", "text": "kept"}])
     assert [u["content"] for u in replayed] == [{"type": "text", "text": "kept"}]
 
 
@@ -354,17 +355,17 @@ def test_a_prompt_of_empty_text_is_invalid_params_naming_the_prompt(
     blocks: list[dict[str, Any]],
 ) -> None:
     with pytest.raises(RpcError) as err:
-        mapping.check_prompt(blocks, PromptSupport())
+        prompts.check_prompt(blocks, PromptSupport())
     assert err.value.code == -32602 and err.value.message.startswith("prompt has no")
 
 
 def test_a_tool_call_keeps_an_object_meta_and_drops_any_other() -> None:
     meta = {"claudeCode": {"toolName": "Bash"}}
     call = {"toolCallId": "t1", "title": "Run", "rawInput": {"cmd": "ls"}, "_meta": meta}
-    out = mapping.tool_call_fields(call, False, start=False)
+    out = to_acp.tool_call_fields(call, False, start=False)
     assert out["_meta"] == meta and out["rawInput"] == {"cmd": "ls"}
     strict(schema.ToolCallUpdate, out)
-    assert "_meta" not in mapping.tool_call_fields({**call, "_meta": "x"}, False, start=True)
+    assert "_meta" not in to_acp.tool_call_fields({**call, "_meta": "x"}, False, start=True)
 
 
 def test_a_chunk_keeps_the_agents_meta_on_the_update_and_on_its_block() -> None:
