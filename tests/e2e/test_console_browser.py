@@ -329,6 +329,8 @@ async def test_resolved_permission_records_stay_bounded(console: Any) -> None:
     await login(page, bp.url, TOKEN)
     await page.goto(f"{bp.url}/console#/permissions")
     await page.locator("#perm-none").wait_for()  # the watch is open: events are recorded
+    # an empty "Answered" list says so, as the empty "Pending" one does
+    await page.locator("#perm-resolved-none", has_text="No request answered yet").wait_for()
     events = bp.bridge.events
     pending = PermissionRecord("s-open", "p-open", "t", "fake", {"title": "still open"})
     events.publish("permission", "requested", pending.wire(), "s-open")
@@ -338,6 +340,7 @@ async def test_resolved_permission_records_stay_bounded(console: Any) -> None:
         ).resolved(resolution="selected", outcome="allow_once", resolved_at=i + 1)
         events.publish("permission", "resolved", record.wire(), record.session_id)
     await page.locator("#perm-resolved", has_text="decision 799").wait_for()
+    await page.locator("#perm-resolved-none").wait_for(state="hidden")
     held = await page.evaluate("() => xwmConsole.held().permissions")
     assert 501 <= held <= 601, held  # the pending one and the newest resolved ones
     assert await page.locator("#perm-pending", has_text="still open").count() == 1

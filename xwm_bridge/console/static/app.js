@@ -70,6 +70,7 @@ function renderPermissions() {
   renderPermCards($("perm-pending"), pending, false, call);
   $("perm-none").hidden = pending.length > 0;
   renderPermCards($("perm-resolved"), resolved, false, call);
+  $("perm-resolved-none").hidden = resolved.length > 0;
   tickCountdowns();
   renderTabs();
 }
