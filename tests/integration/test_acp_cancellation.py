@@ -56,6 +56,35 @@ class Peer:
         return str(result["sessionId"])
 
 
+class HeldReopen:
+    """A session of this connection that left memory (past a live bound of 2), and the
+    store read of a prompt's reopen of it (``AcpFrontDoor.find`` without a cwd; a
+    ``session/load`` passes one) held until :attr:`release` is set; :attr:`reading`
+    once it is held."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.target = ""
+        self.reading, self.release = asyncio.Event(), asyncio.Event()
+        real_find = AcpFrontDoor.find
+
+        async def find(front: AcpFrontDoor, sid: str, cwd: str, principal: str) -> Any:
+            if sid == self.target and not cwd:
+                self.reading.set()
+                await asyncio.wait_for(self.release.wait(), 30)
+            return await real_find(front, sid, cwd, principal)
+
+        monkeypatch.setattr(acp_sessions, "MAX_LIVE_SESSIONS", 2)
+        monkeypatch.setattr(AcpFrontDoor, "find", find)
+
+    async def forgotten_session(self, peer: Peer, cwd: Path) -> str:
+        """``initialize``, then the target session, pushed out of memory by three newer."""
+        await peer.call(0, "initialize", {"protocolVersion": 1})
+        self.target = await peer.new_session(1, cwd)
+        for rid in range(2, 5):
+            await peer.new_session(rid, cwd)
+        return self.target
+
+
 def prompt(sid: str, text: str) -> dict[str, Any]:
     return {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
 
@@ -73,37 +102,25 @@ async def test_a_cancel_while_the_prompt_reopens_its_session_cancels_it(
     # a session of this connection left memory (past the live bound): the prompt reads it
     # back from the store, and a session/cancel that lands during that read must still
     # answer the prompt cancelled (ACP: MUST), its turn never reaching the upstream
-    monkeypatch.setattr(acp_sessions, "MAX_LIVE_SESSIONS", 2)
-    target = ""
-    reading, release, cancel_served = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    real_find, real_cancel = AcpFrontDoor.find, AcpMethods.session_cancel
-
-    async def find(front: AcpFrontDoor, sid: str, cwd: str, principal: str) -> Any:
-        if sid == target and not cwd:  # the prompt's reopen (a load passes its cwd)
-            reading.set()
-            await asyncio.wait_for(release.wait(), 30)
-        return await real_find(front, sid, cwd, principal)
+    held = HeldReopen(monkeypatch)
+    cancel_served = asyncio.Event()
+    real_cancel = AcpMethods.session_cancel
 
     async def session_cancel(methods: AcpMethods, *args: Any) -> dict[str, Any]:
         out = await real_cancel(methods, *args)
         cancel_served.set()
         return out
 
-    monkeypatch.setattr(AcpFrontDoor, "find", find)
     monkeypatch.setattr(AcpMethods, "session_cancel", session_cancel)
     bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
     async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
         peer = Peer(ws)
-        await peer.call(0, "initialize", {"protocolVersion": 1})
-        target = await peer.new_session(1, tmp_path)
-        for rid in range(2, 5):  # the first session leaves memory
-            await peer.new_session(rid, tmp_path)
-        assert bp.bridge is not None
+        target = await held.forgotten_session(peer, tmp_path)
         await peer.request("p", "session/prompt", prompt(target, "reopened"))
-        await asyncio.wait_for(reading.wait(), 20)
+        await asyncio.wait_for(held.reading.wait(), 20)
         await send(ws, {"method": "session/cancel", "params": {"sessionId": target}})
         await asyncio.wait_for(cancel_served.wait(), 20)
-        release.set()
+        held.release.set()
         answer = await peer.answer("p")
         assert answer.get("result") == {"stopReason": "cancelled"}, answer
         after = await peer.call("q", "session/prompt", prompt(target, "after"))
@@ -120,35 +137,24 @@ async def test_a_close_while_the_prompt_reopens_its_session_cancels_it_and_close
 ) -> None:
     # as above, with session/close: it waits for the reopen (it answered -32002 "not
     # active" and the prompt ran on), the prompt answers cancelled, the session is closed
-    monkeypatch.setattr(acp_sessions, "MAX_LIVE_SESSIONS", 2)
-    target = ""
-    reading, release, closing = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    real_find, real_close = AcpFrontDoor.find, AcpMethods.session_close
-
-    async def find(front: AcpFrontDoor, sid: str, cwd: str, principal: str) -> Any:
-        if sid == target and not cwd:  # the prompt's reopen
-            reading.set()
-            await asyncio.wait_for(release.wait(), 30)
-        return await real_find(front, sid, cwd, principal)
+    held = HeldReopen(monkeypatch)
+    closing = asyncio.Event()
+    real_close = AcpMethods.session_close
 
     async def session_close(methods: AcpMethods, *args: Any) -> dict[str, Any]:
         closing.set()  # the close runs up to its first wait before the test goes on
         return await real_close(methods, *args)
 
-    monkeypatch.setattr(AcpFrontDoor, "find", find)
     monkeypatch.setattr(AcpMethods, "session_close", session_close)
     bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
     async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
         peer = Peer(ws)
-        await peer.call(0, "initialize", {"protocolVersion": 1})
-        target = await peer.new_session(1, tmp_path)
-        for rid in range(2, 5):  # the first session leaves memory
-            await peer.new_session(rid, tmp_path)
+        target = await held.forgotten_session(peer, tmp_path)
         await peer.request("p", "session/prompt", prompt(target, "reopened"))
-        await asyncio.wait_for(reading.wait(), 20)
+        await asyncio.wait_for(held.reading.wait(), 20)
         await peer.request("c", "session/close", {"sessionId": target})
         await asyncio.wait_for(closing.wait(), 20)
-        release.set()
+        held.release.set()
         assert (await peer.answer("p")).get("result") == {"stopReason": "cancelled"}
         closed = await peer.answer("c")
         assert closed.get("result") == {}, closed
@@ -168,32 +174,18 @@ async def test_requests_naming_a_session_being_reopened_wait_for_it(
     # a prompt reopens a session that left memory; an option change and a second prompt
     # of the same session, sent during that store read, wait for it instead of failing
     # "not open on this connection" (the first request took the connection's memory of it)
-    monkeypatch.setattr(acp_sessions, "MAX_LIVE_SESSIONS", 2)
-    target = ""
-    reading, release = asyncio.Event(), asyncio.Event()
-    real_find = AcpFrontDoor.find
-
-    async def find(front: AcpFrontDoor, sid: str, cwd: str, principal: str) -> Any:
-        if sid == target and not cwd:
-            reading.set()
-            await asyncio.wait_for(release.wait(), 30)
-        return await real_find(front, sid, cwd, principal)
-
-    monkeypatch.setattr(AcpFrontDoor, "find", find)
+    held = HeldReopen(monkeypatch)
     bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
     async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
         peer = Peer(ws)
-        await peer.call(0, "initialize", {"protocolVersion": 1})
-        target = await peer.new_session(1, tmp_path)
-        for rid in range(2, 5):  # the first session leaves memory
-            await peer.new_session(rid, tmp_path)
+        target = await held.forgotten_session(peer, tmp_path)
         await peer.request("p", "session/prompt", prompt(target, "one"))
-        await asyncio.wait_for(reading.wait(), 20)
+        await asyncio.wait_for(held.reading.wait(), 20)
         route = {"sessionId": target, "configId": "route", "value": "single-agent:fake"}
         await peer.request("c", "session/set_config_option", route)
         await peer.request("p2", "session/prompt", prompt(target, "two"))
         await peer.call("list", "session/list", {})  # a round trip: both are waiting
-        release.set()
+        held.release.set()
         for rid in ("p", "c", "p2"):
             answer = await peer.answer(rid)
             assert "error" not in answer, answer
