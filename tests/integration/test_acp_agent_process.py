@@ -230,7 +230,7 @@ async def test_a_request_cancelled_before_it_started_frees_its_place() -> None:
     line = b'{"jsonrpc":"2.0","id":1,"method":"fs/read_text_file","params":{"sessionId":"s"}}'
     await agent._on_line(line)
     assert agent._serving == 1
-    for task in agent._tasks.tasks():  # what _stop does, before the task got to run
+    for task in agent._requests.tasks():  # what _stop does, before the task got to run
         task.cancel()
-    await asyncio.gather(*agent._tasks.tasks(), return_exceptions=True)
+    await asyncio.gather(*agent._requests.tasks(), return_exceptions=True)
     assert agent._serving == 0

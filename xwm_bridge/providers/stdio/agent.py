@@ -102,7 +102,10 @@ class AcpAgent:
         #: the running process's :meth:`_watch_exit` (close waits for it)
         self._watcher: asyncio.Task[None] | None = None
         #: the process's reader tasks and the agent's requests being served
-        self._tasks = Supervisor()
+        self._tasks = Supervisor()  # the process's pipe readers and its exit watcher
+        #: the agent's requests being served (fs/*, terminal/*, permissions): a stop
+        #: cancels them; the pipe tasks end with the pipes
+        self._requests = Supervisor()
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._ids = codec.IdSpace()
         self._write_lock = asyncio.Lock()
@@ -201,7 +204,7 @@ class AcpAgent:
             self._tasks.spawn(self._read_stderr(proc), name=f"agent-stderr:{self.spec.name}"),
         ]
         self._watcher = self._tasks.spawn(
-            self._watch_exit(proc, watch, readers), name=f"agent-stdexit:{self.spec.name}"
+            self._watch_exit(proc, watch, readers), name=f"agent-exit:{self.spec.name}"
         )
 
     async def _not_running(self) -> AgentError:
@@ -335,7 +338,9 @@ class AcpAgent:
                     await self._write(refusal)
                 return
             self._serving += 1
-            task = self._tasks.spawn(self._serve_request(msg), name=f"agent-request:{msg.method}")
+            task = self._requests.spawn(
+                self._serve_request(msg), name=f"agent-request:{msg.method}"
+            )
             task.add_done_callback(self._served)  # also when cancelled before it ran
         else:
             self._bad_line(msg.detail)
@@ -414,13 +419,12 @@ class AcpAgent:
             procgroups.kill_group(proc.pid, reaped=proc.returncode is not None)
         if watcher is not None:  # its end recorded (how it exited), its pipes closed
             await asyncio.wait([watcher], timeout=EXIT_DRAIN + 1)
-        for task in self._tasks.tasks():
-            if task.get_name().startswith("agent-std"):
-                continue
+        for task in self._requests.tasks():
             task.cancel()
         self.init_result = {}
 
     async def close(self) -> None:
         await self._stop()
         await self._tasks.shutdown(0)
+        await self._requests.shutdown(0)
         self.sessions.clear()
