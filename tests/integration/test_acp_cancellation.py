@@ -14,9 +14,10 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.conftest import AUTH, FakeUpstream, StartBridge, wait_until
+from tests.conftest import AUTH, TOKEN, FakeUpstream, StartBridge, base_env, wait_until
 from tests.integration.test_acp_conformance import send, ws_url
 from tests.integration.test_acp_remote import config
+from tests.redis_server import redis_server
 from xwm_bridge.acp import sessions as acp_sessions
 from xwm_bridge.acp.front import AcpFrontDoor
 from xwm_bridge.acp.methods import AcpMethods
@@ -231,6 +232,84 @@ async def test_cancel_request_of_a_queued_prompt_cancels_that_one_only(
         assert second.get("result") == {"stopReason": "cancelled"}, second
     sent = [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
     assert [r["params"]["taskPrompt"] for r in sent] == ["a"]  # b never reached it
+
+
+async def queued_behind_a_held_prompt(
+    peer: Peer, fake_upstream: FakeUpstream, cwd: Path
+) -> tuple[str, asyncio.Event]:
+    """A session whose prompt "first" ("a") runs, held, and "second" ("b") waits behind
+    it in the thread's queue."""
+    await peer.call(0, "initialize", {"protocolVersion": 1})
+    sid = await peer.new_session(1, cwd)
+    hold = fake_upstream.state.holds[sid] = asyncio.Event()
+    await peer.request("first", "session/prompt", prompt(sid, "a"))
+    await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+    await peer.request("second", "session/prompt", prompt(sid, "b"))
+    await peer.call("list", "session/list", {})  # a round trip: the second is queued
+    return sid, hold
+
+
+async def withdrawn_at_once(peer: Peer, fake_upstream: FakeUpstream, cwd: Path) -> None:
+    """The queued prompt's cancel answers it while the first still runs, takes it off
+    the queue (it never reaches the upstream) and leaves the session usable."""
+    sid, hold = await queued_behind_a_held_prompt(peer, fake_upstream, cwd)
+    await send(peer.ws, cancel_request("second"))
+    second = await peer.answer("second")  # the first is still held
+    assert second.get("result") == {"stopReason": "cancelled"}, second
+    assert fake_upstream.state.active, "the running prompt is not touched"
+    hold.set()
+    first = await peer.answer("first")
+    assert first.get("result") == {"stopReason": "end_turn"}, first
+    after = await peer.call("third", "session/prompt", prompt(sid, "c"))
+    assert after == {"stopReason": "end_turn"}
+    sent = [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
+    assert [r["params"]["taskPrompt"] for r in sent] == ["a", "c"]
+
+
+async def test_cancel_request_of_a_queued_prompt_answers_it_at_once(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
+        await withdrawn_at_once(Peer(ws), fake_upstream, tmp_path)
+    assert len(bp.bridge.queues) == 0
+
+
+async def test_cancel_request_of_a_queued_prompt_on_redis_frees_its_ticket(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # the clustered path: the queued prompt also holds a place in the thread's Redis
+    # queue; were it kept, the third prompt would wait behind it for ever
+    async with redis_server(tmp_path) as redis:
+        env = base_env(ACP_AUTH_TOKEN=TOKEN, XWM_SESSION_STORE="redis", XWM_REDIS_URL=redis.url)
+        bp = await start_bridge(env=env, config=config(fake_upstream, tmp_path), tmp=tmp_path)
+        assert bp.bridge.cluster is not None
+        async with (
+            aiohttp.ClientSession() as http,
+            http.ws_connect(ws_url(bp), headers=AUTH) as ws,
+        ):
+            await withdrawn_at_once(Peer(ws), fake_upstream, tmp_path)
+
+
+async def test_session_cancel_answers_a_queued_prompt_cancelled_without_running_it(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # ACP: after session/cancel every prompt of the session answers `cancelled`; the
+    # queued one at once, the running one once its upstream has stopped
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
+        peer = Peer(ws)
+        sid, hold = await queued_behind_a_held_prompt(peer, fake_upstream, tmp_path)
+        await send(ws, {"method": "session/cancel", "params": {"sessionId": sid}})
+        second = await peer.answer("second")
+        assert second.get("result") == {"stopReason": "cancelled"}, second
+        first = await peer.answer("first")
+        assert first.get("result") == {"stopReason": "cancelled"}, first
+        hold.set()
+        after = await peer.call("third", "session/prompt", prompt(sid, "c"))
+        assert after == {"stopReason": "end_turn"}
+    sent = [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
+    assert [r["params"]["taskPrompt"] for r in sent] == ["a", "c"]
 
 
 async def test_cancel_request_of_any_other_request_is_ignored(

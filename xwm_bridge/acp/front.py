@@ -147,7 +147,9 @@ class AcpFrontDoor:
 
     async def cancel_prompt(self, relay: TurnRelay, principal: str) -> None:
         """``$/cancel_request`` of one prompt: as :meth:`cancel`, for that prompt only. A
-        prompt queued behind another of its session is cancelled when its turn starts
+        prompt still queued behind another turn of its thread leaves the queue and is
+        answered ``cancelled`` at once (the relay's ``cancelled`` is the turn's
+        ``CallContext.withdrawn``); one past the queue is cancelled when its turn starts
         (``TurnRelay._started``); the running one now, with its upstream."""
         if relay.cancel_requested:
             return

@@ -28,7 +28,7 @@ from xwm_bridge.acp.sessions import AcpSession, new_session_id, session_info
 from xwm_bridge.acp.turns import TurnRelay
 from xwm_bridge.app.dispatcher import report_turn
 from xwm_bridge.core.context import CallContext, Handler
-from xwm_bridge.core.queues import ShuttingDownError
+from xwm_bridge.core.queues import ShuttingDownError, WithdrawnError
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.providers.stdio import mcp
 from xwm_bridge.store.base import NOTIFICATION, LedgerEntry, StoreUnavailable
@@ -97,6 +97,9 @@ def _cancelled(relay: TurnRelay, error: Exception) -> dict[str, Any]:
     agent answer ``cancelled`` whatever ended the turn; before that, the error."""
     if not relay.cancel_requested:
         raise error
+    if isinstance(error, WithdrawnError):  # cancelled while queued: it never ran
+        report_turn("cancelled", {})
+        return {"stopReason": "cancelled"}
     fields = {"error": coerce.text(str(error))[:500], "kind": type(error).__name__}
     if isinstance(error, EXPECTED_AFTER_CANCEL):
         log.info("ACP prompt cancelled; its turn then failed", extra=fields)
@@ -361,7 +364,12 @@ class AcpMethods:
             session.turns.discard(relay)
             raise
         ctx = CallContext(
-            relay, self.conn.transport, self.conn.principal, self.conn.bearer, client=relay
+            relay,
+            self.conn.transport,
+            self.conn.principal,
+            self.conn.bearer,
+            client=relay,
+            withdrawn=relay.cancelled,  # a cancel takes a queued prompt off its queue
         )
         # the turn outlives this request: a dropped connection cancels the request, and
         # the relay (its updates, its permission requests) stays with the session for a

@@ -237,6 +237,11 @@ class TurnRelay:
 
     # --- end of the turn ---------------------------------------------------------------
 
+    @property
+    def cancelled(self) -> asyncio.Future[None]:
+        """Done once the prompt is cancelled (:meth:`cancel`)."""
+        return self._cancelled
+
     def cancel(self) -> None:
         """``session/cancel``: pending client requests end as cancelled."""
         self.cancel_requested = True

@@ -14,7 +14,12 @@ from xwm_bridge import jsonrpc
 from xwm_bridge.app.operator import EVENT_METHOD, OPERATOR_METHODS, OperatorMethods
 from xwm_bridge.core.context import CallContext, Handler
 from xwm_bridge.core.params import SessionParams, session_id_of
-from xwm_bridge.core.queues import QueueFullError, ShuttingDownError
+from xwm_bridge.core.queues import (
+    QueueFullError,
+    ShuttingDownError,
+    ThreadQueues,
+    WithdrawnError,
+)
 from xwm_bridge.core.replay import ReplayParams, replay
 from xwm_bridge.core.sessions import SESSION_FORBIDDEN
 from xwm_bridge.jsonrpc import INTERNAL_ERROR, RpcError
@@ -37,6 +42,26 @@ GATEWAY_PROVIDERS: list[dict[str, str]] = [
     {"providerId": "openclaw", "label": "OpenClaw"},
 ]
 SHUTTING_DOWN_MESSAGE = "bridge is shutting down; retry on another replica"
+
+
+async def _queued(
+    queues: ThreadQueues,
+    thread_id: str,
+    fut: asyncio.Future[Any],
+    withdrawn: asyncio.Future[None] | None,
+) -> Any:
+    """The result of a queued turn; :class:`WithdrawnError` if ``withdrawn`` ends first
+    while the turn still waits (it is then off the queue and never runs)."""
+    if withdrawn is not None and not fut.done():
+        if not withdrawn.done():
+            try:
+                await asyncio.wait((fut, withdrawn), return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                fut.cancel()  # as `await fut` would: the queue skips it
+                raise
+        if not fut.done() and queues.withdraw(thread_id, fut):
+            raise WithdrawnError()
+    return await fut
 
 
 class BridgeMethods:
@@ -142,9 +167,10 @@ class BridgeMethods:
 
         try:
             if bridge.cluster is None:
-                result: dict[str, Any] = await queues.submit(sp.thread_id, job)
+                fut = queues.submit_nowait(sp.thread_id, job)
+                result: dict[str, Any] = await _queued(queues, sp.thread_id, fut, call.withdrawn)
             else:
-                result = await self._clustered(sp, job)
+                result = await self._clustered(sp, job, call.withdrawn)
         except QueueFullError as exc:
             raise RpcError(jsonrpc.QUEUE_FULL, str(exc)) from None
         except ShuttingDownError:
@@ -154,7 +180,10 @@ class BridgeMethods:
         return result
 
     async def _clustered(
-        self, sp: SessionParams, job: Callable[[], Awaitable[dict[str, Any]]]
+        self,
+        sp: SessionParams,
+        job: Callable[[], Awaitable[dict[str, Any]]],
+        withdrawn: asyncio.Future[None] | None,
     ) -> dict[str, Any]:
         """Several replicas: a place in the thread's Redis queue, then the local queue."""
         cluster = self._bridge.cluster
@@ -167,8 +196,11 @@ class BridgeMethods:
             except BaseException:
                 await asyncio.shield(cluster.release(ticket))
                 raise
-        try:
-            result: dict[str, Any] = await fut
+        try:  # waiting for another replica's lease, it has left the local queue: a
+            # withdrawal then applies when the turn starts (its cancel), as on one replica
+            result: dict[str, Any] = await _queued(
+                self._bridge.queues, sp.thread_id, fut, withdrawn
+            )
             return result
         finally:
             if not ticket.started:  # refused, skipped or abandoned before it ran

@@ -7,6 +7,7 @@ the session record, and the two notification paths (client and ledger).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -66,6 +67,10 @@ class CallContext:
     client: ClientRequests | None = None
     #: the batch form of ``notify``, when the transport has a cheaper one.
     notify_many: NotifyMany | None = None
+    #: done when the caller cancels the call (ACP ``session/cancel``,
+    #: ``$/cancel_request``): a turn still waiting in its thread's queue then leaves it,
+    #: and ``session.message`` raises :class:`~xwm_bridge.core.queues.WithdrawnError`.
+    withdrawn: asyncio.Future[None] | None = None
 
 
 #: One JSON-RPC method: ``(params, call, method name) -> result``; raises ``RpcError``.

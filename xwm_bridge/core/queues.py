@@ -4,7 +4,8 @@ Turns of one thread run one at a time in arrival order; different threads run
 in parallel. Fixes of the original: at most ``max_depth`` turns may wait on a
 thread (overflow is refused at once with :class:`QueueFullError`), a queue and
 its worker disappear as soon as the thread is idle, and a turn whose caller
-went away before it started is skipped.
+went away before it started is skipped. A caller that cancels a turn still
+waiting takes it off the queue at once (:meth:`ThreadQueues.withdraw`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ class QueueFullError(Exception):
 
 class ShuttingDownError(Exception):
     """The bridge is draining: this turn will not start."""
+
+
+class WithdrawnError(Exception):
+    """The caller cancelled this turn while it waited in its thread's queue: it never ran."""
 
 
 @dataclass(slots=True)
@@ -110,6 +115,20 @@ class ThreadQueues:
                 self._work(thread_id, th), name=f"thread:{thread_id}"
             )
         return fut
+
+    def withdraw(self, thread_id: str, fut: asyncio.Future[Any]) -> bool:
+        """Take the job of ``fut`` (from :meth:`submit_nowait`) off ``thread_id``'s queue
+        if it is still waiting, and cancel ``fut``. False when it started (or ended): a
+        turn that runs is stopped by its own cancel, not here."""
+        th = self._threads.get(thread_id)
+        if th is None:
+            return False
+        for i, (_, waiting) in enumerate(th.waiting):
+            if waiting is fut:
+                del th.waiting[i]
+                fut.cancel()
+                return True
+        return False
 
     async def _work(self, thread_id: str, th: _Thread) -> None:
         try:

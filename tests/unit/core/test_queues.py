@@ -260,3 +260,39 @@ def test_queue_full_error_fields() -> None:
     assert err.thread_id == "thread-9"
     assert err.depth == 32
     assert "32" in str(err) and "thread-9" in str(err)
+
+
+async def test_withdraw_takes_a_waiting_job_off_its_queue(supervisor: Supervisor) -> None:
+    queues = ThreadQueues(supervisor)
+    gate = asyncio.Event()
+    log: list[str] = []
+    running = asyncio.ensure_future(queues.submit("t", gated(log, "running", gate)))
+    await settle()
+    waiting = queues.submit_nowait("t", gated(log, "waiting"))
+    after = asyncio.ensure_future(queues.submit("t", gated(log, "after")))
+    await settle()
+    assert queues.depth("t") == 2
+    assert queues.withdraw("t", waiting) is True
+    # gone at once: its place is free, its future cancelled, the others keep their order
+    assert waiting.cancelled()
+    assert queues.depth("t") == 1
+    assert queues.withdraw("t", waiting) is False  # only once
+    gate.set()
+    assert await running == "running"
+    assert await after == "after"
+    assert log == ["start:running", "end:running", "start:after", "end:after"]
+
+
+async def test_withdraw_refuses_a_job_that_started(supervisor: Supervisor) -> None:
+    queues = ThreadQueues(supervisor)
+    gate = asyncio.Event()
+    log: list[str] = []
+    fut = queues.submit_nowait("t", gated(log, "running", gate))
+    await settle()
+    assert log == ["start:running"]
+    # it runs: withdrawing it would report a turn that runs as never started
+    assert queues.withdraw("t", fut) is False
+    assert queues.withdraw("other", fut) is False
+    gate.set()
+    assert await fut == "running"
+    assert queues.withdraw("t", fut) is False  # done, and its thread gone
