@@ -1,5 +1,5 @@
 """Opening a gateway socket and driving the sans-I/O handshake over it (the I/O half of
-``protocol.Handshake``; ``runtime.GatewayRuntime._attempt`` puts them together).
+``protocol.Handshake``; ``attempts.attempt`` puts them together).
 
 Every wait has a deadline: the dial ``connect_timeout``, the challenge
 ``challenge_timeout``, and the ``connect`` frame's write and the hello

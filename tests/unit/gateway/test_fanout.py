@@ -212,8 +212,8 @@ async def test_a_call_gets_the_notifications_it_caused_before_it_returns() -> No
         got.append(message)
 
     rt.attach(notify, None)
-    rt._log("info", "connect", "one")
-    rt._log("info", "connect", "two")
+    rt._notices.log("info", "connect", "one")
+    rt._notices.log("info", "connect", "two")
     await wait_for(rt.settle(notify, None), 2)
     rt.detach(notify, None)
     assert [m["params"]["log"]["message"] for m in got] == ["one", "two"]

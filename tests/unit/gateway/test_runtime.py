@@ -11,7 +11,7 @@ import websockets
 from tests.conftest import wait_until
 from xwm_bridge.config import GatewayConfig
 from xwm_bridge.gateway import protocol as p
-from xwm_bridge.gateway import runtime
+from xwm_bridge.gateway import reader
 from xwm_bridge.gateway.errors import GatewayError
 from xwm_bridge.gateway.runtime import ConnectConfig, GatewayRuntime
 
@@ -78,7 +78,7 @@ async def test_a_connect_frame_the_gateway_never_reads_times_out(
     async def dial(*args: object, **kwargs: object) -> SilentGateway:
         return ws
 
-    monkeypatch.setattr(runtime.websockets, "connect", dial)
+    monkeypatch.setattr(websockets, "connect", dial)
     rt = GatewayRuntime("rt", "alice", GatewayConfig(hello_timeout=0.05, backoff_initial=60))
     cfg = ConnectConfig(
         url="ws://127.0.0.1:1",
@@ -186,7 +186,7 @@ def hanging_connect(monkeypatch: pytest.MonkeyPatch) -> tuple[HelloNeverComes, G
     async def dial(*args: object, **kwargs: object) -> HelloNeverComes:
         return ws
 
-    monkeypatch.setattr(runtime.websockets, "connect", dial)
+    monkeypatch.setattr(websockets, "connect", dial)
     # a handshake that would hang for a minute: only a stop can end it sooner
     return ws, GatewayRuntime("rt", "alice", GatewayConfig(hello_timeout=60, backoff_initial=60))
 
@@ -258,7 +258,7 @@ async def test_a_gateway_announcing_a_huge_tick_cannot_switch_liveness_off(
         getattr(aw, "close", lambda: None)()
         raise TimeoutError
 
-    monkeypatch.setattr(runtime, "wait_for", no_frame)
+    monkeypatch.setattr(reader, "wait_for", no_frame)
     await rt._read(Quiet())  # type: ignore[arg-type]
     assert windows and windows[0] <= 600  # 2x the 5 min cap on the announced tick
 
@@ -334,7 +334,7 @@ def dialing_hanging_sockets(
         dialed.append(HelloNeverComes())
         return dialed[-1]
 
-    monkeypatch.setattr(runtime.websockets, "connect", dial)
+    monkeypatch.setattr(websockets, "connect", dial)
     return dialed, GatewayRuntime(
         "rt", "alice", GatewayConfig(hello_timeout=60, backoff_initial=60)
     )
