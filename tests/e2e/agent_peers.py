@@ -15,20 +15,6 @@ from tests.conftest import ROOT
 AGENTS_DIR = ROOT / ".peers" / "agents" / "node_modules" / ".bin"
 
 
-def agent_processes(marker: str) -> list[int]:
-    """PIDs whose environment carries ``marker`` (the agents a test started)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker.encode() in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 def environ_of(pid: int) -> dict[str, str]:
     raw = (Path("/proc") / str(pid) / "environ").read_bytes()
     pairs = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)

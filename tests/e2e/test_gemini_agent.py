@@ -14,7 +14,6 @@ import pytest
 from internal.peers.fake_llm import STATE_KEY, create_app
 from tests.conftest import EXPLICIT, TOKEN, ServeApp, StartBridge, base_env, rpc
 from tests.e2e.agent_peers import (
-    agent_processes,
     environ_of,
     isolated_env,
     request_tool_names,
@@ -29,6 +28,7 @@ from tests.integration.agent_helpers import (
     typed,
 )
 from tests.markers import needs_bwrap
+from tests.processes import processes_with
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -245,7 +245,7 @@ async def test_model_toolbridge_usage_and_a_clean_environment(
     assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0, usage
     assert result["sessionUsage"]["turns"] == 1
 
-    pids = agent_processes(marker)
+    pids = processes_with(marker)
     assert pids
     for pid in pids:
         environ = environ_of(pid)

@@ -16,7 +16,6 @@ from internal.peers.fake_gemini import gemini_user_text
 from internal.peers.fake_llm import STATE_KEY, create_app, user_text
 from tests.conftest import EXPLICIT, TOKEN, ServeApp, StartBridge, base_env, rpc, wait_until
 from tests.e2e.agent_peers import (
-    agent_processes,
     environ_of,
     opencode_provider,
     request_tool_names,
@@ -29,6 +28,7 @@ from tests.integration.agent_helpers import (
     typed,
 )
 from tests.markers import needs_bwrap
+from tests.processes import processes_with
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -323,7 +323,7 @@ async def test_model_toolbridge_usage_and_a_clean_environment(
     assert result["sessionUsage"]["turns"] == 1
 
     # none of the bridge's secrets is in the agent's (or its children's) environment
-    pids = agent_processes(marker)
+    pids = processes_with(marker)
     assert pids
     for pid in pids:
         environ = environ_of(pid)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,37 @@ async def test_an_agent_s_stop_reason_is_the_prompt_s(
 
 APPROVE = "score: 9/10"
 
+#: one "write" prompt on the multi-agent route: its stop reason, the text the client
+#: got, and what of the model's script was left unused
+MultiAgentPrompt = Callable[[list[Any]], Awaitable[tuple[str, str, list[Any]]]]
+
+
+@pytest.fixture
+def prompt_multi_agent(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    serve_app: ServeApp,
+    tmp_path: Path,
+) -> MultiAgentPrompt:
+    """The multi-agent route (2 rounds at most) on a fake model that answers ``script``
+    in order (then echoes); the bridge gets one "write" prompt."""
+
+    async def run(script: list[Any]) -> tuple[str, str, list[Any]]:
+        app = llm_app()
+        app[STATE_KEY].script.extend(script)
+        llm = await serve_app(app)
+        cfg = config(fake_upstream, tmp_path)
+        cfg["acp"] = {"default_route": "multi-agent"}
+        cfg["multi_agent"] = {"base_url": llm, "api_key": "sk-local", "max_iterations": 2}
+        bp = await start_bridge(config=cfg, tmp=tmp_path)
+        async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, checker):
+            session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+            answer = await conn.prompt(session_id=session.session_id, prompt=prompt("write"))
+            text = checker.text()
+        return answer.stop_reason, text, list(app[STATE_KEY].script)
+
+    return run
+
 
 @pytest.mark.parametrize(
     ("script", "reason"),
@@ -200,49 +232,24 @@ APPROVE = "score: 9/10"
     ],
 )
 async def test_a_multi_agent_run_s_stop_reason(
-    script: list[Any],
-    reason: str,
-    start_bridge: StartBridge,
-    fake_upstream: FakeUpstream,
-    serve_app: ServeApp,
-    tmp_path: Path,
+    script: list[Any], reason: str, prompt_multi_agent: MultiAgentPrompt
 ) -> None:
     # max_iterations rounds without the reviewer's approval: max_turn_requests; a worker's
     # answer the model cut short (finish_reason length): max_tokens; filtered: refusal
-    app = llm_app()
-    app[STATE_KEY].script.extend(script)
-    llm = await serve_app(app)
-    cfg = config(fake_upstream, tmp_path)
-    cfg["acp"] = {"default_route": "multi-agent"}
-    cfg["multi_agent"] = {"base_url": llm, "api_key": "sk-local", "max_iterations": 2}
-    bp = await start_bridge(config=cfg, tmp=tmp_path)
-    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, checker):
-        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
-        answer = await conn.prompt(session_id=session.session_id, prompt=prompt("write"))
-        assert answer.stop_reason == reason
-        assert checker.text()  # the summary, as one message chunk
-    assert not app[STATE_KEY].script  # every scripted reply was used
+    stop_reason, text, unused = await prompt_multi_agent(script)
+    assert stop_reason == reason
+    assert text  # the summary, as one message chunk
+    assert not unused  # every scripted reply was used
 
 
 async def test_a_multi_agent_answer_filtered_to_nothing_is_a_refusal(
-    start_bridge: StartBridge,
-    fake_upstream: FakeUpstream,
-    serve_app: ServeApp,
-    tmp_path: Path,
+    prompt_multi_agent: MultiAgentPrompt,
 ) -> None:
     # finish_reason content_filter with empty content: the run ends refused (no -32603)
-    app = llm_app()
-    app[STATE_KEY].script.extend(["plan", {"content": "", "finish_reason": "content_filter"}])
-    llm = await serve_app(app)
-    cfg = config(fake_upstream, tmp_path)
-    cfg["acp"] = {"default_route": "multi-agent"}
-    cfg["multi_agent"] = {"base_url": llm, "api_key": "sk-local", "max_iterations": 2}
-    bp = await start_bridge(config=cfg, tmp=tmp_path)
-    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, _):
-        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
-        answer = await conn.prompt(session_id=session.session_id, prompt=prompt("write"))
-        assert answer.stop_reason == "refusal"
-    assert not app[STATE_KEY].script  # the run ended at the filtered answer
+    filtered = {"content": "", "finish_reason": "content_filter"}
+    stop_reason, _, unused = await prompt_multi_agent(["plan", filtered])
+    assert stop_reason == "refusal"
+    assert not unused  # the run ended at the filtered answer
 
 
 async def test_a_second_prompt_waits_for_the_first_and_one_cancel_ends_both(

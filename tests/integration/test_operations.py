@@ -29,6 +29,7 @@ from tests.conftest import (
     wait_queue_depth,
     wait_until,
 )
+from tests.processes import processes_with
 
 
 async def test_livez_readyz_and_metrics_unauthenticated(
@@ -287,20 +288,6 @@ async def test_doctor_reports_and_masks(fake_upstream: FakeUpstream, tmp_path: P
     assert [c["ok"] for c in doc["checks"] if c["check"] == "provider"] == [False, False, False]
 
 
-def _processes_with(marker: str) -> list[int]:
-    """PIDs whose environment carries ``marker`` (the agents this test started)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker.encode() in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 async def test_sigterm_with_a_stubborn_agent_leaves_no_child(
     start_bridge_process: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
@@ -327,13 +314,13 @@ async def test_sigterm_with_a_stubborn_agent_leaves_no_child(
     turn = asyncio.create_task(read_turn())
     # the agent is inside its slow turn: it sent its one chunk and waits for a cancel
     await wait_until(lambda: deltas(events) == "working", within=20)
-    assert _processes_with(marker)
+    assert processes_with(marker)
     bridge.proc.send_signal(signal.SIGTERM)
     await asyncio.wait_for(turn, 20)
     result = events[-1]["result"]
     assert result["success"] is False and result.get("cancelled") is True
     assert await asyncio.wait_for(bridge.proc.wait(), 20) == 0
-    await wait_until(lambda: not _processes_with(marker), within=5)
+    await wait_until(lambda: not processes_with(marker), within=5)
 
 
 async def test_second_signal_during_the_drain_forces_the_exit(

@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.markers import both_loops
+from tests.processes import alive
 from xwm_bridge.config import MountsConfig
 from xwm_bridge.mounts.managed import BEGIN, END, McpServer, merge, render_block, timestamp
 from xwm_bridge.mounts.reconcile import (
@@ -464,14 +465,6 @@ def test_a_stuck_lock_holder_fails_the_write_at_the_deadline(
     assert path.read_text().count(BEGIN) == 1
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @both_loops
 async def test_a_cli_that_leaves_a_child_on_its_output_is_read_at_once(tmp_path: Path) -> None:
     """``<cli> mcp list`` that prints, exits and leaves a child holding its stdout: the
@@ -490,7 +483,7 @@ async def test_a_cli_that_leaves_a_child_on_its_output_is_read_at_once(tmp_path:
     assert loop.time() - started < 5
     assert count_cli_servers(out) == 2
     child = int(pid_file.read_text())
-    await wait_until(lambda: not _alive(child))
+    await wait_until(lambda: not alive(child))
 
 
 @both_loops

@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.markers import both_loops
+from tests.processes import alive
 from xwm_bridge.config import BridgeConfig, RouterConfig
 from xwm_bridge.router.resolver import RoutingRequest
 from xwm_bridge.router.service import Router
@@ -314,15 +315,7 @@ async def test_a_background_child_holding_stdout_neither_delays_nor_outlives_the
     assert [c.id for c in found] == ["video-translator"]
     assert time.monotonic() - started < 5  # not the 10 s deadline
     child = int(pid_file.read_text())
-    await wait_until(lambda: not _alive(child))  # killed with the group
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
+    await wait_until(lambda: not alive(child))  # killed with the group
 
 
 def test_command_output_reads_installed_as_a_frame_bool() -> None:
