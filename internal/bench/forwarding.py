@@ -397,7 +397,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-memory", action="store_true")
     p.add_argument("--skip-stream", action="store_true", help="skip the streamed-turn cell")
     p.add_argument("--skip-ws", action="store_true", help="skip the WebSocket capabilities cell")
-    p.add_argument("--py-spy", metavar="PATH", help="also profile the daemon with this py-spy")
+    p.add_argument(
+        "--py-spy",
+        metavar="PATH",
+        help="also profile the daemon with this py-spy executable (a path, or a name on PATH)",
+    )
     p.add_argument(
         "--bridge-launcher",
         metavar="SCRIPT",
@@ -412,6 +416,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="smoke run: 1 s cells, 0.3 s warm-up, 2000 sessions in the memory phase",
     )
     args = p.parse_args(argv)
+    if args.py_spy:  # the profile runs last: a wrong path is refused before any cell
+        found = shutil.which(args.py_spy)
+        if found is None:
+            p.error(f"--py-spy: no executable {args.py_spy!r} (pip install py-spy)")
+        args.py_spy = found
     if args.quick:
         args.duration, args.warmup, args.threads = 1.0, 0.3, 2000
     return args

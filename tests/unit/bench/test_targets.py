@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -249,3 +251,22 @@ def test_the_report_prints_every_section_and_the_targets() -> None:
     assert "added first-chunk p50 +3.50 ms" in text
     for target in evaluate(results, 2000):
         assert target.line() in text
+
+
+def test_py_spy_is_looked_up_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the profile runs after every cell: a wrong path used to end a whole run in a
+    # FileNotFoundError traceback; it is refused at once, with the fix
+    missing = tmp_path / "no-such-py-spy"
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--py-spy", str(missing)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--py-spy: no executable {str(missing)!r}" in err and "pip install py-spy" in err
+    spy = tmp_path / "py-spy"
+    spy.write_text("#!/bin/sh\n")
+    spy.chmod(0o755)
+    assert parse_args(["--py-spy", str(spy)]).py_spy == str(spy)
+    # a bare name is found on PATH, as the shell would
+    assert parse_args(["--py-spy", "sh"]).py_spy == shutil.which("sh")
