@@ -211,29 +211,6 @@ async def test_cancel_request_of_the_running_prompt_cancels_its_turn(
         assert after == {"stopReason": "end_turn"}
 
 
-async def test_cancel_request_of_a_queued_prompt_cancels_that_one_only(
-    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
-) -> None:
-    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
-    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(bp), headers=AUTH) as ws:
-        peer = Peer(ws)
-        await peer.call(0, "initialize", {"protocolVersion": 1})
-        sid = await peer.new_session(1, tmp_path)
-        hold = fake_upstream.state.holds[sid] = asyncio.Event()
-        await peer.request("first", "session/prompt", prompt(sid, "a"))
-        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
-        await peer.request("second", "session/prompt", prompt(sid, "b"))
-        await peer.call("list", "session/list", {})  # a round trip: the second is taken
-        await send(ws, cancel_request("second"))
-        await peer.call("list2", "session/list", {})
-        hold.set()
-        first, second = await peer.answer("first"), await peer.answer("second")
-        assert first.get("result") == {"stopReason": "end_turn"}, first
-        assert second.get("result") == {"stopReason": "cancelled"}, second
-    sent = [r for r in fake_upstream.state.requests if r["method"] == "session.message"]
-    assert [r["params"]["taskPrompt"] for r in sent] == ["a"]  # b never reached it
-
-
 async def queued_behind_a_held_prompt(
     peer: Peer, fake_upstream: FakeUpstream, cwd: Path
 ) -> tuple[str, asyncio.Event]:
