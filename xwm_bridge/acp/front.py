@@ -20,6 +20,7 @@ from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.methods import BridgeMethods
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.jsonrpc import RpcError
+from xwm_bridge.store.base import LedgerEntry
 from xwm_bridge.tasks import Supervisor
 from xwm_bridge.wire import WireEncoder
 
@@ -127,6 +128,20 @@ class AcpFrontDoor:
         except RpcError:
             session.choice = Choice(self.catalog.default)
         return session, history
+
+    async def ledger(self, sid: str) -> list[LedgerEntry]:
+        """The session's whole ledger, oldest first: one ``store.replay`` call returns at
+        most ``store.replay_max_items`` entries (the oldest), so read page after page
+        (the store bounds the ledger itself)."""
+        store = self.bridge.store
+        size = self.config.store.replay_max_items
+        ledger = page = await store.replay(sid, 0, size)
+        while len(page) >= size:
+            page = await store.replay(sid, 0, size, after_event=ledger[-1].event_id)
+            if not page or page[0].event_id <= ledger[-1].event_id:
+                break  # no progress: never loop on a store that repeats itself
+            ledger = ledger + page
+        return ledger
 
     def close_session(self, session: AcpSession) -> None:
         session.client = None

@@ -11,27 +11,19 @@ line and metrics as the bridge's own; unknown methods are ``-32601``.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
-import math
-import os
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from xwm_bridge import __version__, coerce, jsonrpc
 from xwm_bridge.acp import codec, prompts, updates
+from xwm_bridge.acp import params as checks
 from xwm_bridge.acp.connection import CANCEL_REQUEST, CURRENT_PROMPT, request_key
 from xwm_bridge.acp.options import Choice
 from xwm_bridge.acp.sessions import AcpSession, new_session_id, session_info
 from xwm_bridge.acp.turns import TurnRelay
-from xwm_bridge.app.dispatcher import report_turn
 from xwm_bridge.core.context import CallContext, Handler
-from xwm_bridge.core.queues import ShuttingDownError, WithdrawnError
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
-from xwm_bridge.providers.stdio import mcp
-from xwm_bridge.store.base import NOTIFICATION, LedgerEntry, StoreUnavailable
+from xwm_bridge.store.base import NOTIFICATION
 from xwm_bridge.store.records import SessionQuery
 
 if TYPE_CHECKING:
@@ -46,67 +38,6 @@ BEARER_METHOD = {
     "description": "Send 'Authorization: Bearer <the bridge token>' on every HTTP request and on "
     "the WebSocket upgrade; the transport checks it before any message is read.",
 }
-
-
-def _text_param(params: dict[str, Any], key: str) -> str:
-    value = params.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise RpcError(INVALID_PARAMS, f"{key} is required (a non-empty string)")
-    return value.strip()
-
-
-def _cwd(params: dict[str, Any]) -> str:
-    cwd = coerce.path_text(_text_param(params, "cwd"), "cwd")  # no NUL: no path holds one
-    if not os.path.isabs(cwd):
-        raise RpcError(INVALID_PARAMS, f"cwd must be an absolute path, got {cwd!r}")
-    return cwd
-
-
-def _check_mcp(params: dict[str, Any]) -> list[dict[str, Any]]:
-    """The client's ``mcpServers``, validated (as stdio agents take them)."""
-    try:
-        return mcp.parse_client(params.get("mcpServers", []))
-    except mcp.McpError as exc:
-        raise RpcError(INVALID_PARAMS, str(exc)) from None
-
-
-def encode_cursor(updated_at: float, session_id: str) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps([updated_at, session_id])).decode()
-
-
-def decode_cursor(cursor: Any) -> tuple[float, str] | None:
-    if cursor is None:
-        return None
-    try:
-        at, sid = orjson.loads(base64.urlsafe_b64decode(str(cursor).encode()))
-    except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
-        raise RpcError(INVALID_PARAMS, "invalid cursor") from None
-    # what encode_cursor writes: a finite number and a session id (not "nan", a bool…)
-    if type(at) not in (int, float) or not math.isfinite(at) or not isinstance(sid, str):
-        raise RpcError(INVALID_PARAMS, "invalid cursor")
-    return float(at), sid
-
-
-#: how a turn may end after a cancel without being a bug (logged without a traceback)
-EXPECTED_AFTER_CANCEL = (RpcError, StoreUnavailable, ShuttingDownError, TimeoutError)
-
-
-def _cancelled(relay: TurnRelay, error: Exception) -> dict[str, Any]:
-    """The answer of a prompt whose turn raised ``error`` (a routing or gateway error, a
-    store outage, the shutdown): once the client sent ``session/cancel``, ACP has the
-    agent answer ``cancelled`` whatever ended the turn; before that, the error."""
-    if not relay.cancel_requested:
-        raise error
-    if isinstance(error, WithdrawnError):  # cancelled while queued: it never ran
-        report_turn("cancelled", {})
-        return {"stopReason": "cancelled"}
-    fields = {"error": coerce.text(str(error))[:500], "kind": type(error).__name__}
-    if isinstance(error, EXPECTED_AFTER_CANCEL):
-        log.info("ACP prompt cancelled; its turn then failed", extra=fields)
-    else:  # a bug: the answer is still "cancelled", but its traceback is wanted
-        log.error("ACP prompt cancelled; its turn then failed", extra=fields, exc_info=error)
-    report_turn("cancelled", {})
-    return {"stopReason": "cancelled"}
 
 
 class AcpMethods:
@@ -143,13 +74,7 @@ class AcpMethods:
     async def initialize(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        version = params.get("protocolVersion")
-        if isinstance(version, str):
-            # a legacy string (the date versions of pre-v1 clients): version 0 to the
-            # official SDKs, never refused; the answer is the version this agent speaks
-            version = 0
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise RpcError(INVALID_PARAMS, "protocolVersion is required (an integer)")
+        checks.protocol_version(params)  # any version asked: the answer is the one spoken here
         caps = params.get("clientCapabilities")
         info = params.get("clientInfo")
         self.conn.client_capabilities = caps if isinstance(caps, dict) else {}
@@ -171,7 +96,7 @@ class AcpMethods:
     async def authenticate(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        method_id = _text_param(params, "methodId")
+        method_id = checks.text_param(params, "methodId")
         if method_id not in {m["id"] for m in self._auth_methods()}:
             raise RpcError(INVALID_PARAMS, f"unknown authentication method {method_id!r}")
         return {}  # the transport already checked the bearer token of this connection
@@ -181,8 +106,8 @@ class AcpMethods:
     async def session_new(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        cwd = _cwd(params)
-        servers = _check_mcp(params)
+        cwd = checks.absolute_cwd(params)
+        servers = checks.mcp_servers(params)
         choice = self.front.catalog.from_meta(params.get("_meta"))
         session = AcpSession(
             new_session_id(), cwd, choice, owner=self.conn.principal, mcp_servers=servers
@@ -207,7 +132,7 @@ class AcpMethods:
             session.buffer = []  # live updates of a running turn wait for the replay
             self.front.attach(session, self.conn)
             try:
-                ledger = await self._ledger(sid)
+                ledger = await self.front.ledger(sid)
                 last = ledger[-1].event_id if ledger else -1
                 notes = [e.message for e in ledger if e.kind == NOTIFICATION]
                 for update in updates.replay_updates(history, notes):
@@ -219,20 +144,6 @@ class AcpMethods:
                 raise
         return self.front.catalog.state(session.choice)
 
-    async def _ledger(self, sid: str) -> list[LedgerEntry]:
-        """The session's whole ledger, oldest first: one ``store.replay`` call returns at
-        most ``store.replay_max_items`` entries (the oldest), so read page after page
-        (the store bounds the ledger itself)."""
-        store = self.front.bridge.store
-        size = self.front.config.store.replay_max_items
-        ledger = page = await store.replay(sid, 0, size)
-        while len(page) >= size:
-            page = await store.replay(sid, 0, size, after_event=ledger[-1].event_id)
-            if not page or page[0].event_id <= ledger[-1].event_id:
-                break  # no progress: never loop on a store that repeats itself
-            ledger = ledger + page
-        return ledger
-
     async def session_resume(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
@@ -242,9 +153,9 @@ class AcpMethods:
         return self.front.catalog.state(session.choice)
 
     async def _reopen(self, params: dict[str, Any]) -> tuple[AcpSession, tuple[str, ...]]:
-        sid = _text_param(params, "sessionId")
-        cwd = _cwd(params)
-        servers = _check_mcp(params)
+        sid = checks.text_param(params, "sessionId")
+        cwd = checks.absolute_cwd(params)
+        servers = checks.mcp_servers(params)
         session, history = await self.front.find(sid, cwd, self.conn.principal)
         if session is None:
             raise RpcError(codec.RESOURCE_NOT_FOUND, f"unknown session {sid!r}")
@@ -257,24 +168,22 @@ class AcpMethods:
     async def session_list(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        cwd = params.get("cwd")
-        if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
-            raise RpcError(INVALID_PARAMS, "cwd must be an absolute path")
+        cwd = checks.list_cwd(params)
         query = SessionQuery(
             limit=self.front.config.acp.list_page_size,
             upstream=(("acp.cwd", cwd), ("acp.owner", self.conn.principal)),
-            after=decode_cursor(params.get("cursor")),
+            after=checks.decode_cursor(params.get("cursor")),
         )
         page = await self.front.bridge.store.list_sessions(query)
         out: dict[str, Any] = {"sessions": [session_info(r) for r, _ in page.items]}
         if page.next_after is not None:
-            out["nextCursor"] = encode_cursor(*page.next_after)
+            out["nextCursor"] = checks.encode_cursor(*page.next_after)
         return out
 
     async def session_close(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        sid = _text_param(params, "sessionId")
+        sid = checks.text_param(params, "sessionId")
         session = self._mine(sid)
         pending = self.conn.reopening(sid) if session is None else None
         if pending is not None:  # a prompt reopens it: that prompt is cancelled, then close
@@ -306,7 +215,7 @@ class AcpMethods:
     async def _reopened(self, params: dict[str, Any]) -> tuple[AcpSession, bool]:
         """The session a request names, open on this connection (reopened from the store
         if it left memory), and whether a ``session/cancel`` came during the reopen."""
-        sid = _text_param(params, "sessionId")
+        sid = checks.text_param(params, "sessionId")
         session = self.front.sessions.get(sid)
         cancelled = False
         pending = self.conn.reopening(sid) if session is None else None
@@ -359,7 +268,7 @@ class AcpMethods:
                 turn["mcpServers"] = session.mcp_servers
         except Exception as exc:
             session.turns.discard(relay)
-            return _cancelled(relay, exc)
+            return relay.respond_error(exc)
         except BaseException:
             session.turns.discard(relay)
             raise
@@ -385,7 +294,7 @@ class AcpMethods:
         task.add_done_callback(ended)
         result, error = await asyncio.shield(task)
         if error is not None:
-            return _cancelled(relay, error)
+            return relay.respond_error(error)
         return await relay.respond(result)
 
     async def _run_turn(
@@ -426,14 +335,14 @@ class AcpMethods:
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session = await self._open(params)
-        await self._set(session, "route", _text_param(params, "modeId"))
+        await self._set(session, "route", checks.text_param(params, "modeId"))
         return {}
 
     async def session_set_config_option(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
         session = await self._open(params)
-        config_id = _text_param(params, "configId")
+        config_id = checks.text_param(params, "configId")
         await self._set(session, config_id, params.get("value"))
         return {"configOptions": self.front.catalog.config_options(session.choice)}
 

@@ -22,8 +22,10 @@ from xwm_bridge import coerce, jsonrpc
 from xwm_bridge.acp import codec, prompts, updates
 from xwm_bridge.acp.sessions import AcpSession
 from xwm_bridge.app.dispatcher import report_turn
+from xwm_bridge.core.queues import ShuttingDownError, WithdrawnError
 from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.providers.stdio.permissions import PermissionAnswer
+from xwm_bridge.store.base import StoreUnavailable
 
 if TYPE_CHECKING:
     from xwm_bridge.acp.front import AcpFrontDoor
@@ -33,6 +35,8 @@ log = logging.getLogger("xwm_bridge.acp")
 #: a prompt stored with the turn in the ledger is cut to its text past this size
 LEDGER_PROMPT_MAX = 256 * 1024
 NOT_CONNECTED = "the ACP client is not connected"
+#: how a turn may end after a cancel without being a bug (logged without a traceback)
+EXPECTED_AFTER_CANCEL = (RpcError, StoreUnavailable, ShuttingDownError, TimeoutError)
 
 
 def _update(session_id: str, update: dict[str, Any]) -> dict[str, Any]:
@@ -274,3 +278,20 @@ class TurnRelay:
             await self.session.deliver(_update(self.session.session_id, update))
             self._record(updates.AGENT_MESSAGE, {"text": text})
         return {"stopReason": stop}
+
+    def respond_error(self, error: Exception) -> dict[str, Any]:
+        """The answer of a prompt whose turn raised ``error`` (a routing or gateway error, a
+        store outage, the shutdown): once the client sent ``session/cancel``, ACP has the
+        agent answer ``cancelled`` whatever ended the turn; before that, the error."""
+        if not self.cancel_requested:
+            raise error
+        if isinstance(error, WithdrawnError):  # cancelled while queued: it never ran
+            report_turn("cancelled", {})
+            return {"stopReason": "cancelled"}
+        fields = {"error": coerce.text(str(error))[:500], "kind": type(error).__name__}
+        if isinstance(error, EXPECTED_AFTER_CANCEL):
+            log.info("ACP prompt cancelled; its turn then failed", extra=fields)
+        else:  # a bug: the answer is still "cancelled", but its traceback is wanted
+            log.error("ACP prompt cancelled; its turn then failed", extra=fields, exc_info=error)
+        report_turn("cancelled", {})
+        return {"stopReason": "cancelled"}
