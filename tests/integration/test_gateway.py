@@ -35,7 +35,7 @@ from tests.conftest import (
 from xwm_bridge.config import BridgeConfig, GatewayConfig
 from xwm_bridge.core import handles
 from xwm_bridge.gateway import signing
-from xwm_bridge.gateway.manager import ConnectParams, build_connect_config
+from xwm_bridge.gateway.connect_params import ConnectParams, build_connect_config
 from xwm_bridge.gateway.runtime import GatewayRuntime
 
 GATEWAY_ROUTING = {

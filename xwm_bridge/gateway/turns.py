@@ -20,7 +20,8 @@ from xwm_bridge.core.executors import CANCELLED
 from xwm_bridge.core.handles import cancel_arrived
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.gateway import protocol as p
-from xwm_bridge.gateway.manager import LOCAL, GatewayManager
+from xwm_bridge.gateway.connect_params import LOCAL
+from xwm_bridge.gateway.manager import GatewayManager
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.runtime import GatewayRuntime
 
