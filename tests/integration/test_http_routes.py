@@ -235,9 +235,11 @@ async def test_origin_check_precedes_auth(
 @pytest.mark.parametrize(
     ("headers", "message"),
     [
+        # contract.md §3.3: the same message whether the header was missing or wrong
+        # (clients of the original match on it); the log's and metric's reason differ
         ({}, "missing bearer authorization"),
-        ({"Authorization": "Bearer wrong-token"}, "invalid bearer token"),
-        ({"Authorization": "Basic dXNlcjpwdw=="}, "invalid bearer token"),
+        ({"Authorization": "Bearer wrong-token"}, "missing bearer authorization"),
+        ({"Authorization": "Basic dXNlcjpwdw=="}, "missing bearer authorization"),
     ],
     ids=["missing", "wrong", "basic"],
 )

@@ -14,7 +14,7 @@ from tests.conftest import AUTH, ROOT, TOKEN, StartBridge, base_env
 
 CAPS = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "acp.capabilities"})
 MISSING = "missing bearer authorization"
-INVALID = "invalid bearer token"
+INVALID = MISSING  # contract.md §3.3: one message for a missing or a wrong token
 WS_UPGRADE = {
     "Connection": "Upgrade",
     "Upgrade": "websocket",
