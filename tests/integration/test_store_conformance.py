@@ -792,7 +792,7 @@ async def test_sqlite_moves_layout_3_histories_into_rows(tmp_path: Path) -> None
         )
         assert rows == [(b"[]", 0, 4)] or rows == [("[]", 0, 4)]
         version = await store._call(lambda db: db.execute("PRAGMA user_version").fetchone()[0])
-        assert version == SCHEMA_VERSION == 4
+        assert version == SCHEMA_VERSION == 5
     finally:
         await store.close()
 

@@ -60,14 +60,15 @@ CREATE TABLE IF NOT EXISTS permissions (
 #: ``PRAGMA user_version`` of this layout. 0: the first layout (issue 6), whose
 #: ledger had no event ids; 1: sessions had no owner (issue 16); 2: one row per
 #: entry (no ``count``); 3: the prompt history was a JSON array in the session row
-#: (now rows of ``history``: ``sqlite_history.py``); :func:`migrate` upgrades it in
-#: place on open.
+#: (now rows of ``history``: ``sqlite_history.py``); 4: ``history`` was a
+#: ``WITHOUT ROWID`` table (now a rowid table with a unique index: ``sqlite_history.py``);
+#: :func:`migrate` upgrades it in place on open.
 #:
 #: A ledger row holds ``count`` entries: one (``message`` is the entry's JSON), or
 #: the frames of one relay batch (``message`` is a JSON array of them; they share
 #: ``pos``, ``turn_id``, ``ts`` and ``kind``, and have the event ids ``event_id``,
 #: ``event_id + 1``, …). A 50-chunk streamed turn is then a handful of rows, not 52.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SESSION_COLUMNS = (
     "session_id, thread_id, provider, history, seq, last_turn_id, last_turn_status,"
     " upstream, updated_at, events, owner, history_from, prompts"
@@ -107,7 +108,7 @@ def migrate(db: sqlite3.Connection) -> None:
     in insertion order, and each session its last event id. 1 → 2: sessions get an
     ``owner`` column (empty: unowned). 2 → 3: ledger rows get a ``count`` (1: every
     earlier row holds one entry). 3 → 4: each session's history array becomes rows
-    0, 1, … of ``history``."""
+    0, 1, … of ``history``. 4 → 5: ``history``'s rows move to a rowid table."""
     version = int(db.execute("PRAGMA user_version").fetchone()[0])
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if version >= SCHEMA_VERSION or not {"sessions", "ledger"} <= tables:
@@ -139,6 +140,8 @@ def migrate(db: sqlite3.Connection) -> None:
             db.execute("ALTER TABLE ledger ADD COLUMN count INTEGER NOT NULL DEFAULT 1")
         if "prompts" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
             _history_rows(db)
+        elif _without_rowid(db, "history"):
+            _history_rowid(db)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
@@ -155,3 +158,21 @@ def _history_rows(db: sqlite3.Connection) -> None:
             " WHERE session_id = ?",
             (len(history), sid),
         )
+
+
+def _without_rowid(db: sqlite3.Connection, table: str) -> bool:
+    row = db.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+    ).fetchone()
+    return row is not None and "WITHOUT ROWID" in str(row[0]).upper()
+
+
+def _history_rowid(db: sqlite3.Connection) -> None:
+    """4 → 5 (in the caller's transaction)."""
+    db.execute("ALTER TABLE history RENAME TO history_4")
+    db.execute(sqlite_history.SCHEMA)
+    db.execute(
+        "INSERT INTO history (session_id, n, prompt)"
+        " SELECT session_id, n, prompt FROM history_4 ORDER BY session_id, n"
+    )
+    db.execute("DROP TABLE history_4")
