@@ -23,8 +23,16 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from xwm_bridge.store import sqlite_history
-from xwm_bridge.store.base import SessionRecord, StoreCounters, StoreLimits, WriteBacklog
+from xwm_bridge.store.base import (
+    LedgerEntry,
+    SessionRecord,
+    StoreCounters,
+    StoreLimits,
+    WriteBacklog,
+)
 from xwm_bridge.store.records import TURNS_PER_SESSION
 from xwm_bridge.store.sqlite_rows import insert_many
 from xwm_bridge.store.sqlite_schema import connect
@@ -63,6 +71,23 @@ STOP: Op = ("stop",)
 #: it, the oldest half is trimmed at once and forgotten (a daemon that sees a million
 #: sessions keeps a few hundred KiB of counters, not a dict entry per session)
 MAX_TRACKED_SESSIONS = 4096
+
+
+def tally(
+    appended: dict[str, list[int]], sid: str, entries: int, size: int, largest: int, top: int
+) -> None:
+    """Count one ledger row of a batch in ``appended[sid]``: ``[entries, their bytes,
+    the largest entry, the newest event id]`` of the session's rows in the batch (0
+    where none is larger)."""
+    stat = appended.get(sid)
+    if stat is None:
+        stat = appended[sid] = [0, 0, 0, 0]
+    stat[0] += entries
+    stat[1] += size
+    if largest > stat[2]:
+        stat[2] = largest
+    if top > stat[3]:
+        stat[3] = top
 
 
 class StoreThread:
@@ -203,10 +228,7 @@ class StoreThread:
         entries: list[tuple[Any, ...]] = []
         turns: list[tuple[Any, ...]] = []
         permissions: list[Op] = []
-        touched: dict[str, int] = {}
-        sizes: dict[str, int] = {}
-        largest: dict[str, int] = {}
-        tops: dict[str, int] = {}  # the newest event id appended per session
+        appended: dict[str, list[int]] = {}  # per session: see tally()
         turned: dict[str, int] = {}
         # entries left out as unencodable: counted once this transaction commits (a
         # failed batch is applied again write by write, and would count them again)
@@ -219,17 +241,21 @@ class StoreThread:
                 saves.append(session_row(op[1]))
                 saved.append(op[1])
             elif kind == "append":
-                sid = op[1]
-                for row, entry_sizes in append_rows(sid, op[2], bad):
+                sid, payload = op[1], op[2]
+                if type(payload) is LedgerEntry:  # append(): one entry, its row built here
+                    try:
+                        raw = orjson.dumps(payload.message)
+                    except TypeError as unencodable:  # e.g. nested deeper than orjson writes
+                        bad.append((op, unencodable))
+                        continue
+                    e = payload
+                    entries.append((sid, e.pos, e.turn_id, raw, e.ts, e.event_id, e.kind, 1))
+                    tally(appended, sid, 1, len(raw), len(raw), e.event_id)
+                    continue
+                for row, entry_sizes in append_rows(sid, payload, bad):
                     entries.append(row)
-                    touched[sid] = touched.get(sid, 0) + len(entry_sizes)
-                    sizes[sid] = sizes.get(sid, 0) + sum(entry_sizes)
-                    size = max(entry_sizes)  # of one entry, as the byte bound counts it
-                    if size > largest.get(sid, 0):
-                        largest[sid] = size
                     top = row[5] + row[7] - 1
-                    if top > tops.get(sid, 0):
-                        tops[sid] = top
+                    tally(appended, sid, len(entry_sizes), sum(entry_sizes), max(entry_sizes), top)
             elif kind == "turn":
                 turns.append(turn_row(op[1]))
                 turned[op[1].session_id] = turned.get(op[1].session_id, 0) + 1
@@ -251,19 +277,19 @@ class StoreThread:
             # trim a session's ledger every cap/8 entries (or max_bytes/8 bytes), not per
             # batch (replay reads only the newest entries that fit: the slack is invisible)
             cap, max_bytes = self._limits.ledger_max_entries, self._limits.ledger_max_bytes
-            for sid, added in touched.items():
+            for sid, (added, added_bytes, added_largest, top) in appended.items():
                 known = self._largest.get(sid)
-                if known is not None and largest.get(sid, 0) > known:
-                    self._largest[sid] = known = largest[sid]
+                if known is not None and added_largest > known:
+                    self._largest[sid] = known = added_largest
                 pending = self._untrimmed.get(sid, 0) + added
-                pending_bytes = self._untrimmed_bytes.get(sid, 0) + sizes[sid]
+                pending_bytes = self._untrimmed_bytes.get(sid, 0) + added_bytes
                 if pending < max(1, cap // 8) and pending_bytes < max_bytes // 8:
                     self._untrimmed[sid] = pending
                     self._untrimmed_bytes[sid] = pending_bytes
                     continue
                 self._untrimmed.pop(sid, None)
                 self._untrimmed_bytes.pop(sid, None)
-                self._trim_ledger(db, sid, tops.get(sid, 0), largest.get(sid, 0))
+                self._trim_ledger(db, sid, top, added_largest)
             # turn records too, every TURN_TRIM_EVERY per session (reads take the newest)
             for sid, added in turned.items():
                 pending = self._untrimmed_turns.get(sid, 0) + added
