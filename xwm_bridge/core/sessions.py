@@ -72,6 +72,12 @@ class Session:
     prompts: int = 0
     #: this object's identity for the store (SessionRecord.history_id)
     history_id: int = field(default_factory=lambda: next(_HISTORY_IDS))
+    #: ``sum(map(len, history))``, kept by :meth:`add_prompt` (not summed over up to
+    #: MAX_HISTORY prompts every turn); valid while ``history`` is the list it counted,
+    #: at the length it left it (else counted again: the list was replaced or changed)
+    _chars: int = field(default=0, init=False, repr=False, compare=False)
+    _counted: list[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _counted_len: int = field(default=0, init=False, repr=False, compare=False)
 
     def snapshot(self) -> SessionRecord:
         return SessionRecord(
@@ -119,18 +125,26 @@ class Session:
         if not prompt:
             return
         history = self.history
+        if self._counted is not history or self._counted_len != len(history):
+            self._chars = sum(map(len, history))
+        chars = self._chars + len(prompt)
         history.append(prompt)
         self.prompts += 1
-        del history[:-MAX_HISTORY]
+        over = len(history) - MAX_HISTORY
+        if over > 0:
+            chars -= sum(map(len, history[:over]))
+            del history[:over]
         cap = self.history_max_bytes
-        if sum(map(len, history)) * 4 <= cap:  # a UTF-8 char is at most 4 bytes
-            return
-        sizes = [len(p.encode()) for p in history]
-        total, drop = sum(sizes), 0
-        while total > cap and drop < len(sizes) - 1:
-            total -= sizes[drop]
-            drop += 1
-        del history[:drop]
+        if chars * 4 > cap:  # a UTF-8 char is at most 4 bytes
+            sizes = [len(p.encode()) for p in history]
+            total, drop = sum(sizes), 0
+            while total > cap and drop < len(sizes) - 1:
+                total -= sizes[drop]
+                drop += 1
+            if drop:
+                chars -= sum(map(len, history[:drop]))
+                del history[:drop]
+        self._chars, self._counted, self._counted_len = chars, history, len(history)
 
 
 class SessionRegistry:

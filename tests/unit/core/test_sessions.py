@@ -6,6 +6,8 @@ import asyncio
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from xwm_bridge.core.handles import TurnHandle
 from xwm_bridge.core.sessions import MAX_HISTORY, Session, SessionRegistry
@@ -42,6 +44,57 @@ def test_history_under_cap_keeps_everything() -> None:
     for p in ("a", "b", "c"):
         s.add_prompt(p)
     assert s.history == ["a", "b", "c"]
+
+
+def _add_prompt_recounting(history: list[str], prompt: str, cap: int) -> None:
+    """``Session.add_prompt`` as it was before its running total: summed every time."""
+    if not prompt:
+        return
+    history.append(prompt)
+    del history[:-MAX_HISTORY]
+    if sum(map(len, history)) * 4 <= cap:
+        return
+    sizes = [len(p.encode()) for p in history]
+    total, drop = sum(sizes), 0
+    while total > cap and drop < len(sizes) - 1:
+        total -= sizes[drop]
+        drop += 1
+    del history[:drop]
+
+
+_PROMPTS = st.text(alphabet="ab\u00e9\u4e2d\U0001f600", max_size=40)
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), _PROMPTS),
+        st.tuples(st.just("replace"), st.lists(_PROMPTS, max_size=70)),  # restore, reset
+        st.tuples(st.just("append"), _PROMPTS),  # the list changed behind add_prompt
+    ),
+    max_size=150,
+)
+
+
+@given(steps=_STEPS, cap=st.integers(min_value=1, max_value=600))
+def test_history_running_total_is_the_sum(steps: list[tuple[str, object]], cap: int) -> None:
+    """The running character total gives the history the recounting version gives,
+    and equals ``sum(map(len, history))`` after every prompt."""
+    s = Session("s", "t", history_max_bytes=cap)
+    expected: list[str] = []
+    for op, arg in steps:
+        if op == "add":
+            assert isinstance(arg, str)
+            s.add_prompt(arg)
+            _add_prompt_recounting(expected, arg, cap)
+            if arg:  # counted just now: the total is that of the list as it is
+                assert s._counted is s.history and s._counted_len == len(s.history)
+                assert s._chars == sum(map(len, s.history))
+        elif op == "replace":
+            assert isinstance(arg, list)
+            s.history, expected = list(arg), list(arg)
+        else:
+            assert isinstance(arg, str)
+            s.history.append(arg)
+            expected.append(arg)
+        assert s.history == expected
 
 
 # --- registry: reset / get_or_create / close ------------------------------------------
