@@ -213,6 +213,58 @@ async def test_read_timeout_is_the_longest_silence(
     await pool.close()
 
 
+async def test_a_kept_connection_arms_one_read_timer_for_all_its_waits(
+    serve: Callable[[Script], Awaitable[Server]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read deadline's timer outlives a wait (performance: about 2 µs to arm and
+    cancel one on uvloop, two waits per turn): five exchanges, one timer."""
+    loop = asyncio.get_running_loop()
+    armed: list[object] = []
+    call_at = loop.call_at
+
+    def counting(when: float, callback: Callable[..., object], *args: object) -> object:
+        if getattr(callback, "__qualname__", "").startswith("Connection."):
+            armed.append(callback)
+        return call_at(when, callback, *args)
+
+    monkeypatch.setattr(loop, "call_at", counting)
+    srv = await serve(echo_forever)
+    pool = Http1Pool()
+    for i in range(5):
+        assert await post(pool, srv, b"%d" % i) == b"%d" % i
+    assert srv.connections == 1
+    assert len(armed) == 1
+    await pool.close()
+
+
+async def test_a_shorter_read_timeout_than_the_armed_timer_still_holds(
+    serve: Callable[[Script], Awaitable[Server]],
+) -> None:
+    """A connection's timer armed for a long read timeout is re-armed for a later
+    exchange's shorter one (a provider's cancel shares the pool with its turns)."""
+
+    async def answer_then_silence(
+        r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server
+    ) -> None:
+        body = await s.read_request(r)
+        w.write(ok(body))
+        await w.drain()
+        await s.read_request(r)
+        await r.read(1)  # no answer, until the client goes away
+
+    srv = await serve(answer_then_silence)
+    pool = Http1Pool()
+    assert await post(pool, srv, b"{}", read_timeout=60) == b"{}"
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(Http1Error) as err:
+        await post(pool, srv, b"{}", read_timeout=0.2)
+    assert err.value.kind == "timeout" and "0.2s" in str(err.value)
+    assert 0.2 <= loop.time() - began < 2.0
+    assert srv.connections == 1  # the same connection: its timer was the long one
+    await pool.close()
+
+
 async def test_connect_refused() -> None:
     import socket
 

@@ -9,8 +9,11 @@ and parses the answer with ``httptools`` (llhttp, the parser aiohttp itself
 uses); a plain-JSON answer costs one future and a few parser callbacks.
 
 Deadlines: ``connect_timeout`` for the TCP (and TLS) handshake, ``read_timeout``
-for the longest silence while waiting for response bytes (one timer per call,
-re-armed only when it fires). The caller bounds the whole call (``total_timeout``).
+for the longest silence while waiting for response bytes. The read deadline's timer
+is one per connection, kept from wait to wait (and from exchange to exchange) and
+re-armed only when it fires early or a wait needs an earlier deadline: arming and
+cancelling a timer per wait cost about 2 µs each on uvloop, two waits per turn.
+The caller bounds the whole call (``total_timeout``).
 A cancelled call closes its connection, so the upstream sees the client leave.
 A pooled connection the server closed while idle is detected before use; a
 reused connection that ends before any response byte is retried once on a
@@ -120,6 +123,12 @@ class Connection(asyncio.Protocol):
         self._on_drained: Callable[[], None] | None = None
         self._drain_left = 0
         self._drain_timer: asyncio.TimerHandle | None = None
+        #: the read deadline's timer (see the module doc): armed for ``_read_at``, it
+        #: checks the wait in progress then, if any, against ``_wait_deadline``
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._read_at = 0.0
+        self._read_timeout = 0.0
+        self._wait_deadline = 0.0
         self._reset_exchange()
 
     def _reset_exchange(self) -> None:
@@ -201,6 +210,7 @@ class Connection(asyncio.Protocol):
     # --- the exchange ---------------------------------------------------------------------
 
     def _on_close(self, exc: Exception | None) -> None:
+        self._stop_read_timer()
         if self.closed and self.transport is None:
             return
         was_closed, self.closed = self.closed, True
@@ -232,35 +242,47 @@ class Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     async def wait(self, read_timeout: float) -> None:
-        """Until more has arrived (or the exchange failed, or the connection ended)."""
+        """Until more has arrived (or the exchange failed, or the connection ended);
+        :class:`Http1Error` (``timeout``) after ``read_timeout`` seconds without."""
         if self._error is not None:
             raise self._error
         waiter = self._waiter = self._loop.create_future()
-        deadline = self._loop.time() + read_timeout
-        timer: asyncio.TimerHandle
-
-        def check() -> None:
-            nonlocal timer
-            if waiter.done():
-                return
-            silent_until = self.last_activity + read_timeout
-            if self._loop.time() >= silent_until:
-                waiter.set_exception(
-                    Http1Error(
-                        f"no data from upstream for {read_timeout:g}s (read timeout)", "timeout"
-                    )
-                )
-            else:
-                timer = self._loop.call_at(silent_until, check)
-
-        timer = self._loop.call_at(deadline, check)
+        deadline = self._wait_deadline = self._loop.time() + read_timeout
+        self._read_timeout = read_timeout
+        timer = self._read_timer
+        if timer is None or self._read_at > deadline:  # else it fires first, re-arms
+            if timer is not None:
+                timer.cancel()
+            self._arm_read(deadline)
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
         if self._error is not None:
             raise self._error
+
+    def _arm_read(self, when: float) -> None:
+        self._read_at = when
+        self._read_timer = self._loop.call_at(when, self._check_read)
+
+    def _check_read(self) -> None:
+        self._read_timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():  # no wait now: the next one arms it again
+            return
+        read_timeout = self._read_timeout
+        silent_until = max(self._wait_deadline, self.last_activity + read_timeout)
+        if self._loop.time() >= silent_until:
+            waiter.set_exception(
+                Http1Error(f"no data from upstream for {read_timeout:g}s (read timeout)", "timeout")
+            )
+        else:
+            self._arm_read(silent_until)
+
+    def _stop_read_timer(self) -> None:
+        timer, self._read_timer = self._read_timer, None
+        if timer is not None:
+            timer.cancel()
 
     def take(self) -> bytes:
         data = b"".join(self.chunks)
@@ -279,6 +301,7 @@ class Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         self.closed = True
+        self._stop_read_timer()
         transport, self.transport = self.transport, None
         if transport is not None:
             transport.abort()
