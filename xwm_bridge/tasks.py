@@ -100,6 +100,117 @@ async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:  # noqa: ASYNC
         return await aw
 
 
+class Deadlines:
+    """Deadlines of many blocks at once on one loop timer.
+
+    ``with deadlines.within(s):`` in a task does what ``async with asyncio.timeout(s):``
+    does (past ``s`` seconds the task is cancelled, the block raises ``TimeoutError``,
+    the task's cancel count is left as it found it; a cancel from elsewhere stays a
+    ``CancelledError``) without arming and cancelling a loop timer per block: that
+    cost about 2 µs per upstream call on uvloop. Blocks of one length end their
+    deadlines in the order they began (the loop's clock is monotonic), so each length
+    keeps its open blocks in an insertion-ordered dict; the one timer is armed for the
+    earliest first deadline, and when it fires it expires the blocks past theirs and
+    is armed for the next. A block that ends leaves its dict (no timer call).
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: block length → its open blocks, oldest (earliest deadline) first
+        self._open: dict[float, dict[Within, None]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+
+    def within(self, timeout: float) -> Within:
+        return Within(self, timeout)
+
+    def open_blocks(self) -> int:
+        return sum(map(len, self._open.values()))
+
+    def _add(self, loop: asyncio.AbstractEventLoop, block: Within) -> None:
+        if loop is not self._loop:  # first use, or another loop: nothing carries over
+            self._loop, self._open, self._timer = loop, {}, None
+        blocks = self._open.get(block.timeout)
+        if blocks is None:
+            blocks = self._open[block.timeout] = {}
+        blocks[block] = None
+        if self._timer is None or block.deadline < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._arm(loop, block.deadline)
+
+    def _remove(self, block: Within) -> None:
+        blocks = self._open.get(block.timeout)
+        if blocks is not None:
+            blocks.pop(block, None)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        self._timer_at = when
+        self._timer = loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        earliest: float | None = None
+        for timeout, blocks in list(self._open.items()):
+            while blocks:
+                block = next(iter(blocks))
+                if block.deadline > now:
+                    if earliest is None or block.deadline < earliest:
+                        earliest = block.deadline
+                    break
+                del blocks[block]
+                block.expire()
+            if not blocks:
+                del self._open[timeout]
+        if earliest is not None:
+            self._arm(loop, earliest)
+
+
+class Within:
+    """One block of :meth:`Deadlines.within` (a context manager, entered once)."""
+
+    __slots__ = ("_cancelling", "_owner", "_task", "deadline", "expired", "timeout")
+
+    def __init__(self, owner: Deadlines, timeout: float) -> None:
+        self._owner = owner
+        self.timeout = timeout
+        self.deadline = 0.0
+        self.expired = False
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
+
+    def __enter__(self) -> Within:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise RuntimeError("Deadlines.within() must be used inside a task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        self.deadline = loop.time() + self.timeout
+        self._owner._add(loop, self)
+        return self
+
+    def expire(self) -> None:
+        assert self._task is not None
+        self.expired = True
+        self._task.cancel()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: object,
+    ) -> None:
+        self._owner._remove(self)
+        if self.expired:  # as asyncio.timeout: our cancel taken back, and said as such
+            assert self._task is not None
+            if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+                raise TimeoutError from exc
+
+
 #: seconds before :func:`stop` first sends its cancel again to a task that runs on:
 #: a cleanup of up to this long after the first cancel is never cut short
 STOP_GRACE = 1.0

@@ -1,4 +1,4 @@
-"""xwm_bridge.tasks.Supervisor: owner of background tasks."""
+"""xwm_bridge.tasks: Supervisor (owner of background tasks), stop, Deadlines."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from xwm_bridge.tasks import (
     STOP_GRACE,
     STOP_RESEND_MAX,
+    Deadlines,
     Supervisor,
     resend_delay,
     stop,
@@ -277,3 +278,107 @@ def test_the_re_sends_grow_and_stay_inside_the_bound() -> None:
     assert delays[0] == STOP_GRACE == 1.0
     assert delays == sorted(delays)
     assert max(delays) == STOP_RESEND_MAX
+
+
+# --- Deadlines: asyncio.timeout's behaviour, on one loop timer ----------------------------
+
+
+async def _never() -> None:
+    await asyncio.get_running_loop().create_future()
+
+
+async def test_a_block_past_its_deadline_raises_timeout_error() -> None:
+    deadlines = Deadlines()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(TimeoutError), deadlines.within(0.05) as block:
+        await _never()
+    assert block.expired and loop.time() - began >= 0.04  # uvloop: a clock in ms
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0  # its cancel was taken back
+    assert deadlines.open_blocks() == 0
+
+
+async def test_a_block_that_ends_in_time_is_left_alone() -> None:
+    deadlines = Deadlines()
+    with deadlines.within(0.05) as block:
+        await asyncio.sleep(0)
+    assert not block.expired and deadlines.open_blocks() == 0
+    # past the first block's deadline, nothing cancels this task
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(_never(), 0.2)
+
+
+async def test_many_blocks_of_one_length_arm_one_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    deadlines = Deadlines()
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counting(when: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+        if callback == deadlines._fire:
+            armed.append(when)
+        return call_at(when, callback, *args)
+
+    monkeypatch.setattr(loop, "call_at", counting)
+    gate = asyncio.Event()
+
+    async def call() -> str:
+        with deadlines.within(60):
+            await gate.wait()
+        return "ok"
+
+    calls = [asyncio.create_task(call()) for _ in range(50)]
+    await asyncio.sleep(0)
+    assert deadlines.open_blocks() == 50
+    gate.set()
+    assert await asyncio.gather(*calls) == ["ok"] * 50
+    assert len(armed) == 1 and deadlines.open_blocks() == 0
+
+
+async def test_a_shorter_block_after_a_longer_one_expires_on_time() -> None:
+    deadlines = Deadlines()
+    started = asyncio.Event()
+
+    async def long() -> None:
+        with deadlines.within(60):
+            started.set()
+            await _never()
+
+    async def short() -> None:
+        with deadlines.within(0.05):
+            await _never()
+
+    slow = asyncio.create_task(long())
+    await started.wait()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(TimeoutError):
+        await short()
+    assert loop.time() - began < 2.0
+    assert not slow.done()
+    slow.cancel()  # a cancel from elsewhere stays a cancel, not a timeout
+    with pytest.raises(asyncio.CancelledError):
+        await slow
+    assert deadlines.open_blocks() == 0
+
+
+async def test_a_cancel_meeting_the_deadline_stays_a_cancel() -> None:
+    """As asyncio.timeout: when the task is also cancelled from elsewhere, the block
+    raises CancelledError (the other cancel is not turned into a timeout)."""
+    deadlines = Deadlines()
+
+    async def call() -> None:
+        with deadlines.within(0.05):
+            try:
+                await _never()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                assert task is not None
+                task.cancel()  # another cancel arrives while this one unwinds
+                raise
+
+    task = asyncio.create_task(call())
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()

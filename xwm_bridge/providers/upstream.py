@@ -10,7 +10,6 @@ request and :meth:`UpstreamClient.send_cancel` tells the provider.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -29,7 +28,7 @@ from xwm_bridge.providers.upstream_call import (
     UpstreamProtocolError,
 )
 from xwm_bridge.proxy import ProxySettings, ws_error
-from xwm_bridge.tasks import wait_for
+from xwm_bridge.tasks import Deadlines, wait_for
 
 __all__ = ["MAX_UPSTREAM_RESPONSE", "UpstreamClient", "UpstreamError"]
 
@@ -58,6 +57,8 @@ class UpstreamClient:
         self._proxies = proxies or ProxySettings()
         #: (url, stream, authorization) → parsed target and pre-built request head
         self._heads: dict[tuple[str, bool, str], tuple[Target, bytes]] = {}
+        #: every call's ``total_timeout``, on one loop timer (not one per call)
+        self._deadlines = Deadlines()
 
     def _head(self, url: str, stream: bool, authorization: str) -> tuple[Target, bytes]:
         key = (url, stream, authorization)
@@ -92,7 +93,7 @@ class UpstreamClient:
         """
         call = UpstreamCall(method, params)
         try:
-            async with asyncio.timeout(provider.total_timeout):
+            with self._deadlines.within(provider.total_timeout):
                 if endpoint.transport == "ws":
                     return await self._call_ws(
                         provider, endpoint.ws_url, authorization, call, on_notifications
