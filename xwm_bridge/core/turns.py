@@ -111,7 +111,9 @@ class TurnRunner:
         await self._sessions.check_owner(sp.session_id, principal)
         if method == "session.start":  # a new conversation, from this turn on
             self._sessions.reset(sp.session_id, sp.thread_id)
-        routing = RoutingRequest.parse(sp.raw)
+        routing = RoutingRequest.parse(
+            sp.raw, prompt=sp.task_prompt, working_directory=sp.working_directory
+        )
         if routing is None:
             raise RpcError(INVALID_PARAMS, ROUTING_REQUIRED)
         decision = await self._router.resolve(routing)

@@ -76,8 +76,19 @@ class RoutingRequest:
     available_skills: tuple[SkillCandidate, ...] = ()
 
     @classmethod
-    def parse(cls, params: Mapping[str, Any]) -> RoutingRequest | None:
-        """``None`` when ``params.routing`` is not a non-empty object."""
+    def parse(
+        cls,
+        params: Mapping[str, Any],
+        *,
+        prompt: str | None = None,
+        working_directory: str | None = None,
+    ) -> RoutingRequest | None:
+        """``None`` when ``params.routing`` is not a non-empty object.
+
+        ``prompt`` and ``working_directory``: ``taskPrompt`` and ``workingDirectory``
+        already coerced by the caller (``SessionParams``), not read again. A key that
+        is absent is its field's default without a call (``text(None)`` is ``""``,
+        ``loose_bool(None)`` false): a turn's routing object names few of them."""
         routing = params.get("routing")
         if not isinstance(routing, dict) or not routing:
             return None
@@ -92,20 +103,34 @@ class RoutingRequest:
                 f"routing.availableSkills: at most {MAX_AVAILABLE_SKILLS} skills "
                 f"(got {len(skills)})",
             )
+        if prompt is None:
+            prompt = text(params.get("taskPrompt"))
+        if working_directory is None:
+            working_directory = coerce.path_text(
+                params.get("workingDirectory"), "workingDirectory"
+            )
+        base_url = params.get("aiGatewayBaseUrl")
+        api_key = params.get("aiGatewayApiKey")
+        mode = get("routingMode")
+        target = get("explicitExecutionTarget")
+        gateway = get("preferredGatewayProviderId")
+        provider = get("explicitProviderId")
+        model = get("explicitModel")
+        allow = get("allowSkillInstall")
         return cls(
-            prompt=text(params.get("taskPrompt")),
-            working_directory=coerce.path_text(params.get("workingDirectory"), "workingDirectory"),
-            gateway_base_url=text(params.get("aiGatewayBaseUrl")),
-            gateway_api_key=text(params.get("aiGatewayApiKey")),
-            routing_mode=text(get("routingMode")),
-            explicit_target=text(get("explicitExecutionTarget")),
-            preferred_gateway=text(get("preferredGatewayProviderId")),
-            explicit_provider=text(get("explicitProviderId")),
-            explicit_model=text(get("explicitModel")),
+            prompt=prompt,
+            working_directory=working_directory,
+            gateway_base_url="" if base_url is None else text(base_url),
+            gateway_api_key="" if api_key is None else text(api_key),
+            routing_mode="" if mode is None else text(mode),
+            explicit_target="" if target is None else text(target),
+            preferred_gateway="" if gateway is None else text(gateway),
+            explicit_provider="" if provider is None else text(provider),
+            explicit_model="" if model is None else text(model),
             explicit_skills=tuple(coerce.string_list(explicit_skills) or ())
             if explicit_skills is not None
             else (),
-            allow_install=coerce.loose_bool(get("allowSkillInstall")),
+            allow_install=False if allow is None else coerce.loose_bool(allow),
             approval=InstallApproval(
                 request_id=text(approval.get("requestId")),
                 approved_keys=tuple(coerce.string_list(approval.get("approvedSkillKeys")) or ()),

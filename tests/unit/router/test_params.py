@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from xwm_bridge import coerce
 from xwm_bridge.router.resolver import RoutingRequest
 from xwm_bridge.router.skills import SkillCandidate
 
@@ -102,3 +105,58 @@ def test_too_many_available_skills_is_a_clear_invalid_params() -> None:
         parse({"availableSkills": [*skills, {"id": "one-more"}]})
     assert err.value.code == INVALID_PARAMS
     assert f"at most {MAX_AVAILABLE_SKILLS}" in err.value.message
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.text(alphabet=" \tab", max_size=4),
+    st.integers(-3, 3),
+    st.floats(allow_nan=False, allow_infinity=False, width=16),
+    st.booleans(),
+    st.lists(st.text(alphabet=" a", max_size=2), max_size=2),
+    st.dictionaries(st.just("k"), st.integers(0, 1), max_size=1),
+)
+_TOP = ("taskPrompt", "workingDirectory", "aiGatewayBaseUrl", "aiGatewayApiKey")
+_ROUTING = (
+    "routingMode",
+    "explicitExecutionTarget",
+    "preferredGatewayProviderId",
+    "explicitProviderId",
+    "explicitModel",
+    "allowSkillInstall",
+)
+
+
+def _coerced_one_by_one(params: dict[str, Any]) -> RoutingRequest:
+    """What parse gives, each field through its coercion (no shortcut for absent keys)."""
+    get = params["routing"].get
+    return RoutingRequest(
+        prompt=coerce.text(params.get("taskPrompt")),
+        working_directory=coerce.path_text(params.get("workingDirectory"), "workingDirectory"),
+        gateway_base_url=coerce.text(params.get("aiGatewayBaseUrl")),
+        gateway_api_key=coerce.text(params.get("aiGatewayApiKey")),
+        routing_mode=coerce.text(get("routingMode")),
+        explicit_target=coerce.text(get("explicitExecutionTarget")),
+        preferred_gateway=coerce.text(get("preferredGatewayProviderId")),
+        explicit_provider=coerce.text(get("explicitProviderId")),
+        explicit_model=coerce.text(get("explicitModel")),
+        allow_install=coerce.loose_bool(get("allowSkillInstall")),
+    )
+
+
+@given(
+    top=st.dictionaries(st.sampled_from(_TOP), _VALUES),
+    routing=st.dictionaries(st.sampled_from(_ROUTING), _VALUES, min_size=1),
+)
+def test_parse_equals_each_field_coerced(top: dict[str, Any], routing: dict[str, Any]) -> None:
+    """Absent keys skip their coercion, and a turn passes its own coerced prompt and
+    working directory (SessionParams): the request is the same either way."""
+    params = {**top, "routing": routing}
+    expected = _coerced_one_by_one(params)
+    assert RoutingRequest.parse(params) == expected
+    given_fields = RoutingRequest.parse(
+        params,
+        prompt=coerce.text(params.get("taskPrompt")),
+        working_directory=coerce.path_text(params.get("workingDirectory"), "workingDirectory"),
+    )
+    assert given_fields == expected
