@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from xwm_bridge.router import resolver
 from xwm_bridge.router.resolver import (
     GATEWAY,
     MULTI_AGENT,
@@ -18,6 +19,7 @@ from xwm_bridge.router.resolver import (
     RoutingRequest,
 )
 from xwm_bridge.router.resolver import resolve as resolve_async
+from xwm_bridge.router.skills import NONE, SkillResult
 
 PROPS = settings(max_examples=200, deadline=None)
 CATALOG = ["codex", "opencode", "gemini"]
@@ -346,3 +348,51 @@ def test_resolve_invariants(routing: dict[str, Any], available: list[str]) -> No
     assert fields["skillResolutionSource"] == (
         "local_match" if fields["resolvedSkills"] else "none"
     )
+
+
+# --- decisions without skills or memory: shared, the same as built -------------------
+
+_WORDS = st.sampled_from(["", "codex", "Gemini", "nope", "singleAgent", "gateway", "x y"])
+
+
+@PROPS
+@given(
+    mode=st.sampled_from(["explicit", "auto", ""]),
+    target=_WORDS,
+    provider=_WORDS,
+    model=_WORDS,
+    gateway=_WORDS,
+    prompt=st.sampled_from(["hello", "use the pdf skill", "read this file", ""]),
+    available=st.lists(st.sampled_from(CATALOG), max_size=3),
+)
+def test_a_shared_decision_equals_one_built_for_the_turn(
+    mode: str,
+    target: str,
+    provider: str,
+    model: str,
+    gateway: str,
+    prompt: str,
+    available: list[str],
+) -> None:
+    routing = {
+        "routingMode": mode,
+        "explicitExecutionTarget": target,
+        "explicitProviderId": provider,
+        "explicitModel": model,
+        "preferredGatewayProviderId": gateway,
+    }
+    got = resolve(routing, available)
+    again = resolve(routing, available)
+    with pytest.MonkeyPatch.context() as mp:  # not the shared path: built field by field
+        mp.setattr(resolver, "NO_SKILLS", SkillResult(source=NONE))
+        built = resolve(routing, available)
+    assert got == built and again == built
+    assert got.fields() == built.fields()
+
+
+def test_shared_decisions_are_shared_and_bounded() -> None:
+    first = resolve(explicit("singleAgent", explicitProviderId="codex"), CATALOG)
+    assert resolve(explicit("singleAgent", explicitProviderId="codex"), CATALOG) is first
+    for i in range(resolver.PLAIN_CACHED + 10):  # the model is client text
+        resolve(explicit("singleAgent", explicitModel=f"m{i}"), CATALOG)
+    assert len(resolver._PLAIN) <= resolver.PLAIN_CACHED
