@@ -35,7 +35,11 @@ def announced(length: str | None) -> int:
     before ``int``, which refuses more than 4300 digits (a ValueError where it was
     called on the field: in the front's parser callback, ``rpc_expect``, the upstream
     client)."""
-    text = "" if length is None else length.strip(" \t")
+    if length is None:
+        return -1
+    if length.isdigit() and length.isascii() and len(length) <= 20:
+        return int(length)  # the common case: a plain number (leading zeros or not)
+    text = length.strip(" \t")
     digits = text.lstrip("0") or text[-1:]
     if not digits.isascii() or not digits.isdigit() or len(digits) > 20:
         return -1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from xwm_bridge.codings import announced, transfer_refusal
 
@@ -49,3 +51,24 @@ def test_transfer_refusal(value: str, status: int) -> None:
 )
 def test_announced(value: str | None, size: int) -> None:
     assert announced(value) == size
+
+
+def _announced_reference(length: str | None) -> int:
+    """The straightforward reading (:func:`announced` before its plain-number fast path)."""
+    text = "" if length is None else length.strip(" \t")
+    digits = text.lstrip("0") or text[-1:]
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 20:
+        return -1
+    return int(digits)
+
+
+@given(
+    st.one_of(
+        st.none(),
+        st.text(alphabet="0123456789 \t+-\u00b2\u0661x", max_size=30),
+        st.integers(min_value=0, max_value=2**70).map(str),
+        st.builds(lambda z, n: "0" * z + str(n), st.integers(0, 30), st.integers(0, 2**66)),
+    )
+)
+def test_announced_equals_the_straightforward_reading(value: str | None) -> None:
+    assert announced(value) == _announced_reference(value)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
-JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
+#: read-only: the front writes its lines from a copy encoded once (``front_wire.py``)
+JSON_HEADERS: Mapping[str, str] = MappingProxyType({"Content-Type": "application/json"})
 SSE_HEADERS: Mapping[str, str] = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",

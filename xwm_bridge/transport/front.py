@@ -44,9 +44,11 @@ from xwm_bridge.codings import announced, transfer_refusal
 from xwm_bridge.observability import rejections as rj
 from xwm_bridge.transport.exchange import Reply
 from xwm_bridge.transport.front_answers import MAX_PIPELINED, MAX_PIPELINED_BYTES, Answers
-from xwm_bridge.transport.front_wire import SINGLETONS, Headers, Request
+from xwm_bridge.transport.front_wire import FIELD_KEYS, SINGLETONS, Headers, Request, field_key
 
-_has = dict.__contains__  # a lookup by lower-case name, without Headers' own lowering
+# lookups by lower-case name, without Headers' own lowering
+_has = dict.__contains__
+_get = dict.get
 
 if TYPE_CHECKING:
     from xwm_bridge.transport.front_server import Front
@@ -95,6 +97,7 @@ class FrontProtocol(Answers, asyncio.Protocol):
         self._raw: list[bytes] | None = None
         self._head_bytes = 0
         self._head_read = 0
+        self._lines = 0
         self._body_read = 0  # bytes of the later reads of this body
         self._completed_in_read = False
         self._url: list[bytes] = []
@@ -186,41 +189,51 @@ class FrontProtocol(Answers, asyncio.Protocol):
         self._url = []
         self._headers = Headers()
         self._head_read = 0  # bytes of the later reads of this head
-        self._room = MAX_HEADERS  # distinct names left: each repeated line takes one
+        self._lines = 0  # field lines of this head, repeated names included
         self._head_bytes = 0
         # a head that begins a read can still be handed over: keep its bytes
         self._raw = None if self._completed_in_read else [self._data]
 
+    # on_url and on_header run for every request: the head's byte count is inlined
+    # (not a call to _count_head), and names are looked up as lower-case keys directly
+
     def on_url(self, url: bytes) -> None:
         self._url.append(url)
-        self._count_head(len(url))
+        self._head_bytes += len(url)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._too_big()
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        size = len(value)
-        self._count_head(len(name) + size)
+        size, n = len(value), len(name)
+        self._head_bytes += n + size
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._too_big()
         if self.reading is Reading.BODY:
             return  # a chunked body's trailer: dropped, as aiohttp drops them
-        if len(self._headers) >= self._room or size > MAX_FIELD or len(name) > MAX_FIELD:
+        # aiohttp's MAX_HEADERS counts field lines, a repeated name's too
+        if self._lines >= MAX_HEADERS or size > MAX_FIELD or n > MAX_FIELD:
             self._too_big()
-        key = name.decode("latin-1").lower()
-        if key not in self._headers:
-            dict.__setitem__(self._headers, key, value.decode("utf-8", "surrogateescape"))
-        else:
-            self._room -= 1
-            if key in SINGLETONS:
-                self._repeated = True
+        self._lines += 1
+        key = FIELD_KEYS.get(name) or field_key(name)
+        headers = self._headers
+        if not _has(headers, key):
+            headers[key] = value.decode("utf-8", "surrogateescape")
+        elif key in SINGLETONS:
+            self._repeated = True
 
     def on_headers_complete(self) -> None:
-        self.front.guard.head(self)
+        if self._fresh:  # the connection's first head: its header deadline ends
+            self.front.guard.head(self)
         url = b"".join(self._url)
         path = url.partition(b"?")[0]
         headers = self._headers
+        parser = self.parser
         if (
             path != RPC_PATH
-            or self.parser.get_method() != b"POST"
-            or self.parser.get_http_version() != "1.1"
-            or self.parser.should_upgrade()
-            or "expect" in headers
+            or parser.get_method() != b"POST"
+            or parser.get_http_version() != "1.1"
+            or parser.should_upgrade()
+            or _has(headers, "expect")
             or not _has(headers, "host")  # aiohttp's 400 (RFC 9112 §3.2)
             or self._repeated
             or len(url) > MAX_LINE
@@ -228,22 +241,24 @@ class FrontProtocol(Answers, asyncio.Protocol):
             self._not_mine()
         assert self.transport is not None
         request = Request(headers, self.remote, self.transport)
-        request.keep_alive = self.parser.should_keep_alive()
-        request.cors = self.front.endpoint.cors(request)
+        request.keep_alive = parser.should_keep_alive()
+        endpoint = self.front.endpoint
+        if _has(headers, "origin"):  # none without an Origin (Endpoint.cors)
+            request.cors = endpoint.cors(request)
         self._raw = None  # answered here from now on
         self._fresh = False
         self._request = request
         self._body_size = 0
         self._body_read = 0
         self.reading = Reading.BODY
-        coding = headers.get("transfer-encoding")
+        coding = _get(headers, "transfer-encoding")
         refusal = 0 if coding is None else transfer_refusal(coding)
         if refusal:  # a coding before ``chunked``: 501, the body unread (aiohttp: http.py)
-            self._refuse(request, self.front.endpoint.bad_request(request, rj.CODING, refusal))
-        request.reply = self.front.endpoint.denied(request)
-        if announced(headers.get("content-length")) > self.front.max_body:
+            self._refuse(request, endpoint.bad_request(request, rj.CODING, refusal))
+        request.reply = endpoint.denied(request)
+        if announced(_get(headers, "content-length")) > self.front.max_body:
             # refused unread, and a refusal already decided goes out at once
-            self._refuse(request, request.reply or self.front.endpoint.body_too_large(request))
+            self._refuse(request, request.reply or endpoint.body_too_large(request))
 
     def on_body(self, body: bytes) -> None:
         request = self._request
@@ -290,11 +305,6 @@ class FrontProtocol(Answers, asyncio.Protocol):
         reply = request.reply or self.front.endpoint.bad_request(request, rj.BAD_REQUEST, 400)
         with contextlib.suppress(_Stop):
             self._refuse(request, reply)
-
-    def _count_head(self, n: int) -> None:
-        self._head_bytes += n
-        if self._head_bytes > MAX_HEAD_BYTES:
-            self._too_big()
 
     def _can_hand_over(self) -> bool:
         """The current head began a read and nothing is owed before it."""

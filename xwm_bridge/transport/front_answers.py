@@ -127,14 +127,16 @@ class Answers:
         keep = self.keep(request)
         if not keep:
             self.closed_by(request)
-        head = [
+        body = reply.body
+        answer = [
             status_line(reply.status),
             header_lines(reply.headers, request.cors),
-            b"Content-Length: %d\r\n" % len(reply.body),
-            self.clock.line(),
+            b"Content-Length: %d\r\n" % len(body),
+            self.front.clock.line(),
             b"\r\n" if keep else b"Connection: close\r\n\r\n",
+            body,
         ]
-        self.transport.write(b"".join(head) + reply.body)
+        self.transport.write(b"".join(answer))
 
     def _after_answers(self) -> None:
         if self.close_after:

@@ -23,7 +23,9 @@ from xwm_bridge.transport.guard import ConnectionGuard
 class Endpoint(Protocol):
     """What the front needs of ``/acp/rpc`` (``HttpTransport`` has it)."""
 
-    def cors(self, request: RequestView) -> dict[str, str]: ...
+    def cors(self, request: RequestView) -> dict[str, str]:
+        """The CORS headers of an answer; asked only for a request with an ``Origin``
+        (an answer to one without has none)."""
 
     def denied(self, request: RequestView, transport: str = "http") -> Reply | None: ...
 

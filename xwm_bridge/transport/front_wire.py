@@ -13,7 +13,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, Protocol
 
-from xwm_bridge.transport.exchange import SSE_HEADERS, VARY, Reply
+from xwm_bridge.transport.exchange import JSON_HEADERS, SSE_HEADERS, VARY, Reply
 
 #: fields a request carries once: aiohttp answers a second one 400 (RFC 9110), so a
 #: head that repeats one is handed to it (or, pipelined, closes the connection)
@@ -31,6 +31,26 @@ SINGLETONS = frozenset(
         "user-agent",
     }
 )
+
+
+#: the lower-case key of each field name seen (:func:`field_key`), by the name's bytes
+FIELD_KEYS: dict[bytes, str] = {}
+#: names are the client's: the cache holds this many, of at most FIELD_KEY_BYTES each
+MAX_FIELD_KEYS = 512
+FIELD_KEY_BYTES = 64
+
+
+def field_key(name: bytes) -> str:
+    """The :class:`Headers` key of a field name: its text (``latin-1``: every byte is a
+    character) in lower case. Remembered in :data:`FIELD_KEYS` (cleared when full), so
+    the names a client sends on every request cost one dict lookup
+    (``FIELD_KEYS.get(name) or field_key(name)``)."""
+    key = name.decode("latin-1").lower()
+    if len(name) <= FIELD_KEY_BYTES:
+        if len(FIELD_KEYS) >= MAX_FIELD_KEYS:
+            FIELD_KEYS.clear()
+        FIELD_KEYS[name] = key
+    return key
 
 
 class Headers(dict[str, str]):
@@ -92,12 +112,22 @@ class Clock:
         return self._line
 
 
-def header_lines(headers: Mapping[str, str], cors: dict[str, str]) -> bytes:
+def _lines(headers: Mapping[str, str], cors: dict[str, str]) -> bytes:
     out = [f"{k}: {v}\r\n" for k, v in headers.items()]
     if cors:
         out += [f"{k}: {v}\r\n" for k, v in cors.items()]
         out += [f"Vary: {v}\r\n" for v in VARY]
     return "".join(out).encode("latin-1", "replace")
+
+
+#: the lines of nearly every answer (a JSON reply without CORS), encoded once
+_JSON_LINES = _lines(JSON_HEADERS, {})
+
+
+def header_lines(headers: Mapping[str, str], cors: dict[str, str]) -> bytes:
+    if headers is JSON_HEADERS and not cors:  # a constant: its lines never change
+        return _JSON_LINES
+    return _lines(headers, cors)
 
 
 def status_line(status: int) -> bytes:

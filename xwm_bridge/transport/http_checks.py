@@ -193,13 +193,15 @@ class HttpChecks:
     def denied(self, request: RequestView, transport: str = "http") -> Reply | None:
         """Host (a bridge without a token), origin, then bearer checks (contract.md §4
         steps 4-5): the refusal, or None."""
-        if self.hosts.active and self.hosts.refuses(request.headers.get("Host")):
+        headers = request.headers
+        if self.hosts.active and self.hosts.refuses(headers.get("Host")):
             return self.misdirected(request, transport)
-        origin = request.headers.get("Origin", "").strip()
-        if origin and not self.origins.allows(origin):
+        origin = headers.get("Origin")
+        if origin and not self.origins.allows(origin.strip()):
+            origin = origin.strip()
             self._reject(request, transport, rj.ORIGIN, 403, origin=origin[:ORIGIN_SHOWN])
             return rpc_error(403, jsonrpc.ORIGIN_NOT_ALLOWED, origin_refused(origin))
-        why = self.auth.verify(request.headers.get("Authorization"))
+        why = self.auth.verify(headers.get("Authorization"))
         if why:
             self._reject(request, transport, why, 401)
             return rpc_error(401, jsonrpc.UNAUTHORIZED, AUTH_MESSAGES[why])

@@ -10,10 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from xwm_bridge.transport import front_wire
 from xwm_bridge.transport.exchange import JSON_HEADERS, Reply, RequestView, StreamOut
-from xwm_bridge.transport.front import MAX_PIPELINED
+from xwm_bridge.transport.front import MAX_HEADERS, MAX_PIPELINED
 from xwm_bridge.transport.front_server import Front
-from xwm_bridge.transport.front_wire import ChunkedStream, Headers, Request
+from xwm_bridge.transport.front_wire import (
+    FIELD_KEYS,
+    ChunkedStream,
+    Headers,
+    Request,
+    field_key,
+    header_lines,
+)
 from xwm_bridge.transport.guard import ConnectionGuard
 
 
@@ -49,9 +57,12 @@ class Endpoint:
         self.bodies: list[bytes] = []
         self.refused: list[str] = []
         self.gate: asyncio.Event | None = None
+        self.cors_asked: list[str | None] = []
 
     def cors(self, request: RequestView) -> dict[str, str]:
-        return {}
+        origin = request.headers.get("Origin")
+        self.cors_asked.append(origin)
+        return {"Access-Control-Allow-Origin": origin} if origin == "http://ok" else {}
 
     def denied(self, request: RequestView, transport: str = "http") -> Reply | None:
         if request.headers.get("Authorization") != "ok":
@@ -162,6 +173,68 @@ def test_headers_are_case_insensitive_and_first_wins() -> None:
     dict.__setitem__(h, "origin", "a")
     assert h.get("Origin") == "a" and "ORIGIN" in h and h.get("Accept", "") == ""
     assert 1 not in h
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=80), min_size=1, max_size=40))
+def test_field_keys_are_the_names_in_lower_case(names: list[bytes]) -> None:
+    """The cache of field keys holds only what the plain computation gives, and stays
+    within its bound however many names a client sends."""
+    saved, FIELD_KEYS_BOUND = dict(FIELD_KEYS), front_wire.MAX_FIELD_KEYS
+    front_wire.MAX_FIELD_KEYS = 8  # fills and is cleared within one example
+    try:
+        FIELD_KEYS.clear()
+        for name in names:
+            key = FIELD_KEYS.get(name) or field_key(name)
+            assert key == name.decode("latin-1").lower()
+            assert len(FIELD_KEYS) <= 8
+            assert all(k == n.decode("latin-1").lower() for n, k in FIELD_KEYS.items())
+            assert all(len(n) <= front_wire.FIELD_KEY_BYTES for n in FIELD_KEYS)
+    finally:
+        front_wire.MAX_FIELD_KEYS = FIELD_KEYS_BOUND
+        FIELD_KEYS.clear()
+        FIELD_KEYS.update(saved)
+
+
+async def test_header_names_are_looked_up_in_any_case() -> None:
+    c = Conn()
+    got = await c.feed(rpc(b"x", extra=b"ACCEPT: text/event-stream\r\n"))
+    assert got == [(200, b"data: 1\n\ndata: 2\n\n")]  # Endpoint.answer's SSE branch
+
+
+def test_the_json_reply_lines_are_those_of_its_headers() -> None:
+    """The lines encoded once equal the lines of the constant, which cannot change."""
+    lines = "".join(f"{k}: {v}\r\n" for k, v in JSON_HEADERS.items()).encode()
+    assert header_lines(JSON_HEADERS, {}) == lines == b"Content-Type: application/json\r\n"
+    assert header_lines(dict(JSON_HEADERS), {}) == lines
+    with_cors = header_lines(JSON_HEADERS, {"Access-Control-Allow-Origin": "http://ok"})
+    assert with_cors.startswith(lines + b"Access-Control-Allow-Origin: http://ok\r\nVary: ")
+    with pytest.raises(TypeError):
+        JSON_HEADERS["X-Other"] = "1"  # type: ignore[index]
+
+
+async def test_cors_is_asked_for_a_request_with_an_origin_only() -> None:
+    c = Conn()
+    got = await c.feed(rpc(b"a"), rpc(b"b", extra=b"origin: http://ok\r\n"), rpc(b"c"))
+    assert [status for status, _ in got] == [200, 200, 200]
+    assert c.endpoint.cors_asked == ["http://ok"]
+    assert bytes(c.transport.out).count(b"Access-Control-Allow-Origin: http://ok\r\n") == 1
+
+
+@pytest.mark.parametrize("repeated", [0, 1, 60])
+async def test_a_head_of_max_headers_field_lines_is_kept_one_more_is_handed_over(
+    repeated: int,
+) -> None:
+    """aiohttp's limit counts field lines, a repeated name's too: rpc() has three,
+    and ``repeated`` of the others repeat one name."""
+    lines = [b"X-Same: 1\r\n"] * repeated
+    lines += [b"X-F%d: 1\r\n" % i for i in range(MAX_HEADERS - 3 - repeated)]
+    kept = Conn()
+    assert await kept.feed(rpc(b"a", extra=b"".join(lines))) == [(200, b"echo:a")]
+    assert not kept.delegates
+    over = Conn()
+    await over.feed(rpc(b"a", extra=b"".join(lines) + b"X-Last: 1\r\n"))
+    assert len(over.delegates) == 1 and over.transport.out == b""
 
 
 async def test_answers_and_keeps_the_connection() -> None:
