@@ -21,6 +21,8 @@ def transfer_refusal(value: str) -> int:
     twice (§6.1, §6.3: the body length cannot be determined; the server MUST answer
     400 and close); else :data:`NOT_IMPLEMENTED` (501: ``chunked`` after a coding the
     bridge does not implement, such as ``gzip, chunked``; §6.1)."""
+    if value == "chunked":  # what nearly every chunked message says
+        return 0
     codings = [c for c in (part.strip(" \t").lower() for part in value.split(",")) if c]
     if codings == ["chunked"]:
         return 0

@@ -72,3 +72,23 @@ def _announced_reference(length: str | None) -> int:
 )
 def test_announced_equals_the_straightforward_reading(value: str | None) -> None:
     assert announced(value) == _announced_reference(value)
+
+
+def _refusal_reference(value: str) -> int:
+    """The straightforward decision (:func:`transfer_refusal` before its fast path)."""
+    codings = [c for c in (part.strip(" \t").lower() for part in value.split(",")) if c]
+    if codings == ["chunked"]:
+        return 0
+    if not codings or codings[-1] != "chunked" or codings.count("chunked") > 1:
+        return 400
+    return 501
+
+
+@given(
+    st.lists(
+        st.sampled_from(["chunked", "Chunked", "gzip", "", " ", "\t", "x;q=1"]), max_size=4
+    ).map(",".join)
+    | st.text(alphabet="chunkedCHUNKED ,\tgz", max_size=16)
+)
+def test_transfer_refusal_equals_the_straightforward_decision(value: str) -> None:
+    assert transfer_refusal(value) == _refusal_reference(value)

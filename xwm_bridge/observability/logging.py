@@ -171,7 +171,7 @@ def render_line(
         "ts": clock.stamp(created),
         "level": level,
         "logger": logger,
-        "msg": _cap(msg, MAX_FIELD_CHARS, redactor),
+        "msg": msg if len(msg) <= MAX_FIELD_CHARS else _cap(msg, MAX_FIELD_CHARS, redactor),
     }
     rid, tid = request_id.get(), turn_id.get()
     if rid:
