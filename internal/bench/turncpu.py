@@ -158,6 +158,8 @@ async def _daemon(args: argparse.Namespace) -> dict[str, Any]:
                 turns = int(words[2])
                 out[words[1]] = {"turns": turns, **per_turn(before, after, turns)}
                 if words[1] == "profile":
+                    if args.dump:
+                        profile.dump_stats(args.dump)
                     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
                     out[words[1]].update(calls_per_turn(stats, turns))
             elif words[0] == "errors":
@@ -176,6 +178,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.5)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--profile", action="store_true", help="add a cProfile window")
+    parser.add_argument("--dump", metavar="PATH", help="write the cProfile window's stats")
     parser.add_argument("--client", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--windows", default="cpu", help=argparse.SUPPRESS)
     args = parser.parse_args()
