@@ -227,9 +227,13 @@ def explicit_target(value: str) -> str:
 
 
 #: decisions without skills or memory (frozen: shared), by their strings; bounded,
-#: since the model and the message hold client text
+#: since the model and the message hold client text: at most PLAIN_CACHED of them,
+#: each kept only when its strings total at most PLAIN_KEY_CHARS characters (a model
+#: or a quoted provider id can be as long as a request body: 256 such decisions would
+#: hold a GiB)
 _PLAIN: dict[tuple[str, ...], RoutingDecision] = {}
 PLAIN_CACHED = 256
+PLAIN_KEY_CHARS = 512
 
 
 def _plain_decision(
@@ -247,9 +251,7 @@ def _plain_decision(
     key = (target, provider, gateway_provider, model, code, message, reason)
     hit = _PLAIN.get(key)
     if hit is None:
-        if len(_PLAIN) >= PLAIN_CACHED:
-            _PLAIN.clear()
-        hit = _PLAIN[key] = RoutingDecision(
+        hit = RoutingDecision(
             execution_target=target,
             provider_id=provider,
             gateway_provider_id=gateway_provider,
@@ -259,6 +261,10 @@ def _plain_decision(
             unavailable_message=message,
             reason=reason,
         )
+        if len(model) + len(message) + len(provider) <= PLAIN_KEY_CHARS:  # the client's
+            if len(_PLAIN) >= PLAIN_CACHED:
+                _PLAIN.clear()
+            _PLAIN[key] = hit
     return hit
 
 

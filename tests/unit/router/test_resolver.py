@@ -396,3 +396,29 @@ def test_shared_decisions_are_shared_and_bounded() -> None:
     for i in range(resolver.PLAIN_CACHED + 10):  # the model is client text
         resolve(explicit("singleAgent", explicitModel=f"m{i}"), CATALOG)
     assert len(resolver._PLAIN) <= resolver.PLAIN_CACHED
+
+
+@pytest.mark.parametrize(
+    "routing",
+    [
+        lambda i, long: explicit("singleAgent", explicitModel=f"{long}{i}"),
+        lambda i, long: explicit("singleAgent", explicitProviderId=f"{long}{i}"),  # message
+    ],
+    ids=["model", "message"],
+)
+def test_shared_decisions_hold_little_client_text(routing: Any) -> None:
+    """Some of the strings a shared decision is kept by are the client's (a model, a
+    message quoting a provider id): however long the ones a client sends (up to
+    limits.max_body_bytes), the decisions kept hold a bounded amount of text, and
+    each decision still equals the one built for its turn."""
+    long = "x" * 65536
+    resolver._PLAIN.clear()
+    for i in range(resolver.PLAIN_CACHED + 10):
+        got = resolve(routing(i, long), CATALOG)
+        with pytest.MonkeyPatch.context() as mp:  # built field by field
+            mp.setattr(resolver, "NO_SKILLS", SkillResult(source=NONE))
+            assert got == resolve(routing(i, long), CATALOG)
+    held = sum(len(s) for key in resolver._PLAIN for s in key)
+    assert held <= 256 * 1024  # not PLAIN_CACHED x 64 KiB
+    short = resolve(explicit("singleAgent", explicitModel="m"), CATALOG)
+    assert resolve(explicit("singleAgent", explicitModel="m"), CATALOG) is short
