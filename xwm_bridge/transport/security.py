@@ -99,23 +99,30 @@ class BearerAuth:
         """ "" when accepted, else why not: :data:`MISSING` (no credential sent) or
         :data:`INVALID` (a credential that matches no token)."""
         value = (header or "").strip()
+        if not value:
+            return MISSING
         credential: str | None = None
         if value[:7].lower() == "bearer " or value.lower() == "bearer":
             credential = value[7:].strip()
-            if not credential:
-                return MISSING
-        if not value:
-            return MISSING
         if not self._tokens:
             return "" if credential else MISSING  # any bearer; a bare value is none
+        # the raw value too (contract.md §3.3: a header equal to the token passes, even
+        # a token that reads "Bearer"), then the credential after the scheme
         candidates = [value.encode()]
-        if credential is not None:
+        if credential:
             candidates.append(credential.encode())
         ok = False
         for candidate in candidates:
             for token in self._tokens:
                 ok |= hmac.compare_digest(candidate, token)
-        return "" if ok else INVALID
+        if ok:
+            return ""
+        return MISSING if credential == "" else INVALID  # "Bearer" alone sends none
+
+
+#: the longest header value :class:`ServedHosts` and :class:`PrincipalCache` remember
+#: (their entries are counted, and a field can be 8 KiB: a few MiB otherwise)
+MAX_KEPT_CHARS = 256
 
 
 class ServedHosts:
@@ -146,9 +153,10 @@ class ServedHosts:
             return False
         if not self._allowed(host):
             return True
-        if len(self._seen) >= self.MAX_SEEN:
-            self._seen.clear()
-        self._seen.add(host)
+        if len(host) <= MAX_KEPT_CHARS:  # a longer one is checked again next time
+            if len(self._seen) >= self.MAX_SEEN:
+                self._seen.clear()
+            self._seen.add(host)
         return False
 
     def _allowed(self, host: str) -> bool:
@@ -205,7 +213,9 @@ def principal_of(header: str | None) -> tuple[str, str]:
 
 class PrincipalCache:
     """:func:`principal_of` with the digests of recent headers kept (one SHA-256 per
-    distinct credential, not per request). Bounded: cleared when it fills up."""
+    distinct credential, not per request). Bounded: cleared when it fills up, and a
+    header longer than :data:`MAX_KEPT_CHARS` is digested each time, not kept (with no
+    token configured any bearer passes, and a field can be 8 KiB)."""
 
     def __init__(self, max_entries: int = 1024) -> None:
         self._max = max_entries
@@ -214,9 +224,11 @@ class PrincipalCache:
     def of(self, header: str | None) -> tuple[str, str]:
         hit = self._known.get(header)
         if hit is None:
-            if len(self._known) >= self._max:
-                self._known.clear()
-            hit = self._known[header] = principal_of(header)
+            hit = principal_of(header)
+            if header is None or len(header) <= MAX_KEPT_CHARS:
+                if len(self._known) >= self._max:
+                    self._known.clear()
+                self._known[header] = hit
         return hit
 
 

@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from xwm_bridge.config import DEFAULT_ALLOWED_ORIGINS
 from xwm_bridge.transport.security import (
+    INVALID,
+    MISSING,
     BearerAuth,
     OriginPolicy,
     OriginRule,
+    PrincipalCache,
     ServedHosts,
     host_name,
+    principal_of,
 )
 
 PROPS = settings(max_examples=200, deadline=None)
@@ -194,6 +198,7 @@ def test_without_token(header: str | None, ok: bool) -> None:
 
 @PROPS
 @given(st.text(max_size=30), st.text(max_size=30))
+@example(token="bearer", header="bearer")  # once found by this test: see below
 def test_only_the_token_is_accepted(token: str, header: str) -> None:
     auth = BearerAuth(token)
     expected_token = token.strip()
@@ -268,3 +273,41 @@ def test_served_hosts_cache_is_bounded() -> None:
         assert not hosts.refuses(f"127.0.0.1:{port}")
     assert len(hosts._seen) <= ServedHosts.MAX_SEEN
     assert hosts.refuses("evil.example")
+
+
+def test_served_hosts_keep_only_short_values() -> None:
+    # accepted names can be as long as a header field (8 KiB): counted entries alone
+    # would let 256 of them hold 2 MiB
+    hosts = ServedHosts(True, "", ())
+    long_names = [f"{'a' * 60}.{i:04d}.{'b' * 6000}.localhost" for i in range(64)]
+    for name in long_names:
+        assert not hosts.refuses(name)
+        assert not hosts.refuses(name)  # the same answer, checked again
+    assert not hosts._seen
+    assert hosts.refuses("x" * 6000 + ".evil.example")
+    assert not hosts.refuses("bridge.localhost")
+    assert "bridge.localhost" in hosts._seen
+
+
+def test_principal_cache_keeps_only_short_headers() -> None:
+    cache = PrincipalCache()
+    for i in range(64):
+        header = f"Bearer {i:04d}{'t' * 7000}"
+        assert cache.of(header) == principal_of(header)
+        assert cache.of(header) == principal_of(header)
+    assert not cache._known
+    assert cache.of("Bearer short") == principal_of("Bearer short")
+    assert list(cache._known) == ["Bearer short"]
+
+
+def test_a_header_equal_to_the_token_passes_even_when_it_reads_bearer() -> None:
+    # contract.md §3.3: "equals the token exactly (raw token without scheme)" is
+    # accepted; a token "Bearer" was refused as a scheme with no credential
+    auth = BearerAuth("Bearer")
+    assert auth.check("Bearer")
+    assert auth.check(" bearer ") is False  # exactly: the case is the token's
+    assert auth.verify("bearer") == MISSING  # a lone scheme still reads as none sent
+    assert BearerAuth("tok").verify("Bearer") == MISSING
+    assert BearerAuth("tok").verify("Bearer   ") == MISSING
+    assert BearerAuth("tok").verify("Bearer nope") == INVALID
+    assert BearerAuth("tok").check("Bearer tok") and BearerAuth("tok").check("tok")
