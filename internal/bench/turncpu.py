@@ -7,9 +7,10 @@
 generator's ``session.message`` body with explicit routing) run as child processes;
 the daemon (the app ``serve`` builds, on uvloop, SQLite store, log lines to stderr)
 runs in this process, so the CPU clock of each of its threads can be read: the event
-loop's and the store thread's, per turn. ``--profile`` adds a window under cProfile
-and reports its calls per turn on the loop's thread (all, and Python functions
-only: deterministic where CPU time is noisy).
+loop's, the store thread's and the log writer's, and the whole process's, per turn.
+``--profile`` adds a window under cProfile and reports its calls per turn on the
+loop's thread (all, and Python functions only: deterministic where CPU time is
+noisy); ``--dump PATH`` also writes that window's stats for ``pstats``.
 
 For A/B runs of two trees, run it from each (``PYTHONPATH=TREE``) in alternation:
 only same-run alternating comparisons are worth much on a shared machine. The fake
@@ -133,6 +134,9 @@ async def _daemon(args: argparse.Namespace) -> dict[str, Any]:
     for thread in threading.enumerate():
         if thread.ident is not None and "sqlite" in thread.name:
             clocks["store"] = time.pthread_getcpuclockid(thread.ident)
+        elif thread.ident is not None and thread.name == "log-writer":
+            clocks["log"] = time.pthread_getcpuclockid(thread.ident)
+    clocks["process"] = time.CLOCK_PROCESS_CPUTIME_ID
     windows = "cpu,profile" if args.profile else "cpu"
     client = await asyncio.create_subprocess_exec(
         py, "-m", "internal.bench.turncpu", "--client", f"http://127.0.0.1:{port}/acp/rpc",
