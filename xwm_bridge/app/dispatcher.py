@@ -87,6 +87,7 @@ class Dispatcher:
                 call.peer,
                 call.client,
                 counted_many,
+                call.withdrawn,
             )
         outcome, code = "ok", 0
         value: dict[str, Any] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -68,3 +69,39 @@ async def test_a_handler_reports_how_its_turn_ended() -> None:
     assert count("c", "ok") == 1  # a report does not outlive its request
     with pytest.raises(ValueError):
         report_turn("fine", {})
+
+
+async def test_the_counted_call_keeps_every_field_of_the_transports_call() -> None:
+    # the dispatcher wraps notify (to count the request's notifications) in a new
+    # CallContext: every other field must reach the handler as the transport set it,
+    # withdrawn included (a queued turn's withdrawal, c3825ad)
+    seen: list[CallContext] = []
+
+    async def handler(params: dict[str, Any], call: CallContext, method: str) -> dict[str, Any]:
+        seen.append(call)
+        return {}
+
+    async def notify(message: dict[str, Any]) -> None:
+        return None
+
+    async def notify_many(messages: list[dict[str, Any]]) -> None:
+        return None
+
+    withdrawn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    given = CallContext(
+        notify,
+        "ws",
+        "bearer:p",
+        "token",
+        None,
+        "127.0.0.1:1",
+        None,
+        notify_many,
+        withdrawn=withdrawn,
+    )
+    await Dispatcher({"m": handler}, Metrics()).handle(jsonrpc.Request("m", {}, 1), given)
+    (call,) = seen
+    assert call.notify is not notify and call.notify_many is not notify_many  # counted
+    for name in CallContext.__slots__:
+        if name not in ("notify", "notify_many"):
+            assert getattr(call, name) is getattr(given, name), name
