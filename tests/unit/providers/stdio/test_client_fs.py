@@ -89,3 +89,24 @@ async def test_a_final_symlink_swapped_in_is_not_read_through(
     await client_fs.write_text_file({"path": str(target), "content": "new"}, str(work), 99)
     assert not target.is_symlink() and target.read_text() == "new"
     assert (outside / "notes.txt").read_text() == "outside secret"
+
+
+async def test_a_missing_directory_made_a_symlink_after_the_check_is_not_created_through(
+    monkeypatch: pytest.MonkeyPatch, layout: tuple[Path, Path]
+) -> None:
+    # the write makes the missing directories of its path: one the agent makes a
+    # symlink out of the root between the check and the mkdir is not written through
+    work, outside = layout
+    check = client_fs.resolve
+
+    def racing(path: Any, root: str | None) -> str:
+        checked = check(path, root)
+        (work / "sub" / "new").symlink_to(outside)
+        return checked
+
+    monkeypatch.setattr(client_fs, "resolve", racing)
+    params = {"path": str(work / "sub" / "new" / "deeper" / "x.txt"), "content": "escaped"}
+    with pytest.raises(ClientError) as info:
+        await client_fs.write_text_file(params, str(work), 1000)
+    assert info.value.code == -32602
+    assert sorted(os.listdir(outside)) == ["notes.txt"]  # no directory, no file, no temp
