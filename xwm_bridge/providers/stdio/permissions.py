@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -111,6 +112,10 @@ class PermissionBroker:
 
     def __init__(self, owner: str = "", history: int = RESOLVED_HISTORY) -> None:
         self.owner = owner
+        #: request ids are ``perm-<tag>-<n>``: a tag of this broker's own, so a restarted
+        #: bridge or another replica never names a request with an id this one gave (an
+        #: answer meant for one request could select an option of another)
+        self.tag = secrets.token_hex(4)
         self.pending: dict[tuple[str, str], PendingPermission] = {}
         self.resolved: deque[PermissionRecord] = deque(maxlen=history)
         self.listeners: list[Listener] = []
@@ -130,7 +135,7 @@ class PermissionBroker:
         timeout: float = 0.0,
         principal: str = "",
     ) -> PendingPermission:
-        request_id = f"perm-{next(_ids)}"
+        request_id = f"perm-{self.tag}-{next(_ids)}"
         offered = tuple(
             o
             for o in (options if isinstance(options, list) else [])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -107,3 +109,29 @@ async def test_decline_answers_one_open_request_cancelled() -> None:
         "cancelled",
         "chose nothing",
     )
+
+
+FIRST_REQUEST_ID = """
+import asyncio
+from xwm_bridge.providers.stdio.permissions import PermissionBroker
+
+async def main() -> None:
+    print(PermissionBroker().open("s1", []).request_id)
+
+asyncio.run(main())
+"""
+
+
+def test_another_process_never_hands_out_the_same_request_ids() -> None:
+    """A request id names one request, whichever process raised it: a restarted bridge
+    counted from perm-1 again, and so does every replica, so an answer meant for a
+    request seen before a restart (``client approve perm-3 …``, a console card) selected
+    the option of another tool call, and ``client approve`` took the first of two
+    replicas' pending ``perm-3`` — another session's. Each process's ids are its own."""
+    ids = [
+        subprocess.run(
+            [sys.executable, "-c", FIRST_REQUEST_ID], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for _ in range(2)
+    ]
+    assert all(i.startswith("perm-") for i in ids) and ids[0] != ids[1], ids
