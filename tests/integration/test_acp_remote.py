@@ -334,6 +334,36 @@ async def test_sessions_belong_to_their_principal(
             await conn.resume_session(cwd=str(tmp_path), session_id=mine.session_id, mcp_servers=[])
 
 
+async def test_a_new_acp_session_is_its_principals_before_its_first_prompt(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    http: aiohttp.ClientSession,
+) -> None:
+    """``session/new`` stored its bridge session with no owner (the first turn claimed
+    it): until then another client listed it (``session.list``, its cwd), read it
+    (``session.get``) and could take it with a turn of its own, after which the owner's
+    own prompts found no session."""
+    other = "other-client-token-42"
+    cfg = config(fake_upstream, tmp_path, client_tokens=[other])
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    theirs = {"Authorization": f"Bearer {other}"}
+    async with sdk_client(f"{bp.url}/acp/remote", "ws") as (conn, _, _c):
+        mine = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+        listed = await rpc(http, bp.rpc_url, "session.list", {}, headers=theirs)
+        assert [s["sessionId"] for s in listed["result"]["sessions"]] == []
+        for method, params in (
+            ("session.get", {"sessionId": mine}),
+            ("session.replay", {"sessionId": mine}),
+            ("session.message", session_params(mine, "taken")),
+        ):
+            reply = await rpc(http, bp.rpc_url, method, params, headers=theirs)
+            assert reply.get("error", {}).get("code") == -32003, (method, reply)
+        await conn.prompt(session_id=mine, prompt=prompt("still mine"))  # the owner's, as before
+        listed = await rpc(http, bp.rpc_url, "session.list", {})
+        assert [s["sessionId"] for s in listed["result"]["sessions"]] == [mine]
+
+
 async def test_another_principals_bridge_session_is_not_loaded_over_acp(
     start_bridge: StartBridge,
     fake_upstream: FakeUpstream,

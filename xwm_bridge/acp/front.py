@@ -97,6 +97,9 @@ class AcpFrontDoor:
         sid = session.session_id
         live = await self.bridge.sessions.load(sid, sid)
         live.upstream.update(session.upstream_keys())
+        if not live.owner:  # its principal's from session/new on, not from its first turn:
+            # an unowned session is anyone's (listed, read, and taken by another's turn)
+            live.owner = session.owner
         self.bridge.sessions.persist(live)
 
     async def find(
