@@ -40,6 +40,50 @@ class ClientError(Exception):
     """A failure to show the user in one line (exit status 1)."""
 
 
+#: bidirectional controls: text shown in another order than it is (a file name that
+#: reads ``x.png`` and is ``gnp.x``), as in source code (CVE-2021-42574)
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(c: str) -> str:
+    if c in _NAMED:
+        return _NAMED[c]
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(value: Any) -> str:
+    """A string from the bridge (an agent's tool call title, an option, a prompt, an
+    error message) as one line of plain text: control characters (C0, DEL, C1: escape
+    sequences that move the cursor, rewrite a line, set the terminal's title or
+    clipboard), line breaks and bidirectional controls escaped as ``\\x1b``, ``\\n``,
+    ``\\u202e``. Printed as they came, they rewrote the permission prompt the
+    operator answers."""
+    text = value if isinstance(value, str) else coerce.text(value)
+    if text.isprintable() and text.isascii():
+        return text  # the common case: nothing to escape
+    return "".join(
+        _escaped(c)
+        if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in _BIDI or c in "\u2028\u2029"
+        else c
+        for c in text
+    )
+
+
+def shown_output(text: str) -> str:
+    """A turn's output for a terminal: :func:`shown`, its line breaks and tabs kept (the
+    permission prompt is on the same screen, and an escape sequence in the model's output
+    moved the cursor up and rewrote it). Not a terminal: the output as it came."""
+    if text.isprintable() and text.isascii():
+        return text
+    return "\n".join(
+        "\t".join(shown(part) for part in line.split("\t")) for line in text.split("\n")
+    )
+
+
 def ws_url(base: str) -> str:
     """``http://host:port`` (or ``ws://…``, or ``host:port``) → ``ws://host:port/acp``."""
     text = base.strip()
@@ -106,12 +150,12 @@ def session_table(rows: list[dict[str, Any]], now: float | None = None) -> str:
     lines = [head]
     for s in rows:
         last = s.get("lastTurn") or {}
-        prompt = coerce.text(last.get("prompt")).replace("\n", " ")
+        prompt = shown(coerce.text(last.get("prompt")).replace("\n", " "))
         lines.append(
             (
-                coerce.text(s.get("sessionId")),
-                coerce.text(s.get("state")),
-                coerce.text(s.get("provider")) or "-",
+                shown(s.get("sessionId")),
+                shown(s.get("state")),
+                shown(s.get("provider")) or "-",
                 ago(float(s.get("updatedAt") or 0), now),
                 prompt[:60] + ("…" if len(prompt) > 60 else ""),
             )
@@ -124,35 +168,38 @@ def session_table(rows: list[dict[str, Any]], now: float | None = None) -> str:
 
 
 def event_line(e: dict[str, Any]) -> str | None:
-    """One line per watched event (None: not worth a line)."""
+    """One line per watched event (None: not worth a line); every string from the
+    bridge :func:`shown`."""
     kind, type_ = e.get("kind"), e.get("type")
-    sid = coerce.text(e.get("sessionId"))
+    sid = shown(e.get("sessionId"))
     stamp = time.strftime("%H:%M:%S", time.localtime(float(e.get("ts") or time.time())))
     if kind == "watch":
         return None
     if kind == "turn" and type_ == "update":
         u = e.get("update") or {}
         if u.get("type") == "delta":
-            return f"{stamp} {sid} │ {u.get('delta')!r}"
+            return f"{stamp} {sid} │ {shown(repr(u.get('delta')))}"
         if u.get("type") in ("tool_call", "tool_call_update"):
-            return f"{stamp} {sid} tool {u.get('title') or u.get('toolCallId')}: {u.get('status')}"
+            what = shown(u.get("title") or u.get("toolCallId"))
+            return f"{stamp} {sid} tool {what}: {shown(u.get('status'))}"
         return None
     if kind == "turn":
         extra = f" {e.get('status')}" if type_ == "finished" else f" {e.get('provider') or ''}"
-        return f"{stamp} {sid} turn {type_}{extra} ({e.get('turnId')})"
+        return f"{stamp} {sid} turn {shown(type_)}{shown(extra)} ({shown(e.get('turnId'))})"
     if kind == "permission":
         tc = e.get("toolCall") or {}
-        what = tc.get("title") or tc.get("kind") or "permission"
+        what = shown(tc.get("title") or tc.get("kind") or "permission")
+        rid = shown(e.get("requestId"))
         if type_ == "requested":
-            opts = ", ".join(str(o.get("optionId")) for o in e.get("options") or [])
-            return f"{stamp} {sid} permission {e.get('requestId')} asks: {what} [{opts}]"
+            opts = ", ".join(shown(o.get("optionId")) for o in e.get("options") or [])
+            return f"{stamp} {sid} permission {rid} asks: {what} [{opts}]"
         by = e.get("answeredBy") or {}
         who = f" by {by.get('transport')} {by.get('address')}".rstrip() if by else ""
-        return f"{stamp} {sid} permission {e.get('requestId')} {e.get('outcome')}{who}"
+        return f"{stamp} {sid} permission {rid} {shown(e.get('outcome'))}{shown(who)}"
     if kind == "session":
-        return f"{stamp} {sid} session {type_}"
+        return f"{stamp} {sid} session {shown(type_)}"
     if kind in ("health", "queue"):
-        return f"{stamp} {kind} {type_}"
+        return f"{stamp} {kind} {shown(type_)}"
     return None
 
 
@@ -187,9 +234,11 @@ class Progress:
 
 def permission_prompt(update: dict[str, Any]) -> str:
     tc = update.get("toolCall") or {}
-    lines = [f"permission {update.get('requestId')}: {tc.get('title') or tc.get('kind')}"]
+    what = shown(tc.get("title") or tc.get("kind"))
+    lines = [f"permission {shown(update.get('requestId'))}: {what}"]
     for i, opt in enumerate(update.get("options") or [], 1):
-        lines.append(f"  {i}) {opt.get('name') or opt.get('optionId')} [{opt.get('kind')}]")
+        name = shown(opt.get("name") or opt.get("optionId"))
+        lines.append(f"  {i}) {name} [{shown(opt.get('kind'))}]")
     lines.append("choose (number or option id): ")
     return "\n".join(lines)
 
@@ -299,7 +348,7 @@ class Client:
         reply = await (wait_for(fut, wait_s) if wait_s else fut)
         if "error" in reply:
             err = reply["error"]
-            raise ClientError(f"{method}: {err.get('message')} ({err.get('code')})")
+            raise ClientError(f"{method}: {shown(err.get('message'))} ({shown(err.get('code'))})")
         result: dict[str, Any] = reply.get("result") or {}
         return result
 
@@ -315,6 +364,7 @@ async def run_turn(
     ``err``; answers read with ``read_line()`` (an awaitable of one line)."""
     progress = Progress()
     tty = err.isatty()
+    out_tty = out.isatty()
     asks: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     settled: set[str] = set()
 
@@ -331,8 +381,9 @@ async def run_turn(
         if p.get("type") == "delta":
             if tty:
                 err.write("\r\x1b[2K")
-            delta = p.get("delta")
-            out.write(delta if isinstance(delta, str) else "")
+            raw = p.get("delta")
+            delta = raw if isinstance(raw, str) else ""
+            out.write(shown_output(delta) if out_tty else delta)
             out.flush()
         elif p.get("type") == "permission" and p.get("pending"):
             asks.put_nowait(p)
@@ -352,7 +403,7 @@ async def run_turn(
                 err.flush()
                 line = await read_line()
                 if rid in settled:
-                    err.write(f"permission {rid} was answered elsewhere\n")
+                    err.write(f"permission {shown(rid)} was answered elsewhere\n")
                     break
                 if not line:  # no more input: leave it to other clients or the deadline
                     return
@@ -366,7 +417,7 @@ async def run_turn(
                         {"sessionId": params["sessionId"], "requestId": rid, "optionId": option},
                     )
                 except ClientError as exc:
-                    err.write(f"{exc}\n")
+                    err.write(f"{exc}\n")  # shown() by call
                 break
 
     async def tick() -> None:
@@ -387,7 +438,7 @@ async def run_turn(
     out.write("\n")
     err.write(f"turn {status} in {time.monotonic() - progress.started:.1f}s")
     if result.get("error"):
-        err.write(f": {result.get('error')}")
+        err.write(f": {shown(result.get('error'))}")
     err.write("\n")
     return result
 

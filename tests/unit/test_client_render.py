@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+from typing import Any
+
 import pytest
 
 from xwm_bridge.client import (
@@ -11,6 +14,7 @@ from xwm_bridge.client import (
     event_line,
     listen_url,
     permission_prompt,
+    run_turn,
     session_table,
     ws_url,
 )
@@ -74,3 +78,84 @@ def test_a_non_ascii_or_huge_number_is_no_choice(answer: str) -> None:
     options = [{"optionId": "once"}, {"optionId": "no"}]
     assert choose(options, answer) is None
     assert choose([{"optionId": "²"}], "²") == "²"  # an option id is still matched
+
+
+#: what an agent's tool call (its title is often the command it runs), an option or a
+#: prompt can hold: cursor moves that overwrite a line, a line break that adds a line, a
+#: terminal title or clipboard write (OSC), a right-to-left override
+HOSTILE = (
+    "cat notes\x1b[2K\r\x1b[1Als\n  1) Allow [allow_once]\x1b]52;c;Y3VybA==\x07\u202egnp.x\x9b"
+)
+
+
+def visible(text: str) -> None:
+    bad = [c for c in text if c not in "\n" and (ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0)]
+    assert not bad and "\u202e" not in text, repr(text)
+
+
+def test_what_the_bridge_sends_cannot_drive_the_terminal() -> None:
+    """The permission prompt, the watch lines and the session table wrote the agent's
+    strings as they came: an escape sequence in a tool call's title rewrote the prompt
+    the operator answers (another command shown, a fake "1) Allow" line), set the
+    terminal's title or clipboard. Control characters are shown escaped instead."""
+    ask = {
+        "requestId": "perm-1" + HOSTILE,
+        "toolCall": {"title": HOSTILE},
+        "options": [{"optionId": "once", "name": HOSTILE, "kind": HOSTILE}],
+    }
+    prompt = permission_prompt(ask)
+    visible(prompt)
+    assert prompt.count("\n") == 2  # its own lines: the request, one option, the question
+    assert "\\x1b[2K" in prompt and "\\n" in prompt and "\\u202e" in prompt
+    for event in (
+        {"kind": "permission", "type": "requested", "sessionId": HOSTILE, **ask},
+        {"kind": "permission", "type": "resolved", "sessionId": "s", "requestId": "p",
+         "outcome": HOSTILE, "answeredBy": {"transport": HOSTILE, "address": HOSTILE}},
+        {"kind": "turn", "type": "update", "sessionId": "s",
+         "update": {"type": "tool_call", "title": HOSTILE, "status": HOSTILE}},
+        {"kind": "turn", "type": "finished", "sessionId": "s", "status": HOSTILE,
+         "turnId": HOSTILE},
+        {"kind": "session", "type": HOSTILE, "sessionId": "s"},
+    ):  # fmt: skip
+        line = event_line(event)
+        assert line is not None and "\n" not in line
+        visible(line)
+    rows = [{"sessionId": HOSTILE, "state": HOSTILE, "provider": HOSTILE, "updatedAt": 95.0,
+             "lastTurn": {"prompt": HOSTILE}}]  # fmt: skip
+    table = session_table(rows, now=100.0)
+    visible(table)
+    assert table.count("\n") == 1
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class OneTurn:
+    """A bridge that streams one hostile chunk, then ends the turn with a hostile error."""
+
+    on_notification: Any = None
+
+    async def call(self, method: str, params: dict[str, Any], wait_s: Any = 0) -> Any:
+        chunk = {"sessionId": "s1", "type": "delta", "delta": "line 1\n\tline 2 " + HOSTILE}
+        self.on_notification({"method": "session.update", "params": chunk})
+        return {"success": False, "error": HOSTILE}
+
+
+async def test_a_turns_output_cannot_drive_the_terminal_it_is_shown_on() -> None:
+    """``client run``'s output shares the screen with the permission prompts: an escape
+    sequence in the model's output moved the cursor up and rewrote them. On a terminal
+    it is shown escaped, its line breaks and tabs kept; piped, it is written as it came."""
+
+    async def no_input() -> str:
+        return ""
+
+    out, err = Terminal(), Terminal()
+    await run_turn(OneTurn(), {"sessionId": "s1"}, out, err, no_input)  # type: ignore[arg-type]
+    assert out.getvalue().startswith("line 1\n\tline 2 cat notes\\x1b[2K\\r")
+    visible(out.getvalue().replace("\t", " "))
+    visible(err.getvalue().replace("\r\x1b[2K", ""))  # its own progress line's erase
+    piped = io.StringIO()
+    await run_turn(OneTurn(), {"sessionId": "s1"}, piped, io.StringIO(), no_input)  # type: ignore[arg-type]
+    assert piped.getvalue() == "line 1\n\tline 2 " + HOSTILE + "\n"

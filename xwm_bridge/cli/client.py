@@ -198,18 +198,18 @@ def client_run(
 @click.pass_context
 def client_approve(ctx: click.Context, request_id: str, option_id: str) -> None:
     """Answer a pending permission request (ids from `client watch` or the console)."""
-    from xwm_bridge.client import Client, ClientError
+    from xwm_bridge.client import Client, ClientError, shown
 
     async def main(client: Client) -> int:
         listed = await client.call("permission.list", {})
         match = [r for r in listed["requests"] if r["requestId"] == request_id]
         if not match:
-            raise ClientError(f"no pending permission request {request_id}")
+            raise ClientError(f"no pending permission request {shown(request_id)}")
         result = await client.call(
             "session.permission",
             {"sessionId": match[0]["sessionId"], "requestId": request_id, "optionId": option_id},
         )
-        click.echo(f"{request_id}: {result.get('outcome') or option_id}")
+        click.echo(f"{shown(request_id)}: {shown(result.get('outcome') or option_id)}")
         return 0
 
     _client_run(ctx, main)
