@@ -18,7 +18,7 @@ separate id space). The first word of the prompt picks the behaviour:
 * ``drip <n> <ms>``       n chunks ``ms`` apart, then a plan and usage
 * ``oddpermission``       a plan with entries that are not objects, a tool call and a
   ``session/request_permission`` whose ``locations`` is an object (not a list), with
-  markup in the titles; reports the option chosen
+  markup and a right-to-left override (U+202E) in the titles; reports the option chosen
 * ``permcrash <path>``    asks ``session/request_permission``, then exits (status 4) unanswered
 * ``crash``               exits with status 3 in the middle of the turn
 * ``orphan [secs]``       starts ``sleep secs`` (60) holding its stdin/stdout/stderr,

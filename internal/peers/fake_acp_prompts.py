@@ -342,7 +342,8 @@ class Prompts:
         )
         tool = {
             "toolCallId": "call-odd",
-            "title": f"Edit {markup}",
+            # a right-to-left override: "Edit …x.png" on the screen, "gnp.x" in the text
+            "title": f"Edit {markup} \u202egnp.x",
             "kind": "edit",
             "status": "pending",
             "locations": {"path": "/odd/not-a-list"},

@@ -195,7 +195,8 @@ async def test_an_agents_malformed_tool_call_and_plan_render_as_text(
 ) -> None:
     """A permission request whose toolCall.locations is an object (not a list) and a plan
     with entries that are not objects: both valid JSON from a buggy or hostile agent. The
-    page still shows them (markup as text, no script run) and the operator answers."""
+    page still shows them (markup as text, no script run, a bidi override shown as
+    ``\\u202e``, not applied) and the operator answers."""
     bp, context, _ = console
     page = await context.new_page()
     await login(page, bp.url, TOKEN)
@@ -206,7 +207,10 @@ async def test_an_agents_malformed_tool_call_and_plan_render_as_text(
     button = page.locator('#perm-pending button[data-option="once"]')
     await button.wait_for()
     card = page.locator("#perm-pending .perm").first
-    assert "<img src=x" in await card.locator(".title").inner_text()
+    title = await card.locator(".title").inner_text()
+    assert "<img src=x" in title
+    # the bidi override is shown, not applied: the card said "…x.png" of "gnp.x"
+    assert title.endswith("\\u202egnp.x") and "\u202e" not in title
     assert "<script>" in await button.inner_text()
     await button.click()
     result = (await asyncio.wait_for(turn, 30))["result"]

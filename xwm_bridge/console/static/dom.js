@@ -29,6 +29,13 @@ export function setPill(el, state) {
 
 export const setText = (el, text) => { if (el.textContent !== text) el.textContent = text; };
 
+// Bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069) in what an
+// agent names (a tool call's title, its paths, an option): shown as "\u202e", not applied.
+// Applied, the text is drawn in another order than it is: "Edit x.png" on the card of
+// "Edit gnp.x" (as in source code, CVE-2021-42574).
+const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;
+export const plain = (s) => String(s).replace(BIDI, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+
 // Put `nodes` in `container` in this order, keeping the nodes already there: the ones that
 // left are removed and only those out of place are moved (never all of them). A click is
 // not fired when the node pressed left the document before the release, so a list rebuilt

@@ -2,7 +2,7 @@
 // keyed by its record (session, request, state, resolution) and kept across renders, so a
 // button never leaves the document under the pointer (its click would not fire), an answer
 // in flight keeps its buttons disabled and a failed answer's error stays.
-import { fmtTime, h, pill, place } from "./dom.js";
+import { fmtTime, h, pill, place, plain } from "./dom.js";
 
 export const permKey = (p) => `${p.sessionId}|${p.requestId}`;
 const cardKey = (p) => `${permKey(p)}|${p.state}|${p.resolution || ""}`;
@@ -11,11 +11,11 @@ const cardKey = (p) => `${permKey(p)}|${p.state}|${p.resolution || ""}`;
 function permCard(p, compact, call) {
   const tc = p.toolCall || {};
   // an agent's toolCall is shown as it sent it: not trusted to be ACP-shaped
-  const where = (Array.isArray(tc.locations) ? tc.locations : []).map((l) => l && l.path).filter(Boolean).join(", ");
+  const where = plain((Array.isArray(tc.locations) ? tc.locations : []).map((l) => l && l.path).filter(Boolean).join(", "));
   const card = h("div", { class: `perm ${p.state === "pending" ? "" : "resolved"}`, "data-request": p.requestId },
-    h("div", { class: "title", text: tc.title || tc.kind || "permission request" }),
+    h("div", { class: "title", text: plain(tc.title || tc.kind || "permission request") }),
     h("div", { class: "meta" },
-      h("span", { text: `kind ${tc.kind || "other"}` }),
+      h("span", { text: plain(`kind ${tc.kind || "other"}`) }),
       compact ? null : h("span", { text: `session ${p.sessionId}` }),
       h("span", { text: p.provider || "" }),
       h("span", { text: fmtTime(p.createdAt) }),
@@ -28,7 +28,7 @@ function permCard(p, compact, call) {
     for (const o of p.options || []) {
       const kind = String(o.kind || "");
       const cls = kind.startsWith("allow") ? "opt-allow" : kind.startsWith("reject") ? "opt-reject" : "";
-      opts.append(h("button", { type: "button", class: cls, "data-option": o.optionId, onclick: (ev) => answer(call, p, o.optionId, ev.currentTarget) }, o.name || o.optionId));
+      opts.append(h("button", { type: "button", class: cls, "data-option": o.optionId, onclick: (ev) => answer(call, p, o.optionId, ev.currentTarget) }, plain(o.name || o.optionId || "")));
     }
     card.append(opts);
   } else {

@@ -2,7 +2,7 @@
 // cards are keyed by turn id, kept across renders and changed in place: a render rebuilt
 // every card, and a click on a permission card's button whose card left the document
 // between the press and the release was never fired (an answer lost while output streamed).
-import { fmtTime, fmtUsage, h, pill, place, setPill, setText } from "./dom.js";
+import { fmtTime, fmtUsage, h, pill, place, plain, setPill, setText } from "./dom.js";
 
 // The open session's turns kept: as many as the bridge keeps of a session (store/records.py
 // TURNS_PER_SESSION), the newest; a session left open for a day of turns stays this size.
@@ -142,7 +142,7 @@ function drawItems(c, t) {
   c.drawn = [t, t.rev];
   const dropped = t.toolsDropped ? h("div", { class: "item trimmed", text: `… ${t.toolsDropped} earlier tool call${t.toolsDropped === 1 ? "" : "s"} not shown` }) : null;
   c.tools.replaceChildren(...[dropped, ...[...t.tools.values()].map((tc) =>
-    h("div", { class: "item" }, h("span", { class: "k", text: "tool" }), pill(tc.status || "pending"), h("span", { text: `${tc.title || tc.toolCallId} (${tc.kind || "other"})` })))].filter(Boolean));
+    h("div", { class: "item" }, h("span", { class: "k", text: "tool" }), pill(tc.status || "pending"), h("span", { text: plain(`${tc.title || tc.toolCallId} (${tc.kind || "other"})`) })))].filter(Boolean));
   show(c.tools, t.tools.size > 0);
   const plan = t.plan || [];
   c.plan.replaceChildren(...(plan.length ? [h("span", { class: "k", text: "plan" }),
