@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -159,3 +159,44 @@ async def test_a_turns_output_cannot_drive_the_terminal_it_is_shown_on() -> None
     piped = io.StringIO()
     await run_turn(OneTurn(), {"sessionId": "s1"}, piped, io.StringIO(), no_input)  # type: ignore[arg-type]
     assert piped.getvalue() == "line 1\n\tline 2 " + HOSTILE + "\n"
+
+
+class TwoReplicas:
+    """permission.list of a cluster whose replicas both hold a pending ``perm-3`` (ids
+    each counted from perm-1: bridges before the ids had a tag)."""
+
+    answered: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, url: str, token: str) -> None:
+        pass
+
+    async def __aenter__(self) -> TwoReplicas:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    async def call(self, method: str, params: dict[str, Any], wait_s: Any = 0) -> Any:
+        if method == "permission.list":
+            return {"requests": [{"sessionId": s, "requestId": "perm-3"} for s in ("a", "b")]}
+        self.answered.append(params)
+        return {"outcome": "allow_once"}
+
+
+def test_approve_refuses_a_request_id_two_sessions_have(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``client approve perm-3 once`` answered the first pending request of that id it
+    listed: with two (two replicas, or a bridge of before the ids had a tag) it could
+    allow another session's tool call than the one the operator read. It names them."""
+    from click.testing import CliRunner
+
+    import xwm_bridge.client
+    from xwm_bridge.cli.group import cli
+
+    monkeypatch.setattr(xwm_bridge.client, "Client", TwoReplicas)
+    monkeypatch.setattr(TwoReplicas, "answered", [])
+    monkeypatch.setenv("XWM_AGENTS_DETECT", "false")
+    result = CliRunner().invoke(
+        cli, ["client", "--url", "http://127.0.0.1:9", "approve", "perm-3", "once"]
+    )
+    assert result.exit_code == 1 and TwoReplicas.answered == [], result.output
+    assert "perm-3 is pending in 2 sessions (a, b)" in result.output

@@ -198,6 +198,7 @@ def client_run(
 @click.pass_context
 def client_approve(ctx: click.Context, request_id: str, option_id: str) -> None:
     """Answer a pending permission request (ids from `client watch` or the console)."""
+    from xwm_bridge import coerce
     from xwm_bridge.client import Client, ClientError, shown
 
     async def main(client: Client) -> int:
@@ -205,6 +206,13 @@ def client_approve(ctx: click.Context, request_id: str, option_id: str) -> None:
         match = [r for r in listed["requests"] if r["requestId"] == request_id]
         if not match:
             raise ClientError(f"no pending permission request {shown(request_id)}")
+        sessions = sorted({coerce.text(r.get("sessionId")) for r in match})
+        if len(sessions) > 1:  # replicas of before the ids had a tag: each counted from 1
+            raise ClientError(
+                f"permission request {shown(request_id)} is pending in {len(sessions)} "
+                f"sessions ({', '.join(shown(s) for s in sessions)}): answer it in the "
+                "console or with session.permission, which names the session"
+            )
         result = await client.call(
             "session.permission",
             {"sessionId": match[0]["sessionId"], "requestId": request_id, "optionId": option_id},
