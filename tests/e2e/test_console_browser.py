@@ -56,6 +56,27 @@ async def test_login_refuses_a_wrong_token(console: Any) -> None:
     assert await page.evaluate("sessionStorage.getItem('xwm-bridge-token')") == TOKEN
 
 
+async def test_the_page_refuses_markup_from_its_scripts(console: Any) -> None:
+    """Defence in depth for the textContent-only rule: under the CSP's Trusted Types
+    (``require-trusted-types-for 'script'; trusted-types 'none'``) a string given to an
+    HTML sink (innerHTML, insertAdjacentHTML, document.write) throws in the page, so a
+    change that rendered a bridge string as markup fails at once instead of running it."""
+    bp, context, watch = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    blocked = await page.evaluate(
+        """() => {
+          const markup = "<img src=x onerror=window.__xss=1>";
+          try { document.body.insertAdjacentHTML("beforeend", markup); }
+          catch (e) { return e instanceof TypeError; }
+          return false;
+        }"""
+    )
+    assert blocked is True
+    await page.locator("#conn.live").wait_for()  # the page itself still works
+    watch.errors[:] = [e for e in watch.errors if "TrustedHTML" not in e]  # this test's own
+
+
 async def test_http_turn_appears_grows_and_finishes(
     console: Any, http: aiohttp.ClientSession
 ) -> None:

@@ -31,6 +31,7 @@ async def test_page_and_files_with_strict_headers(
         assert resp.headers["Referrer-Policy"] == "no-referrer"
     assert "script-src 'self'" in csp and "default-src 'none'" in csp
     assert "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+    assert "require-trusted-types-for 'script'; trusted-types 'none'" in csp
     # no inline script, no third-party host, no token in the page
     assert "<script>" not in body and "http://" not in body and "https://" not in body
     assert TOKEN not in body
