@@ -5,20 +5,24 @@ also as ``chat.run``, normalized)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from xwm_bridge.gateway import protocol as p
 from xwm_bridge.gateway.notices import Notices
 from xwm_bridge.gateway.snapshot import Snapshot
 
+log = logging.getLogger("xwm_bridge.gateway")
+
 #: a turn's event tap: gets every event frame; cheap and non-blocking.
 Tap = Callable[[p.EventFrame], None]
 
 
 class Events:
-    def __init__(self) -> None:
+    def __init__(self, runtime_id: str = "") -> None:
         self._taps: set[Tap] = set()
         self._last_seq = 0
+        self._runtime_id = runtime_id
 
     def add_tap(self, tap: Tap) -> None:
         self._taps.add(tap)
@@ -33,7 +37,16 @@ class Events:
     def handle(self, ev: p.EventFrame, snapshot: Snapshot, notices: Notices) -> bool:
         """Handle one event; True when the gateway announced it is going away."""
         for tap in list(self._taps):
-            tap(ev)
+            try:
+                tap(ev)
+            except Exception:
+                # one turn's bug: logged with its traceback; the other taps, the rest
+                # of this event and the read loop go on
+                log.error(
+                    "gateway event tap failed",
+                    exc_info=True,
+                    extra={"runtime_id": self._runtime_id, "event": ev.event},
+                )
         if ev.seq > 0:
             if self._last_seq and ev.seq > self._last_seq + 1:
                 notices.log(

@@ -18,6 +18,10 @@ class IgnoredFrames:
         self._by_reason = by_reason if by_reason is not None else {}
         self._logged: set[str] = set()  # reasons already logged as warnings on this socket
 
+    @property
+    def runtime_id(self) -> str:
+        return self._runtime_id
+
     def new_socket(self) -> None:
         self._logged.clear()
 

@@ -10,6 +10,7 @@ Tick liveness: silence for 2× the gateway's ``tickIntervalMs`` (at most
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 import websockets
@@ -21,6 +22,8 @@ from xwm_bridge.gateway.notices import Notices
 from xwm_bridge.gateway.requests import Requests
 from xwm_bridge.gateway.snapshot import Snapshot
 from xwm_bridge.tasks import wait_for
+
+log = logging.getLogger("xwm_bridge.gateway")
 
 #: the most of the gateway's announced ``tickIntervalMs`` liveness trusts: a huge one
 #: would switch it off (pings are off, so a half-open socket would stay "connected")
@@ -43,7 +46,11 @@ async def read(
     notices: Notices,
 ) -> None:
     """Read until the socket is closed, silent too long, or ``on_event`` says the
-    gateway is going away."""
+    gateway is going away.
+
+    A bug in handling one frame (``on_event``, a request's delivery) is logged with its
+    traceback and the frame skipped: the read goes on, so the socket's other waiters
+    (turns, requests) are not left behind a reader that died with the socket up."""
     silence = silence_within(hello)
     while True:
         try:
@@ -53,16 +60,23 @@ async def read(
             return
         except websockets.ConnectionClosed:
             return
-        frame = p.decode_frame(data)
-        if frame is None:
-            ignored.note(p.ignored_reason(data), data)
-        elif isinstance(frame, p.ResponseFrame):
-            if not requests.deliver(frame):  # unknown, duplicate, or too late
-                ignored.note("unknown_response", data)
-        elif isinstance(frame, p.EventFrame):
-            if on_event(frame):
-                return
-            await asyncio.sleep(0)  # the writers' turn: a burst must not fill outboxes
+        try:
+            frame = p.decode_frame(data)
+            if frame is None:
+                ignored.note(p.ignored_reason(data), data)
+            elif isinstance(frame, p.ResponseFrame):
+                if not requests.deliver(frame):  # unknown, duplicate, or too late
+                    ignored.note("unknown_response", data)
+            elif isinstance(frame, p.EventFrame):
+                if on_event(frame):
+                    return
+                await asyncio.sleep(0)  # the writers' turn: a burst must not fill outboxes
+        except Exception:
+            log.error(
+                "gateway frame handling failed",
+                exc_info=True,
+                extra={"runtime_id": ignored.runtime_id},
+            )
 
 
 def lost(snapshot: Snapshot, notices: Notices) -> None:

@@ -86,7 +86,7 @@ class GatewayRuntime:
         self._fanout = Fanout(settings.notify_timeout, self._tasks, runtime_id, notify_drops)
         self._notices = Notices(self._fanout, runtime_id)
         #: event taps, sequence tracking, and what each event tells clients
-        self._events = Events()
+        self._events = Events(runtime_id)
         self.ignored = IgnoredFrames(runtime_id, frame_counts)
         self.closed = False
 
@@ -258,12 +258,34 @@ class GatewayRuntime:
         return ws
 
     async def _run(self, ws: ClientConnection | None) -> None:
-        """Own the socket: read until lost, then reconnect with backoff unless fatal."""
+        """Own the socket: read until lost, then reconnect with backoff unless fatal.
+
+        However the loop ends other than by :meth:`_stop` (which drops the socket
+        itself) — a fatal error, a bug, a cancel from elsewhere — the socket it owned is
+        dropped: turns waiting on :attr:`socket_lost` and pending requests fail at once
+        instead of at their own deadlines."""
+        try:
+            await self._reconnecting(ws)
+        finally:
+            if self._loop_task is asyncio.current_task() and self._ws is not None:
+                await self._drop_socket(GatewayError("socket closed", "SOCKET_CLOSED"))
+                reader.lost(self.snapshot, self._notices)
+
+    async def _reconnecting(self, ws: ClientConnection | None) -> None:
         loop = asyncio.get_running_loop()
         while True:
             if ws is not None:
                 opened = loop.time()
-                await self._read(ws)
+                try:
+                    await self._read(ws)
+                except Exception:
+                    # a bug in the read (per-frame ones are caught in reader.read): the
+                    # socket counts as lost, its waiters fail now, the loop reconnects
+                    log.error(
+                        "gateway socket read failed",
+                        exc_info=True,
+                        extra={"runtime_id": self.runtime_id},
+                    )
                 if loop.time() - opened >= self.settings.backoff_max:
                     # only a socket that stayed up resets the backoff: a gateway that
                     # drops every socket right after hello-ok gets growing delays
