@@ -21,6 +21,8 @@ separate id space). The first word of the prompt picks the behaviour:
   markup and a right-to-left override (U+202E) in the titles; reports the option chosen
 * ``permcrash <path>``    asks ``session/request_permission``, then exits (status 4) unanswered
 * ``crash``               exits with status 3 in the middle of the turn
+* ``termcrash <cmd> [args]`` ``terminal/create``, then ``terminal/wait_for_exit`` and
+  exits (status 7) before the answer
 * ``orphan [secs]``       starts ``sleep secs`` (60) holding its stdin/stdout/stderr,
   says ``orphan <its pid>``, then exits (status 6) in the middle of the turn
 * ``big``                 one 200 KiB message chunk (over asyncio's 64 KiB line default)

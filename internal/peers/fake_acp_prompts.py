@@ -183,6 +183,23 @@ class Prompts:
                 "terminal/create", {"sessionId": sid, "command": argv[0], "args": argv[1:]}
             )
             self.chunk(sid, f"spawned {made.get('result') or made.get('error')}")
+        elif word == "termcrash":  # exits while its terminal/wait_for_exit is pending
+            argv = rest.split()
+            made = await self.ask(
+                "terminal/create", {"sessionId": sid, "command": argv[0], "args": argv[1:]}
+            )
+            tid = (made.get("result") or {}).get("terminalId")
+            self.send(
+                {
+                    "id": "agent-wait",
+                    "method": "terminal/wait_for_exit",
+                    "params": {"sessionId": sid, "terminalId": tid},
+                }
+            )
+            self.chunk(sid, f"waiting for {tid}")
+            await asyncio.sleep(0.5)
+            print("fake agent exiting with a terminal wait open", file=sys.stderr, flush=True)
+            os._exit(7)
         elif word == "orphan":  # exits, leaving a child that holds its stdio open
             child = await asyncio.create_subprocess_exec("sleep", rest.strip() or "60")
             self.chunk(sid, f"orphan {child.pid}")

@@ -144,3 +144,79 @@ async def test_close_signals_no_group_that_is_gone(
     monkeypatch.setattr(os, "killpg", spy)
     await agent.close()
     assert [s for s in sent if s[1] != 0] == []
+
+
+async def prompt_until_exit(agent: AcpAgent, tmp_path: Path, handlers: SessionHandlers) -> str:
+    """A ``permcrash`` prompt: the agent asks for a permission, then exits unanswered;
+    the prompt's error."""
+    await agent.ensure_started()
+    sid = (await agent.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}, 10))[
+        "sessionId"
+    ]
+    agent.sessions[sid] = handlers
+    prompt = {"sessionId": sid, "prompt": codec.prompt_blocks(f"permcrash {tmp_path / 'x'}")}
+    with pytest.raises(AgentError) as info:
+        await agent.call("session/prompt", prompt, 10)
+    return str(info.value)
+
+
+async def no_update(update: dict[str, Any]) -> None:
+    return None
+
+
+@both_loops
+async def test_the_requests_of_an_agent_that_exits_are_cancelled_at_once(tmp_path: Path) -> None:
+    """A ``session/request_permission`` waiting for an operator (or an fs/terminal call)
+    ended only at the next start or stop of the agent: now at its exit."""
+    agent = AcpAgent(spec())
+    asked, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def on_request(method: str, params: dict[str, Any]) -> Any:
+        asked.set()
+        try:
+            await asyncio.Event().wait()  # an operator who never answers
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    try:
+        error = await prompt_until_exit(agent, tmp_path, SessionHandlers(no_update, on_request))
+        assert "exited (exit status 4)" in error and asked.is_set()
+        # the guard only catches the bug: no start, no stop came to cancel it
+        await asyncio.wait_for(cancelled.wait(), 5)
+    finally:
+        await agent.close()
+
+
+@both_loops
+async def test_an_agent_exiting_tells_its_sessions_before_their_requests_are_cancelled(
+    tmp_path: Path,
+) -> None:
+    agent = AcpAgent(spec())
+    order: list[str] = []
+    done = asyncio.Event()
+
+    async def on_request(method: str, params: dict[str, Any]) -> Any:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            order.append("cancelled")
+            done.set()
+            raise
+
+    def on_exit(message: str) -> None:
+        order.append(f"exit: {message}")
+
+    try:
+        handlers = SessionHandlers(no_update, on_request, on_exit)
+        error = await prompt_until_exit(agent, tmp_path, handlers)
+        await asyncio.wait_for(done.wait(), 5)
+        assert order == [f"exit: {error}", "cancelled"]
+        # a stop is not an exit of its own: the stopping side cleans up
+        order.clear()
+        await agent.ensure_started()
+        agent.sessions = {"s": handlers}
+        await agent.close()
+        assert order == []
+    finally:
+        await agent.close()

@@ -94,3 +94,26 @@ async def test_shutdown_stops_sandboxed_agents_and_terminals(
     start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
     await check_shutdown(start_bridge, http, tmp_path, "bwrap")
+
+
+async def test_an_agent_that_exits_mid_request_leaves_no_terminal_running(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """The agent exits while its ``terminal/wait_for_exit`` is pending: the wait was
+    served on until ``prompt_timeout`` (then killed the command), or until the next
+    start or stop of the agent. Now the request is cancelled at the exit and the
+    session's terminals are killed and forgotten; the turn fails as before."""
+    marker = f"xwm-exit-{uuid.uuid4().hex}"
+    provider = agent_provider(env=[f"MARK={marker}", f"PYTHONPATH={ROOT}"])
+    agents = {"terminal_enabled": True, "prompt_timeout": 120, "stop_grace": 1}
+    config = {"providers": [provider], "allowed_roots": [str(tmp_path)], "agents": agents}
+    bp = await start_bridge(config=config, tmp=tmp_path)
+    wd = str(tmp_path)
+    out = await turn(
+        http, bp.rpc_url, agent_params("x1", "termcrash sleep 600", workingDirectory=wd)
+    )
+    assert out["success"] is False and "exited (exit status 7)" in out["error"], out
+    # the agent is gone, and so is the terminal it left (it carries the agent's env)
+    await wait_until(lambda: not environs_with(marker), within=10)
+    again = await turn(http, bp.rpc_url, agent_params("x2", "hi", workingDirectory=wd))
+    assert again["success"] is True, again

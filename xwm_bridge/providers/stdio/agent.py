@@ -74,12 +74,16 @@ class ClientError(Exception):
 
 OnUpdate = Callable[[dict[str, Any]], Awaitable[None]]
 OnRequest = Callable[[str, dict[str, Any]], Awaitable[Any]]
+#: the process exited on its own (how, with its stderr tail): called before the
+#: agent's requests still being served are cancelled
+OnExit = Callable[[str], None]
 
 
 @dataclass(slots=True)
 class SessionHandlers:
     on_update: OnUpdate
     on_request: OnRequest
+    on_exit: OnExit | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +305,24 @@ class AcpAgent:
             for fut in list(self._pending.values()):
                 if not fut.done():
                     fut.set_exception(AgentError(message))
+        if proc is self._proc:  # exited on its own (a stop cleans up after itself)
+            self._withdraw(message)
         log.info("agent exited", extra={"agent": self.spec.name, "status": code})
+
+    def _withdraw(self, message: str) -> None:
+        """The process is gone: nobody reads the answers to its requests any more. Each
+        session's ``on_exit`` first (a pending permission withdrawn as ``agent_exited``,
+        its terminals released), then every request still being served is cancelled —
+        at once, not at the next start or stop."""
+        for handlers in list(self.sessions.values()):
+            if handlers.on_exit is None:
+                continue
+            try:
+                handlers.on_exit(message)
+            except Exception:
+                log.exception("agent exit handler failed", extra={"agent": self.spec.name})
+        for task in self._requests.tasks():
+            task.cancel()
 
     async def _on_line(self, line: bytes) -> None:
         msg = codec.decode(line)

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from xwm_bridge.config import BridgeConfig, ProviderConfig
@@ -182,7 +183,9 @@ class StdioAgentExecutor:
         acp_sid = opened.ref.acp_session_id
         state = TurnState(ctx, cwd, self, opened.ref, agent_env=agent.spec.env)
         state.usage.cost_before = _float(ctx.session.upstream.get("acpCost"))
-        agent.sessions[acp_sid] = SessionHandlers(state.on_update, state.on_request)
+        agent.sessions[acp_sid] = SessionHandlers(
+            state.on_update, state.on_request, self._on_exit(ctx, acp_sid)
+        )
         # owned by the supervisor: on cancel the turn sends session/cancel and still waits
         # (bounded) for the agent's answer to this prompt
         prompt_task = ctx.supervisor.spawn(
@@ -231,6 +234,17 @@ class StdioAgentExecutor:
             await ctx.emit_error(CANCELLED)
         remote_fields(result, cwd)
         return result
+
+    def _on_exit(self, ctx: TurnContext, acp_sid: str) -> Callable[[str], None]:
+        """When the turn's agent process exits on its own (``AcpAgent._withdraw``): its
+        pending permission requests are withdrawn (``agent_exited``) and the terminals
+        of its session killed and forgotten, before its requests are cancelled."""
+
+        def on_exit(message: str) -> None:
+            self.broker.close_session(ctx.session_id, AGENT_EXITED, capped(message, 500))
+            self.terminals.release_session(acp_sid)
+
+        return on_exit
 
     def _failed(self, ctx: TurnContext, pid: str, kind: str, exc: Exception | None = None) -> None:
         """The metric, and a warning with the session, provider, kind and error."""

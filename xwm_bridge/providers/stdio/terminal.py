@@ -257,6 +257,13 @@ class Terminals:
             if term.session_id == session_id:
                 term.kill()
 
+    def release_session(self, session_id: str) -> None:
+        """Kill and forget every terminal of a session (its agent process is gone:
+        nobody can read their output or release them any more)."""
+        for tid, term in list(self._terms.items()):
+            if term.session_id == session_id:
+                self._terms.pop(tid).release()
+
     async def close(self) -> None:
         for term in self._terms.values():
             term.release()
