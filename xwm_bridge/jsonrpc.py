@@ -97,7 +97,8 @@ class RpcError(Exception):
 @dataclass(frozen=True, slots=True)
 class Request:
     method: str
-    params: dict[str, Any] = field(default_factory=dict)
+    #: not in a repr: params carry credentials (tokens, passwords, API keys)
+    params: dict[str, Any] = field(default_factory=dict, repr=False)
     id: Any = None
     #: ``False``: a request even with ``id`` null (the frame had an ``id`` member, as
     #: JSON-RPC 2.0 and ACP v1 allow); ``None``: a null ``id`` means a notification

@@ -12,7 +12,7 @@ into results, step updates or log lines, where only configured secrets are maske
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -53,7 +53,7 @@ def normalize_base_url(value: str) -> str:
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     base_url: str
-    api_key: str
+    api_key: str = field(repr=False)
     model: str
     messages: list[dict[str, str]]
     timeout: float

@@ -14,7 +14,7 @@ import os
 import shlex
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xwm_bridge import coerce
@@ -41,7 +41,7 @@ class AdapterSettings:
     agent_bin: str = "gemini"
     agent_args: tuple[str, ...] = (DEFAULT_ARGS,)
     protocol_version: int = 1
-    auth_token: str = ""
+    auth_token: str = field(default="", repr=False)
     provider_id: str = "gemini"
     provider_label: str = "Gemini"
     allowed_origins: tuple[str, ...] = tuple(DEFAULT_ORIGINS.split(","))

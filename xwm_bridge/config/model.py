@@ -12,6 +12,7 @@ from xwm_bridge.config.secret_fields import (
     _fields,
     _is_secret,
     _with_bare,
+    masked,
     url_password,
 )
 from xwm_bridge.config.sections import (
@@ -45,6 +46,7 @@ class ConfigError(Exception):
 MCP_TYPES = ("stdio", "http", "sse")
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class McpServerConfig:
     """One MCP server given to a stdio agent on ``session/new`` (ACP ``McpServer``)."""
@@ -61,6 +63,7 @@ class McpServerConfig:
     headers: tuple[str, ...] = ()
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class ProviderConfig:
     """One upstream ACP provider of the catalog."""
@@ -134,6 +137,7 @@ DEFAULT_PROVIDERS = (
 )
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class BridgeConfig:
     listen: str = DEFAULT_LISTEN

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Annotated, Any, get_args, get_origin, get_type_hints
-from urllib.parse import urlsplit
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit, urlunsplit
 
 SECRET_MARK = "secret"
 #: a credential: masked by ``doctor``, redacted from every log line and client reply
@@ -63,3 +63,63 @@ def _fields(obj: Any) -> list[tuple[Any, str, Any]]:
 def secret_field(obj: Any, name: str) -> bool:
     """Whether ``name`` of the config dataclass ``obj`` holds a credential."""
     return _is_secret(get_type_hints(type(obj), include_extras=True)[name])
+
+
+#: what a credential shows as in a config's ``repr``
+MASK = "***"
+#: fields of ``NAME=value`` items (``headers``: ``Name: value``) whose values a ``repr``
+#: never shows: an agent's environment holds keys under any name
+_ITEM_FIELDS = {"env": "=", "toolbridge_env": "=", "mcp_env": "=", "headers": ":"}
+
+T = TypeVar("T")
+
+
+def masked_url(value: str) -> str:
+    """``value`` with the user info of a URL (a password, a token as user) masked."""
+    if "://" not in value or "@" not in value:
+        return value
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return MASK
+    _userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at:
+        return value
+    return urlunsplit(parts._replace(netloc=f"{MASK}@{hostport}"))
+
+
+def _masked(name: str, value: Any, hint: Any) -> Any:
+    if _is_secret(hint):
+        if isinstance(value, tuple):
+            return tuple(MASK if v else v for v in value)
+        return MASK if isinstance(value, str) and value else value
+    if isinstance(value, str):
+        return masked_url(value)
+    if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+        sep = _ITEM_FIELDS.get(name)
+        if sep is not None:
+            return tuple(
+                f"{k}{sep}{MASK if sep == '=' else ' ' + MASK}" if found else k
+                for k, found, _ in (v.partition(sep) for v in value)
+            )
+        return tuple(masked_url(v) for v in value)
+    return value
+
+
+def masked_repr(self: Any) -> str:
+    """A config dataclass's ``repr`` without its credentials: ``Secret`` fields, the
+    user info of URLs and the values of ``env``/``headers`` items show as ``***``
+    (nested sections and providers mask their own)."""
+    hints = get_type_hints(type(self), include_extras=True)
+    shown = (
+        f"{f.name}={_masked(f.name, getattr(self, f.name), hints[f.name])!r}"
+        for f in dataclasses.fields(self)
+        if f.repr
+    )
+    return f"{type(self).__qualname__}({', '.join(shown)})"
+
+
+def masked(cls: type[T]) -> type[T]:
+    """Class decorator (above ``@dataclass``): :func:`masked_repr` as its ``repr``."""
+    cls.__repr__ = masked_repr  # type: ignore[method-assign]
+    return cls

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xwm_bridge.config.secret_fields import Secret
+from xwm_bridge.config.secret_fields import Secret, masked
 
 MIB = 1024 * 1024
 SANDBOXES = ("none", "bwrap")
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Bounds on everything a client can make the bridge hold or wait for."""
@@ -49,6 +50,7 @@ class Limits:
     shutdown_grace: float = 20.0
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class MultiAgentConfig:
     """The planner → worker → reviewer loop of multi-agent turns."""
@@ -71,6 +73,7 @@ class MultiAgentConfig:
     allowed_hosts: tuple[str, ...] = ()
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class ToolbridgeConfig:
     """``xwm-bridge toolbridge`` (MCP over stdio); env names as in config.md §2.3."""
@@ -96,6 +99,7 @@ class ToolbridgeConfig:
     max_concurrent_calls: int = 8
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class RouterConfig:
     """Routing classifier, memory and skill commands (routing.md; issue 3)."""
@@ -125,6 +129,7 @@ class RouterConfig:
     skill_command_max_output: int = 1 * MIB
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class MountsConfig:
     """``xworkmate.mounts.reconcile`` (adapters.md §4; issue 3)."""
@@ -139,6 +144,7 @@ class MountsConfig:
     cli_timeout: float = 4.0
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class PermissionRule:
     """One rule of the stdio-agent permission policy (first match wins)."""
@@ -152,6 +158,7 @@ class PermissionRule:
     streamless: bool = False
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class AgentsConfig:
     """Local stdio ACP agents: deadlines, client-side tools, permission policy."""
@@ -195,6 +202,7 @@ class AgentsConfig:
     toolbridge_env: tuple[str, ...] = ()
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
     """OpenClaw gateway runtimes (gateway.md): deadlines, reconnect, ownership."""
@@ -223,6 +231,7 @@ class GatewayConfig:
     allowed_hosts: tuple[str, ...] = ()
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     """Session persistence (issue 6): where sessions and their ledgers survive restarts."""
@@ -260,6 +269,7 @@ class StoreConfig:
 STORE_BACKENDS = ("sqlite", "redis", "memory")
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class ConsoleConfig:
     """The operator console (``GET /console``) and the ``bridge.watch`` event log."""
@@ -274,6 +284,7 @@ class ConsoleConfig:
     health_interval: float = 2.0
 
 
+@masked
 @dataclass(frozen=True, slots=True)
 class AcpConfig:
     """The ACP front door (``xwm-bridge acp`` and ``serve``'s ``/acp/remote``)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from xwm_bridge.core.sessions import Session
@@ -58,7 +58,7 @@ class CallContext:
     #: the authenticated caller (a digest of its bearer credential, or the transport name).
     principal: str = ""
     #: the caller's bearer credential, only ever forwarded when config says so.
-    bearer: str = ""
+    bearer: str = field(default="", repr=False)
     #: the long-lived connection the call came on, if any.
     connection: Connection | None = None
     #: where the call came from (``host:port`` of the peer, ``stdio``), for audit records.

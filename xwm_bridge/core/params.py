@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge import coerce
@@ -23,7 +23,7 @@ class SessionParams:
     routing: dict[str, Any] | None
     #: every key the client sent (the decoded request's own dict, not a copy: the
     #: request is not used after this); unknown keys are forwarded (forwarding.md §4.2).
-    raw: Mapping[str, Any]
+    raw: Mapping[str, Any] = field(repr=False)  # its apiKey & co.: never in a repr
 
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> SessionParams:

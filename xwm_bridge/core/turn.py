@@ -8,7 +8,7 @@ Nothing downstream re-parses the client's params or copies them again.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge import coerce
@@ -62,7 +62,7 @@ class TurnRequest:
     decision: RoutingDecision
     mode: Mode
     #: what the executor sends on (see :func:`upstream_params`); treat as read-only
-    upstream: Mapping[str, Any]
+    upstream: Mapping[str, Any] = field(repr=False)  # credentials: never in a repr
     #: who asked (transport-derived, e.g. a digest of the bearer); owns gateway runtimes
     principal: str = ""
 

@@ -14,7 +14,8 @@ from xwm_bridge.gateway.snapshot import Snapshot
 class ConnectConfig:
     """Everything a (re)connect needs, fixed at ``xworkmate.gateway.connect``."""
 
-    url: str
+    #: not in a repr: a URL may carry credentials (``remote_address`` says where)
+    url: str = dataclasses.field(repr=False)
     remote_address: str
     mode: str
     client: p.ClientInfo

@@ -198,13 +198,14 @@ class Hello:
     """What we keep from ``hello-ok`` (§3.4)."""
 
     protocol: int
-    device_token: str
+    device_token: str = field(repr=False)
     role: str
     scopes: list[str]
     server_name: str
     main_session_key: str
     tick_interval_ms: int
-    auth: dict[str, Any]
+    #: the gateway's ``auth`` (its ``deviceToken`` too): never in a repr
+    auth: dict[str, Any] = field(repr=False)
     payload: dict[str, Any] = field(repr=False, default_factory=dict)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -35,7 +35,8 @@ SCOPES = (
 class Identity:
     device_id: str = ""
     public_key: str = ""
-    private_key: str = ""
+    #: never in a repr (logs, tracebacks)
+    private_key: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +60,10 @@ class ClientInfo:
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    token: str = ""
-    device_token: str = ""
-    password: str = ""
+    #: none of them in a repr (logs, tracebacks)
+    token: str = field(default="", repr=False)
+    device_token: str = field(default="", repr=False)
+    password: str = field(default="", repr=False)
 
     def wire(self) -> dict[str, str] | None:
         out = {

@@ -22,7 +22,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 import orjson
@@ -61,7 +61,7 @@ def label_from_response(body: bytes) -> str:
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     base_url: str
-    api_key: str
+    api_key: str = field(repr=False)
 
 
 def choose_endpoint(

@@ -65,7 +65,7 @@ class RoutingRequest:
     prompt: str = ""
     working_directory: str = ""
     gateway_base_url: str = ""
-    gateway_api_key: str = ""
+    gateway_api_key: str = field(default="", repr=False)
     routing_mode: str = ""
     explicit_target: str = ""
     preferred_gateway: str = ""

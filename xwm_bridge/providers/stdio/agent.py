@@ -22,7 +22,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge import inflight, jsonrpc, procgroups
@@ -90,7 +90,8 @@ class SessionHandlers:
 class AgentSpec:
     name: str
     argv: tuple[str, ...]
-    env: dict[str, str]
+    #: the agent's whole environment (its API keys): never in a repr
+    env: dict[str, str] = field(repr=False)
     cwd: str
     capabilities: dict[str, Any]
     protocol_version: int = codec.PROTOCOL_VERSION

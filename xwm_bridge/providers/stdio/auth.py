@@ -16,7 +16,7 @@ Nothing usable → an error naming the provider and the agent's ``authMethods``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xwm_bridge.config import ProviderConfig
@@ -35,7 +35,8 @@ AUTH_REQUIRED = -32000
 @dataclass(frozen=True, slots=True)
 class AuthPlan:
     method: str
-    params: dict[str, Any]
+    #: the key itself (``_meta``): never in a repr
+    params: dict[str, Any] = field(repr=False)
     #: where the key came from, for the log ("config", "env:NAME" or "")
     key_source: str = ""
 

@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xwm_bridge.config import SECRET_ENV_VARS, BridgeConfig, ProviderConfig
 from xwm_bridge.observability.logging import add_secrets
@@ -45,7 +45,8 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE
 
 @dataclass(frozen=True, slots=True)
 class AgentEnv:
-    env: dict[str, str]
+    #: the agent's environment (its API keys): never in a repr
+    env: dict[str, str] = field(repr=False)
     #: copied variables left out because their value is a bridge secret
     withheld: tuple[str, ...] = ()
 

@@ -55,7 +55,7 @@ class TurnState:
     owner: TurnServices
     ref: AcpSessionRef | None = None
     #: the agent's environment (``AgentSpec.env``): what its terminals start from
-    agent_env: Mapping[str, str] = field(default_factory=dict)
+    agent_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     transcript: mapping.TurnTranscript = field(default_factory=mapping.TurnTranscript)
     usage: TurnUsage = field(default_factory=TurnUsage)
     permissions: list[dict[str, Any]] = field(default_factory=list)
