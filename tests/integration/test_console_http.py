@@ -104,10 +104,16 @@ async def test_origin_rules_apply(start_bridge: StartBridge, http: aiohttp.Clien
     async with http.ws_connect(url, headers={"Origin": bp.url}) as ws:
         await ws.send_str(auth_frame(TOKEN))
         assert orjson.loads((await ws.receive(timeout=5)).data)["result"]["authenticated"]
-    # a DNS-rebinding page: its own origin, but a non-loopback Host
+    # a DNS-rebinding page is same-origin with the bridge under its own name: with a
+    # token that is the page's own origin (as behind a proxy), and the token the check
+    headers = {"Origin": "http://rebind.example:1", "Host": "rebind.example:1"}
+    async with http.ws_connect(url, headers=headers) as ws:
+        await ws.send_str(auth_frame(""))
+        assert orjson.loads((await ws.receive(timeout=5)).data)["error"]["code"] == -32001
+    # without a token, a Host such a page can have is refused
+    open_bp = await start_bridge(env=base_env())
     with pytest.raises(aiohttp.WSServerHandshakeError):
-        headers = {"Origin": "http://rebind.example:1", "Host": "rebind.example:1"}
-        async with http.ws_connect(url, headers=headers):
+        async with http.ws_connect(f"{open_bp.url}/console/ws", headers=headers):
             pass
 
 
@@ -178,3 +184,73 @@ async def test_a_cancel_passes_the_console_in_flight_limit(
     async with http.get(f"{bp.url}/metrics") as resp:
         sample = 'xwm_rejected_requests_total{reason="too_many_inflight",transport="console"} 1.0'
         assert sample in (await resp.text()).splitlines()
+
+
+async def _ws_refusal(
+    http: aiohttp.ClientSession, url: str, origin: str, **extra: str
+) -> dict[str, Any]:
+    """The 403 answer of the console's WebSocket to this Origin."""
+    headers = {"Origin": origin, "Connection": "Upgrade", "Upgrade": "websocket", **extra}
+    headers |= {"Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    async with http.get(url, headers=headers) as resp:
+        assert resp.status == 403, origin
+        error: dict[str, Any] = orjson.loads(await resp.read())["error"]
+    return error
+
+
+async def test_the_bridge_wide_origins_do_not_open_the_console(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    """On a bridge without a token, a page of any default ``allowed_origins`` entry (a
+    local dev server on another port, xworkmate.svc.plus) could open the console and
+    answer agents' permission requests: only the page's own origin passes now, while
+    ``/acp/rpc`` keeps admitting them."""
+    bp = await start_bridge(env=base_env())
+    url = f"{bp.url}/console/ws"
+    for origin in ("http://localhost:5173", "http://127.0.0.1:1", "https://xworkmate.svc.plus"):
+        error = await _ws_refusal(http, url, origin)
+        assert error == {"code": -32003, "message": f"origin not allowed: {origin}"}
+        with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+            async with http.ws_connect(url, headers={"Origin": origin}):
+                pass
+        assert err.value.status == 403
+        frame = {"jsonrpc": "2.0", "id": 1, "method": "bridge.health"}
+        headers = {"Origin": origin, "Authorization": "Bearer any"}  # any bearer: no token
+        async with http.post(f"{bp.url}/acp/rpc", json=frame, headers=headers) as resp:
+            assert resp.status == 200, origin  # unchanged there
+            assert resp.headers["Access-Control-Allow-Origin"] == origin
+            assert "result" in await resp.json()
+    for origin in ("null", "file://", "http://evil.example"):
+        assert (await _ws_refusal(http, url, origin))["code"] == -32003
+    # the page's own origin, by address and by name (Host and Origin agree)
+    port = bp.url.rsplit(":", 1)[1]
+    for own, host in ((bp.url, None), (f"http://localhost:{port}", f"localhost:{port}")):
+        headers = {"Origin": own} | ({"Host": host} if host else {})
+        async with http.ws_connect(url, headers=headers) as ws:
+            await ws.send_str(auth_frame(""))
+            assert orjson.loads((await ws.receive(timeout=5)).data)["result"]["authenticated"]
+    # another port of the same host is another origin
+    assert (await _ws_refusal(http, url, f"http://127.0.0.1:{int(port) + 1}"))["code"] == -32003
+
+
+async def test_console_allowed_origins_admit_a_listed_origin(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    config = {"console": {"allowed_origins": ["https://ops.example", "http://localhost:5173"]}}
+    bp = await start_bridge(config=config, tmp=tmp_path)
+    url = f"{bp.url}/console/ws"
+    for origin in ("https://ops.example", "http://localhost:5173"):
+        async with http.ws_connect(url, headers={"Origin": origin}) as ws:
+            await ws.send_str(auth_frame(TOKEN))
+            assert orjson.loads((await ws.receive(timeout=5)).data)["result"]["authenticated"]
+    for origin in ("http://localhost:5174", "http://ops.example", "https://xworkmate.svc.plus"):
+        assert (await _ws_refusal(http, url, origin))["code"] == -32003
+    # a behind-a-proxy page: the Host the proxy forwards is the page's own name
+    headers = {"Origin": "https://bridge.example", "Host": "bridge.example"}
+    async with http.ws_connect(url, headers=headers) as ws:
+        await ws.send_str(auth_frame(TOKEN))
+        assert orjson.loads((await ws.receive(timeout=5)).data)["result"]["authenticated"]
+    # X-Forwarded-* are not trusted
+    forwarded = {"X-Forwarded-Host": "bridge.example", "X-Forwarded-Proto": "https"}
+    refused = await _ws_refusal(http, url, "https://bridge.example", **forwarded)
+    assert refused["code"] == -32003

@@ -282,6 +282,10 @@ class ConsoleConfig:
     watch_max_pending: int = 2048
     #: seconds between health and metrics samples.
     health_interval: float = 2.0
+    #: browser origins, besides the page's own, that may open ``/console/ws``
+    #: (``scheme://host[:port]``, ``:*`` = any port); the bridge-wide
+    #: ``allowed_origins`` do not apply to it.
+    allowed_origins: tuple[str, ...] = ()
 
 
 @masked

@@ -184,9 +184,31 @@ def _validate(config: BridgeConfig) -> None:
         raise ConfigError("console: event_buffer and watch_max_pending must be at least 16")
     if cc.health_interval < 0.1:
         raise ConfigError("console.health_interval: must be at least 0.1 seconds")
+    for i, origin in enumerate(cc.allowed_origins):
+        if not _is_origin(origin):
+            raise ConfigError(
+                f"console.allowed_origins[{i}]: expected http(s)://host[:port|:*], got {origin!r}"
+            )
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")
     _validate_acp(config)
+
+
+def _is_origin(entry: str) -> bool:
+    """``http(s)://host[:port]`` or ``http(s)://host:*``, nothing after it."""
+    text = entry.strip()
+    text = text[:-2] if text.endswith(":*") else text
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        return False
+    return (
+        parts.scheme.lower() in ("http", "https")
+        and bool(parts.hostname)
+        and parts.path in ("", "/")
+        and not (parts.query or parts.fragment or parts.username)
+    )
 
 
 def _validate_openclaw_url(url: str) -> None:

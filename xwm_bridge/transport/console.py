@@ -4,10 +4,16 @@ The page and its files are public and hold no data; everything comes over
 ``/console/ws``, which speaks the ordinary JSON-RPC contract (same dispatcher,
 transport name ``console``) once the first message, ``console.auth
 {token}``, has passed the same bearer check as every other route. The token
-never travels in a URL. The origin rules apply to the WebSocket; the console's
-own origin is accepted too when the bridge is addressed by a loopback name
-(behind a proxy, add the console's origin to ``allowed_origins``). Every frame
-sent to the page has the config's secret values redacted.
+never travels in a URL. The WebSocket admits a browser ``Origin`` only when it is
+the page's own (its host and port are the request's ``Host``; on a bridge without a
+token, a ``Host`` a DNS-rebinding page cannot have: loopback, an IP literal, the listen
+host or a name of ``allowed_hosts``) or one of ``console.allowed_origins``; the
+bridge-wide ``allowed_origins`` (``http://localhost:*`` and the like: any local dev
+server) do not apply, since whoever opens this socket answers agents' permission
+requests. ``X-Forwarded-*`` headers are not trusted (a proxy that rewrites ``Host``
+needs the console's origin in ``console.allowed_origins``). No ``Origin``: not a
+browser, admitted. Every frame sent to the page has the config's secret values
+redacted.
 
 Headers: a strict ``Content-Security-Policy`` (no inline script or style, nothing
 but this origin, Trusted Types: no HTML sink takes a string), ``X-Frame-Options: DENY``,
@@ -19,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -27,11 +34,16 @@ from xwm_bridge import __version__, jsonrpc
 from xwm_bridge.console import PAGE, Asset, load_assets
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.inflight import admits, refusal
-from xwm_bridge.netaddr import is_loopback_host
 from xwm_bridge.observability.rejections import TOO_MANY_INFLIGHT, reject
 from xwm_bridge.tasks import Supervisor, wait_for
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
-from xwm_bridge.transport.security import origin_refused, peer_of, principal_of
+from xwm_bridge.transport.security import (
+    OriginPolicy,
+    ServedHosts,
+    origin_refused,
+    peer_of,
+    principal_of,
+)
 
 if TYPE_CHECKING:
     from xwm_bridge.transport.http import HttpTransport
@@ -65,21 +77,47 @@ MAX_INFLIGHT = 64
 TRANSPORT = "console"
 
 
-def _same_origin_loopback(request: web.Request, origin: str) -> bool:
-    """The page's own origin, when the bridge is addressed by a loopback name (a DNS
-    rebinding page has a non-loopback Host, so it does not pass)."""
-    host = request.host
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    name = name.strip("[]")
-    return is_loopback_host(name) and origin.rstrip("/") == f"{request.scheme}://{host}"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def same_origin(origin: str, host: str | None) -> bool:
+    """Whether ``origin`` is that of a page served under this ``Host`` header value:
+    scheme http or https, nothing after the authority, and the same host and port
+    (the scheme's default port when one leaves it out)."""
+    if not host:
+        return False
+    try:
+        page = urlsplit(origin)
+        scheme = page.scheme.lower()
+        if scheme not in _DEFAULT_PORTS or not page.hostname:
+            return False
+        if page.path not in ("", "/") or page.query or page.fragment or page.username:
+            return False
+        served = urlsplit(f"{scheme}://{host.strip()}")
+        if served.path or served.query or served.fragment or served.username:
+            return False
+        default = _DEFAULT_PORTS[scheme]
+        return page.hostname == served.hostname and (page.port or default) == (
+            served.port or default
+        )
+    except ValueError:  # a malformed port or IPv6 literal
+        return False
 
 
 class ConsoleHandlers:
     def __init__(self, transport: HttpTransport) -> None:
         self._t = transport
         bridge = transport.bridge
-        self.enabled = bridge.config.console.enabled
+        config = bridge.config
+        self.enabled = config.console.enabled
         self._assets: dict[str, Asset] = load_assets() if self.enabled else {}
+        #: origins other than the page's own (not the bridge-wide ``allowed_origins``)
+        self._origins = OriginPolicy(config.console.allowed_origins)
+        #: a bridge without a token: the Host names the page's own origin may have (a
+        #: DNS-rebinding page is same-origin with the bridge under its own name); ``*``
+        #: in ``allowed_hosts`` does not count here
+        hosts = tuple(h for h in config.allowed_hosts if h.strip() != "*")
+        self._own_hosts = ServedHosts(not transport.auth.required, transport.listen_host, hosts)
 
     def _file(self, request: web.Request, name: str) -> web.StreamResponse:
         asset = self._assets.get(name)
@@ -114,7 +152,12 @@ class ConsoleHandlers:
         origin = request.headers.get("Origin", "").strip()
         if not origin:
             return True  # not a browser
-        return self._t.origins.allows(origin) or _same_origin_loopback(request, origin)
+        if self._origins.rules and self._origins.allows(origin):
+            return True
+        host = request.headers.get("Host")
+        if not same_origin(origin, host):
+            return False
+        return not (self._own_hosts.active and self._own_hosts.refuses(host))
 
     async def websocket(self, request: web.Request) -> web.StreamResponse:
         if not self.enabled:

@@ -113,9 +113,8 @@ class HttpChecks:
         self.auth = BearerAuth(config.auth_token, (*config.client_tokens, *config.admin_tokens))
         self.principals = PrincipalCache()
         #: DNS rebinding: only a bridge that accepts any bearer checks the Host
-        self.hosts = ServedHosts(
-            not self.auth.required, _listen_host(config.listen), config.allowed_hosts
-        )
+        self.listen_host = _listen_host(config.listen)
+        self.hosts = ServedHosts(not self.auth.required, self.listen_host, config.allowed_hosts)
         self.limits = config.limits
         self.metrics = metrics
 
