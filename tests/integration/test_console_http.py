@@ -254,3 +254,56 @@ async def test_console_allowed_origins_admit_a_listed_origin(
     forwarded = {"X-Forwarded-Host": "bridge.example", "X-Forwarded-Proto": "https"}
     refused = await _ws_refusal(http, url, "https://bridge.example", **forwarded)
     assert refused["code"] == -32003
+
+
+async def test_a_failed_console_login_is_one_attempt_counted_and_logged(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    """One token per connection: a wrong one closes it (4401) and a right one sent
+    after it on the same connection is never read; every refusal is counted under
+    ``transport="console"`` and logged with its reason, never the value sent."""
+    from tests.conftest import wait_until
+
+    bp = await start_bridge()
+    url = f"{bp.url}/console/ws"
+    guesses = ("guess-one-3f9a", "guess-two-77c1")
+    for guess in guesses:
+        async with http.ws_connect(url) as ws:
+            await ws.send_str(auth_frame(guess))
+            await ws.send_str(auth_frame(TOKEN))  # pipelined: not a second attempt
+            first = orjson.loads((await ws.receive(timeout=5)).data)
+            assert first["error"] == {"code": -32001, "message": "invalid bearer token"}
+            closed = await ws.receive(timeout=5)
+            assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert ws.close_code == 4401
+    async with http.ws_connect(url) as ws:  # an empty token: missing, not invalid
+        await ws.send_str(auth_frame(""))
+        assert orjson.loads((await ws.receive(timeout=5)).data)["error"]["code"] == -32001
+    async with http.ws_connect(url) as ws:  # the first frame is not console.auth
+        await ws.send_str(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "x"}).decode())
+        assert orjson.loads((await ws.receive(timeout=5)).data)["error"]["code"] == -32001
+    with pytest.raises(aiohttp.WSServerHandshakeError):
+        async with http.ws_connect(url, headers={"Origin": "http://localhost:5173"}):
+            pass
+    async with http.get(f"{bp.url}/metrics") as resp:
+        lines = (await resp.text()).splitlines()
+    sample = 'xwm_rejected_requests_total{reason="%s",transport="console"} %s'
+    assert sample % ("invalid_token", "2.0") in lines
+    assert sample % ("missing_token", "2.0") in lines
+    assert sample % ("origin", "1.0") in lines
+
+    def refused() -> list[dict[str, Any]]:
+        lines = [orjson.loads(x) for x in bp.logs if x.startswith("{")]
+        return [e for e in lines if e.get("msg") == "request rejected"]
+
+    await wait_until(lambda: len(refused()) >= 5, within=10)
+    assert [(e["transport"], e["reason"]) for e in refused()] == [
+        ("console", "invalid_token"),
+        ("console", "invalid_token"),
+        ("console", "missing_token"),
+        ("console", "missing_token"),
+        ("console", "origin"),
+    ]
+    assert all(e["remote"] == "127.0.0.1" for e in refused())
+    logged = "\n".join(bp.logs)
+    assert not any(g in logged for g in guesses) and TOKEN not in logged

@@ -23,7 +23,6 @@ but this origin, Trusted Types: no HTML sink takes a string), ``X-Frame-Options:
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -34,6 +33,7 @@ from xwm_bridge import __version__, jsonrpc
 from xwm_bridge.console import PAGE, Asset, load_assets
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.inflight import admits, refusal
+from xwm_bridge.observability import rejections as rj
 from xwm_bridge.observability.rejections import TOO_MANY_INFLIGHT, reject
 from xwm_bridge.tasks import Supervisor, wait_for
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
@@ -48,7 +48,6 @@ from xwm_bridge.transport.security import (
 if TYPE_CHECKING:
     from xwm_bridge.transport.http import HttpTransport
 
-log = logging.getLogger("xwm_bridge.console")
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -164,6 +163,7 @@ class ConsoleHandlers:
             return web.Response(status=404, text="404 page not found\n")
         origin = request.headers.get("Origin", "").strip()
         if not self.origin_allowed(request):
+            reject(self._t.metrics, TRANSPORT, rj.ORIGIN, status=403, remote=request.remote or "")
             body = jsonrpc.error(None, jsonrpc.ORIGIN_NOT_ALLOWED, origin_refused(origin))
             return web.Response(
                 status=403, body=jsonrpc.dumps(body), content_type="application/json"
@@ -189,10 +189,17 @@ class ConsoleHandlers:
     async def _authenticate(
         self, request: web.Request, ws: web.WebSocketResponse
     ) -> CallContext | None:
-        """The first frame must be ``console.auth {token}``; anything else closes."""
+        """The first frame must be ``console.auth {token}``; anything else closes.
+
+        One attempt per connection: a refused token closes it (4401) and nothing
+        after it on the connection is read. Each refusal is counted
+        (``xwm_rejected_requests_total{transport="console",reason}``) and logged with
+        the peer, never the value sent."""
+        metrics, remote = self._t.metrics, request.remote or ""
         try:
             msg = await wait_for(ws.receive(), AUTH_TIMEOUT)
         except TimeoutError:
+            reject(metrics, TRANSPORT, rj.MISSING_TOKEN, remote=remote, why="auth timeout")
             await ws.close(code=CLOSE_BAD_AUTH_FRAME, message=b"authenticate first")
             return None
         if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
@@ -202,6 +209,7 @@ class ConsoleHandlers:
         except jsonrpc.DecodeError:
             req = None
         if req is None or req.method != AUTH_METHOD:
+            reject(metrics, TRANSPORT, rj.MISSING_TOKEN, remote=remote, why="not console.auth")
             await ws.send_str(
                 jsonrpc.dumps(
                     jsonrpc.error(None, jsonrpc.UNAUTHORIZED, f"send {AUTH_METHOD} first")
@@ -214,11 +222,11 @@ class ConsoleHandlers:
         auth = self._t.auth
         header = f"Bearer {token}" if token else ""
         if auth.required:
-            ok = auth.check(header)
+            why = auth.verify(header)  # constant time
         else:  # no token configured (loopback only): the page works without one
-            ok, header = True, header or "Bearer anonymous-console"
-        if not ok:
-            log.info("console login refused", extra={"peer": request.remote or ""})
+            why, header = "", header or "Bearer anonymous-console"
+        if why:
+            reject(metrics, TRANSPORT, why, remote=remote)  # the reason, not the value
             await ws.send_str(
                 jsonrpc.dumps(
                     jsonrpc.error(req.id, jsonrpc.UNAUTHORIZED, "invalid bearer token")
