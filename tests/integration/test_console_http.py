@@ -307,3 +307,32 @@ async def test_a_failed_console_login_is_one_attempt_counted_and_logged(
     assert all(e["remote"] == "127.0.0.1" for e in refused())
     logged = "\n".join(bp.logs)
     assert not any(g in logged for g in guesses) and TOKEN not in logged
+
+
+async def test_watch_max_seconds_on_the_console(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    """Bad ``maxSeconds`` values are a clean -32602 on the wire (JSON has no NaN or inf:
+    ``1e400`` is a parse error), a huge one is clamped and the watch starts."""
+    bp = await start_bridge()
+    async with http.ws_connect(f"{bp.url}/console/ws") as ws:
+        await ws.send_str(auth_frame(TOKEN))
+        await ws.receive(timeout=5)
+        for rid, value in enumerate(("60", True, -1, 0, [], {"s": 1}), start=1):
+            frame = {"jsonrpc": "2.0", "id": rid, "method": "bridge.watch"}
+            await ws.send_str(orjson.dumps({**frame, "params": {"maxSeconds": value}}).decode())
+            reply = orjson.loads((await ws.receive(timeout=5)).data)
+            assert reply["id"] == rid and reply["error"]["code"] == -32602, value
+            assert "maxSeconds" in reply["error"]["message"]
+        raw = '{"jsonrpc":"2.0","id":50,"method":"bridge.watch","params":{"maxSeconds":1e400}}'
+        await ws.send_str(raw)
+        assert orjson.loads((await ws.receive(timeout=5)).data)["error"]["code"] == -32700
+        frame = {"jsonrpc": "2.0", "id": 99, "method": "bridge.watch"}
+        await ws.send_str(orjson.dumps({**frame, "params": {"maxSeconds": 1e300}}).decode())
+        while True:  # the backlog (health samples) first, then the watch's live event
+            event = orjson.loads((await ws.receive(timeout=5)).data)
+            assert event.get("method") == "bridge.event", event
+            if event["params"]["kind"] == "watch":
+                assert event["params"]["type"] == "live"
+                break
+    assert not [line for line in bp.logs if "Traceback" in line]

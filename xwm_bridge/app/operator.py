@@ -13,7 +13,9 @@ bridge-wide feeds (``bridge.watch``, ``bridge.health``, ``bridge.config``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -62,8 +64,11 @@ DEFAULT_PAGE = 50
 DEFAULT_WAIT_MS = 25_000
 MAX_WAIT_MS = 60_000
 MAX_BATCH = 1000
-#: a streaming watch ends after this long (the watcher re-watches with its cursor)
+#: a streaming watch ends after this long (the watcher re-watches with its cursor);
+#: also the longest one may ask for (``maxSeconds`` above it is clamped): a watch holds
+#: a subscription, and a bound it reaches makes every watcher re-watch now and then
 DEFAULT_WATCH_SECONDS = 3600.0
+MAX_WATCH_SECONDS = DEFAULT_WATCH_SECONDS
 #: how often a streaming watch checks for shutdown and a closed connection
 WAKE_S = 1.0
 #: ``session.get`` reads the record and turns again (``session.list`` its page) while a
@@ -87,12 +92,18 @@ def _text_param(params: dict[str, Any], key: str) -> str:
 
 
 def _number_param(params: dict[str, Any], key: str, default: float, low: float) -> float:
+    """A finite number ≥ ``low`` (a caller clamps it from above), else -32602: NaN
+    passed ``< low`` (a watch that never timed out), inf broke ``int()``."""
     value = params.get(key, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+    number = math.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):  # an int past a float's range
+            number = float(value)
+    if not math.isfinite(number) or number < low:
         raise RpcError(INVALID_PARAMS, f"{key} must be a number ≥ {low:g}")
-    return float(value)
+    return number
 
 
 def _bool_param(params: dict[str, Any], key: str) -> bool:
@@ -147,7 +158,9 @@ class WatchParams:
             filter=WatchFilter(wanted, _text_param(params, "sessionId")),
             wait_s=min(wait_ms, MAX_WAIT_MS) / 1000,
             max_events=min(int(_number_param(params, "maxEvents", MAX_BATCH, 1)), MAX_BATCH),
-            max_seconds=_number_param(params, "maxSeconds", DEFAULT_WATCH_SECONDS, 0.1),
+            max_seconds=min(
+                _number_param(params, "maxSeconds", DEFAULT_WATCH_SECONDS, 0.1), MAX_WATCH_SECONDS
+            ),
         )
 
 
