@@ -13,31 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from xwm_bridge.config import BridgeConfig, secret_field
+from xwm_bridge.config.secret_fields import mask_userinfo
 from xwm_bridge.observability.redact import Redactor
 
 MASK = "********"
 #: a secret this long or longer masks the whole string that contains it
 _WHOLE = 4
-
-
-def mask_userinfo(url: str) -> str:
-    """``scheme://user:password@host`` → ``scheme://user:********@host``; a userinfo
-    without a password (a token as user name) → ``scheme://********@host``."""
-    if "://" not in url or "@" not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return MASK
-    if "@" not in parts.netloc:
-        return url
-    userinfo, host = parts.netloc.rsplit("@", 1)
-    user, has_password, _ = userinfo.partition(":")
-    masked_info = f"{user}:{MASK}" if has_password else MASK
-    return urlunsplit(parts._replace(netloc=f"{masked_info}@{host}"))
 
 
 def masked(config: BridgeConfig) -> dict[str, Any]:
@@ -46,7 +29,7 @@ def masked(config: BridgeConfig) -> dict[str, Any]:
     redactor = Redactor(secrets)
 
     def scrub(text: str) -> str:
-        text = mask_userinfo(text)
+        text = mask_userinfo(text, MASK)
         return MASK if any(s in text for s in long) else redactor.text(text)
 
     def walk(value: Any) -> Any:

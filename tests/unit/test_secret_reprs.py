@@ -102,7 +102,7 @@ def test_a_config_shows_none_of_its_secrets(caplog: pytest.LogCaptureFixture) ->
     text = repr(cfg)
     # still a useful repr: what is set and where, with the values masked
     assert "auth_token='***'" in text and "OPENAI_API_KEY=***" in text
-    assert "redis://***@127.0.0.1:6379/0" in text and "'Authorization: ***'" in text
+    assert "redis://:***@127.0.0.1:6379/0" in text and "'Authorization: ***'" in text
     assert "endpoint='https://up.example'" in text
 
 

@@ -74,18 +74,21 @@ _ITEM_FIELDS = {"env": "=", "toolbridge_env": "=", "mcp_env": "=", "headers": ":
 T = TypeVar("T")
 
 
-def masked_url(value: str) -> str:
-    """``value`` with the user info of a URL (a password, a token as user) masked."""
-    if "://" not in value or "@" not in value:
-        return value
+def mask_userinfo(url: str, mask: str = MASK) -> str:
+    """``scheme://user:password@host`` → ``scheme://user:<mask>@host``; a userinfo
+    without a password (a token as user name) → ``scheme://<mask>@host``."""
+    if "://" not in url or "@" not in url:
+        return url
     try:
-        parts = urlsplit(value)
+        parts = urlsplit(url)
     except ValueError:
-        return MASK
-    _userinfo, at, hostport = parts.netloc.rpartition("@")
-    if not at:
-        return value
-    return urlunsplit(parts._replace(netloc=f"{MASK}@{hostport}"))
+        return mask
+    if "@" not in parts.netloc:
+        return url
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, has_password, _ = userinfo.partition(":")
+    masked_info = f"{user}:{mask}" if has_password else mask
+    return urlunsplit(parts._replace(netloc=f"{masked_info}@{host}"))
 
 
 def _masked(name: str, value: Any, hint: Any) -> Any:
@@ -94,7 +97,7 @@ def _masked(name: str, value: Any, hint: Any) -> Any:
             return tuple(MASK if v else v for v in value)
         return MASK if isinstance(value, str) and value else value
     if isinstance(value, str):
-        return masked_url(value)
+        return mask_userinfo(value)
     if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
         sep = _ITEM_FIELDS.get(name)
         if sep is not None:
@@ -102,7 +105,7 @@ def _masked(name: str, value: Any, hint: Any) -> Any:
                 f"{k}{sep}{MASK if sep == '=' else ' ' + MASK}" if found else k
                 for k, found, _ in (v.partition(sep) for v in value)
             )
-        return tuple(masked_url(v) for v in value)
+        return tuple(mask_userinfo(v) for v in value)
     return value
 
 
