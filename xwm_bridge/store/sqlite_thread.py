@@ -264,6 +264,12 @@ class StoreThread:
                 self._forget_session(op[1])
             else:
                 permissions.append(op)  # in their order: a request's save, then its delete
+        # the trim counters as they were: a failed transaction puts them back, since its
+        # writes are applied again one by one and would be counted a second time
+        before = [
+            (sid, self._untrimmed.get(sid), self._untrimmed_bytes.get(sid)) for sid in appended
+        ]
+        turns_before = [(sid, self._untrimmed_turns.get(sid)) for sid in turned]
         db.execute("BEGIN")
         try:
             for sid in deletes:
@@ -301,6 +307,11 @@ class StoreThread:
             self._forget(db)
             db.execute("COMMIT")
         except BaseException:
+            for sid, count, size in before:
+                _put_back(self._untrimmed, sid, count)
+                _put_back(self._untrimmed_bytes, sid, size)
+            for sid, count in turns_before:
+                _put_back(self._untrimmed_turns, sid, count)
             self._largest.clear()  # what the table holds is no longer known exactly
             self._histories.clear()
             with contextlib.suppress(sqlite3.Error):  # keep the original error
@@ -308,3 +319,11 @@ class StoreThread:
             raise
         for op, exc in bad:
             dropped([op], exc, self.counters)
+
+
+def _put_back(counts: dict[str, int], sid: str, count: int | None) -> None:
+    """Restore one per-session counter to what it was (``None``: it was not there)."""
+    if count is None:
+        counts.pop(sid, None)
+    else:
+        counts[sid] = count

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from xwm_bridge.store.base import RESULT, LedgerEntry
+from xwm_bridge.store.records import TurnRecord
 from xwm_bridge.store.sqlite import SQLiteStore
 from xwm_bridge.store.sqlite_thread import tally
 
@@ -60,5 +62,36 @@ async def test_one_appended_entry_is_the_row_append_many_writes(tmp_path: Path) 
         )
         same = (7, "turn-3", b'{"result":{"text":"h\xc3\xa9"}}', 1234.5, 9, RESULT, 1)
         assert got == [("one", *same), ("many", *same)]
+    finally:
+        await store.close()
+
+
+async def test_a_failed_batch_leaves_the_trim_counters_as_they_were(tmp_path: Path) -> None:
+    """A batch that fails after its trim counters were added up is rolled back and
+    applied again write by write: its entries are counted once, not twice (a doubled
+    count trimmed ledgers and turn records early)."""
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.start()
+    try:
+        real_forget = store._forget
+        failures = []
+
+        def forget_failing_once(db: sqlite3.Connection) -> None:
+            if not failures:
+                failures.append(1)
+                raise RuntimeError("a bug late in the transaction")
+            real_forget(db)
+
+        store._forget = forget_failing_once  # type: ignore[method-assign]
+        for pos in (1, 2):  # queued together: one batch, then isolated write by write
+            store.append("s", LedgerEntry(pos, "turn-1", {"result": {}}, 1.0, pos, RESULT))
+        store.save_turn(TurnRecord(session_id="s", turn_id="turn-1", status="completed"))
+        rows = await store._call(
+            lambda db: db.execute("SELECT count(*) FROM ledger WHERE session_id='s'").fetchone()
+        )
+        assert failures == [1]  # the batch did fail once
+        assert rows == (2,)  # and nothing was lost
+        assert store._untrimmed == {"s": 2}
+        assert store._untrimmed_turns == {"s": 1}
     finally:
         await store.close()
