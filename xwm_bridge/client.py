@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
 import socket
 import ssl
 import sys
@@ -71,6 +72,21 @@ def shown(value: Any) -> str:
         else c
         for c in text
     )
+
+
+#: what JSON leaves raw and a terminal acts on: DEL, C1, bidirectional controls, the
+#: line and paragraph separators (C0 controls are escaped by JSON itself)
+_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029" + "".join(sorted(_BIDI)) + "]")
+
+
+def json_text(value: Any, *, indent: bool = False) -> str:
+    """``--json`` output: the value as JSON, with what :data:`_JSON_RAW` matches written
+    as ``\\uXXXX`` escapes (such a character can only be inside a string there, so the
+    document parses to the same value; printed raw, it reorders or rewrites the line)."""
+    text = orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else 0).decode()
+    if text.isascii():
+        return text  # the common case: nothing to escape
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
 def shown_output(text: str) -> str:

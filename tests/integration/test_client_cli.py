@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 
 from tests.conftest import ROOT, TOKEN, FakeUpstream, StartBridge, base_env, eventually, rpc
 from tests.integration.agent_helpers import agent_params, agent_provider
@@ -55,6 +56,16 @@ async def test_run_list_and_a_wrong_token(
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["SESSION", "STATE", "PROVIDER"]
     assert any(line.startswith("cli-1") and "completed" in line for line in lines)
+    # --json: bidi and C1 controls in a prompt come out as JSON escapes, not raw (a
+    # terminal showing them reorders or rewrites the line); the value is the same
+    prompt = "see x\u202egnp.png \x9b2J \u2028end"
+    code, _, err = await client(bp.url, "run", "--provider", "codex", "--session", "cli-2", prompt)
+    assert code == 0, err
+    code, out, err = await client(bp.url, "list", "--json")
+    assert code == 0, err
+    assert not set(out) & {"\u202e", "\x9b", "\u2028"}, out
+    listed = {s["sessionId"]: s for s in orjson.loads(out)["sessions"]}
+    assert listed["cli-2"]["lastTurn"]["prompt"] == prompt
     code, _, err = await client(bp.url, "list", token="wrong")
     assert code == 1 and "refused the token" in err
     code, _, err = await client("http://127.0.0.1:1", "list")

@@ -12,6 +12,7 @@ from xwm_bridge.client import (
     Progress,
     choose,
     event_line,
+    json_text,
     listen_url,
     permission_prompt,
     run_turn,
@@ -200,3 +201,16 @@ def test_approve_refuses_a_request_id_two_sessions_have(monkeypatch: pytest.Monk
     )
     assert result.exit_code == 1 and TwoReplicas.answered == [], result.output
     assert "perm-3 is pending in 2 sessions (a, b)" in result.output
+
+
+def test_json_text_escapes_what_a_terminal_would_act_on() -> None:
+    import orjson
+
+    value = {"t": "a\u202eb\x9b[2J\x7f\u2028\u2069 é ✓", "n": [1, "\x1b"]}
+    for indent in (False, True):
+        out = json_text(value, indent=indent)
+        assert not any(0x7F <= ord(c) < 0xA0 or c in "\u202e\u2028\u2069\x1b" for c in out)
+        assert "é ✓" in out  # printable text stays as it is
+        assert orjson.loads(out) == value
+    assert json_text({"a": 1}) == '{"a":1}'
+    assert json_text({"a": 1}, indent=True) == '{\n  "a": 1\n}'

@@ -68,9 +68,7 @@ def client_list(
     as_json: bool,
 ) -> None:
     """Sessions, newest first, with their last turn."""
-    import orjson
-
-    from xwm_bridge.client import Client, session_table
+    from xwm_bridge.client import Client, json_text, session_table
 
     params: dict[str, Any] = {"limit": limit}
     for key, value in (("state", state), ("provider", provider), ("threadId", thread_id)):
@@ -80,7 +78,7 @@ def client_list(
     async def main(client: Client) -> int:
         result = await client.call("session.list", params)
         if as_json:
-            click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+            click.echo(json_text(result, indent=True))
         elif result["sessions"]:
             click.echo(session_table(result["sessions"]))
         else:
@@ -100,9 +98,7 @@ def client_watch(
     ctx: click.Context, since: str | None, kinds: str | None, count: int, as_json: bool
 ) -> None:
     """Follow the live feed (bridge.watch) until interrupted."""
-    import orjson
-
-    from xwm_bridge.client import Client, event_line
+    from xwm_bridge.client import Client, event_line, json_text
 
     params: dict[str, Any] = {}
     if since:
@@ -121,7 +117,7 @@ def client_watch(
             event = msg.get("params") or {}
             if event.get("kind") == "watch":
                 return
-            line = orjson.dumps(event).decode() if as_json else event_line(event)
+            line = json_text(event) if as_json else event_line(event)
             if line:
                 click.echo(line)
                 seen += 1
