@@ -117,3 +117,27 @@ async def test_an_agent_that_exits_mid_request_leaves_no_terminal_running(
     await wait_until(lambda: not environs_with(marker), within=10)
     again = await turn(http, bp.rpc_url, agent_params("x2", "hi", workingDirectory=wd))
     assert again["success"] is True, again
+
+
+async def test_an_agent_that_exits_leaves_no_terminal_of_an_idle_session(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A terminal an agent left running after its turn ended (an ACP terminal lives until
+    released) belongs to the agent's process: when that process exits, during another
+    session's turn, the idle session's terminal is killed too, not at the bridge's
+    shutdown."""
+    marker = f"xwm-idle-{uuid.uuid4().hex}"
+    provider = agent_provider(env=[f"MARK={marker}", f"PYTHONPATH={ROOT}"])
+    agents = {"terminal_enabled": True, "prompt_timeout": 120, "stop_grace": 1}
+    config = {"providers": [provider], "allowed_roots": [str(tmp_path)], "agents": agents}
+    bp = await start_bridge(config=config, tmp=tmp_path)
+    wd = str(tmp_path)
+    out = await turn(http, bp.rpc_url, agent_params("i1", "spawn sleep 600", workingDirectory=wd))
+    assert out["success"] is True and "spawned" in out["output"], out
+    # the agent and the terminal it left: two processes that carry the agent's env
+    await wait_until(lambda: len(environs_with(marker)) >= 2, within=10)
+    crashed = await turn(
+        http, bp.rpc_url, agent_params("i2", "termcrash sleep 600", workingDirectory=wd)
+    )
+    assert crashed["success"] is False and "exited (exit status 7)" in crashed["error"]
+    await wait_until(lambda: not environs_with(marker), within=10)

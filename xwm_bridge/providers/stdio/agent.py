@@ -117,6 +117,9 @@ class AcpAgent:
         self._start_lock = asyncio.Lock()
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
         self.sessions: dict[str, SessionHandlers] = {}
+        #: called when the process exits on its own, after each session's ``on_exit``
+        #: (the executor releases the terminals the agent created, idle sessions' too)
+        self.on_exit: OnExit | None = None
         #: calls holding this process now (the executor's ``acquire``): the sandbox's
         #: process cap closes only a process that none holds
         self.users = 0
@@ -320,6 +323,11 @@ class AcpAgent:
                 continue
             try:
                 handlers.on_exit(message)
+            except Exception:
+                log.exception("agent exit handler failed", extra={"agent": self.spec.name})
+        if self.on_exit is not None:
+            try:
+                self.on_exit(message)
             except Exception:
                 log.exception("agent exit handler failed", extra={"agent": self.spec.name})
         for task in self._requests.tasks():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -181,7 +182,9 @@ class StdioAgentExecutor:
             await ctx.emit_error(str(exc))
             return self.failure(ctx, str(exc))
         acp_sid = opened.ref.acp_session_id
-        state = TurnState(ctx, cwd, self, opened.ref, agent_env=agent.spec.env)
+        state = TurnState(ctx, cwd, self, opened.ref, agent_env=agent.spec.env, agent=agent)
+        if agent.on_exit is None:  # its terminals go with its process, in every session
+            agent.on_exit = functools.partial(self._agent_exited, agent)
         state.usage.cost_before = _float(ctx.session.upstream.get("acpCost"))
         agent.sessions[acp_sid] = SessionHandlers(
             state.on_update, state.on_request, self._on_exit(ctx, acp_sid)
@@ -234,6 +237,10 @@ class StdioAgentExecutor:
             await ctx.emit_error(CANCELLED)
         remote_fields(result, cwd)
         return result
+
+    def _agent_exited(self, agent: AcpAgent, message: str) -> None:
+        """``agent``'s process exited on its own: the terminals it created go too."""
+        self.terminals.release_owner(agent)
 
     def _on_exit(self, ctx: TurnContext, acp_sid: str) -> Callable[[str], None]:
         """When the turn's agent process exits on its own (``AcpAgent._withdraw``): its

@@ -57,9 +57,11 @@ class Terminal(asyncio.SubprocessProtocol):
     also waits for its pipes to close, which a background process can delay for
     ever); ``eof`` when its output pipe closes."""
 
-    def __init__(self, session_id: str, limit: int) -> None:
+    def __init__(self, session_id: str, limit: int, owner: object = None) -> None:
         loop = asyncio.get_running_loop()
         self.session_id = session_id
+        #: what asked for it (the agent, :meth:`Terminals.release_owner`)
+        self.owner = owner
         self.limit = limit
         self.output = bytearray()
         self.truncated = False
@@ -148,10 +150,12 @@ class Terminals:
         params: dict[str, Any],
         root: str | None,
         base_env: Mapping[str, str],
+        owner: object = None,
     ) -> Any:
-        """``base_env``: the agent's environment, the one its terminals start from."""
+        """``base_env``: the agent's environment, the one its terminals start from;
+        ``owner``: the agent asking (a terminal created now is released with it)."""
         if method == "terminal/create":
-            return await self._create(params, root, base_env)
+            return await self._create(params, root, base_env, owner)
         term = self._terms.get(str(params.get("terminalId", "")))
         if term is None or term.session_id != str(params.get("sessionId", "")):
             raise ClientError(codec.RESOURCE_NOT_FOUND, "Resource not found")
@@ -184,7 +188,11 @@ class Terminals:
         raise ClientError(codec.METHOD_NOT_FOUND, f"method not supported by this client: {method}")
 
     async def _create(
-        self, params: dict[str, Any], root: str | None, base_env: Mapping[str, str]
+        self,
+        params: dict[str, Any],
+        root: str | None,
+        base_env: Mapping[str, str],
+        owner: object = None,
     ) -> dict[str, Any]:
         command = params.get("command")
         args = params.get("args") or []
@@ -220,7 +228,7 @@ class Terminals:
             raise ClientError(
                 codec.INVALID_PARAMS, f"cannot use cwd: {exc.strerror or exc}"
             ) from None
-        term = Terminal(session_id, limit)
+        term = Terminal(session_id, limit, owner)
         loop = asyncio.get_running_loop()
         try:
             await loop.subprocess_exec(
@@ -262,6 +270,14 @@ class Terminals:
         nobody can read their output or release them any more)."""
         for tid, term in list(self._terms.items()):
             if term.session_id == session_id:
+                self._terms.pop(tid).release()
+
+    def release_owner(self, owner: object) -> None:
+        """Kill and forget every terminal ``owner`` (an agent) created, in any session:
+        its process is gone, and with it whatever could read or release them (a session
+        whose turn had ended left its terminals to the agent)."""
+        for tid, term in list(self._terms.items()):
+            if term.owner is owner:
                 self._terms.pop(tid).release()
 
     async def close(self) -> None:

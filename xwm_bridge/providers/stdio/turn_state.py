@@ -56,6 +56,8 @@ class TurnState:
     ref: AcpSessionRef | None = None
     #: the agent's environment (``AgentSpec.env``): what its terminals start from
     agent_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: the agent the turn runs on: its terminals are released when its process exits
+    agent: object = field(default=None, repr=False)
     transcript: mapping.TurnTranscript = field(default_factory=mapping.TurnTranscript)
     usage: TurnUsage = field(default_factory=TurnUsage)
     permissions: list[dict[str, Any]] = field(default_factory=list)
@@ -92,7 +94,9 @@ class TurnState:
                 return await client_fs.write_text_file(params, root, agents.fs_max_file_bytes)
         if method.startswith("terminal/") and agents.terminal_enabled:
             root = client_fs.confined_root(self.cwd, self.owner.config.allowed_roots)
-            return await self.owner.terminals.handle(method, params, root, self.agent_env)
+            return await self.owner.terminals.handle(
+                method, params, root, self.agent_env, self.agent
+            )
         raise ClientError(codec.METHOD_NOT_FOUND, f"method not supported by this client: {method}")
 
     async def permission(self, params: dict[str, Any]) -> dict[str, Any]:
