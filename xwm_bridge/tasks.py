@@ -35,16 +35,27 @@ class Supervisor:
         return self._closing
 
     def spawn(
-        self, coro: Coroutine[Any, Any, T], *, name: str, service: bool = False
+        self,
+        coro: Coroutine[Any, Any, T],
+        *,
+        name: str,
+        service: bool = False,
+        awaited: bool = False,
     ) -> asyncio.Task[T]:
+        """``awaited``: the caller awaits the task and handles its failure, so it is not
+        logged here as well (one that nobody retrieves is still reported, by asyncio's
+        "exception was never retrieved" when the task is collected)."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
         (self._services if service else self._tasks).add(task)
-        task.add_done_callback(self._done)
+        task.add_done_callback(self._forget if awaited else self._done)
         return task
 
-    def _done(self, task: asyncio.Task[Any]) -> None:
+    def _forget(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         self._services.discard(task)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._forget(task)
         if not task.cancelled() and task.exception() is not None:
             log.error(
                 "background task failed",

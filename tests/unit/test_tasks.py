@@ -55,6 +55,26 @@ async def test_failure_is_logged_not_lost(caplog: pytest.LogCaptureFixture) -> N
     assert getattr(records[0], "task", None) == "boomer"
 
 
+async def test_an_awaited_failure_is_left_to_its_awaiter(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``awaited=True``: the caller awaits the task and handles its failure (an agent that
+    exits mid-prompt is a failed turn, logged as such): no second "background task
+    failed" error with a traceback for the same failure."""
+    sup = Supervisor()
+
+    async def boom() -> None:
+        raise RuntimeError("kaput")
+
+    task = sup.spawn(boom(), name="prompt", awaited=True)
+    with caplog.at_level(logging.ERROR, logger="xwm_bridge.tasks"):
+        with pytest.raises(RuntimeError):
+            await task
+        await asyncio.sleep(0)
+    assert len(sup) == 0
+    assert not [r for r in caplog.records if r.name == "xwm_bridge.tasks"]
+
+
 async def test_cancelled_task_is_not_logged(caplog: pytest.LogCaptureFixture) -> None:
     sup = Supervisor()
     task = sup.spawn(asyncio.Event().wait(), name="idle")

@@ -198,6 +198,7 @@ class StdioAgentExecutor:
                 self.config.agents.prompt_timeout,
             ),
             name=f"acp-prompt:{ctx.turn_id}",
+            awaited=True,  # its failure is the turn's, logged as such below
         )
         extras = self._setup_fields(opened, attachments)
         try:
