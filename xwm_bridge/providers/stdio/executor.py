@@ -187,7 +187,7 @@ class StdioAgentExecutor:
             agent.on_exit = functools.partial(self._agent_exited, agent)
         state.usage.cost_before = _float(ctx.session.upstream.get("acpCost"))
         agent.sessions[acp_sid] = SessionHandlers(
-            state.on_update, state.on_request, self._on_exit(ctx, acp_sid)
+            state.on_update, state.on_request, self._on_exit(ctx)
         )
         # owned by the supervisor: on cancel the turn sends session/cancel and still waits
         # (bounded) for the agent's answer to this prompt
@@ -243,14 +243,13 @@ class StdioAgentExecutor:
         """``agent``'s process exited on its own: the terminals it created go too."""
         self.terminals.release_owner(agent)
 
-    def _on_exit(self, ctx: TurnContext, acp_sid: str) -> Callable[[str], None]:
+    def _on_exit(self, ctx: TurnContext) -> Callable[[str], None]:
         """When the turn's agent process exits on its own (``AcpAgent._withdraw``): its
-        pending permission requests are withdrawn (``agent_exited``) and the terminals
-        of its session killed and forgotten, before its requests are cancelled."""
+        pending permission requests are withdrawn (``agent_exited``) before its requests
+        are cancelled (its terminals go with the agent's: :meth:`_agent_exited`)."""
 
         def on_exit(message: str) -> None:
             self.broker.close_session(ctx.session_id, AGENT_EXITED, capped(message, 500))
-            self.terminals.release_session(acp_sid)
 
         return on_exit
 

@@ -265,13 +265,6 @@ class Terminals:
             if term.session_id == session_id:
                 term.kill()
 
-    def release_session(self, session_id: str) -> None:
-        """Kill and forget every terminal of a session (its agent process is gone:
-        nobody can read their output or release them any more)."""
-        for tid, term in list(self._terms.items()):
-            if term.session_id == session_id:
-                self._terms.pop(tid).release()
-
     def release_owner(self, owner: object) -> None:
         """Kill and forget every terminal ``owner`` (an agent) created, in any session:
         its process is gone, and with it whatever could read or release them (a session
