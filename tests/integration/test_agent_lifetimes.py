@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -96,6 +97,15 @@ async def test_shutdown_stops_sandboxed_agents_and_terminals(
     await check_shutdown(start_bridge, http, tmp_path, "bwrap")
 
 
+async def start_marked(start_bridge: StartBridge, tmp_path: Path, marker: str) -> Any:
+    """A bridge whose fake agent has terminals and ``MARK=marker`` in its environment,
+    which its terminals inherit (:func:`environs_with` finds them)."""
+    provider = agent_provider(env=[f"MARK={marker}", f"PYTHONPATH={ROOT}"])
+    agents = {"terminal_enabled": True, "prompt_timeout": 120, "stop_grace": 1}
+    config = {"providers": [provider], "allowed_roots": [str(tmp_path)], "agents": agents}
+    return await start_bridge(config=config, tmp=tmp_path)
+
+
 async def test_an_agent_that_exits_mid_request_leaves_no_terminal_running(
     start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
@@ -104,10 +114,7 @@ async def test_an_agent_that_exits_mid_request_leaves_no_terminal_running(
     start or stop of the agent. Now the request is cancelled at the exit and the
     session's terminals are killed and forgotten; the turn fails as before."""
     marker = f"xwm-exit-{uuid.uuid4().hex}"
-    provider = agent_provider(env=[f"MARK={marker}", f"PYTHONPATH={ROOT}"])
-    agents = {"terminal_enabled": True, "prompt_timeout": 120, "stop_grace": 1}
-    config = {"providers": [provider], "allowed_roots": [str(tmp_path)], "agents": agents}
-    bp = await start_bridge(config=config, tmp=tmp_path)
+    bp = await start_marked(start_bridge, tmp_path, marker)
     wd = str(tmp_path)
     out = await turn(
         http, bp.rpc_url, agent_params("x1", "termcrash sleep 600", workingDirectory=wd)
@@ -130,10 +137,7 @@ async def test_an_agent_that_exits_leaves_no_terminal_of_an_idle_session(
     session's turn, the idle session's terminal is killed too, not at the bridge's
     shutdown."""
     marker = f"xwm-idle-{uuid.uuid4().hex}"
-    provider = agent_provider(env=[f"MARK={marker}", f"PYTHONPATH={ROOT}"])
-    agents = {"terminal_enabled": True, "prompt_timeout": 120, "stop_grace": 1}
-    config = {"providers": [provider], "allowed_roots": [str(tmp_path)], "agents": agents}
-    bp = await start_bridge(config=config, tmp=tmp_path)
+    bp = await start_marked(start_bridge, tmp_path, marker)
     wd = str(tmp_path)
     out = await turn(http, bp.rpc_url, agent_params("i1", "spawn sleep 600", workingDirectory=wd))
     assert out["success"] is True and "spawned" in out["output"], out
