@@ -52,12 +52,13 @@ class Adapter:
 
 
 def fake_bwrap(path: Path) -> Path:
-    """A ``bwrap`` that confines nothing: it runs the command after ``--``."""
+    """A ``bwrap`` that confines nothing: it runs the command after ``--`` (found on
+    ``PATH``, as bwrap finds it)."""
     path.write_text(
         f"#!{sys.executable}\n"
         "import os, sys\n"
         "argv = sys.argv[sys.argv.index('--') + 1 :]\n"
-        "os.execv(argv[0], argv)\n"
+        "os.execvp(argv[0], argv)\n"
     )
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
@@ -152,5 +153,32 @@ async def test_a_call_that_finds_every_process_busy_fails_clearly(tmp_path: Path
         answer = await asyncio.wait_for(raw, 20)
         assert answer["success"] is True, answer
         assert list(ad.processes()) == [("fake", "")]
+    finally:
+        await ad.bridge.close(grace=5)
+
+
+async def test_the_cap_closing_an_idle_process_kills_the_terminals_it_left(
+    tmp_path: Path,
+) -> None:
+    """A terminal the agent left running after its turn (an ACP terminal lives until
+    released) belongs to the agent's process. When the cap closes that idle process for
+    a turn in another directory, the terminal goes with it, not at the bridge's
+    shutdown (nothing could read or release it any more)."""
+    ad = await start(tmp_path, terminal_enabled=True, stop_grace=1)
+    try:
+        first, second = tmp_path / "first", tmp_path / "second"
+        first.mkdir()
+        second.mkdir()
+        out = await asyncio.wait_for(ad.turn("t1", "spawn sleep 600", first), 30)
+        assert out["success"] is True and "spawned" in out["output"], out
+        terminals = ad.bridge.stdio_agents.terminals
+        [term] = terminals._terms.values()
+        assert term.running()
+        [closed] = ad.processes().values()
+        result = await asyncio.wait_for(ad.turn("t2", "hello", second), 30)
+        assert result["success"] is True, result
+        assert list(ad.processes()) == [("fake", str(second))] and not closed.alive
+        await wait_until(lambda: not term.running(), within=10)
+        assert not terminals._terms
     finally:
         await ad.bridge.close(grace=5)

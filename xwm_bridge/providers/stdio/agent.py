@@ -117,9 +117,11 @@ class AcpAgent:
         self._start_lock = asyncio.Lock()
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
         self.sessions: dict[str, SessionHandlers] = {}
-        #: called when the process exits on its own, after each session's ``on_exit``
-        #: (the executor releases the terminals the agent created, idle sessions' too)
-        self.on_exit: OnExit | None = None
+        #: called when the process is gone: it exited on its own (after each session's
+        #: ``on_exit``) or was closed (:meth:`close`: the sandbox's process cap, the
+        #: bridge's shutdown); the executor releases the terminals the agent created,
+        #: idle sessions' too
+        self.on_gone: OnExit | None = None
         #: calls holding this process now (the executor's ``acquire``): the sandbox's
         #: process cap closes only a process that none holds
         self.users = 0
@@ -325,9 +327,9 @@ class AcpAgent:
                 handlers.on_exit(message)
             except Exception:
                 log.exception("agent exit handler failed", extra={"agent": self.spec.name})
-        if self.on_exit is not None:
+        if self.on_gone is not None:
             try:
-                self.on_exit(message)
+                self.on_gone(message)
             except Exception:
                 log.exception("agent exit handler failed", extra={"agent": self.spec.name})
         for task in self._requests.tasks():
@@ -458,3 +460,8 @@ class AcpAgent:
         await self._tasks.shutdown(0)
         await self._requests.shutdown(0)
         self.sessions.clear()
+        if self.on_gone is not None:  # what it created goes with it (its terminals)
+            try:
+                self.on_gone("closed")
+            except Exception:
+                log.exception("agent exit handler failed", extra={"agent": self.spec.name})

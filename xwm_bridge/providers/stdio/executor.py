@@ -183,8 +183,8 @@ class StdioAgentExecutor:
             return self.failure(ctx, str(exc))
         acp_sid = opened.ref.acp_session_id
         state = TurnState(ctx, cwd, self, opened.ref, agent_env=agent.spec.env, agent=agent)
-        if agent.on_exit is None:  # its terminals go with its process, in every session
-            agent.on_exit = functools.partial(self._agent_exited, agent)
+        if agent.on_gone is None:  # its terminals go with its process, in every session
+            agent.on_gone = functools.partial(self._agent_gone, agent)
         state.usage.cost_before = _float(ctx.session.upstream.get("acpCost"))
         agent.sessions[acp_sid] = SessionHandlers(
             state.on_update, state.on_request, self._on_exit(ctx)
@@ -239,14 +239,15 @@ class StdioAgentExecutor:
         remote_fields(result, cwd)
         return result
 
-    def _agent_exited(self, agent: AcpAgent, message: str) -> None:
-        """``agent``'s process exited on its own: the terminals it created go too."""
+    def _agent_gone(self, agent: AcpAgent, message: str) -> None:
+        """``agent``'s process exited on its own or was closed: the terminals it created
+        go too."""
         self.terminals.release_owner(agent)
 
     def _on_exit(self, ctx: TurnContext) -> Callable[[str], None]:
         """When the turn's agent process exits on its own (``AcpAgent._withdraw``): its
         pending permission requests are withdrawn (``agent_exited``) before its requests
-        are cancelled (its terminals go with the agent's: :meth:`_agent_exited`)."""
+        are cancelled (its terminals go with the agent's: :meth:`_agent_gone`)."""
 
         def on_exit(message: str) -> None:
             self.broker.close_session(ctx.session_id, AGENT_EXITED, capped(message, 500))
