@@ -4,7 +4,9 @@ secret masked.
 Masked: every ``Secret``-typed field (tokens, API keys, ``auth_header``, the vault
 token, ``admin_tokens``…), the value of every ``env`` item (providers, MCP servers,
 ``agents.toolbridge_env``) and MCP header, the userinfo
-of any URL (the Redis URL's or a provider URL's password), and — as a last line —
+of any URL (the Redis URL's or a provider URL's password) and its credential query
+parameters (``?api_key=…``), the values of credential flags in an argv (``--api-key
+X``, ``--token=X``), and — as a last line —
 any string that contains one of the config's secret values (a short secret is
 replaced inside the string).
 """
@@ -15,7 +17,7 @@ import dataclasses
 from typing import Any
 
 from xwm_bridge.config import BridgeConfig, secret_field
-from xwm_bridge.config.secret_fields import mask_userinfo
+from xwm_bridge.config.secret_fields import ARGV_FIELDS, mask_flags, mask_url
 from xwm_bridge.observability.redact import Redactor
 
 MASK = "********"
@@ -29,7 +31,7 @@ def masked(config: BridgeConfig) -> dict[str, Any]:
     redactor = Redactor(secrets)
 
     def scrub(text: str) -> str:
-        text = mask_userinfo(text, MASK)
+        text = mask_url(text, MASK)
         return MASK if any(s in text for s in long) else redactor.text(text)
 
     def walk(value: Any) -> Any:
@@ -51,6 +53,8 @@ def masked(config: BridgeConfig) -> dict[str, Any]:
             return [item.split("=", 1)[0] + "=" + MASK for item in value]
         if name == "headers" and isinstance(value, tuple):  # MCP servers: "Name: value"
             return [item.split(":", 1)[0] + ": " + MASK for item in value]
+        if name in ARGV_FIELDS and isinstance(value, tuple):  # "--api-key X", "--token=X"
+            return walk(mask_flags(value, MASK))
         return walk(value)
 
     out = walk(config)

@@ -712,3 +712,29 @@ def test_the_value_of_a_secret_looking_variable_is_never_in_its_warning() -> Non
     assert value is False and warning is not None
     assert warning.value is None and "hunter2" not in str(warning)
     assert env_flag("SOME_API_TOKEN", "on", False) == (True, None)
+
+
+def test_credentials_in_url_queries_and_command_flags_are_credentials(tmp_path: Path) -> None:
+    """A key given as a URL's query parameter (``?api_key=…``) or as an agent's or MCP
+    server's command-line flag (``--api-key …``, ``--token=…``) is as much a credential
+    as one in ``env``: it was in no log redaction, client-reply masking or ``repr``."""
+    yaml_text = (
+        "providers:\n"
+        "  - {id: up, endpoint: 'https://up.example/acp?api_key=q-sekrit&max_tokens=100'}\n"
+        "  - id: a\n"
+        "    kind: stdio\n"
+        "    command: [agent, --api-key, flag-sekrit, --token=eq-sekrit, --max-tokens, '4096']\n"
+        "    mcp_servers:\n"
+        "      - {name: m, command: srv, args: [--auth-token, mcp-sekrit, --verbose]}\n"
+        "      - {name: h, type: http, url: 'https://mcp.example/?access_token=url-sekrit'}\n"
+    )
+    cfg = load(tmp_path, yaml_text).config
+    found = {"q-sekrit", "flag-sekrit", "eq-sekrit", "mcp-sekrit", "url-sekrit"}
+    assert found <= set(cfg.credentials())
+    # a name that only holds the word is no credential: 4096 is not masked in replies
+    assert not {"100", "4096", "--verbose", "agent", "srv"} & set(cfg.credentials())
+    text = repr(cfg)
+    assert not [s for s in found if s in text], text
+    # still useful: what is set, with the values masked
+    assert "https://up.example/acp?api_key=***&max_tokens=100" in text
+    assert "'--api-key', '***', '--token=***', '--max-tokens', '4096'" in text

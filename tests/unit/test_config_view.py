@@ -40,3 +40,19 @@ def test_every_secret_is_masked(tmp_path) -> None:  # type: ignore[no-untyped-de
     assert view["store"]["redis_url"] == f"redis://:{MASK}@127.0.0.1:6379/0"
     assert view["public_base_url"] == MASK  # a value containing a secret
     assert view["listen"] == "127.0.0.1:8787"  # the rest stays readable
+
+
+def test_query_and_flag_credentials_are_masked_in_place(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A key in a URL's query or an argv's flag is masked where it stands; the rest of
+    the URL or argv stays readable."""
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(
+        "providers:\n"
+        "  - {id: up, endpoint: 'https://up.example/acp?api_key=q-sekrit-1&mode=fast'}\n"
+        "  - id: a\n"
+        "    kind: stdio\n"
+        "    command: [agent, --api-key, flag-sekrit-2, --token=eq-sekrit-3]\n"
+    )
+    view = masked(load_config(config_file=str(cfg_file), env={}).config)
+    assert view["providers"][0]["endpoint"] == f"https://up.example/acp?api_key={MASK}&mode=fast"
+    assert view["providers"][1]["command"] == ["agent", "--api-key", MASK, f"--token={MASK}"]

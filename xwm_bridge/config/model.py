@@ -8,12 +8,15 @@ from urllib.parse import urlsplit
 
 from xwm_bridge.config.secret_fields import (
     _SECRET_NAME,
+    ARGV_FIELDS,
     Secret,
     _fields,
     _is_secret,
     _with_bare,
+    flag_secrets,
     masked,
     url_password,
+    url_query_secrets,
 )
 from xwm_bridge.config.sections import (
     AcpConfig,
@@ -255,9 +258,12 @@ class BridgeConfig:
 
     def credentials(self) -> tuple[str, ...]:
         """The values that are credentials for sure, whatever their length: each
-        ``Secret``-typed field, the password of any URL, and ``env`` (providers, MCP
-        servers, ``agents.toolbridge_env``) and MCP header values whose name says
-        key, token, secret, password, credential, cookie or authorization. Masked in
+        ``Secret``-typed field, the password of any URL, and the values whose name
+        says key, token, secret, password, credential, cookie or authorization: of
+        ``env`` items (providers, MCP servers, ``agents.toolbridge_env``), of MCP
+        headers, of URL query parameters (``?api_key=…``) and of flags in an argv
+        (a stdio agent's ``command``, an MCP server's ``args``: ``--api-key X``,
+        ``--token=X``). Masked in
         every message to a client (wire.py) as in the logs; the wider :meth:`secrets`
         would also mask plain values such as ``http`` in replies."""
         values: list[str] = []
@@ -266,7 +272,10 @@ class BridgeConfig:
             if _is_secret(hint):
                 values += list(value) if isinstance(value, tuple) else [value or ""]
             elif isinstance(value, str) and "://" in value:
-                values.append(url_password(value))
+                values += [url_password(value), *url_query_secrets(value)]
+            elif name in ARGV_FIELDS and isinstance(value, tuple):
+                values += flag_secrets(value)
+                values += [s for arg in value if "://" in arg for s in url_query_secrets(arg)]
         values += [v for k, v in self._named_values() if _SECRET_NAME.search(k)]
         return _with_bare(values)
 

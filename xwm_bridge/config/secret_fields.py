@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 SECRET_MARK = "secret"
+#: what a credential shows as in a config's ``repr``
+MASK = "***"
 #: a credential: masked by ``doctor``, redacted from every log line and client reply
 Secret = Annotated[str, SECRET_MARK]
 
@@ -29,11 +32,82 @@ _SECRET_NAME = re.compile(
 )
 
 
+#: a flag or query parameter name that says its value is a credential: it ends with
+#: the word (``--api-key``, ``--auth-token``, ``?access_token=``, ``?sig=``), so that
+#: ``--max-tokens 4096`` or ``?token_limit=`` do not make ``4096`` a secret masked in
+#: every reply
+_SECRET_PARAM = re.compile(
+    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PWD|CREDENTIALS?|COOKIE|AUTH|AUTHORIZATION|SIG|SIGNATURE)$",
+    re.IGNORECASE,
+)
+
+
+def _secret_param(name: str) -> bool:
+    return bool(_SECRET_PARAM.search(unquote_plus(name).lstrip("-")))
+
+
 def url_password(value: str) -> str:
     try:
         return urlsplit(value.strip()).password or ""
     except ValueError:
         return ""
+
+
+def _query_items(url: str) -> list[tuple[str, str, str]]:
+    """(name, ``=`` or ``""``, value) of each item of a URL's query, as written."""
+    if "?" not in url:
+        return []
+    try:
+        query = urlsplit(url.strip()).query
+    except ValueError:
+        return []
+    return [item.partition("=") for item in query.split("&")]
+
+
+def url_query_secrets(url: str) -> list[str]:
+    """The values of a URL's query parameters whose name says credential
+    (``?api_key=…``, ``&access_token=…``: :data:`_SECRET_PARAM`), as written and
+    decoded."""
+    out: list[str] = []
+    for name, _, value in _query_items(url):
+        if value and _secret_param(name):
+            out += [value, unquote_plus(value)]
+    return out
+
+
+#: config fields holding an argv (a stdio agent's ``command``, an MCP server's ``args``)
+ARGV_FIELDS = frozenset({"command", "args"})
+
+
+def flag_secrets(argv: Sequence[str]) -> list[str]:
+    """The values of an argv's flags whose name says credential (:data:`_SECRET_PARAM`):
+    ``--api-key X`` (the next item, unless it is a flag too) and ``--token=X``."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if not arg.startswith("-"):
+            continue
+        name, eq, value = arg.partition("=")
+        if not _secret_param(name):
+            continue
+        if eq:
+            out.append(value)
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            out.append(argv[i + 1])
+    return out
+
+
+def mask_flags(argv: Sequence[str], mask: str = MASK) -> tuple[str, ...]:
+    """``argv`` with the values :func:`flag_secrets` finds shown as ``mask``."""
+    out = list(argv)
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if not arg.startswith("-") or not _secret_param(name):
+            continue
+        if eq:
+            out[i] = f"{name}={mask}" if value else arg
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            out[i + 1] = mask
+    return tuple(out)
 
 
 def _is_secret(hint: Any) -> bool:
@@ -65,8 +139,6 @@ def secret_field(obj: Any, name: str) -> bool:
     return _is_secret(get_type_hints(type(obj), include_extras=True)[name])
 
 
-#: what a credential shows as in a config's ``repr``
-MASK = "***"
 #: fields of ``NAME=value`` items (``headers``: ``Name: value``) whose values a ``repr``
 #: never shows: an agent's environment holds keys under any name
 _ITEM_FIELDS = {"env": "=", "toolbridge_env": "=", "mcp_env": "=", "headers": ":"}
@@ -91,27 +163,44 @@ def mask_userinfo(url: str, mask: str = MASK) -> str:
     return urlunsplit(parts._replace(netloc=f"{masked_info}@{host}"))
 
 
+def mask_url(url: str, mask: str = MASK) -> str:
+    """:func:`mask_userinfo`, and the values of the query parameters whose name says
+    credential (``?api_key=<mask>&mode=fast``)."""
+    url = mask_userinfo(url, mask)
+    items = _query_items(url)
+    if not any(v and _secret_param(k) for k, _, v in items):
+        return url
+    query = "&".join(f"{k}={mask}" if v and _secret_param(k) else k + eq + v for k, eq, v in items)
+    try:
+        return urlunsplit(urlsplit(url)._replace(query=query))
+    except ValueError:
+        return mask
+
+
 def _masked(name: str, value: Any, hint: Any) -> Any:
     if _is_secret(hint):
         if isinstance(value, tuple):
             return tuple(MASK if v else v for v in value)
         return MASK if isinstance(value, str) and value else value
     if isinstance(value, str):
-        return mask_userinfo(value)
+        return mask_url(value)
     if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+        if name in ARGV_FIELDS:
+            return tuple(mask_url(v) for v in mask_flags(value, MASK))
         sep = _ITEM_FIELDS.get(name)
         if sep is not None:
             return tuple(
                 f"{k}{sep}{MASK if sep == '=' else ' ' + MASK}" if found else k
                 for k, found, _ in (v.partition(sep) for v in value)
             )
-        return tuple(mask_userinfo(v) for v in value)
+        return tuple(mask_url(v) for v in value)
     return value
 
 
 def masked_repr(self: Any) -> str:
     """A config dataclass's ``repr`` without its credentials: ``Secret`` fields, the
-    user info of URLs and the values of ``env``/``headers`` items show as ``***``
+    user info of URLs and their credential query parameters, the values of credential
+    flags in an argv and the values of ``env``/``headers`` items show as ``***``
     (nested sections and providers mask their own)."""
     hints = get_type_hints(type(self), include_extras=True)
     shown = (
