@@ -245,6 +245,32 @@ async def test_an_agents_malformed_tool_call_and_plan_render_as_text(
     assert await page.evaluate("window.__xss") is None
 
 
+async def test_bidi_controls_in_any_text_are_shown_not_applied(
+    console: Any, http: aiohttp.ClientSession
+) -> None:
+    """A bidi override in what a client or an agent wrote, anywhere the page shows it (the
+    session list's row, the session's title, the prompt, the output): shown as
+    ``\\u202e``, never applied (applied, "x.png" reads as "gnp.x", CVE-2021-42574). It
+    was escaped on permission cards and tool titles only."""
+    bp, context, _ = console
+    page = await context.new_page()
+    await login(page, bp.url, TOKEN)
+    sid = "bidi-\u202egnp.x"
+    await asyncio.wait_for(
+        http_turn(http, bp.rpc_url, codex(sid, "open \u2066this\u2069 file")), 30
+    )
+    row = page.locator("[data-session]").filter(has_text="bidi-")
+    await row.first.wait_for()
+    listed = await page.locator("#main").inner_text()
+    assert "bidi-\\u202egnp.x" in listed and "\u202e" not in listed
+    await row.first.click()
+    await page.locator('.turn[data-status="completed"]').wait_for()
+    shown = await page.locator("#main").inner_text()
+    assert "\u202e" not in shown and "\u2066" not in shown and "\u2069" not in shown
+    assert "echo: open \\u2066this\\u2069 file" in shown
+    assert "bidi-\\u202egnp.x" in await page.locator("#d-title").inner_text()
+
+
 async def test_a_link_with_a_broken_escape_still_goes_live(
     console: Any, http: aiohttp.ClientSession
 ) -> None:

@@ -3,7 +3,7 @@
 // The token lives in sessionStorage (this tab) and is never put in a URL.
 
 import { Connection } from "./connection.js";
-import { $, fmtAgo, h, pill } from "./dom.js";
+import { $, fmtAgo, h, pill, setText } from "./dom.js";
 import { clearErrors, showError } from "./banner.js";
 import { applyToHealth, renderConfig, renderHealth } from "./health.js";
 import { permKey, renderPermCards, tickCountdowns } from "./perms.js";
@@ -84,7 +84,7 @@ function renderDetail() {
   $("detail-body").hidden = !d;
   if (!d) { renderTurns($("turns"), [], () => {}); return; }
   const s = state.sessions.get(d.sessionId) || d.session;
-  $("d-title").textContent = d.sessionId;
+  setText($("d-title"), d.sessionId);
   $("d-meta").replaceChildren(
     pill(s.state),
     h("span", { text: `thread ${s.threadId || "—"}` }),
@@ -216,7 +216,7 @@ async function cancelTurn() {
     await conn.call("session.cancel", { sessionId });
   } catch (e) {
     error.dataset.session = sessionId;
-    error.textContent = `cancel failed: ${e.message}`;
+    setText(error, `cancel failed: ${e.message}`);
     error.hidden = false;
   } finally {
     $("cancel").disabled = false;
@@ -408,7 +408,7 @@ function showLogin(message) {
   $("conn").className = "conn down";
   $("conn-text").textContent = "signed out";
   $("login-error").hidden = !message;
-  $("login-error").textContent = message || "";
+  setText($("login-error"), message || "");
   $("token").focus();
 }
 

@@ -1,4 +1,5 @@
-// Element helpers of the console (textContent only: nothing from the bridge is parsed as HTML).
+// Element helpers of the console (textContent only: nothing from the bridge is parsed as HTML;
+// every text and attribute they set goes through plain(): no bidi control is applied).
 
 export const $ = (id) => document.getElementById(id);
 
@@ -7,13 +8,13 @@ export function h(tag, attrs, ...children) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
     if (k === "class") el.className = v;
-    else if (k === "text") el.textContent = v;
+    else if (k === "text") el.textContent = plain(v);
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? "" : String(v));
+    else el.setAttribute(k, v === true ? "" : plain(v));
   }
   for (const c of children.flat()) {
     if (c === undefined || c === null || c === false) continue;
-    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    el.append(c instanceof Node ? c : document.createTextNode(plain(c)));
   }
   return el;
 }
@@ -27,10 +28,11 @@ export function setPill(el, state) {
   setText(el, state || "idle");
 }
 
-export const setText = (el, text) => { if (el.textContent !== text) el.textContent = text; };
+export const setText = (el, text) => { const t = plain(text); if (el.textContent !== t) el.textContent = t; };
 
-// Bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069) in what an
-// agent names (a tool call's title, its paths, an option): shown as "\u202e", not applied.
+// Bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069) in any text
+// the page shows (what a client or an agent wrote: session ids, prompts, output, a tool call's
+// title, its paths, an option): shown as "\u202e", not applied.
 // Applied, the text is drawn in another order than it is: "Edit x.png" on the card of
 // "Edit gnp.x" (as in source code, CVE-2021-42574).
 const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;

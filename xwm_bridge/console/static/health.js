@@ -1,6 +1,6 @@
 // The Health and Config views: charts of the metric samples, the health tables, the
 // effective config; and what a health, queue or metrics event changes in the page's state.
-import { $, h, pill } from "./dom.js";
+import { $, h, pill, setText } from "./dom.js";
 
 const CHARTS = [
   ["activeTurns", "Active turns", false],
@@ -78,7 +78,7 @@ export function renderHealth(state) {
 
 export function renderConfig(state) {
   if (!state.config) return;
-  $("config-json").textContent = JSON.stringify(state.config.config, null, 2);
+  setText($("config-json"), JSON.stringify(state.config.config, null, 2));
   const rows = Object.entries(state.config.sources || {}).sort().map(([k, v]) => [h("td", { text: k }), h("td", { text: v })]);
   table($("t-sources"), ["key", "source"], rows);
 }
