@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from tests.conftest import TOKEN, FakeUpstream, StartBridge, rpc
@@ -187,6 +188,35 @@ async def test_a_session_opened_before_its_turn_starts(
     await page.locator('.turn[data-status="completed"]').wait_for()
     text = await page.locator("pre[data-turn-output]").first.inner_text()
     assert text == "echo: opened before it started"
+
+
+async def test_a_finished_turn_reads_only_the_newest_turns(
+    console: Any, http: aiohttp.ClientSession
+) -> None:
+    """When a turn of the open session finishes, the page reads its result with
+    ``session.get`` asking for the newest two turns, not the session's whole history of
+    up to 64 turns (each result up to 64 KiB: megabytes per finished turn)."""
+    bp, context, _ = console
+    page = await context.new_page()
+    sent: list[dict[str, Any]] = []
+
+    def on_socket(ws: Any) -> None:
+        ws.on("framesent", lambda payload: sent.append(orjson.loads(payload)))
+
+    page.on("websocket", on_socket)
+    await login(page, bp.url, TOKEN)
+    for i in range(3):
+        await asyncio.wait_for(http_turn(http, bp.rpc_url, codex("fin-1", f"earlier {i}")), 30)
+    await page.goto(f"{bp.url}/console#/sessions/fin-1")
+    await page.locator('.turn[data-status="completed"]').first.wait_for()
+    opened = len(sent)
+    await asyncio.wait_for(http_turn(http, bp.rpc_url, codex("fin-1", "the newest")), 30)
+    await page.wait_for_function(
+        "() => [...document.querySelectorAll('.turn')].some((t) =>"
+        ' t.textContent.includes(\'"output": "echo: the newest"\'))'
+    )
+    gets = [f for f in sent[opened:] if f.get("method") == "session.get"]
+    assert gets and all(f["params"].get("turns") == 2 for f in gets), gets
 
 
 async def test_reload_mid_turn_loses_nothing(

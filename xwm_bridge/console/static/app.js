@@ -264,7 +264,9 @@ function applyToDetail(d, e) {
   }
   if (e.type === "finished") {
     Object.assign(t, { status: e.status, durationMs: e.durationMs, usage: e.usage || t.usage, error: e.error });
-    conn.call("session.get", { sessionId: d.sessionId }).then((res) => {
+    // its result: the newest two turns are enough (it, and one started since), not the
+    // session's up to 64 with their results (megabytes per finished turn)
+    conn.call("session.get", { sessionId: d.sessionId, turns: 2 }).then((res) => {
       const fresh = res.turns.find((x) => x.turnId === e.turnId);
       if (fresh) { t.result = fresh.result; if (!t.output && fresh.result && typeof fresh.result.output === "string") setOutput(t, fresh.result.output, 0); render(); }
     }, () => {});
