@@ -170,6 +170,29 @@ async def test_sse_turn_stream_carries_the_resolution(
     assert "permission denied" in events[-1]["result"]["output"]
 
 
+async def test_sse_turn_stream_carries_the_resolution_when_the_agent_exits(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """The agent exits with its request open: the turn's own stream gets the request's
+    resolution (``agent_exited``) before the turn's failed answer. The request's handler
+    was cancelled with the agent's other requests before it could send it, so the
+    stream's last word on the request was "pending" (watchers saw it resolved)."""
+    from tests.integration.agent_helpers import sse_stream, typed
+
+    bp = await start_bridge(config=config(tmp_path), tmp=tmp_path)
+    events: list[dict[str, Any]] = []
+    async for event in sse_stream(
+        http, bp.rpc_url, "session.start",
+        agent_params("sx1", f"permcrash {tmp_path / 'e'}", workingDirectory=str(tmp_path)),
+    ):  # fmt: skip
+        events.append(event)
+    perms = typed(events, "permission")
+    assert [p["pending"] for p in perms] == [True, False], perms
+    assert perms[1]["requestId"] == perms[0]["requestId"]
+    assert perms[1]["resolution"] == "agent_exited" and perms[1]["outcome"] == "cancelled"
+    assert events[-1]["result"]["success"] is False
+
+
 async def test_a_client_never_lists_another_clients_requests(
     start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:

@@ -40,6 +40,9 @@ EXIT_REPORT_WAIT = 2.0
 #: seconds the output written before the agent exited may take to arrive, at most,
 #: when its pipes stay open after the exit (a process it left holds them)
 EXIT_DRAIN = 0.25
+#: how long a turn that failed on its agent's exit waits for the requests the exit
+#: cancelled to end (a withdrawn permission's resolution goes on the turn's stream)
+WITHDRAWN_WAIT = 1.0
 #: requests from the agent served at once; past it one is answered -32004 at once (a
 #: runaway agent cannot pile up permission prompts or file reads without bound)
 MAX_AGENT_REQUESTS = 64
@@ -454,6 +457,14 @@ class AcpAgent:
         for task in self._requests.tasks():
             task.cancel()
         self.init_result = {}
+
+    async def withdrawn_requests_ended(self) -> None:
+        """Wait, at most :data:`WITHDRAWN_WAIT` seconds, for the requests an exit cancelled
+        (:meth:`_withdraw`) to end: a withdrawn permission request still sends its
+        resolution on its turn's stream as it ends, before the turn's failed answer."""
+        cancelled = [t for t in self._requests.tasks() if t.cancelling()]
+        if cancelled:
+            await asyncio.wait(cancelled, timeout=WITHDRAWN_WAIT)
 
     async def close(self) -> None:
         await self._stop()

@@ -209,6 +209,7 @@ class StdioAgentExecutor:
                 await self._interrupt(agent, acp_sid, ctx, None)
             elif not agent.alive:  # pending permission requests die with the agent
                 self.broker.close_session(ctx.session_id, AGENT_EXITED, capped(str(exc), 500))
+                await agent.withdrawn_requests_ended()  # their resolutions come first
             await ctx.emit_error(str(exc))
             self._account(ctx, provider, opened, state.usage)
             return {**self.failure(ctx, str(exc)), **extras, **self._extras(state)}

@@ -114,9 +114,10 @@ class TurnState:
         }
         outcome: dict[str, Any]
         answered: PermissionRecord | None = None
+        withdrawn = False
         if decision.action == ASK:
             # every watcher (console, `client watch`) sees it, whatever carries the turn
-            outcome, reason, answered = await self._ask(params, options, tool_call)
+            outcome, reason, answered, withdrawn = await self._ask(params, options, tool_call)
         else:
             outcome = self._policy_outcome(options, allow=decision.action == ALLOW)
             if decision.action == ALLOW and mapping.choose_option(options, True) is None:
@@ -144,6 +145,8 @@ class TurnState:
             update["resolution"] = answered.resolution
             update["answeredBy"] = answered.by.wire() if answered.by is not None else None
         await self.ctx.emit(update)
+        if withdrawn:  # the cancel it took to say so
+            raise asyncio.CancelledError
         return outcome
 
     def _decided(
@@ -191,7 +194,11 @@ class TurnState:
 
     async def _ask(
         self, params: dict[str, Any], options: Any, tool_call: dict[str, Any]
-    ) -> tuple[dict[str, Any], str, PermissionRecord]:
+    ) -> tuple[dict[str, Any], str, PermissionRecord, bool]:
+        """The request's outcome, why, its record, and whether it was withdrawn as its
+        handler was cancelled (the agent exited: ``AcpAgent._withdraw`` resolves the
+        session's requests, then cancels its requests being served); the caller then
+        still sends the resolution on the turn's stream, and re-raises the cancel."""
         broker = self.owner.broker
         timeout = self.owner.config.agents.permission_timeout
         entry = broker.open(
@@ -205,18 +212,23 @@ class TurnState:
         )
         try:
             await self.ctx.emit(mapping.permission_payload(entry.request_id, params))
+            withdrawn = False
             try:
                 outcome = await wait_for(asyncio.shield(entry.future), timeout)
             except TimeoutError:
                 reason = f"no answer within {timeout:g}s; rejected"
                 broker.resolve(entry, EXPIRED, reason, self._policy_outcome(options, allow=False))
                 outcome = entry.future.result()
-                return outcome, reason, entry.record
+                return outcome, reason, entry.record, False
+            except asyncio.CancelledError:
+                if not entry.future.done():
+                    raise
+                outcome, withdrawn = entry.future.result(), True
             label = outcome_label(outcome, options)
             if entry.record.resolution == SELECTED:
                 by = entry.record.by
                 where = f" over {by.transport} from {by.address}" if by and by.address else ""
-                return outcome, f"client answered {label}{where}", entry.record
-            return outcome, entry.record.reason or "turn cancelled", entry.record
+                return outcome, f"client answered {label}{where}", entry.record, withdrawn
+            return outcome, entry.record.reason or "turn cancelled", entry.record, withdrawn
         finally:
             broker.discard(entry)
