@@ -59,6 +59,12 @@ if prompt == "grandchild":  # leaves a process behind that holds none of its pip
         f.write(str(child.pid))
 if prompt == "holder":  # leaves a process behind that holds its stdout and stderr
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+if prompt == "detached-holder":  # the same, in a session of its own: no group kill reaches it
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+    )
+    with open(os.environ["FAKE_CLAUDE_LOG"] + ".child", "w") as f:
+        f.write(str(child.pid))
 if prompt == "sleep":
     time.sleep(30)
 elif prompt == "fail":
@@ -450,6 +456,29 @@ async def test_claude_review_is_not_held_by_a_process_keeping_its_output_open(
         result = await session.call_tool("claude_review", {"prompt": "holder"})
         assert _text(result) == "reviewed: holder"
         assert loop.time() - started < 15
+
+
+async def test_claude_review_is_not_held_by_a_detached_process_keeping_its_output_open(
+    fake_claude: tuple[Path, Path],
+) -> None:
+    """A process the CLI left in a session of its own (out of reach of the group kill)
+    holding its stdout and stderr kept the reads open: a review that had finished
+    waited out the whole timeout and was reported as timed out, its answer lost."""
+    script, log = fake_claude
+    env = toolbridge_env(
+        CLAUDE_BIN=str(script), CLAUDE_REVIEW_TIMEOUT_SEC="20", FAKE_CLAUDE_LOG=str(log)
+    )
+    child_pid = log.with_name(log.name + ".child")
+    try:
+        async with mcp_session(env) as session:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            result = await session.call_tool("claude_review", {"prompt": "detached-holder"})
+            assert _text(result) == "reviewed: detached-holder"
+            assert loop.time() - started < 15
+    finally:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            os.kill(int(child_pid.read_text()), signal.SIGKILL)
 
 
 async def test_null_id_is_an_invalid_request_answered_and_never_run(

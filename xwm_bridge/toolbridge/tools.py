@@ -160,6 +160,12 @@ async def claude_review(cfg: ToolbridgeConfig, args: dict[str, Any]) -> str:
                 _, held = await asyncio.wait((out_task, err_task), timeout=EXIT_GRACE)
                 if held:
                     _kill_group(proc)  # its output then ends, instead of at the deadline
+                    _, held = await asyncio.wait(held, timeout=EXIT_GRACE)
+                if held:
+                    # held by a process outside its group (one that made a session of
+                    # its own), which no kill reaches: our ends closed, the readers end
+                    # with what the CLI wrote, instead of at the deadline
+                    watch.close()
         out, err = out_task.result(), err_task.result()
     except* ToolError as eg:
         raise eg.exceptions[0] from None
