@@ -185,12 +185,22 @@ class ToolbridgeServer:
         if _trackable(rid) and self._inflight.get(rid) is task:
             del self._inflight[rid]
 
-    def _call_done(self, rid: Any, task: asyncio.Task[None]) -> None:
-        """Free the request's admission and in-flight entry. A done callback, not a
+    def _call_done(self, rid: Any, held: bool, task: asyncio.Task[None]) -> None:
+        """Free the request's admission (unless ``held``: a batch's, given back once
+        the batch's array is written) and in-flight entry. A done callback, not a
         ``finally`` in the coroutine: a call cancelled before its first step (its cancel
         was in the same read) never runs its body, and its admission would leak."""
-        self._admitted.release()
+        if not held:
+            self._admitted.release()
         self._release(rid, task)
+
+    def _batch_done(self, admissions: int, _task: asyncio.Task[None]) -> None:
+        """Give back a batch's admissions once its array is written (or the batch
+        ended otherwise): until then its requests are unanswered, and a client that
+        does not read stdout must stop the reading (backpressure), as with a request
+        of its own, whose admission is held through its write."""
+        for _ in range(admissions):
+            self._admitted.release()
 
     def _in_use(self, req: jsonrpc.Request) -> dict[str, Any] | None:
         """The refusal of a request whose id is that of one still in flight (MCP: a
@@ -201,8 +211,11 @@ class ToolbridgeServer:
             return jsonrpc.error(req.id, jsonrpc.INVALID_REQUEST, protocol.ID_IN_USE)
         return None
 
-    async def _admit(self, req: jsonrpc.Request, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``coro``, serving ``req``, in a task of its own once admitted."""
+    async def _admit(
+        self, req: jsonrpc.Request, coro: Coroutine[Any, Any, T], *, held: bool = False
+    ) -> asyncio.Task[T]:
+        """Run ``coro``, serving ``req``, in a task of its own once admitted; ``held``:
+        its admission outlives the task (a batch's, :meth:`_batch_done`)."""
         # backpressure: stop reading only with MAX_WAITING requests waiting past the
         # running calls (a wait for a call slot here kept a cancel from being read)
         try:
@@ -211,7 +224,7 @@ class ToolbridgeServer:
             coro.close()
             raise
         task = self._tasks.spawn(coro, name=f"mcp-call-{req.method}")
-        task.add_done_callback(functools.partial(self._call_done, req.id))
+        task.add_done_callback(functools.partial(self._call_done, req.id, held))
         if _trackable(req.id):
             self._inflight[req.id] = task
         return task
@@ -260,9 +273,11 @@ class ToolbridgeServer:
             elif (refusal := self._in_use(message)) is not None:
                 answers.append(refusal)  # the running request keeps its id
             else:
-                answers.append(await self._admit(message, self._answer(message)))
-        if any(isinstance(answer, asyncio.Task) for answer in answers):
-            self._tasks.spawn(self._gather(answers), name="mcp-batch")
+                answers.append(await self._admit(message, self._answer(message), held=True))
+        admissions = sum(isinstance(answer, asyncio.Task) for answer in answers)
+        if admissions:
+            gather = self._tasks.spawn(self._gather(answers), name="mcp-batch")
+            gather.add_done_callback(functools.partial(self._batch_done, admissions))
         else:
             await self._send_batch([a for a in answers if not isinstance(a, asyncio.Task)])
 

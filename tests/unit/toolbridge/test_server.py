@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import orjson
@@ -324,3 +324,84 @@ async def test_a_request_past_the_limit_is_answered_by_the_id_its_head_holds() -
         {"jsonrpc": "2.0", "id": None, "error": too_large},
         {"jsonrpc": "2.0", "id": 4, "result": {}},
     ]
+
+
+class _WatchedSemaphore(asyncio.Semaphore):
+    """An admission semaphore that says when its acquirer has to wait."""
+
+    def __init__(self, value: int, blocked: asyncio.Event) -> None:
+        super().__init__(value)
+        self.blocked = blocked
+        self.waiting = 0
+
+    async def acquire(self) -> Literal[True]:
+        if not self.locked():
+            return await super().acquire()
+        self.waiting += 1
+        self.blocked.set()
+        try:
+            return await super().acquire()
+        finally:
+            self.waiting -= 1
+
+
+async def test_a_batch_answer_not_yet_written_keeps_its_admissions() -> None:
+    """A batch's requests are unanswered until its array is written: with the client
+    not reading stdout, reading stops once ``max_batch`` requests wait for their
+    answer to go out (their admissions were given back when they ended, so the
+    server read on without limit, each array waiting in memory for the write)."""
+    release, blocked = asyncio.Event(), asyncio.Event()
+    frames = 3 * (1 + server_module.MAX_WAITING)
+    chunk = INIT_0326 + b"".join(
+        b'[{"jsonrpc":"2.0","id":%d,"method":"ping"}]\n' % i for i in range(1, frames + 1)
+    )
+    chunks = [chunk]
+    admitted: list[asyncio.Task[Any]] = []
+    counts = {"written": 0, "peak": 0}
+    ids: list[int] = []
+
+    async def read() -> bytes:
+        if chunks:
+            return chunks.pop(0)
+        release.set()  # end of input: let every answer out
+        return b""
+
+    async def write(data: bytes) -> None:
+        reply = orjson.loads(data)
+        if isinstance(reply, list):  # a batch's answer: the client is not reading
+            await release.wait()
+            counts["written"] += len(reply)
+            ids.extend(r["id"] for r in reply)
+
+    async with aiohttp.ClientSession() as http:
+        server = ToolbridgeServer(
+            ToolbridgeConfig(max_concurrent_calls=1), http, read, write, max_message=1 << 20
+        )
+        semaphore = _WatchedSemaphore(server.max_batch, blocked)
+        server._admitted = semaphore
+        admit = server._admit
+
+        async def counted(req: Any, coro: Any, **kwargs: Any) -> Any:
+            task = await admit(req, coro, **kwargs)
+            if req.method == "ping":
+                admitted.append(task)
+                unanswered = len(admitted) - counts["written"]
+                counts["peak"] = max(counts["peak"], unanswered)
+            return task
+
+        server._admit = counted  # type: ignore[method-assign]
+        serving = asyncio.create_task(server.serve())
+        while not serving.done():
+            waiter = asyncio.create_task(blocked.wait())
+            await asyncio.wait({serving, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if serving.done():
+                break
+            blocked.clear()
+            known = len(admitted)
+            await asyncio.wait(admitted)
+            if len(admitted) == known and semaphore.waiting:
+                release.set()  # the reader stays stopped while every answer waits
+        await asyncio.wait_for(serving, 10)
+    assert counts["peak"] <= server.max_batch
+    assert ids == list(range(1, frames + 1))
