@@ -27,6 +27,8 @@ MAX_TOKENS = 4096
 #: an error body quoted in a message is cut to this many characters
 MAX_ERROR_BODY = 2000
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+#: aiohttp's own limits off for a call: its deadline is ``ChatRequest.timeout``
+NO_CLIENT_TIMEOUT = aiohttp.ClientTimeout()
 
 
 class LLMError(Exception):
@@ -133,7 +135,14 @@ async def _complete(http: aiohttp.ClientSession, req: ChatRequest) -> tuple[str,
             # no redirects: the caller checked this URL's host (multi_agent.allowed_hosts),
             # not where a 307 would send the request, its body and its key
             async with http.post(
-                url, data=orjson.dumps(req.body()), headers=headers, allow_redirects=False
+                url,
+                data=orjson.dumps(req.body()),
+                headers=headers,
+                allow_redirects=False,
+                # this call's deadline is the one above, alone: the session's (aiohttp's
+                # default total of 300 s, its sock_connect of 30 s) cut a longer
+                # ``req.timeout`` short, and the failure named ``req.timeout``
+                timeout=NO_CLIENT_TIMEOUT,
             ) as resp:
                 raw = await read_capped(resp, MAX_RESPONSE_BYTES)
                 return parse_choice(resp.status, raw, req.api_key)

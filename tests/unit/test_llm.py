@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
+from tests.conftest import ServeApp
 from xwm_bridge.llm import (
     MAX_ERROR_BODY,
     ChatRequest,
@@ -82,3 +86,21 @@ def test_an_empty_filtered_answer_is_a_refusal() -> None:
     with pytest.raises(LLMError) as caught:
         parse_choice(200, raw)
     assert not isinstance(caught.value, LLMRefusal)
+
+
+async def test_the_call_deadline_is_the_only_one(serve_app: ServeApp) -> None:
+    """``req.timeout`` bounds the whole exchange, and nothing shorter does: the shared
+    session's default total (aiohttp's 300 s, here 0.1 s) cut a call its configured
+    deadline (``multi_agent.call_timeout``, ``toolbridge.chat_timeout``) still allowed,
+    and the failure named that deadline (``timed out after 30s``)."""
+
+    async def slow(_request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)  # a model that answers past the session's default
+        return web.json_response({"choices": [{"message": {"content": "late but fine"}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", slow)
+    base = await serve_app(app)
+    req = ChatRequest(base, "sk-key", "m", [{"role": "user", "content": "hi"}], 30)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1)) as http:
+        assert await complete(http, req) == "late but fine"
