@@ -121,7 +121,7 @@ class Session:
 
     def add_prompt(self, prompt: str) -> None:
         """Keep the prompt: at most MAX_HISTORY, and the newest that fit in
-        ``history_max_bytes`` (the latest one always stays: gateway turns send it)."""
+        ``history_max_bytes`` (the latest one always stays)."""
         if not prompt:
             return
         history = self.history

@@ -127,7 +127,9 @@ class GatewayTurnExecutor:
                     "chat.send",
                     {
                         "sessionKey": session_key,
-                        "message": ctx.session.history[-1] if ctx.session.history else "",
+                        # this turn's own prompt: not the session's latest, which another
+                        # thread's turn of the session may have added meanwhile
+                        "message": ctx.turn.prompt,
                         "idempotencyKey": idempotency_key,
                     },
                     min(settings.request_timeout, settings.turn_timeout),

@@ -73,6 +73,7 @@ async def test_the_turn_deadline_cuts_a_stalled_delivery() -> None:
         params=SimpleNamespace(session_id="s1"),
         upstream={"gatewaySessionKey": KEY},
         principal="p1",
+        prompt="hello",
     )
     ctx = SimpleNamespace(
         turn=turn,
