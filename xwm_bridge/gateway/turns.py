@@ -135,8 +135,13 @@ class GatewayTurnExecutor:
                     min(settings.request_timeout, settings.turn_timeout),
                 )
             except GatewayError as exc:
+                extra: dict[str, Any] = {}
+                if exc.code == "RPC_TIMEOUT":
+                    # written but not answered: the run may have started, and nobody
+                    # would end it (one whose model is down retries for ever)
+                    extra["aborted"] = await self._abort(ctx, rt, session_key, idempotency_key)
                 await ctx.emit_error(exc.message)
-                return self._failure(ctx, exc.message)
+                return self._failure(ctx, exc.message, **extra)
             body = payload if isinstance(payload, dict) else {}
             run_id = coerce.text(body.get("runId"), idempotency_key)
             tap.run_id = run_id

@@ -99,3 +99,28 @@ async def test_chat_send_carries_this_turn_s_prompt_not_the_session_s_latest() -
     sends = [params for method, params in rt.requests if method == "chat.send"]
     assert [params["message"] for params in sends] == ["mine"]
     assert result["success"] is True and result["output"] == "echo: mine"
+
+
+async def test_a_chat_send_that_timed_out_is_aborted() -> None:
+    """A ``chat.send`` written but not answered within its deadline may have started
+    the run (OpenClaw answers ``started`` and runs on; one whose model is down retries
+    for ever, without an event). The turn ends with the timeout, and the run it may
+    have started is aborted under its idempotency key (OpenClaw's ``runId``)."""
+    ctx = turn_context("hi", history=["hi"])
+    rt = FakeRuntime(send_error=GatewayError("chat.send request timeout", "RPC_TIMEOUT"))
+    executor = GatewayTurnExecutor(manager=None)  # type: ignore[arg-type]
+    result = await wait_for(executor._run(ctx, rt), 5)  # type: ignore[arg-type]
+    assert rt.requests[1:] == [("chat.abort", {"sessionKey": KEY, "runId": "xwm-turn-1"})]
+    assert result["success"] is False and result["error"] == "chat.send request timeout"
+    assert result["aborted"] is True
+    assert ctx.sent[-1]["params"]["message"] == "chat.send request timeout"
+
+
+async def test_a_chat_send_the_gateway_refused_is_not_aborted() -> None:
+    """An error answer started no run: nothing to abort."""
+    ctx = turn_context("hi", history=["hi"])
+    rt = FakeRuntime(send_error=GatewayError("bad session", "INVALID_REQUEST"))
+    executor = GatewayTurnExecutor(manager=None)  # type: ignore[arg-type]
+    result = await wait_for(executor._run(ctx, rt), 5)  # type: ignore[arg-type]
+    assert [method for method, _ in rt.requests] == ["chat.send"]
+    assert result["success"] is False and result["error"] == "bad session"
