@@ -632,6 +632,27 @@ async def test_gateway_turn_streams_deltas_and_final(
     assert chat_runs and chat_runs[-1]["params"]["event"]["payload"]["terminal"] is True
 
 
+async def test_a_turn_on_the_owner_s_websocket_gets_each_push_once(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    """A gateway turn sent on the WebSocket that connected the runtime: the run's
+    pushes reach that socket once. The turn's own notify (a wrapper of the
+    connection's) was a second target beside the connection, so every push, log line
+    and snapshot of the run arrived twice."""
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    ws = await open_ws(http, bp.ws_url)
+    assert (await ws.call("xworkmate.gateway.connect", connect_params(gateway)))["ok"]
+    res = await ws.call("session.message", turn_params("w1", "hello there"))
+    assert res["success"] is True and res["output"] == "FAKE-GW says: hello there"
+    sequences = [e["sequence"] for e in ws.pushes("chat")]
+    assert sequences and len(sequences) == len(set(sequences))
+    assert [e["payload"]["state"] for e in ws.pushes("chat")].count("final") == 1
+    # the connection keeps getting the runtime's pushes after the turn (it used it)
+    await gateway._broadcast("presence", {})
+    await wait_until(lambda: len(ws.pushes("presence")) == 1, 5)
+    await ws.close()
+
+
 async def test_gateway_turn_ignores_other_sessions_runs(
     start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
 ) -> None:

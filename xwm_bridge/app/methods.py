@@ -163,6 +163,7 @@ class BridgeMethods:
                 request_id=request_id,
                 client=call.client,
                 notify_many=call.notify_many,
+                connection=call.connection,
             )
 
         try:

@@ -95,6 +95,8 @@ class TurnContext:
     #: awaited after ledger writes: returns once the session store keeps up
     #: (``SessionStore.writable``), so a store that falls behind slows the turn
     writable: Callable[[], Awaitable[None]] | None = None
+    #: the long-lived connection the turn's call came on, if any (see :class:`CallContext`)
+    connection: Connection | None = None
 
     @property
     def session_id(self) -> str:

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from xwm_bridge.core.context import (
     STARTED_UPDATE,
     ClientRequests,
+    Connection,
     Notify,
     NotifyMany,
     TurnContext,
@@ -99,6 +100,7 @@ class TurnRunner:
         request_id: str = "",
         client: ClientRequests | None = None,
         notify_many: NotifyMany | None = None,
+        connection: Connection | None = None,
     ) -> dict[str, Any]:
         """Run one turn at the head of its thread queue (in the thread's worker task)."""
         # the worker serves many requests in turn: label its log lines with this one
@@ -153,6 +155,7 @@ class TurnRunner:
             client,
             notify_many,
             registry.store.writable,
+            connection,
         )
         executor = self._executors[turn.mode]
         handle = TurnHandle(sp.session_id, turn_id)

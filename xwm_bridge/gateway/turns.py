@@ -102,10 +102,12 @@ class GatewayTurnExecutor:
         if rt is None:
             await ctx.emit_error(NOT_CONNECTED)
             return self._failure(ctx, NOT_CONNECTED)
-        with self._manager.using(rt, ctx.notify, None):
+        # a turn on a long-lived connection (WebSocket, stdio) gets the run's pushes over
+        # it only: its notify wraps the connection's, so both would send each one twice
+        with self._manager.using(rt, ctx.notify, ctx.connection):
             result = await self._run(ctx, rt)
-            # the run's raw pushes queued for this call (an SSE response) go out first
-            await rt.settle(ctx.notify, None)
+            # the run's raw pushes queued for this call go out first
+            await rt.settle(ctx.notify, ctx.connection)
             return result
 
     async def _run(self, ctx: TurnContext, rt: GatewayRuntime) -> dict[str, Any]:
