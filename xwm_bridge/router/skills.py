@@ -364,26 +364,33 @@ class SkillCommands:
             proc.stdin.write(orjson.dumps(payload))
             await proc.stdin.drain()
             proc.stdin.close()
+        chunks: list[bytes] = []
         async with asyncio.TaskGroup() as tg:
-            reading = tg.create_task(self._read(proc.stdout))
+            reading = tg.create_task(self._read(proc.stdout, chunks))
             exited = tg.create_task(watch.wait_exit())  # not proc.wait(): its pipes too
             await asyncio.wait((reading, exited), return_when=asyncio.FIRST_COMPLETED)
             if not reading.done():  # it exited: a child it left may hold its stdout open
                 await asyncio.wait((reading,), timeout=EXIT_GRACE)
-            if not reading.done() or reading.result() is None:
+            if not reading.done() or not reading.result():
                 _kill_group(proc)  # that child, or a command that wrote too much
-        return reading.result() or b""  # too large: treated as malformed
+            if not reading.done():
+                # held by a process outside its group (a session of its own: no kill
+                # reaches it); what the command wrote before it exited has been read
+                await asyncio.wait((reading,), timeout=EXIT_GRACE)
+                reading.cancel()
+        if not reading.cancelled() and not reading.result():
+            return b""  # too large: treated as malformed
+        return b"".join(chunks)
 
-    async def _read(self, stdout: asyncio.StreamReader) -> bytes | None:
-        """The whole output; None past ``max_output``."""
-        chunks: list[bytes] = []
+    async def _read(self, stdout: asyncio.StreamReader, chunks: list[bytes]) -> bool:
+        """The whole output, into ``chunks``; False past ``max_output``."""
         size = 0
         while chunk := await stdout.read(65536):
             size += len(chunk)
             if size > self._max_output:
-                return None
+                return False
             chunks.append(chunk)
-        return b"".join(chunks)
+        return True
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import stat
 import sys
 import time
@@ -316,6 +317,30 @@ async def test_a_background_child_holding_stdout_neither_delays_nor_outlives_the
     assert time.monotonic() - started < 5  # not the 10 s deadline
     child = int(pid_file.read_text())
     await wait_until(lambda: not alive(child))  # killed with the group
+
+
+@both_loops
+async def test_a_detached_child_holding_stdout_does_not_lose_the_answer(tmp_path: Path) -> None:
+    """A finder that answers and exits, leaving a child in a session of its own with its
+    stdout (the group kill does not reach it): the answer counts at once. It waited for
+    the deadline and was reported as timed out, the answer lost."""
+    pid_file = tmp_path / "child.pid"
+    body = (
+        "import subprocess\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print(json.dumps({'id': 'video-translator', 'label': 'Video translator'}))\n"
+    )
+    finder = script(tmp_path, "detaching", body)
+    cmds = SkillCommands(enabled=True, find_bin=finder, install_bin="", timeout=10, max_output=4096)
+    started = time.monotonic()
+    try:
+        found = await cmds.find("x")
+        assert [c.id for c in found] == ["video-translator"]
+        assert time.monotonic() - started < 5  # not the 10 s deadline
+    finally:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)  # out of any group we kill
 
 
 def test_command_output_reads_installed_as_a_frame_bool() -> None:
