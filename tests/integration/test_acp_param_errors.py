@@ -51,6 +51,13 @@ async def test_invalid_params_name_the_acp_field(
                 {"sessionId": sid, "prompt": [{"type": "text", "text": " "}]},
                 "prompt",
             ),
+            # a block whose type is an array: not a TypeError answered -32603
+            (
+                8,
+                "session/prompt",
+                {"sessionId": sid, "prompt": [{"type": ["text"], "text": "hi"}]},
+                "prompt[0]",
+            ),
         ):
             error = (await ask(ws, rid, method, params))["error"]
             assert error["code"] == -32602, (method, error)

@@ -55,7 +55,9 @@ def check_prompt(blocks: Any, support: PromptSupport) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, dict) else None
-        if kind not in allowed:
+        # a type that is not a string (an array, an object) is no content type: never a
+        # set lookup, which would raise TypeError (-32603 and a traceback) on it
+        if not isinstance(kind, str) or kind not in allowed:
             raise RpcError(
                 INVALID_PARAMS,
                 f"prompt[{i}]: content type {kind!r} is not accepted "

@@ -243,6 +243,7 @@ def acp_updates(message: Mapping[str, Any], state: TurnMapState) -> list[dict[st
         update = p.get("update")
         if (
             isinstance(update, dict)
+            and isinstance(update.get("sessionUpdate"), str)  # not an array: a set lookup
             and update.get("sessionUpdate") in PASSTHROUGH_UPDATES
             and commands_update(update)
         ):

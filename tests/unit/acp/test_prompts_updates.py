@@ -138,6 +138,11 @@ def test_plan_usage_steps_gateway_tools_and_passthrough() -> None:
     assert updates(bridge({"type": "agent_update", "update": commands})) == [commands]
     mode = {"sessionUpdate": "current_mode_update", "currentModeId": "x"}
     assert updates(bridge({"type": "agent_update", "update": mode})) == []  # the bridge's own
+    # an agent's update whose sessionUpdate is an array or an object is dropped, not a
+    # TypeError in the turn's notify
+    for odd in (["available_commands_update"], {"a": 1}):
+        odd_update = {"sessionUpdate": odd, "availableCommands": []}
+        assert updates(bridge({"type": "agent_update", "update": odd_update})) == []
     for quiet in ({"type": "status", "event": "started"}, {"type": "final", "message": "x"}):
         assert updates(bridge(quiet)) == []
     assert to_acp.acp_updates({"method": "other", "params": {}}, TurnMapState()) == []
@@ -212,6 +217,9 @@ def test_prompt_to_turn_params() -> None:
         [{"type": "resource_link"}],
         [{"type": "resource", "resource": "x"}],
         [{"type": "video"}],
+        # a type that is not a string: -32602, not a TypeError (-32603, a traceback)
+        [{"type": ["text"], "text": "x"}],
+        [{"type": {"text": 1}, "text": "x"}],
     ],
 )
 def test_bad_prompts_are_invalid_params(prompt: Any) -> None:
