@@ -165,6 +165,49 @@ async def test_a_permission_open_when_the_connection_dropped_is_asked_on_resume(
     assert len(first.asked) == 1 and len(second.asked) == 1
 
 
+async def test_a_permission_open_when_a_load_attaches_is_asked_after_its_replay(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The question still open is asked again of the client that loads the session, but
+    after the replay: not before the replayed tool_call it is about (a client would see a
+    permission for a tool call it does not know yet, then that call replayed over it)."""
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    target = tmp_path / "out.txt"
+    first = RecordingClient(hold_permission=True)  # asked, never answers
+    async with sdk_client(url, "ws", first) as (conn, _, _checker):
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        sid = session.session_id
+        await conn.set_config_option(config_id="route", session_id=sid, value="single-agent:fake")
+        turn = asyncio.ensure_future(
+            conn.prompt(session_id=sid, prompt=prompt(f"permission {target}"))
+        )
+        await asyncio.wait_for(first.permission_asked.wait(), 20)
+    with contextlib.suppress(Exception):
+        await turn  # its connection went away
+    async with sdk_client(url, "ws") as (conn, second, checker):  # answers allow_once
+        await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+        await asyncio.wait_for(second.permission_asked.wait(), 20)
+        live = bp.bridge.sessions.get(sid)
+        assert live is not None
+        await wait_until(lambda: live.last_turn_status == "completed", within=15)
+        frames = checker.frames
+        (asked,) = [
+            i for i, f in enumerate(frames) if f.get("method") == "session/request_permission"
+        ]
+        (tool_call,) = [
+            i
+            for i, f in enumerate(frames)
+            if f.get("method") == "session/update"
+            and f["params"]["update"]["sessionUpdate"] == "tool_call"
+        ]
+        question = frames[asked]["params"]["toolCall"]["toolCallId"]
+        assert frames[tool_call]["params"]["update"]["toolCallId"] == question
+        assert tool_call < asked, [f.get("method") or f.get("id") for f in frames]
+    assert target.read_text() == "written by fake agent\n"
+    assert len(first.asked) == 1 and len(second.asked) == 1
+
+
 async def read_events(resp: aiohttp.ClientResponse, until: Any, within: float = 15) -> list[Any]:
     """SSE items (``keep-alive`` for a comment) until ``until(items)`` holds."""
     items: list[Any] = []

@@ -163,6 +163,11 @@ class TurnRelay:
                     return  # cancelled, or the deadline (the broker rejects it)
                 continue
             asked = True
+            if self.session.attaching.locked():  # a session/load replays the history:
+                # the question goes after it (else it overtakes the replayed tool_call it
+                # is about, and the load's answer), then to whoever holds the session
+                await self._after_replay(remaining, settled)
+                continue
             fut = await client.start_request(
                 "session/request_permission", params, self.session.session_id
             )
@@ -208,6 +213,21 @@ class TurnRelay:
                     PermissionAnswer(self.session.session_id, request_id, option)
                 )
             return
+
+    async def _after_replay(self, within: float, settled: asyncio.Future[Any]) -> None:
+        """Wait until no ``session/load`` holds the session's attach lock (its replay and
+        flush are over), the turn is cancelled, the question settled, or ``within`` s."""
+        lock = self.session.attaching
+        waiter: asyncio.Future[Any] = asyncio.ensure_future(lock.acquire())
+        try:
+            await asyncio.wait(
+                {waiter, self._cancelled, settled}, timeout=within, return_when=FIRST_COMPLETED
+            )
+        finally:
+            if waiter.done() and not waiter.cancelled():
+                lock.release()  # only waited for it: the next load takes it
+            else:
+                waiter.cancel()
 
     # --- ClientRequests: the agent's fs/* and terminal/* ----------------------------------
 
