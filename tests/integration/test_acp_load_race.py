@@ -230,3 +230,43 @@ async def test_a_resume_during_a_load_gets_every_update_after_its_answer(
         assert not [u for u in seen_b.updates() if u["sessionUpdate"] == "user_message_chunk"]
         assert OUTPUT.endswith(text)  # no replay: live updates only, in order, once each
         assert text.endswith("".join(PIECES[granted[0] :]))  # every one after its answer
+
+
+async def test_a_final_answer_written_while_a_load_reads_the_ledger_is_sent_once(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A provider that streams nothing: its final output is the turn's one message chunk.
+    It went to the loading client's buffer before it was written to the ledger, so a
+    ledger read right after had it too, and the client got it twice (replay, then flush)."""
+    cfg = config(fake_upstream, tmp_path)
+    cfg["providers"][0]["stream"] = False  # codex: the final output only
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    load = {"cwd": str(tmp_path), "mcp_servers": []}
+    async with sdk_client(url, "ws") as (owner, _, _), sdk_client(url, "ws") as (b, _, seen):
+        session = await owner.new_session(cwd=str(tmp_path), mcp_servers=[])
+        sid = session.session_id
+        turn = asyncio.ensure_future(owner.prompt(session_id=sid, prompt=prompt("slow:1500 quiet")))
+        await wait_until(lambda: bool(fake_upstream.state.active), within=15)
+        store = bp.bridge.store
+        real_replay = store.replay
+        reading, release = asyncio.Event(), asyncio.Event()
+
+        async def replay(s: str, after_seq: int, limit: int, **kw: Any) -> Any:
+            if s == sid and kw.get("after_event") is None and not reading.is_set():
+                reading.set()  # the load has attached and buffers: it reads once released
+                await asyncio.wait_for(release.wait(), 30)
+            return await real_replay(s, after_seq, limit, **kw)
+
+        monkeypatch.setattr(store, "replay", replay)
+        loading = asyncio.ensure_future(b.load_session(session_id=sid, **load))
+        await asyncio.wait_for(reading.wait(), 15)
+        assert (await asyncio.wait_for(turn, 15)).stop_reason == "end_turn"  # answered
+        release.set()
+        await asyncio.wait_for(loading, 15)
+        await b.list_sessions()  # a round trip: everything of the load has reached b
+        texts = [u["content"]["text"] for u in seen.updates("agent_message_chunk")]
+        assert len(texts) == 1, texts

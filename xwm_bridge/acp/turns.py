@@ -93,14 +93,19 @@ class TurnRelay:
         if self.cancel_requested:  # a cancel that came before the turn had started
             self.front.cancel_turn(self.session.session_id)
 
-    def _record(self, method: str, params: dict[str, Any]) -> None:
+    def _record(self, method: str, params: dict[str, Any]) -> int | None:
+        """Write one frame of the front door's own into the turn's ledger; its event id
+        (None when nothing was written)."""
         registry = self.front.bridge.sessions
         live = registry.get(self.session.session_id)
-        if live is not None and self.turn_id:
-            message = jsonrpc.notification(
-                method, {"sessionId": self.session.session_id, "turnId": self.turn_id, **params}
-            )
-            registry.record(live, self.turn_id, [message], True)
+        if live is None or not self.turn_id:
+            return None
+        message = jsonrpc.notification(
+            method, {"sessionId": self.session.session_id, "turnId": self.turn_id, **params}
+        )
+        before = live.events
+        registry.record(live, self.turn_id, [message], True)
+        return live.events if live.events > before else None
 
     # --- permission requests --------------------------------------------------------------
 
@@ -295,8 +300,11 @@ class TurnRelay:
                 "sessionUpdate": "agent_message_chunk",
                 "content": {"type": "text", "text": text},
             }
-            await self.session.deliver(_update(self.session.session_id, update))
-            self._record(updates.AGENT_MESSAGE, {"text": text})
+            # in the ledger first, then sent with its position, as every update: a
+            # session/load whose ledger read has it skips it in its buffer (else the
+            # loading client got it twice, replayed and then flushed)
+            pos = self._record(updates.AGENT_MESSAGE, {"text": text})
+            await self.session.deliver(_update(self.session.session_id, update), pos)
         return {"stopReason": stop}
 
     def respond_error(self, error: Exception) -> dict[str, Any]:
