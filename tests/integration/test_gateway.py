@@ -763,6 +763,61 @@ async def test_a_gateway_turn_fails_at_once_when_its_socket_drops(
     assert res["success"] is False and res["error"] == "gateway connection lost during the run"
 
 
+async def test_a_run_whose_socket_dropped_is_aborted_once_the_runtime_is_back(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    """The socket drops mid-run: the turn fails at once, but the gateway keeps the run
+    going (OpenClaw does not end a run when its client goes), and one whose model is
+    down retries for ever, holding the session key. Once the runtime has reconnected,
+    the bridge sends that run's ``chat.abort``; nothing ended it before."""
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    assert (
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    )["ok"]
+    call = asyncio.ensure_future(
+        result_of(http, bp.rpc_url, "session.message", turn_params("d3", "slow:30000 a b c d"))
+    )
+    await wait_until(lambda: gateway.state.seq >= 1 and bool(gateway.state.connections), 5)
+    [send] = [r for r in gateway.state.requests if r["method"] == "chat.send"]
+    for ws in list(gateway.state.connections):
+        await ws.close(1011, "dropped")
+    res = await asyncio.wait_for(call, 5)
+    assert res["success"] is False and res["error"] == "gateway connection lost during the run"
+    await wait_until(lambda: gateway.state.handshakes_ok >= 2, 10)  # reconnected
+    await wait_until(lambda: any(r["method"] == "chat.abort" for r in gateway.state.requests), 10)
+    [abort] = [r for r in gateway.state.requests if r["method"] == "chat.abort"]
+    assert abort["params"] == {"sessionKey": send["params"]["sessionKey"], "runId": res["runId"]}
+    assert res["runId"] in gateway.state.aborted
+
+
+async def test_a_chat_send_whose_socket_dropped_is_aborted_once_the_runtime_is_back(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, gateway: FakeGateway, tmp_path: Path
+) -> None:
+    """The socket drops after ``chat.send`` was written, before its answer: the run may
+    have started under its idempotency key; it is aborted once the runtime is back."""
+    bp = await start_bridge(config=gw_config(tmp_path), tmp=tmp_path)
+    assert (
+        await result_of(http, bp.rpc_url, "xworkmate.gateway.connect", connect_params(gateway))
+    )["ok"]
+    gateway.state.reply_delay = 2.0  # chat.send is read, and not answered yet
+    call = asyncio.ensure_future(
+        result_of(http, bp.rpc_url, "session.message", turn_params("d4", "a b c"))
+    )
+    await wait_until(lambda: any(r["method"] == "chat.send" for r in gateway.state.requests), 5)
+    [send] = [r for r in gateway.state.requests if r["method"] == "chat.send"]
+    gateway.state.reply_delay = 0
+    for ws in list(gateway.state.connections):
+        await ws.close(1011, "dropped")
+    res = await asyncio.wait_for(call, 5)
+    assert res["success"] is False, res
+    await wait_until(lambda: any(r["method"] == "chat.abort" for r in gateway.state.requests), 10)
+    [abort] = [r for r in gateway.state.requests if r["method"] == "chat.abort"]
+    assert abort["params"] == {
+        "sessionKey": send["params"]["sessionKey"],
+        "runId": send["params"]["idempotencyKey"],
+    }
+
+
 async def test_gateway_turn_without_runtime(
     start_bridge: StartBridge, http: aiohttp.ClientSession
 ) -> None:

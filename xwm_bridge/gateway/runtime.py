@@ -28,6 +28,7 @@ from xwm_bridge.gateway.fanout import Fanout, Notify
 from xwm_bridge.gateway.ignored import IgnoredFrames
 from xwm_bridge.gateway.joins import Joins, Outcome
 from xwm_bridge.gateway.notices import Notices
+from xwm_bridge.gateway.orphans import Orphans
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.requests import Requests
 from xwm_bridge.gateway.snapshot import Snapshot
@@ -88,6 +89,8 @@ class GatewayRuntime:
         #: event taps, sequence tracking, and what each event tells clients
         self._events = Events(runtime_id)
         self.ignored = IgnoredFrames(runtime_id, frame_counts)
+        #: runs a lost socket left running: aborted once a socket is up again
+        self._orphans = Orphans(runtime_id)
         self.closed = False
 
     # --- notification fan-out ----------------------------------------------------------
@@ -255,7 +258,49 @@ class GatewayRuntime:
             cfg = cfg.with_device_token(hello.device_token)
             self.config = cfg
         attempts.connected(self.snapshot, cfg, hello, self._notices)
+        self._abort_orphans()
         return ws
+
+    # --- runs a lost socket left ---------------------------------------------------------
+
+    def abort_when_back(self, session_key: str, run_id: str) -> None:
+        """``chat.abort`` the run once a socket is up (now, if one already is): its
+        turn failed when its socket was lost, but the gateway runs it on."""
+        if self.closed:
+            return
+        self._orphans.add(session_key, run_id)
+        if self.connected:
+            self._abort_orphans()
+
+    def _abort_orphans(self) -> None:
+        if len(self._orphans):
+            runs = self._orphans.take()
+            self._tasks.spawn(self._abort_runs(runs), name=f"gateway-orphans:{self.runtime_id}")
+
+    async def _abort_runs(self, runs: list[tuple[str, str]]) -> None:
+        """Each run's ``chat.abort`` (within ``abort_timeout``); one whose socket is lost
+        again waits for the next one."""
+        for session_key, run_id in runs:
+            fields = {"runtime_id": self.runtime_id, "run_id": run_id}
+            try:
+                body = await self.request(
+                    "chat.abort",
+                    {"sessionKey": session_key, "runId": run_id},
+                    self.settings.abort_timeout,
+                )
+            except GatewayError as exc:
+                log.warning(
+                    "chat.abort of a run its lost socket left failed",
+                    extra={**fields, "error": str(exc)},
+                )
+                if not self.connected:
+                    self._orphans.add(session_key, run_id)
+                continue
+            aborted = bool(isinstance(body, dict) and body.get("aborted"))
+            log.info(
+                "chat.abort of a run its lost socket left answered",
+                extra={**fields, "aborted": aborted},
+            )
 
     async def _run(self, ws: ClientConnection | None) -> None:
         """Own the socket: read until lost, then reconnect with backoff unless fatal.

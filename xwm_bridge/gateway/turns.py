@@ -142,6 +142,8 @@ class GatewayTurnExecutor:
                     # written but not answered: the run may have started, and nobody
                     # would end it (one whose model is down retries for ever)
                     extra["aborted"] = await self._abort(ctx, rt, session_key, idempotency_key)
+                elif exc.code == "SOCKET_CLOSED":  # lost after it was written: the same,
+                    rt.abort_when_back(session_key, idempotency_key)  # once back
                 await ctx.emit_error(exc.message)
                 return self._failure(ctx, exc.message, **extra)
             body = payload if isinstance(payload, dict) else {}
@@ -191,6 +193,7 @@ class GatewayTurnExecutor:
                 sessionKey=session_key,
             )
         if end is None:  # the socket was lost (RunTap.lost): the run's events with it
+            rt.abort_when_back(session_key, run_id)  # the gateway runs it on
             await ctx.emit_error(CONNECTION_LOST)
             return self._failure(ctx, CONNECTION_LOST, runId=run_id, sessionKey=session_key)
         payload = end.payload
