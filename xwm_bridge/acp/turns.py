@@ -223,16 +223,16 @@ class TurnRelay:
         """Wait until no ``session/load`` holds the session's attach lock (its replay and
         flush are over), the turn is cancelled, the question settled, or ``within`` s."""
         lock = self.session.attaching
-        waiter: asyncio.Future[Any] = asyncio.ensure_future(lock.acquire())
+        waiter: asyncio.Task[bool] | None = None
         try:
-            await asyncio.wait(
-                {waiter, self._cancelled, settled}, timeout=within, return_when=FIRST_COMPLETED
-            )
+            async with asyncio.TaskGroup() as tg:  # the waiter ends here, whatever happens
+                waiter = tg.create_task(lock.acquire())
+                ends: set[asyncio.Future[Any]] = {waiter, self._cancelled, settled}
+                await asyncio.wait(ends, timeout=within, return_when=FIRST_COMPLETED)
+                waiter.cancel()  # a no-op once it has the lock
         finally:
-            if waiter.done() and not waiter.cancelled():
+            if waiter is not None and waiter.done() and not waiter.cancelled():
                 lock.release()  # only waited for it: the next load takes it
-            else:
-                waiter.cancel()
 
     # --- ClientRequests: the agent's fs/* and terminal/* ----------------------------------
 
