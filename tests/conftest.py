@@ -88,10 +88,16 @@ class FakeUpstream:
             pace.open()
 
 
+#: how long a fake upstream's close waits for the handlers still running (a slow turn
+#: whose bridge side was cancelled) before it cancels them: aiohttp's default is 60 s,
+#: and each test that ended with one in flight waited for the handler's whole sleep
+UPSTREAM_SHUTDOWN = 0.25
+
+
 @pytest.fixture
 async def fake_upstream() -> AsyncIterator[FakeUpstream]:
     server = TestServer(create_app(latency_ms=0, chunks=3), host="127.0.0.1", port=0)
-    await server.start_server()
+    await server.start_server(shutdown_timeout=UPSTREAM_SHUTDOWN)
     fake = FakeUpstream(server)
     try:
         yield fake
@@ -327,7 +333,7 @@ async def make_fake_upstream() -> AsyncIterator[MakeUpstream]:
         server = TestServer(
             create_app(latency_ms=latency_ms, chunks=chunks), host="127.0.0.1", port=0
         )
-        await server.start_server()
+        await server.start_server(shutdown_timeout=UPSTREAM_SHUTDOWN)
         servers.append(server)
         return FakeUpstream(server)
 
