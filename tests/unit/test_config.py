@@ -723,7 +723,8 @@ def test_credentials_in_url_queries_and_command_flags_are_credentials(tmp_path: 
         "  - {id: up, endpoint: 'https://up.example/acp?api_key=q-sekrit&max_tokens=100'}\n"
         "  - id: a\n"
         "    kind: stdio\n"
-        "    command: [agent, --api-key, flag-sekrit, --token=eq-sekrit, --max-tokens, '4096']\n"
+        "    command: [agent, --api-key, flag-sekrit, --token=eq-sekrit, --max-tokens, '4096',\n"
+        "              --oauth, 'yes']\n"
         "    mcp_servers:\n"
         "      - {name: m, command: srv, args: [--auth-token, mcp-sekrit, --verbose]}\n"
         "      - {name: h, type: http, url: 'https://mcp.example/?access_token=url-sekrit'}\n"
@@ -733,6 +734,8 @@ def test_credentials_in_url_queries_and_command_flags_are_credentials(tmp_path: 
     assert found <= set(cfg.credentials())
     # a name that only holds the word is no credential: 4096 is not masked in replies
     assert not {"100", "4096", "--verbose", "agent", "srv"} & set(cfg.credentials())
+    # nor is a short value under one (it would be masked in every reply)
+    assert "yes" not in cfg.credentials()
     text = repr(cfg)
     assert not [s for s in found if s in text], text
     # still useful: what is set, with the values masked

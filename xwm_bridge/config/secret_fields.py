@@ -64,13 +64,19 @@ def _query_items(url: str) -> list[tuple[str, str, str]]:
     return [item.partition("=") for item in query.split("&")]
 
 
+#: a value under a credential-named flag or query parameter shorter than this is not
+#: taken for one (``--oauth yes``): credentials are masked in every reply, whatever
+#: their length, and ``yes`` would be masked in all of them
+MIN_GUESSED_SECRET = 8
+
+
 def url_query_secrets(url: str) -> list[str]:
     """The values of a URL's query parameters whose name says credential
     (``?api_key=…``, ``&access_token=…``: :data:`_SECRET_PARAM`), as written and
-    decoded."""
+    decoded, from :data:`MIN_GUESSED_SECRET` characters."""
     out: list[str] = []
     for name, _, value in _query_items(url):
-        if value and _secret_param(name):
+        if len(value) >= MIN_GUESSED_SECRET and _secret_param(name):
             out += [value, unquote_plus(value)]
     return out
 
@@ -79,10 +85,11 @@ def url_query_secrets(url: str) -> list[str]:
 ARGV_FIELDS = frozenset({"command", "args"})
 
 
-def flag_secrets(argv: Sequence[str]) -> list[str]:
-    """The values of an argv's flags whose name says credential (:data:`_SECRET_PARAM`):
-    ``--api-key X`` (the next item, unless it is a flag too) and ``--token=X``."""
-    out: list[str] = []
+def _secret_flags(argv: Sequence[str]) -> list[tuple[int, str]]:
+    """Where an argv holds the values of flags whose name says credential
+    (:data:`_SECRET_PARAM`): (index, the flag's ``--name=`` for the joined form, else
+    ``""``) of ``--token=X`` and of the item after ``--api-key`` (unless a flag too)."""
+    spots: list[tuple[int, str]] = []
     for i, arg in enumerate(argv):
         if not arg.startswith("-"):
             continue
@@ -90,23 +97,25 @@ def flag_secrets(argv: Sequence[str]) -> list[str]:
         if not _secret_param(name):
             continue
         if eq:
-            out.append(value)
+            if value:
+                spots.append((i, name + "="))
         elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            out.append(argv[i + 1])
-    return out
+            spots.append((i + 1, ""))
+    return spots
+
+
+def flag_secrets(argv: Sequence[str]) -> list[str]:
+    """The credential values :func:`_secret_flags` finds, from
+    :data:`MIN_GUESSED_SECRET` characters."""
+    values = (argv[i][len(prefix) :] for i, prefix in _secret_flags(argv))
+    return [v for v in values if len(v) >= MIN_GUESSED_SECRET]
 
 
 def mask_flags(argv: Sequence[str], mask: str = MASK) -> tuple[str, ...]:
-    """``argv`` with the values :func:`flag_secrets` finds shown as ``mask``."""
+    """``argv`` with every value :func:`_secret_flags` finds shown as ``mask``."""
     out = list(argv)
-    for i, arg in enumerate(argv):
-        name, eq, value = arg.partition("=")
-        if not arg.startswith("-") or not _secret_param(name):
-            continue
-        if eq:
-            out[i] = f"{name}={mask}" if value else arg
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            out[i + 1] = mask
+    for i, prefix in _secret_flags(argv):
+        out[i] = prefix + mask
     return tuple(out)
 
 
