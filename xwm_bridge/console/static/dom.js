@@ -1,5 +1,5 @@
 // Element helpers of the console (textContent only: nothing from the bridge is parsed as HTML;
-// every text and attribute they set goes through plain(): no bidi control is applied).
+// every text and shown attribute they set goes through plain(): no bidi control is applied).
 
 export const $ = (id) => document.getElementById(id);
 
@@ -10,7 +10,8 @@ export function h(tag, attrs, ...children) {
     if (k === "class") el.className = v;
     else if (k === "text") el.textContent = plain(v);
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? "" : plain(v));
+    // shown ones (title, aria-label…) through plain(); data-* as given: code reads them
+    else el.setAttribute(k, v === true ? "" : k.startsWith("data-") ? String(v) : plain(v));
   }
   for (const c of children.flat()) {
     if (c === undefined || c === null || c === false) continue;
