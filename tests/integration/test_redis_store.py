@@ -140,3 +140,33 @@ async def test_close_ends_the_heartbeat_even_when_its_cancel_is_lost(tmp_path: P
         assert time.monotonic() - started < 2  # not the test's deadline cancelling it
         assert swallowed == [True]
         assert store._heartbeat is not None and store._heartbeat.done()
+
+
+async def test_two_replicas_recovering_one_dead_turn_interrupt_it_once(tmp_path: Path) -> None:
+    """Every replica's prune recovers the running turns of dead replicas, and a replica
+    taking a thread over does too: two of them at once recovered the same turn twice
+    (two final updates with the same event id in the ledger, two ``interrupted``
+    saves), and a recovery that read the record before another replica started a new
+    turn on it overwrote that turn's ``running`` record with the old one, interrupted."""
+    async with redis_server(tmp_path) as server:
+        dead = RedisStore(server.url, StoreLimits(), prefix="rec:", replica_id="dead")
+        a = RedisStore(server.url, StoreLimits(), prefix="rec:", replica_id="a")
+        b = RedisStore(server.url, StoreLimits(), prefix="rec:", replica_id="b")
+        await dead.start()
+        await a.start()
+        await b.start()
+        try:
+            dead.save(SessionRecord("s1", "t1", last_turn_id="turn-1", last_turn_status=RUNNING))
+            dead.append("s1", LedgerEntry(2, "turn-1", {"n": 1}, event_id=1))
+            await dead.flush()
+            await dead.client.delete("rec:replica:dead")  # its liveness key expired
+            found = await asyncio.gather(a.recover_orphans(), b.recover_orphans())
+            assert sorted(found, key=len) == [[], ["s1"]]
+            assert [e.event_id for e in await a.replay("s1", 0, 10)] == [1, 2]
+            loaded = await a.load("s1")
+            assert loaded is not None and loaded.last_turn_status == "interrupted"
+            assert loaded.events == 2 and loaded.seq == 2
+        finally:
+            await b.close()
+            await a.close()
+            await dead.close()

@@ -56,6 +56,9 @@ from xwm_bridge.tasks import stop, wait_for
 log = logging.getLogger("xwm_bridge.store")
 #: index entries one prune script call looks at
 TRIM_INDEX_BATCH = 1000
+#: looks at one running session a recovery makes when other writes to it keep coming
+#: between its read and its transaction (``WatchError``); the next prune looks again
+RECOVER_ATTEMPTS = 3
 
 
 class RedisStore(WriterTask):
@@ -262,30 +265,46 @@ class RedisStore(WriterTask):
             ids: list[str] = []
             for raw in await db.smembers(self.key("running")):
                 sid = text(raw)
-                h = await db.hgetall(self.key("s", sid))
+                for _ in range(RECOVER_ATTEMPTS):
+                    try:
+                        if await fix_one(db, sid):
+                            ids.append(sid)
+                        break
+                    except aioredis.WatchError:  # written meanwhile: look at it again
+                        continue
+            return ids
+
+        async def fix_one(db: aioredis.Redis, sid: str) -> bool:
+            """Interrupt ``sid``'s running turn if its owner is gone, under ``WATCH`` of
+            its record (which every save and append of the session writes): another
+            replica recovering it too, or starting a new turn on it, in between fails
+            the transaction (``WatchError``), and the caller looks again."""
+            skey = self.key("s", sid)
+            async with db.pipeline(transaction=True) as pipe:
+                await pipe.watch(skey)
+                h = await pipe.hgetall(skey)
                 if not h:
                     await db.srem(self.key("running"), sid)
-                    continue
+                    return False
                 owner = text(h.get(b"owner"))
                 if owner == self.replica_id:
                     if skip_own:
-                        continue
+                        return False
                 elif owner and await self.replica_alive(owner):
-                    continue
+                    return False
                 record = from_hash(sid, h)
                 if record.last_turn_status != RUNNING:
                     await db.srem(self.key("running"), sid)
-                    continue
-                top = await redis_reads.ledger_top(db, self.prefix, sid)
+                    return False
+                top = await redis_reads.ledger_top(pipe, self.prefix, sid)
                 fixed, entry = recovered(record, *top)
-                stored = await redis_reads.last_turn(db, self.prefix, record)
-                pipe = db.pipeline(transaction=True)
+                stored = await redis_reads.last_turn(pipe, self.prefix, record)
+                pipe.multi()  # type: ignore[no-untyped-call]
                 self._commands.save(pipe, fixed)
                 self._commands.append(pipe, sid, [entry])
                 self._commands.operator(pipe, ("turn", interrupted_turn(record, stored)))
                 await pipe.execute()
-                ids.append(sid)
-            return ids
+                return True
 
         result: list[str] = await self._call(fix)
         return result
