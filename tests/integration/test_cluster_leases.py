@@ -187,3 +187,31 @@ async def test_a_forwarded_answer_when_redis_does_not_answer_is_an_unavailable_s
     finally:
         redis.proc.send_signal(signal.SIGCONT)
         await wait_for(close(store, cluster), 10)
+
+
+async def test_a_ticket_whose_queueing_got_no_answer_does_not_block_the_thread(
+    redis: RedisServer, admin: aioredis.Redis
+) -> None:
+    """A turn's queueing that gets no answer in time (Redis stalled, a connection lost
+    after the push was sent) fails as an unavailable store, but Redis may still run
+    the push: that ticket, of a replica that is alive, headed the thread's queue on
+    every replica for as long as this one lived, and no turn ran on it again."""
+    store, cluster = await cluster_on(redis, redis_timeout=0.3)
+    try:
+        await cluster.release(await cluster.enqueue("other", "s0"))  # the script loaded
+        redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable):
+                await cluster.enqueue("th", "s1")
+        finally:
+            redis.proc.send_signal(signal.SIGCONT)
+        # Redis ran the push it held: the lost ticket is queued (a one-ticket queue's
+        # tail moved to its head, i.e. left as it is, once there is one)
+        assert await admin.blmove("xwm:q:th", "xwm:q:th", 5, "RIGHT", "LEFT") is not None
+        second = await cluster.enqueue("th", "s2")
+        token = await wait_for(cluster.acquire(second), GRANTED_WITHIN)
+        assert token > 1
+        assert await admin.lrange("xwm:q:th", 0, -1) == [second.value.encode()]
+        await cluster.release(second)
+    finally:
+        await close(store, cluster)

@@ -184,7 +184,15 @@ class Cluster:
         an idle thread's lease is granted in the same round trip."""
         ticket = Ticket(thread_id, f"{self.replica_id}:{uuid.uuid4().hex}", session_id)
         args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
-        token = await self._ask(self._enqueue(keys=self._lease_keys(ticket), args=args))
+        try:
+            token = await self._ask(self._enqueue(keys=self._lease_keys(ticket), args=args))
+        except BaseException:
+            # no answer is not no push: Redis may hold or have run it (stalled, the
+            # connection lost after the send, the request cancelled). A ticket left
+            # there, of a live replica, heads the thread on every replica: its release
+            # is owed, sent by the retrier after lease_ttl / 3 (behind the push)
+            self._owe(ticket, *self._release_call(ticket))
+            raise
         ticket.fence = int(token)
         return ticket
 
@@ -250,13 +258,17 @@ class Cluster:
             self._last_token.move_to_end(ticket.thread_id)
             while len(self._last_token) > MAX_REMEMBERED_THREADS:
                 self._last_token.popitem(last=False)
-        keys = [self.key("q", ticket.thread_id), self.key("run", ticket.session_id)]
-        args: list[str | int] = [ticket.value, self.replica_id]
+        keys, args = self._release_call(ticket)
         done = self.store.queue_eval(RELEASE, keys, args)
         done.add_done_callback(lambda sent: self._sent(sent, ticket, keys, args))
         # answered only once released: a cancel sent after the answer finds nothing running
         with contextlib.suppress(TimeoutError):  # queued already: only the wait ends
             await wait_for(asyncio.shield(done), self.store.timeout)
+
+    def _release_call(self, ticket: Ticket) -> tuple[list[str], list[str | int]]:
+        """The keys and arguments of ``ticket``'s :data:`RELEASE`."""
+        keys = [self.key("q", ticket.thread_id), self.key("run", ticket.session_id)]
+        return keys, [ticket.value, self.replica_id]
 
     def _sent(
         self, sent: asyncio.Future[bool], ticket: Ticket, keys: list[str], args: list[str | int]
@@ -264,6 +276,10 @@ class Cluster:
         """A release's batch was sent: if Redis refused it, owe the release (retried)."""
         if not sent.cancelled() and sent.result():
             return
+        self._owe(ticket, keys, args)
+
+    def _owe(self, ticket: Ticket, keys: list[str], args: list[str | int]) -> None:
+        """Keep ``ticket``'s release for :meth:`_retry_releases` (bounded)."""
         self._unreleased[ticket.value] = (ticket.thread_id, keys, args)
         while len(self._unreleased) > MAX_UNRELEASED:
             _, (thread, _, _) = self._unreleased.popitem(last=False)
