@@ -23,7 +23,7 @@ from redis import exceptions as rex
 
 from tests.conftest import closed_port
 from tests.redis_server import RedisServer, redis_server
-from xwm_bridge.store.base import StoreUnavailable
+from xwm_bridge.store.base import StoreLimits, StoreUnavailable
 from xwm_bridge.store.cluster import Cluster
 from xwm_bridge.store.redis import RedisStore
 from xwm_bridge.tasks import wait_for
@@ -213,5 +213,32 @@ async def test_a_ticket_whose_queueing_got_no_answer_does_not_block_the_thread(
         assert token > 1
         assert await admin.lrange("xwm:q:th", 0, -1) == [second.value.encode()]
         await cluster.release(second)
+    finally:
+        await close(store, cluster)
+
+
+async def test_the_keys_of_a_thread_s_lease_expire(
+    redis: RedisServer, admin: aioredis.Redis
+) -> None:
+    """Every key a turn's lease writes expires: the fencing token and its holder key
+    had no expiry, two keys per thread ever used, kept in Redis for ever. They last
+    as long as the records they fence (``store.retention``), refreshed by every grant."""
+    store, cluster = await cluster_on(redis, redis_timeout=1.0)
+    try:
+        for session in ("s1", "s2"):  # granted at once, then after a wait at the head
+            first = await cluster.enqueue("th", session)
+            second = await cluster.enqueue("th", session)
+            await cluster.acquire(first)
+            await cluster.release(first)
+            await cluster.acquire(second)
+            await cluster.release(second)
+        assert int(await admin.get("xwm:fence:th")) == 4
+        retention_ms = StoreLimits().retention * 1000
+        for raw in await admin.keys("xwm:*"):
+            name = raw.decode()
+            if name.startswith(("xwm:replica:", "xwm:schema", "xwm:health:")):
+                continue
+            assert 0 < await admin.pttl(name) <= retention_ms, name
+        assert await admin.pttl("xwm:fence:th") > retention_ms - 60_000
     finally:
         await close(store, cluster)

@@ -3,7 +3,8 @@
 Every turn takes a *ticket* when it is accepted: ``RPUSH`` onto the thread's
 Redis list ``q:<thread>``, so the list order is the arrival order over all
 replicas. A turn runs when its ticket is at the head; starting it increments
-``fence:<thread>`` (the fencing token, also stored as ``holder:<thread>``).
+``fence:<thread>`` (the fencing token, also stored as ``holder:<thread>``; both
+expire ``store.retention`` after the thread's last grant, as the records they fence).
 The lease lasts while the ticket is at the head and the owning replica's
 liveness key (``replica:<id>``, refreshed every ``lease_ttl/3``) exists: a
 replica that dies stops refreshing it, and after ``lease_ttl`` the next waiter
@@ -126,6 +127,9 @@ class Cluster:
         #: replica wrote in between, so the in-memory session is current
         self._fresh: set[str] = set()
         self._ready = asyncio.Event()
+        #: how long a thread's fencing token outlives its last grant: as long as the
+        #: records it fences (``store.retention``), at least as long as its queue
+        self._fence_ttl_ms = max(QUEUE_TTL_MS, int(store.retention * 1000))
 
     def key(self, kind: str, name: str = "") -> str:
         return self.store.key(kind, name)
@@ -183,7 +187,7 @@ class Cluster:
         """Take a place in the thread's cross-replica queue (call under ``ordering()``);
         an idle thread's lease is granted in the same round trip."""
         ticket = Ticket(thread_id, f"{self.replica_id}:{uuid.uuid4().hex}", session_id)
-        args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
+        args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS, self._fence_ttl_ms]
         try:
             token = await self._ask(self._enqueue(keys=self._lease_keys(ticket), args=args))
         except BaseException:
@@ -201,7 +205,7 @@ class Cluster:
         if ticket.fence > 0:  # granted when it was queued
             return self._granted(ticket, ticket.fence)
         keys = self._lease_keys(ticket)
-        args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS]
+        args: list[str | int] = [ticket.value, self.replica_id, QUEUE_TTL_MS, self._fence_ttl_ms]
         delay = POLL_MIN
         while True:
             if ticket.released:  # the caller gave up while the turn waited

@@ -2,28 +2,31 @@
 (and granted at once on an idle thread), a grant at the head, a dead head popped, a
 release. Each runs atomically in Redis."""
 
-# KEYS: queue, fence, holder, run; ARGV: ticket, replica id, run-key ttl ms → fencing
-# token if the ticket is head (the session is then marked running on this replica), 0 if
-# not, -1 if the ticket is no longer queued
+# KEYS: queue, fence, holder, run; ARGV: ticket, replica id, run-key ttl ms, fence ttl
+# ms → fencing token if the ticket is head (the session is then marked running on this
+# replica), 0 if not, -1 if the ticket is no longer queued. The fence and its holder
+# expire after the fence ttl (the records they guard do by then), refreshed by each grant
 ACQUIRE = """
 local head = redis.call('LINDEX', KEYS[1], 0)
 if head == ARGV[1] then
   local token = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[3], token)
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('SET', KEYS[3], token, 'PX', ARGV[4])
   redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
   return token
 end
 if redis.call('LPOS', KEYS[1], ARGV[1]) == false then return -1 end
 return 0
 """
-# KEYS: queue, fence, holder, run; ARGV: ticket, replica id, ttl ms → push the ticket;
-# granted at once (fencing token) when it is the head, else 0
+# KEYS: queue, fence, holder, run; ARGV: ticket, replica id, ttl ms, fence ttl ms → push
+# the ticket; granted at once (fencing token, as ACQUIRE) when it is the head, else 0
 ENQUEUE = """
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then
   local token = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[3], token)
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('SET', KEYS[3], token, 'PX', ARGV[4])
   redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
   return token
 end

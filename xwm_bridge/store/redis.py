@@ -97,6 +97,11 @@ class RedisStore(WriterTask):
     def key(self, kind: str, name: str = "") -> str:
         return redis_schema.key(self.prefix, kind, name)
 
+    @property
+    def retention(self) -> float:
+        """``store.retention``: how long a record outlives its last write."""
+        return self._limits.retention
+
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
