@@ -361,7 +361,13 @@ class Client:
         except (aiohttp.ClientError, OSError):
             self._waiting.pop(rid, None)
             raise ClientError("the bridge closed the connection") from None
-        reply = await (wait_for(fut, wait_s) if wait_s else fut)
+        try:
+            reply = await (wait_for(fut, wait_s) if wait_s else fut)
+        except TimeoutError:  # a hung bridge (its pings still answered): one line, no traceback
+            self._waiting.pop(rid, None)
+            raise ClientError(
+                f"{method}: no answer from the bridge at {self.url} within {wait_s:g}s"
+            ) from None
         if "error" in reply:
             err = reply["error"]
             raise ClientError(f"{method}: {shown(err.get('message'))} ({shown(err.get('code'))})")

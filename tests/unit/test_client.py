@@ -117,3 +117,33 @@ def test_why_a_connection_failed_is_a_few_words() -> None:
         "TLS certificate not trusted: self-signed certificate"
     )
     assert client_mod.unreachable(aiohttp.ServerDisconnectedError()) == "server disconnected"
+
+
+@pytest.fixture
+async def deaf_ws() -> AsyncIterator[str]:
+    """Upgrades to WebSocket and answers pings, never a call (a hung handler, a stuck
+    store): the connection stays up, the answer never comes."""
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()  # autoping: the heartbeat is answered
+        await ws.prepare(request)
+        async for _ in ws:
+            pass
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/acp", handler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield f"http://127.0.0.1:{server.port}"
+    await server.close()
+
+
+async def test_a_call_the_bridge_never_answers_is_a_client_error(deaf_ws: str) -> None:
+    # `client list` against it printed a TimeoutError traceback after 30 s: the CLI
+    # turns a ClientError into one line, and nothing else
+    async with Client(deaf_ws, "t") as c:
+        with pytest.raises(ClientError, match=r"session\.list: no answer .* within 0\.2s"):
+            async with asyncio.timeout(10):  # the test's own guard, not the client's
+                await c.call("session.list", {}, wait_s=0.2)
+        assert not c._waiting  # the call it gave up on is forgotten
