@@ -348,3 +348,41 @@ async def test_a_running_turn_is_listed_and_got_while_it_runs(
     assert (await asyncio.wait_for(slow, 10))["result"]["cancelled"] is True
     got = (await rpc(http, bp.rpc_url, "session.get", {"sessionId": "s-run"}))["result"]
     assert [t["status"] for t in got["turns"]] == ["completed", "cancelled"]
+
+
+async def test_a_long_poll_with_no_cursor_watches_from_now(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    fake_upstream: FakeUpstream,
+    tmp_path: Any,
+) -> None:
+    """No ``since``: the recent metric samples, and a cursor at the head, as the streaming
+    watch's ``live`` one (it was the last sample's: the next poll replayed every event
+    between that sample and the first poll, all from before the watcher came)."""
+    bp = await start_bridge(
+        env=provider_env(fake_upstream.url),
+        config={"console": {"health_interval": 3600}},
+        tmp=tmp_path,
+    )
+
+    async def sampled() -> bool:  # the one sample, taken at start (the next is an hour off)
+        health = (await rpc(http, bp.rpc_url, "bridge.health", {}))["result"]
+        return bool(health["samples"])
+
+    await eventually(sampled)  # bridge.health's watchCursor: turn events are recorded now
+    await turn(http, bp.rpc_url, "before", "before the watcher")
+    first = (await rpc(http, bp.rpc_url, "bridge.watch", {"waitMs": 0}))["result"]
+    assert [e["kind"] for e in first["events"]] == ["metrics"] and first["reset"] is False
+    assert first["more"] is False
+    later = (await rpc(http, bp.rpc_url, "bridge.watch", {"since": first["cursor"], "waitMs": 0}))[
+        "result"
+    ]
+    assert later["events"] == [], [(e["kind"], e["type"]) for e in later["events"]]
+    # and a new event after it still comes
+    poll = asyncio.ensure_future(
+        rpc(http, bp.rpc_url, "bridge.watch", {"since": later["cursor"], "kinds": ["turn"]})
+    )
+    await eventually(lambda: watchers(http, bp.rpc_url, 1))
+    await turn(http, bp.rpc_url, "after", "after it")
+    woke = (await asyncio.wait_for(poll, 10))["result"]
+    assert {e["sessionId"] for e in woke["events"]} == {"after"}

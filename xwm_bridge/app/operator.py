@@ -408,9 +408,15 @@ class OperatorMethods:
         head: int,
         sub: WatchSubscription,
     ) -> dict[str, Any]:
-        epoch = self._bridge.events.epoch
+        log = self._bridge.events
+        epoch = log.epoch
         events = backlog[: wp.max_events]
         more = len(backlog) > len(events)
+        # the whole backlog: every event up to `head` it may have is in it, so the next
+        # poll goes on from `head` (as the stream's `live` cursor), not from the last event
+        # sent: with no `since` that is the last metric sample, and the next poll replayed
+        # every event between it and the first poll, all from before the watcher came
+        cursor = events[-1].seq if more else head
         if not events and not reset and wp.wait_s > 0:
             deadline = time.monotonic() + wp.wait_s
             while not sub.pending and not sub.overflowed:
@@ -420,7 +426,11 @@ class OperatorMethods:
                 await sub.wait(min(WAKE_S, remaining))
             events = sub.drain(wp.max_events)
             more = bool(sub.pending)
-        cursor = events[-1].seq if events else head
+            if more:
+                cursor = events[-1].seq
+            elif not sub.overflowed:  # it got every event up to now that it may have
+                cursor = log.head
+            # overflowed: from `head` again (the log holds what it dropped, or says reset)
         return {
             "cursor": _cursor(epoch, cursor),
             "events": [e.wire(epoch) for e in events],
