@@ -1,7 +1,7 @@
 """The operator console in a real browser: the page's own requests that fail (a resync
 after a reset, a filter change) are shown in its error banner and retried, never left
 as unhandled promise rejections; resyncs run one at a time; after a reset the page
-watches on from the reset's cursor."""
+watches on from the reset's cursor and reads the config again."""
 
 from __future__ import annotations
 
@@ -45,6 +45,9 @@ class Relay:
     drop_events: bool = False  # the bridge's bridge.event notifications do not reach the page
     dropped: int = 0
     watches: list[dict[str, Any]] = field(default_factory=list)  # bridge.watch params sent
+    config_marker: str = ""  # put in the config of each bridge.config answer from now on
+    config_ids: list[Any] = field(default_factory=list)
+    configs: int = 0  # bridge.config requests sent
 
     def __call__(self, ws: Any) -> None:
         server = ws.connect_to_server()
@@ -54,6 +57,9 @@ class Relay:
             msg = json.loads(frame)
             if msg.get("method") == "bridge.watch":
                 self.watches.append(msg.get("params") or {})
+            if msg.get("method") == "bridge.config":
+                self.configs += 1
+                self.config_ids.append(msg["id"])
             if msg.get("method") == "session.list":
                 if self.fail:
                     self.fail -= 1
@@ -75,6 +81,9 @@ class Relay:
                     self.held.append(str(frame))
                     return
                 self.in_flight -= 1
+            if msg.get("id") in self.config_ids and self.config_marker and "result" in msg:
+                msg["result"]["config"]["marker"] = self.config_marker
+                frame = json.dumps(msg)
             ws.send(frame)
 
         ws.on_message(from_page)
@@ -166,3 +175,32 @@ async def test_after_a_reset_the_page_watches_from_the_resets_cursor(console: An
     await relay.sockets[-1].close()  # the connection drops before any other event arrives
     await wait_until(lambda: len(relay.watches) > watched, within=15)  # reconnected
     assert relay.watches[-1].get("since") == fresh, relay.watches
+
+
+async def test_a_reset_reads_the_config_again(console: Any, tmp_path: Path) -> None:
+    """A reset is most often a bridge that restarted, maybe with another config: the
+    Config view showed the old process's (read once, when first opened) until the page
+    was reloaded. The relay marks the bridge.config answers as another process's."""
+    bp, context, _ = console
+    page = await context.new_page()
+    relay = Relay()
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    shown = page.locator("#config-json")
+    await page.locator("#tabs a[data-view=config]").click()
+    await shown.filter(has_text='"listen"').wait_for()
+    assert relay.configs == 1
+    relay.config_marker = "restarted-with-another-config"
+    relay.reset()
+    await shown.filter(has_text="restarted-with-another-config").wait_for(timeout=10_000)
+    # a reset while another view is shown: read again when the Config view is next opened
+    await page.locator("#tabs a[data-view=sessions]").click()
+    relay.config_marker = "and-again"
+    before = len(relay.asked)
+    relay.reset()
+    await wait_until(lambda: len(relay.asked) > before, within=10)  # it resynced
+    await wait_until(lambda: relay.in_flight == 0, within=10)
+    await page.locator("#tabs a[data-view=config]").click()
+    await shown.filter(has_text="and-again").wait_for(timeout=10_000)
+    await page.screenshot(path=str(tmp_path / "config-after-reset.png"))  # looked at
+    assert relay.configs == 3

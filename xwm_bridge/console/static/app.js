@@ -245,6 +245,16 @@ async function loadHealth() {
   }, (e) => { if (mine === healthReads) applyToHealth(state, e); });
 }
 
+// The Config view's config. Never rejects (a failure is shown); a read overtaken is dropped.
+let configReads = 0;
+async function loadConfig() {
+  const mine = ++configReads;
+  await call("bridge.config", {}).then(
+    (c) => { if (mine === configReads) { state.config = c; showError("config", ""); render(); } },
+    (e) => { if (mine === configReads) showError("config", `could not read the config: ${e.message}`); },
+  );
+}
+
 // --- events from the watch --------------------------------------------------------------------
 // One event of the open session, unless its snapshot has it; true when a turn's output grew.
 function applyToDetail(d, e) {
@@ -359,6 +369,10 @@ async function resync() {
   await loadPermissions();
   await loadHealth();
   if (state.selected) await showDetail(state.selected);
+  // the config too (a reset is most often a restarted bridge, maybe with another config):
+  // read again now when its view is shown, else when it is next opened
+  state.config = null;
+  if (state.view === "config") await loadConfig();
   render();
   return cursor;
 }
@@ -392,12 +406,7 @@ function route() {
     try { id = decodeURIComponent(id); } catch (e) { /* not valid percent-encoding: as written */ }
     if (id !== state.selected && conn) { select(id); return; }
   }
-  if (view === "config" && conn && !state.config) {
-    conn.call("bridge.config", {}).then(
-      (c) => { state.config = c; showError("config", ""); render(); },
-      (e) => showError("config", `could not read the config: ${e.message}`),
-    );
-  }
+  if (view === "config" && conn && !state.config) loadConfig();
   render();
 }
 
