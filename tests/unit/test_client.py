@@ -147,3 +147,15 @@ async def test_a_call_the_bridge_never_answers_is_a_client_error(deaf_ws: str) -
             async with asyncio.timeout(10):  # the test's own guard, not the client's
                 await c.call("session.list", {}, wait_s=0.2)
         assert not c._waiting  # the call it gave up on is forgotten
+
+
+def test_a_negative_watch_count_is_a_usage_error() -> None:
+    """``--count -1`` was taken (and stopped the watch after one event): a count of events
+    is 0 (never stop) or more."""
+    from click.testing import CliRunner
+
+    from xwm_bridge.cli import cli
+
+    result = CliRunner().invoke(cli, ["client", "watch", "--count", "-1"])
+    assert result.exit_code == 2, result.output
+    assert "--count" in result.output and "-1" in result.output

@@ -91,7 +91,9 @@ def client_list(
 @client_group.command("watch")
 @click.option("--since", default=None, help="Resume after this cursor (printed with --json).")
 @click.option("--kinds", default=None, help="Comma-separated: session,turn,queue,health,permission")
-@click.option("--count", type=int, default=0, help="Stop after this many events (0: never).")
+@click.option(
+    "--count", type=click.IntRange(min=0), default=0, help="Stop after this many events (0: never)."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON event per line.")
 @click.pass_context
 def client_watch(
