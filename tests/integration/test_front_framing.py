@@ -615,3 +615,30 @@ async def test_a_trailer_that_never_ends_is_cut_off(
     answer = await small.answer()  # read whole (then not JSON): not cut off
     assert answer.status == 400 and answer.json()["error"]["code"] == -32700
     small.close()
+
+
+async def test_pipelined_heads_split_across_large_reads_are_not_refused(
+    start_bridge: StartBridge,
+) -> None:
+    """A read that went on with a head begun in an earlier one was counted whole
+    against the 64 KiB head limit, the requests after that head too: a pipelining
+    client whose reads (up to 256 KiB) began inside a head got 431 and a closed
+    connection for requests of 4 KiB."""
+    bridge = await start_bridge()
+    client = await Client.open(bridge.port)
+    await client.send(post())
+    assert (await client.answer()).json()["id"] == 1
+    pad = "X-Pad: " + "a" * 4000 + "\r\n"  # nearly every read boundary falls in a head
+    bodies = [
+        orjson.dumps({"jsonrpc": "2.0", "id": i, "method": "acp.capabilities"}) for i in range(400)
+    ]
+    sending = asyncio.create_task(client.send(b"".join(post(b, extra=pad) for b in bodies)))
+    ids = []
+    for _ in bodies:
+        answer = await client.answer()
+        assert answer.status == 200, answer.body
+        ids.append(answer.json()["id"])
+    await sending
+    assert ids == list(range(400))
+    assert await kept(bridge) == 1
+    client.close()

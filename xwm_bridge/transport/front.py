@@ -147,8 +147,8 @@ class FrontProtocol(Answers, asyncio.Protocol):
         if self._raw is not None:
             self._raw.append(data)
         reading = self.reading
-        if reading is Reading.HEAD and self._head_continues(len(data)):
-            return
+        if reading is Reading.HEAD:
+            self._head_read += len(data)
         body_of = self._request if reading is Reading.BODY else None
         try:
             self.parser.feed_data(data)
@@ -158,6 +158,8 @@ class FrontProtocol(Answers, asyncio.Protocol):
         except httptools.HttpParserError:
             self._bad_request()
         self._data = b""
+        if self.reading is Reading.HEAD and self._head_read > MAX_HEAD_BYTES:
+            self._head_unfinished()
         if body_of is not None and body_of is self._request:
             self._body_continues(body_of, len(data))
         if self.reading is Reading.BODY and self._body_timer is None and not self._reading_paused:
@@ -284,16 +286,16 @@ class FrontProtocol(Answers, asyncio.Protocol):
 
     # --- requests ---------------------------------------------------------------------------
 
-    def _head_continues(self, n: int) -> bool:
-        """A read that goes on with a head begun earlier: True when the head is now over
-        :data:`MAX_HEAD_BYTES` and was refused or handed over. httptools reports a field
-        only once it is complete, so a field still arriving is counted here."""
-        self._head_read += n
-        if self._head_read <= MAX_HEAD_BYTES:
-            return False
+    def _head_unfinished(self) -> None:
+        """The reads since a head began (counted from its second read on) hold over
+        :data:`MAX_HEAD_BYTES` and the head is still not complete: refused or handed
+        over. httptools reports a field only once it is complete, so a field still
+        arriving is bounded here. Decided after the read is parsed, not before: a read
+        that completes the head also holds what follows it (its body, pipelined
+        requests), which is not the head's (such a read of more than 64 KiB was refused
+        with 431)."""
         with contextlib.suppress(_Stop):
             self._too_big()
-        return True
 
     def _body_continues(self, request: Request, n: int) -> None:
         """A read that went on with a body begun earlier. Its bytes beyond the body's
