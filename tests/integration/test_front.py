@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,43 @@ async def test_pipelined_rpc_requests_are_answered_in_order(start_bridge: StartB
     await client.send(b"".join(post(b) for b in bodies))
     ids = [(await client.answer()).json()["id"] for _ in bodies]
     assert ids == [0, 1, 2, 3, 4]
+    client.close()
+
+
+async def test_a_pipelining_client_that_reads_no_answers_is_not_answered_on(
+    start_bridge: StartBridge,
+) -> None:
+    """Plain answers were written without waiting for a paused transport: a client
+    that pipelined requests and read none of the answers had every one of them
+    answered into the connection's buffer (28 MB for 3.7 MB of requests), up to the
+    send deadline. Now no request is answered while writes are paused: the queue
+    fills, reading pauses, and the client's requests wait in its own socket."""
+    bridge = await start_bridge()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # it takes little
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", bridge.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    client = Client(reader, writer)
+    await client.send(post())
+    assert (await client.answer()).json()["id"] == 1
+    conn = next(iter(bridge.server.front.kept))
+    bodies = [
+        orjson.dumps({"jsonrpc": "2.0", "id": i, "method": "acp.capabilities"})
+        for i in range(6000)  # about 8 MB of answers
+    ]
+    sending = asyncio.create_task(client.send(b"".join(post(b) for b in bodies)))
+    buffered = conn.transport.get_write_buffer_size
+    await wait_until(
+        lambda: (
+            (conn.paused and conn._reading_paused and conn._drained is not None)
+            or buffered() > 4 * 1024 * 1024
+        )
+    )
+    assert buffered() < 1024 * 1024
+    ids = [(await client.answer()).json()["id"] for _ in bodies]  # then it reads them all
+    await sending
+    assert ids == list(range(6000))
     client.close()
 
 

@@ -1,6 +1,9 @@
 """The answering half of a connection the front keeps (``front.FrontProtocol``): its
 parsed requests answered in order by one task, each reply's bytes, whether the
-connection stays open after it, and the wait for a paused transport.
+connection stays open after it, and the wait for a paused transport (an SSE
+answer's writes, and the next request of a client that takes none of the answers
+written for it: answering on buffered them all, as aiohttp's handler, which waits
+for each answer's drain, does not).
 
 :class:`Answers` is a base of ``FrontProtocol``, which sets its attributes and
 gives the hooks (idle timer, abort, reading resumed); the SSE answer
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -66,6 +70,9 @@ class Answers:
         connection; cancelled when it goes, bounded by Front.shutdown)."""
         try:
             while self.queue and not self.lost:
+                if self.paused:  # the client takes no answers: answer no more until it does
+                    await self._writable()  # (the queue fills and reading pauses meanwhile)
+                    continue
                 request = self.queue.popleft()
                 self._queued_bytes -= request.size
                 if (
@@ -154,6 +161,12 @@ class Answers:
         waiter, self._drained = self._drained, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    async def _writable(self) -> None:
+        """Until writes resume or the connection goes (the send deadline aborts one
+        whose writes stay paused)."""
+        with contextlib.suppress(ConnectionResetError):
+            await self.drain()
 
     async def drain(self) -> None:
         if self.lost:

@@ -327,14 +327,31 @@ async def test_idle_timeout_closes_only_an_idle_connection() -> None:
 
 async def test_sse_answer_is_chunked_and_drains_when_paused() -> None:
     c = Conn()
-    c.proto.pause_writing()
+    c.endpoint.gate = asyncio.Event()
     c.proto.data_received(rpc(b"s", extra=b"Accept: text/event-stream\r\n"))
+    await c.settle()
+    c.proto.pause_writing()  # once the answer has begun
+    c.endpoint.gate.set()
     await c.settle()
     out = bytes(c.transport.out)
     assert b"Transfer-Encoding: chunked" in out and b"data: 1" in out and b"data: 2" not in out
     c.proto.resume_writing()
     await c.settle()
     assert answers(bytes(c.transport.out)) == [(200, b"data: 1\n\ndata: 2\n\n")]
+
+
+async def test_no_request_is_answered_while_writes_are_paused() -> None:
+    c = Conn()
+    c.proto.pause_writing()  # the client takes none of the answers written for it
+    c.proto.data_received(b"".join(rpc(b"%d" % i) for i in range(MAX_PIPELINED)))
+    await c.settle()
+    assert not c.endpoint.bodies and not c.transport.out and not c.transport.reading
+    c.proto.resume_writing()
+    await c.settle()
+    assert [a[1] for a in answers(bytes(c.transport.out))] == [
+        b"echo:%d" % i for i in range(MAX_PIPELINED)
+    ]
+    assert c.transport.reading
 
 
 async def test_a_client_gone_mid_answer_cancels_it() -> None:
