@@ -642,3 +642,24 @@ async def test_pipelined_heads_split_across_large_reads_are_not_refused(
     assert ids == list(range(400))
     assert await kept(bridge) == 1
     client.close()
+
+
+async def test_an_sse_answer_to_connection_close_says_so_on_both_paths(
+    start_bridge: StartBridge,
+) -> None:
+    """The front's chunked SSE head had no ``Connection: close`` for a request that
+    asked for one (its plain JSON answers, and aiohttp's SSE ones, have it: RFC 9112
+    §9.6); the connection closed after the answer all the same."""
+    bridge = await start_bridge()
+    sse = post(extra="Accept: text/event-stream\r\nConnection: close\r\n")
+    for first in (b"", get("/livez")):  # the front's, then aiohttp's
+        client = await Client.open(bridge.port)
+        if first:
+            await client.send(first)
+            assert (await client.answer()).status == 200
+        await client.send(sse)
+        answer = await client.answer()
+        assert answer.header("Content-Type") == "text/event-stream"
+        assert answer.header("Connection") == "close", answer.headers
+        assert b'"id":1' in answer.body
+        assert await client.closed()

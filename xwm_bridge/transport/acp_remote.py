@@ -33,7 +33,7 @@ from xwm_bridge.acp.remote import END, Outbox, RemoteConnection
 from xwm_bridge.acp.sessions import OWNER_KEY
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.tasks import wait_for
-from xwm_bridge.transport.exchange import SSE_HEADERS, SSE_KEEPALIVE
+from xwm_bridge.transport.exchange import SSE_KEEPALIVE, sse_headers
 from xwm_bridge.transport.notify import OrderedSender
 
 log = logging.getLogger("xwm_bridge.acp")
@@ -262,7 +262,7 @@ class AcpRemote:
         if sid and not await self._known_session(remote, sid):
             return _error(404, f"unknown {SESSION_HEADER}")
         box = remote.session_box(sid) if sid else remote.main
-        response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        response = web.StreamResponse(status=200, headers=sse_headers(request.keep_alive))
         await response.prepare(request)
         self._streams.add(response)
         generation = box.attach()

@@ -29,7 +29,7 @@ from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.dispatcher import STORE_UNAVAILABLE
 from xwm_bridge.core.feed import Subscription
 from xwm_bridge.store.base import RESULT, LedgerEntry, StoreUnavailable
-from xwm_bridge.transport.exchange import SSE_HEADERS, SSE_KEEPALIVE
+from xwm_bridge.transport.exchange import SSE_KEEPALIVE, sse_headers
 from xwm_bridge.transport.notify import OrderedSender
 from xwm_bridge.wire import PLAIN, WireEncoder
 
@@ -138,7 +138,7 @@ async def stream_events(
     sessions = bridge.sessions
     stream = web.StreamResponse(
         status=200,
-        headers={**SSE_HEADERS, **headers},
+        headers={**sse_headers(request.keep_alive), **headers},
     )
     # subscribe and queue the ledger read with no await in between: the read sees every
     # entry recorded before the subscription, the subscription every one after

@@ -22,6 +22,17 @@ SSE_HEADERS: Mapping[str, str] = {
     "Connection": "keep-alive",
     "X-Accel-Buffering": "no",
 }
+#: the SSE headers of an answer to a request that asked to close (``Connection:
+#: close``, HTTP/1.0 without keep-alive): :data:`SSE_HEADERS` said ``keep-alive`` on a
+#: connection closed after the answer (the original's Go server replaces the field)
+SSE_CLOSE_HEADERS: Mapping[str, str] = {**SSE_HEADERS, "Connection": "close"}
+
+
+def sse_headers(keep_alive: bool) -> Mapping[str, str]:
+    """:data:`SSE_HEADERS`, or :data:`SSE_CLOSE_HEADERS` for a request that asked to close."""
+    return SSE_HEADERS if keep_alive else SSE_CLOSE_HEADERS
+
+
 #: an SSE comment line: keeps proxies with idle timeouts from cutting a silent stream
 SSE_KEEPALIVE = b": keep-alive\n\n"
 CORS_HEADERS: Mapping[str, str] = {

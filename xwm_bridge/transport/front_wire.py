@@ -13,7 +13,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, Protocol
 
-from xwm_bridge.transport.exchange import JSON_HEADERS, SSE_HEADERS, VARY, Reply
+from xwm_bridge.transport.exchange import JSON_HEADERS, VARY, Reply, sse_headers
 
 #: fields a request carries once: aiohttp answers a second one 400 (RFC 9110), so a
 #: head that repeats one is handed to it (or, pipelined, closes the connection)
@@ -167,7 +167,7 @@ class ChunkedStream:
         return b"".join(
             [
                 _STATUS[200],
-                header_lines(SSE_HEADERS, self.request.cors),
+                header_lines(sse_headers(self.request.keep_alive), self.request.cors),
                 b"Transfer-Encoding: chunked\r\n",
                 self.conn.clock.line(),
                 b"\r\n",

@@ -23,7 +23,7 @@ from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.config import Limits
 from xwm_bridge.observability.metrics import Metrics
 from xwm_bridge.sse import DONE, encode_data
-from xwm_bridge.transport.exchange import SSE_HEADERS, SSE_KEEPALIVE, RequestView, StreamOut
+from xwm_bridge.transport.exchange import SSE_KEEPALIVE, RequestView, StreamOut, sse_headers
 from xwm_bridge.transport.http_checks import CallFactory, apply_cors
 from xwm_bridge.transport.notify import OrderedSender
 from xwm_bridge.wire import WireEncoder
@@ -34,7 +34,8 @@ class AiohttpStream:
 
     def __init__(self, request: web.Request, cors: dict[str, str]) -> None:
         self.request = request
-        self.response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        headers = sse_headers(request.keep_alive)
+        self.response = web.StreamResponse(status=200, headers=headers)
         apply_cors(self.response, cors)
 
     async def write(self, data: bytes, *, last: bool = False) -> None:
