@@ -278,29 +278,27 @@ class GatewayRuntime:
             self._tasks.spawn(self._abort_runs(runs), name=f"gateway-orphans:{self.runtime_id}")
 
     async def _abort_runs(self, runs: list[tuple[str, str]]) -> None:
-        """Each run's ``chat.abort`` (within ``abort_timeout``); one whose socket is lost
-        again waits for the next one."""
+        """Each run's :meth:`abort_run`; one whose socket is lost again waits for the
+        next one."""
         for session_key, run_id in runs:
-            fields = {"runtime_id": self.runtime_id, "run_id": run_id}
-            try:
-                body = await self.request(
-                    "chat.abort",
-                    {"sessionKey": session_key, "runId": run_id},
-                    self.settings.abort_timeout,
-                )
-            except GatewayError as exc:
-                log.warning(
-                    "chat.abort of a run its lost socket left failed",
-                    extra={**fields, "error": str(exc)},
-                )
-                if not self.connected:
-                    self._orphans.add(session_key, run_id)
-                continue
-            aborted = bool(isinstance(body, dict) and body.get("aborted"))
-            log.info(
-                "chat.abort of a run its lost socket left answered",
-                extra={**fields, "aborted": aborted},
+            if not await self.abort_run(session_key, run_id) and not self.connected:
+                self._orphans.add(session_key, run_id)
+
+    async def abort_run(self, session_key: str, run_id: str) -> bool:
+        """``chat.abort`` of one run, within ``abort_timeout``: whether the gateway says
+        it aborted it (a failure is logged, and False)."""
+        fields = {"runtime_id": self.runtime_id, "run_id": run_id}
+        try:
+            body = await self.request(
+                "chat.abort",
+                {"sessionKey": session_key, "runId": run_id},
+                self.settings.abort_timeout,
             )
+        except GatewayError as exc:
+            log.warning("chat.abort failed", extra={**fields, "error": str(exc)})
+            return False
+        log.info("chat.abort answered", extra={**fields, "answer": body})
+        return bool(isinstance(body, dict) and body.get("aborted"))
 
     async def _run(self, ws: ClientConnection | None) -> None:
         """Own the socket: read until lost, then reconnect with backoff unless fatal.

@@ -10,7 +10,6 @@ run's terminal event. ``session.cancel`` and the turn deadline both send
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +23,6 @@ from xwm_bridge.gateway.connect_params import LOCAL
 from xwm_bridge.gateway.manager import GatewayManager
 from xwm_bridge.gateway.protocol import GatewayError
 from xwm_bridge.gateway.runtime import GatewayRuntime
-
-log = logging.getLogger("xwm_bridge.gateway")
 
 MODE = Mode.GATEWAY_CHAT.value
 
@@ -278,22 +275,9 @@ class GatewayTurnExecutor:
         self, ctx: TurnContext, rt: GatewayRuntime, session_key: str, run_id: str
     ) -> bool:
         """``chat.abort`` within ``abort_timeout``, even while this task is being cancelled."""
-
-        async def abort() -> bool:
-            try:
-                body = await rt.request(
-                    "chat.abort",
-                    {"sessionKey": session_key, "runId": run_id},
-                    rt.settings.abort_timeout,
-                )
-            except GatewayError as exc:
-                log.warning("chat.abort failed", extra={"run_id": run_id, "error": str(exc)})
-                return False
-            log.info("chat.abort answered", extra={"run_id": run_id, "answer": body})
-            return bool(isinstance(body, dict) and body.get("aborted"))
-
         # owned by the bridge's supervisor: it outlives this task's cancellation, bounded
-        task = ctx.supervisor.spawn(abort(), name=f"gateway-abort:{run_id}")
+        abort = rt.abort_run(session_key, run_id)
+        task = ctx.supervisor.spawn(abort, name=f"gateway-abort:{run_id}")
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:

@@ -15,6 +15,7 @@ from typing import Any
 from xwm_bridge.config.sections import GatewayConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.gateway import protocol as p
+from xwm_bridge.gateway.runtime import GatewayRuntime
 from xwm_bridge.gateway.turns import GatewayTurnExecutor, RunTap
 from xwm_bridge.tasks import Supervisor, wait_for
 from xwm_bridge.transport.notify import OrderedSender
@@ -37,6 +38,10 @@ class FakeRuntime:
 
     def remove_tap(self, tap: RunTap) -> None:
         self.taps.remove(tap)
+
+    runtime_id = "rt-test"
+    #: the runtime's own: its ``chat.abort`` goes through :meth:`request` below
+    abort_run = GatewayRuntime.abort_run
 
     async def request(self, method: str, params: dict[str, Any], _deadline: float) -> Any:
         self.requests.append(method)
