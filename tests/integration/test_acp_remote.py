@@ -133,14 +133,10 @@ async def test_a_dropped_connection_keeps_its_turn_and_resume_picks_it_up(
         assert users == ["slow:1500 finish me"] and checker.text() == "echo: finish me"
 
 
-async def test_a_permission_open_when_the_connection_dropped_is_asked_on_resume(
-    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
-) -> None:
-    """The question went to the dropped connection only; the turn then waited for the
-    broker's deadline and the agent was refused. Now the client that resumes is asked."""
-    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
-    url = f"{bp.url}/acp/remote"
-    target = tmp_path / "out.txt"
+async def asked_then_dropped(url: str, tmp_path: Path, target: Path) -> tuple[str, RecordingClient]:
+    """A session whose turn asks the client a permission (to write ``target``) that the
+    client never answers, and the client's connection then gone: the session id and
+    that first client (what it was asked)."""
     first = RecordingClient(hold_permission=True)  # asked, never answers
     async with sdk_client(url, "ws", first) as (conn, _, _checker):
         session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
@@ -152,6 +148,18 @@ async def test_a_permission_open_when_the_connection_dropped_is_asked_on_resume(
         await asyncio.wait_for(first.permission_asked.wait(), 20)
     with contextlib.suppress(Exception):
         await turn  # its connection went away
+    return sid, first
+
+
+async def test_a_permission_open_when_the_connection_dropped_is_asked_on_resume(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The question went to the dropped connection only; the turn then waited for the
+    broker's deadline and the agent was refused. Now the client that resumes is asked."""
+    bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    target = tmp_path / "out.txt"
+    sid, first = await asked_then_dropped(url, tmp_path, target)
     assert not target.exists()
     async with sdk_client(url, "ws") as (conn, second, checker):  # answers allow_once
         await conn.resume_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
@@ -174,17 +182,7 @@ async def test_a_permission_open_when_a_load_attaches_is_asked_after_its_replay(
     bp = await start_bridge(config=config(fake_upstream, tmp_path), tmp=tmp_path)
     url = f"{bp.url}/acp/remote"
     target = tmp_path / "out.txt"
-    first = RecordingClient(hold_permission=True)  # asked, never answers
-    async with sdk_client(url, "ws", first) as (conn, _, _checker):
-        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
-        sid = session.session_id
-        await conn.set_config_option(config_id="route", session_id=sid, value="single-agent:fake")
-        turn = asyncio.ensure_future(
-            conn.prompt(session_id=sid, prompt=prompt(f"permission {target}"))
-        )
-        await asyncio.wait_for(first.permission_asked.wait(), 20)
-    with contextlib.suppress(Exception):
-        await turn  # its connection went away
+    sid, first = await asked_then_dropped(url, tmp_path, target)
     async with sdk_client(url, "ws") as (conn, second, checker):  # answers allow_once
         await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
         await asyncio.wait_for(second.permission_asked.wait(), 20)
