@@ -361,8 +361,12 @@ class SkillCommands:
     ) -> bytes:
         assert proc.stdin is not None and proc.stdout is not None
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            proc.stdin.write(orjson.dumps(payload))
-            await proc.stdin.drain()
+            # a command that exited without reading its stdin: the loop may have closed
+            # the pipe already, and uvloop's write then raises RuntimeError (its answer
+            # is still on stdout)
+            if not proc.stdin.is_closing():
+                proc.stdin.write(orjson.dumps(payload))
+                await proc.stdin.drain()
             proc.stdin.close()
         chunks: list[bytes] = []
         async with asyncio.TaskGroup() as tg:

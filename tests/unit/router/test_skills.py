@@ -12,6 +12,7 @@ import stat
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -376,3 +377,45 @@ async def test_at_most_four_skill_commands_run_at_once(tmp_path: Path) -> None:
 def _counts(directory: Path) -> list[int]:
     """How many commands each one saw running as it started."""
     return [int(p.read_text()) for p in directory.glob("seen-*")]
+
+
+class _ClosedStdin:
+    """A command's stdin whose pipe the loop has already closed (the command exited
+    without reading it): uvloop's transport then raises RuntimeError on a write."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def is_closing(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:
+        raise RuntimeError(
+            "unable to perform operation on <WriteUnixTransport>; the handler is closed"
+        )
+
+    async def drain(self) -> None:
+        raise ConnectionResetError("closed")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_command_that_closed_its_stdin_still_gives_its_answer() -> None:
+    """A finder that exits without reading its stdin, before the prompt is written: on
+    uvloop the write raised RuntimeError (the closed pipe's transport), and the find
+    failed with it instead of reading the answer the command printed."""
+    stdout = asyncio.StreamReader()
+    stdout.feed_data(b'{"candidates": []}\n')
+    stdout.feed_eof()
+    stdin = _ClosedStdin()
+    # a pid no process can have (above pid_max): whatever is signalled, nothing is
+    proc = SimpleNamespace(stdin=stdin, stdout=stdout, pid=2**22 + 1, returncode=0)
+
+    async def exited() -> None:
+        return None
+
+    watch = SimpleNamespace(wait_exit=exited)
+    cmds = SkillCommands(enabled=True, find_bin="x", install_bin="", timeout=5, max_output=4096)
+    out = await cmds._exchange(proc, watch, {"prompt": "x"})  # type: ignore[arg-type]
+    assert out == b'{"candidates": []}\n' and stdin.closed
