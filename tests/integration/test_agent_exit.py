@@ -220,3 +220,34 @@ async def test_an_agent_exiting_tells_its_sessions_before_their_requests_are_can
         assert order == []
     finally:
         await agent.close()
+
+
+class _ClosedStdin:
+    """The stdin of an agent that exited, its pipe already closed by the loop: uvloop's
+    transport raises RuntimeError on a write (asyncio's, BrokenPipeError)."""
+
+    def is_closing(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:
+        raise RuntimeError(
+            "unable to perform operation on <WriteUnixTransport>; the handler is closed"
+        )
+
+    async def drain(self) -> None:
+        raise ConnectionResetError("closed")
+
+
+async def test_a_write_to_an_agent_whose_stdin_is_closed_says_how_it_exited() -> None:
+    """A request written just after the agent exited, its stdin pipe closed: on uvloop
+    the write raised RuntimeError, which reached the turn as an internal error, instead
+    of the agent's exit."""
+    from types import SimpleNamespace
+
+    agent = AcpAgent(spec())
+    agent._proc = SimpleNamespace(stdin=_ClosedStdin(), returncode=1)  # type: ignore[assignment]
+    agent._exit_message = "agent fake exited (exit status 1)"
+    agent._exited.set()
+    with pytest.raises(AgentError) as info:
+        await agent._write(b"{}\n")
+    assert str(info.value) == "agent fake exited (exit status 1)"

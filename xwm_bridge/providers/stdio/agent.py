@@ -257,6 +257,8 @@ class AcpAgent:
             raise AgentError(f"agent {self.spec.name} is not running")
         async with self._write_lock:
             try:
+                if proc.stdin.is_closing():  # the pipe is gone: uvloop's write would
+                    raise BrokenPipeError("the agent's stdin is closed")  # be RuntimeError
                 proc.stdin.write(data)
                 await wait_for(proc.stdin.drain(), WRITE_TIMEOUT)
             except OSError as exc:  # a closed pipe: say how the process ended, if it did
