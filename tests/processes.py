@@ -26,3 +26,23 @@ def processes_with(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+class ClosedStdin:
+    """A child's stdin whose pipe the loop has already closed (the child exited without
+    reading it): uvloop's transport raises RuntimeError on a write, asyncio's does not."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def is_closing(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:
+        raise RuntimeError("unable to perform operation on <WriteUnixTransport>: closed")
+
+    async def drain(self) -> None:
+        raise ConnectionResetError("closed")
+
+    def close(self) -> None:
+        self.closed = True

@@ -16,6 +16,7 @@ import pytest
 
 from tests.integration.test_acp_agent_process import alive, spec
 from tests.markers import both_loops
+from tests.processes import ClosedStdin
 from xwm_bridge.providers.stdio import codec
 from xwm_bridge.providers.stdio.agent import AcpAgent, AgentError, SessionHandlers
 
@@ -222,22 +223,6 @@ async def test_an_agent_exiting_tells_its_sessions_before_their_requests_are_can
         await agent.close()
 
 
-class _ClosedStdin:
-    """The stdin of an agent that exited, its pipe already closed by the loop: uvloop's
-    transport raises RuntimeError on a write (asyncio's, BrokenPipeError)."""
-
-    def is_closing(self) -> bool:
-        return True
-
-    def write(self, data: bytes) -> None:
-        raise RuntimeError(
-            "unable to perform operation on <WriteUnixTransport>; the handler is closed"
-        )
-
-    async def drain(self) -> None:
-        raise ConnectionResetError("closed")
-
-
 async def test_a_write_to_an_agent_whose_stdin_is_closed_says_how_it_exited() -> None:
     """A request written just after the agent exited, its stdin pipe closed: on uvloop
     the write raised RuntimeError, which reached the turn as an internal error, instead
@@ -245,7 +230,7 @@ async def test_a_write_to_an_agent_whose_stdin_is_closed_says_how_it_exited() ->
     from types import SimpleNamespace
 
     agent = AcpAgent(spec())
-    agent._proc = SimpleNamespace(stdin=_ClosedStdin(), returncode=1)  # type: ignore[assignment]
+    agent._proc = SimpleNamespace(stdin=ClosedStdin(), returncode=1)  # type: ignore[assignment]
     agent._exit_message = "agent fake exited (exit status 1)"
     agent._exited.set()
     with pytest.raises(AgentError) as info:

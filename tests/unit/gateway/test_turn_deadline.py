@@ -12,36 +12,23 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from tests.unit.gateway.fake_runtime import TapRuntime
 from xwm_bridge.config.sections import GatewayConfig
 from xwm_bridge.core.context import TurnContext
 from xwm_bridge.gateway import protocol as p
-from xwm_bridge.gateway.runtime import GatewayRuntime
-from xwm_bridge.gateway.turns import GatewayTurnExecutor, RunTap
+from xwm_bridge.gateway.turns import GatewayTurnExecutor
 from xwm_bridge.tasks import Supervisor, wait_for
 from xwm_bridge.transport.notify import OrderedSender
 
 KEY = "agent:main:xwm-s1"
 
 
-class FakeRuntime:
+class FakeRuntime(TapRuntime):
     """The parts of a GatewayRuntime a turn uses: ``chat.send`` queues one delta."""
 
     def __init__(self, turn_timeout: float) -> None:
-        self.settings = GatewayConfig(turn_timeout=turn_timeout)
-        self.snapshot = SimpleNamespace(main_session_key="agent:main:main")
-        self.taps: list[RunTap] = []
+        super().__init__(GatewayConfig(turn_timeout=turn_timeout))
         self.requests: list[str] = []
-        self.socket_lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def add_tap(self, tap: RunTap) -> None:
-        self.taps.append(tap)
-
-    def remove_tap(self, tap: RunTap) -> None:
-        self.taps.remove(tap)
-
-    runtime_id = "rt-test"
-    #: the runtime's own: its ``chat.abort`` goes through :meth:`request` below
-    abort_run = GatewayRuntime.abort_run
 
     async def request(self, method: str, params: dict[str, Any], _deadline: float) -> Any:
         self.requests.append(method)

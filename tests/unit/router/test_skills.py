@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.markers import both_loops
-from tests.processes import alive
+from tests.processes import ClosedStdin, alive
 from xwm_bridge.config import BridgeConfig, RouterConfig
 from xwm_bridge.router.resolver import RoutingRequest
 from xwm_bridge.router.service import Router
@@ -379,28 +379,6 @@ def _counts(directory: Path) -> list[int]:
     return [int(p.read_text()) for p in directory.glob("seen-*")]
 
 
-class _ClosedStdin:
-    """A command's stdin whose pipe the loop has already closed (the command exited
-    without reading it): uvloop's transport then raises RuntimeError on a write."""
-
-    def __init__(self) -> None:
-        self.closed = False
-
-    def is_closing(self) -> bool:
-        return True
-
-    def write(self, data: bytes) -> None:
-        raise RuntimeError(
-            "unable to perform operation on <WriteUnixTransport>; the handler is closed"
-        )
-
-    async def drain(self) -> None:
-        raise ConnectionResetError("closed")
-
-    def close(self) -> None:
-        self.closed = True
-
-
 async def test_a_command_that_closed_its_stdin_still_gives_its_answer() -> None:
     """A finder that exits without reading its stdin, before the prompt is written: on
     uvloop the write raised RuntimeError (the closed pipe's transport), and the find
@@ -408,7 +386,7 @@ async def test_a_command_that_closed_its_stdin_still_gives_its_answer() -> None:
     stdout = asyncio.StreamReader()
     stdout.feed_data(b'{"candidates": []}\n')
     stdout.feed_eof()
-    stdin = _ClosedStdin()
+    stdin = ClosedStdin()
     # a pid no process can have (above pid_max): whatever is signalled, nothing is
     proc = SimpleNamespace(stdin=stdin, stdout=stdout, pid=2**22 + 1, returncode=0)
 
