@@ -24,7 +24,8 @@ from redis import exceptions as rex
 from tests.conftest import closed_port
 from tests.redis_server import RedisServer, redis_server
 from xwm_bridge.store.base import StoreLimits, StoreUnavailable
-from xwm_bridge.store.cluster import Cluster
+from xwm_bridge.store.cluster import Cluster, Ticket
+from xwm_bridge.store.cluster_scripts import RELEASE
 from xwm_bridge.store.redis import RedisStore
 from xwm_bridge.tasks import wait_for
 
@@ -241,4 +242,35 @@ async def test_the_keys_of_a_thread_s_lease_expire(
             assert 0 < await admin.pttl(name) <= retention_ms, name
         assert await admin.pttl("xwm:fence:th") > retention_ms - 60_000
     finally:
+        await close(store, cluster)
+
+
+async def test_a_session_stays_marked_running_while_another_of_its_turns_runs_here(
+    redis: RedisServer, admin: aioredis.Redis
+) -> None:
+    """Two turns of one session on two threads, both running on this replica: the
+    first's release deleted ``run:<session>`` while the second still ran, so a
+    ``session.cancel`` arriving at another replica found nothing to cancel."""
+    store, cluster = await cluster_on(redis, redis_timeout=1.0)
+    other_store, other = await cluster_on(redis, redis_timeout=1.0)
+    try:
+        first = await cluster.enqueue("th-a", "s1")
+        second = await cluster.enqueue("th-b", "s1")
+        await cluster.acquire(first)
+        await cluster.acquire(second)
+        await cluster.release(first)
+        assert await admin.get("xwm:run:s1") == store.replica_id.encode()
+        assert await other.cancel_remote("s1") is True  # published to this replica
+        await cluster.release(second)
+        assert await admin.get("xwm:run:s1") is None
+        # a release owed for a queueing that failed does not take the mark either
+        third = await cluster.enqueue("th-a", "s1")
+        await cluster.acquire(third)
+        keys, args = cluster._release_call(Ticket("th-c", "lost", "s1"))
+        await admin.eval(RELEASE, len(keys), *keys, *args)
+        assert await admin.get("xwm:run:s1") == store.replica_id.encode()
+        await cluster.release(third)
+        assert await admin.get("xwm:run:s1") is None
+    finally:
+        await close(other_store, other)
         await close(store, cluster)

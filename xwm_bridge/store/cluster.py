@@ -126,6 +126,9 @@ class Cluster:
         #: threads whose running turn follows this replica's own previous turn: no other
         #: replica wrote in between, so the in-memory session is current
         self._fresh: set[str] = set()
+        #: session → its turns granted on this replica and not released yet: while one
+        #: runs, another's release leaves ``run:<session>`` (a cancel still finds it)
+        self._running: dict[str, int] = {}
         self._ready = asyncio.Event()
         #: how long a thread's fencing token outlives its last grant: as long as the
         #: records it fences (``store.retention``), at least as long as its queue
@@ -237,6 +240,8 @@ class Cluster:
 
     def _granted(self, ticket: Ticket, token: int) -> int:
         ticket.fence = token
+        if not ticket.started:
+            self._running[ticket.session_id] = self._running.get(ticket.session_id, 0) + 1
         ticket.started = True
         self.store.fences[ticket.thread_id] = token
         if self._last_token.get(ticket.thread_id) == token - 1:
@@ -257,6 +262,9 @@ class Cluster:
         if self.store.fences.get(ticket.thread_id) == ticket.fence:
             del self.store.fences[ticket.thread_id]
         if ticket.started:
+            left = self._running.pop(ticket.session_id, 1) - 1
+            if left:
+                self._running[ticket.session_id] = left
             self._fresh.discard(ticket.thread_id)
             self._last_token[ticket.thread_id] = ticket.fence
             self._last_token.move_to_end(ticket.thread_id)
@@ -270,9 +278,12 @@ class Cluster:
             await wait_for(asyncio.shield(done), self.store.timeout)
 
     def _release_call(self, ticket: Ticket) -> tuple[list[str], list[str | int]]:
-        """The keys and arguments of ``ticket``'s :data:`RELEASE`."""
+        """The keys and arguments of ``ticket``'s :data:`RELEASE`. While another turn of
+        its session runs here, the session's running mark is left (no replica id matches
+        the empty one)."""
         keys = [self.key("q", ticket.thread_id), self.key("run", ticket.session_id)]
-        return keys, [ticket.value, self.replica_id]
+        mark = "" if self._running.get(ticket.session_id) else self.replica_id
+        return keys, [ticket.value, mark]
 
     def _sent(
         self, sent: asyncio.Future[bool], ticket: Ticket, keys: list[str], args: list[str | int]
