@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
-from tests.conftest import TOKEN, FakeUpstream, StartBridge, wait_until
-from tests.e2e.console_browser import Watch, login, open_console
+from tests.conftest import TOKEN, FakeUpstream, StartBridge, rpc, wait_until
+from tests.e2e.console_browser import Watch, codex, login, open_console
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -48,6 +49,8 @@ class Relay:
     config_marker: str = ""  # put in the config of each bridge.config answer from now on
     config_ids: list[Any] = field(default_factory=list)
     configs: int = 0  # bridge.config requests sent
+    swallow: int = 0  # the next session.list requests never reach the bridge
+    swallowed: list[dict[str, Any]] = field(default_factory=list)  # their params
 
     def __call__(self, ws: Any) -> None:
         server = ws.connect_to_server()
@@ -61,6 +64,10 @@ class Relay:
                 self.configs += 1
                 self.config_ids.append(msg["id"])
             if msg.get("method") == "session.list":
+                if self.swallow:  # the test drops the connection while it waits
+                    self.swallow -= 1
+                    self.swallowed.append(msg.get("params") or {})
+                    return
                 if self.fail:
                     self.fail -= 1
                     err = {"code": -32603, "message": "session store unavailable"}
@@ -204,3 +211,48 @@ async def test_a_reset_reads_the_config_again(console: Any, tmp_path: Path) -> N
     await shown.filter(has_text="and-again").wait_for(timeout=10_000)
     await page.screenshot(path=str(tmp_path / "config-after-reset.png"))  # looked at
     assert relay.configs == 3
+
+
+async def test_a_drop_during_the_first_load_reconnects_and_loads(
+    console: Any, http: aiohttp.ClientSession
+) -> None:
+    """The connection dropped while the page read its first snapshots: it went to the
+    login screen ("The console could not load: connection closed") and forgot the
+    token, where any later drop reconnects. Now it reconnects and loads."""
+    bp, context, watch = console
+    done = await rpc(http, bp.rpc_url, "session.start", codex("fl-one", "hello"))
+    assert done["result"]["success"] is True, done
+    page = await context.new_page()
+    relay = Relay(swallow=1)
+    await page.route_web_socket("**/console/ws", relay)
+    await page.goto(f"{bp.url}/console")
+    await page.locator("#token").fill(TOKEN)
+    await page.locator("#login-submit").click()
+    await wait_until(lambda: bool(relay.swallowed), within=10)
+    await relay.sockets[-1].close()
+    await wait_until(lambda: len(relay.sockets) > 1, within=15)  # reconnected
+    await page.locator("#conn.live").wait_for(timeout=15_000)
+    await page.locator('[data-session="fl-one"]').wait_for(timeout=10_000)
+    assert await page.locator("#login").is_hidden()
+    assert watch.errors == [], watch.errors
+
+
+async def test_a_filter_change_lost_to_a_drop_is_read_again_after_the_reconnect(
+    console: Any,
+) -> None:
+    """A filter change whose list read was lost with the connection kept the old
+    filter's list (and its error) after the page reconnected."""
+    bp, context, _ = console
+    page = await context.new_page()
+    relay = Relay()
+    await page.route_web_socket("**/console/ws", relay)
+    await login(page, bp.url, TOKEN)
+    relay.swallow = 1
+    await page.locator("#f-since").select_option("3600")
+    await wait_until(lambda: bool(relay.swallowed), within=10)
+    asked = len(relay.asked)
+    await relay.sockets[-1].close()
+    await wait_until(lambda: len(relay.asked) > asked, within=15)  # read again
+    await wait_until(lambda: relay.in_flight == 0, within=10)
+    banner = page.locator("#console-error")
+    await banner.wait_for(state="hidden", timeout=10_000)

@@ -388,11 +388,17 @@ const resyncs = new Serial(resync, {
   },
 });
 
-// A list read from the filters or "more": its failure shown, cleared by the next that works.
+// A list read from the filters or "more": its failure shown, cleared by the next that works;
+// one lost with the connection (no JSON-RPC error) is read again once it is back.
+let listLost = null;
 function reloadSessions(more) {
+  listLost = null;
   loadSessions(more).then(
     () => { showError("list", ""); render(); },
-    (e) => showError("list", `could not list the sessions: ${e.message}`),
+    (e) => {
+      if (e.code === undefined) listLost = { more };
+      showError("list", `could not list the sessions: ${e.message}`);
+    },
   );
 }
 
@@ -444,10 +450,19 @@ async function start(token) {
   $("login").hidden = true;
   $("main").hidden = false;
   $("logout").hidden = !hello.tokenRequired;
+  loaded = false;
+  await loadFirst(c);
+}
+
+// The first snapshots, then the watch from their cursor. A connection that drops meanwhile
+// is reconnected (its onDrop), and the reconnect loads them.
+let loaded = false;
+async function loadFirst(c) {
   let cursor;
   try {
     cursor = await resync();
   } catch (e) {
+    if (e.code === undefined && !c.stopped && c.ws.readyState !== WebSocket.OPEN) return;
     // the snapshots could not be read: say why at the login, never hang on "connecting…"
     // (-32003: a client token, which sees its own sessions only and no bridge-wide feed)
     c.close();
@@ -456,12 +471,14 @@ async function start(token) {
     showLogin(e.code === -32003 ? NOT_OPERATOR : `The console could not load: ${e.message}`);
     return;
   }
+  loaded = true;
   route();
   c.watch(cursor);
 }
 
 async function reconnect(token) {
   const old = conn;
+  if (!old) return; // signed out meanwhile
   const c = new Connection(onEvent, old.onState);
   c.cursor = old.cursor;
   c.retry = old.retry;
@@ -475,7 +492,9 @@ async function reconnect(token) {
   }
   conn = c;
   c.onDrop = () => setTimeout(() => reconnect(token), c.retry);
+  if (!loaded) { await loadFirst(c); return; } // dropped during the first load
   c.watch(); // from the last cursor: nothing is missed (or a reset re-reads the snapshots)
+  if (listLost) reloadSessions(listLost.more);
   if (state.selected && !state.detail) showDetail(state.selected).then(render, render); // lost with the old one
 }
 
