@@ -161,7 +161,9 @@ class _Partial:
 
 
 def parse(text: str) -> _Partial:
-    """§6.2/§6.4 for one sanitized file; prefixes are removed case-insensitively."""
+    """§6.2/§6.4 for one sanitized file; prefixes are removed case-insensitively, and
+    the accumulated ``preferred-skills`` are deduped (case-insensitive, first spelling
+    kept, as §4.1 dedupes every other skill list)."""
     out = _Partial()
     for raw in text.splitlines():
         line = raw.strip()
@@ -177,7 +179,15 @@ def parse(text: str) -> _Partial:
             elif prefix == "provider:":
                 out.provider = value
             else:
-                out.skills += [s.strip() for s in value.split(",") if s.strip()]
+                # every recorded block repeats the skills of the turn, and a turn whose
+                # skills came from memory records them again: kept with duplicates, the
+                # list doubled with each such turn (128 copies of one skill after 8)
+                seen = {s.lower() for s in out.skills}
+                for skill in value.split(","):
+                    skill = skill.strip()
+                    if skill and skill.lower() not in seen:
+                        seen.add(skill.lower())
+                        out.skills.append(skill)
             break
     return out
 

@@ -432,3 +432,30 @@ async def test_reader_trusts_a_stat_for_its_ttl(
     reader.invalidate(str(path))  # the bridge wrote it: seen at once
     path.write_text("preferred-route: single-agent, x\n")
     assert (await reader.load(locs)).route == "single-agent, x"
+
+
+def test_parse_dedupes_accumulated_skills() -> None:
+    part = memory.parse("preferred-skills: PPTX, pdf\n## later\npreferred-skills: pptx, PDF, docx")
+    assert part.skills == ["PPTX", "pdf", "docx"]
+
+
+async def test_skills_from_memory_do_not_double_with_each_turn(tmp_path: Path) -> None:
+    # a turn whose skills came from memory records them again: read back with every
+    # earlier block's copies, the list doubled per turn (128 copies after 8 turns)
+    r = router(tmp_path)
+    wd = tmp_path / "projects" / "app"
+    wd.mkdir(parents=True)
+    skills = [{"id": "pptx", "label": "PPTX", "installed": True}]
+    for prompt in ["make a powerpoint"] + ["hello"] * 6:
+        req = RoutingRequest.parse(
+            {
+                "taskPrompt": prompt,
+                "workingDirectory": str(wd),
+                "routing": {"routingMode": "auto", "availableSkills": skills},
+            }
+        )
+        assert req is not None
+        decision = await r.resolve(req)
+        assert decision.skills == ("PPTX",)
+        assert await r.record(req, decision, {"success": True})
+    assert (wd / ".xworkmate" / "memory.md").read_text().count("preferred-skills: PPTX\n") == 7
