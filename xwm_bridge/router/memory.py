@@ -341,9 +341,13 @@ def render_block(
     return "\n".join(_one_line(v) for v in lines) + "\n"
 
 
+#: every character str.splitlines() (parse) breaks a line at, not only \r and \n
+_LINE_BREAKS = dict.fromkeys(map(ord, "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"), " ")
+
+
 def _one_line(value: str) -> str:
     # client-chosen values (model, skills) must not inject extra preference lines
-    return value.replace("\r", " ").replace("\n", " ")
+    return value.translate(_LINE_BREAKS)
 
 
 def record_target(locations: MemoryLocations) -> Path | None:
