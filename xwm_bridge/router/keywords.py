@@ -74,8 +74,19 @@ def _pattern(keywords: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(parts)) if parts else None
 
 
-@functools.lru_cache(maxsize=4096)
 def _one(keyword: str) -> re.Pattern[str] | None:
+    """:func:`_compiled` of ``keyword``, through its cache only when it is short: a
+    cache entry keeps its key, and an overlong keyword (a client's skill id or label, as
+    long as a request body) would be held there with its ``None`` (4096 of them: GiBs)."""
+    if len(keyword) > MAX_KEYWORD:
+        keyword = keyword.strip()
+        if len(keyword) > MAX_KEYWORD:
+            return None
+    return _compiled(keyword)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(keyword: str) -> re.Pattern[str] | None:
     """:func:`_pattern` of one keyword, with its literal first: ``re`` then skips to
     each occurrence as fast as ``str.find`` (a leading lookbehind made it try every
     position, 10x slower); the lookbehind after the first word checks the same boundary.
@@ -104,7 +115,8 @@ def any_in(lowered: str, keywords: tuple[str, ...] | list[str]) -> bool:
     """:func:`any_of` for a text already lower-cased (a caller matching many keyword
     lists against one prompt lowers it once)."""
     for keyword in keywords:
-        pattern = _one(keyword)
+        # _one inlined for the common short keyword (no Python frame per keyword)
+        pattern = _compiled(keyword) if len(keyword) <= MAX_KEYWORD else _one(keyword)
         if pattern is not None and pattern.search(lowered) is not None:
             return True
     return False

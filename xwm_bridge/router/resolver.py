@@ -220,10 +220,23 @@ async def _no_install(approved: list[SkillCandidate]) -> list[SkillCandidate]:
     return []
 
 
-@functools.lru_cache(maxsize=256)
+#: explicit target values longer than this are mapped without the cache (which keeps
+#: each value as its key: 256 of them the size of a request body held a GiB)
+TARGET_CACHED_CHARS = 64
+
+
 def explicit_target(value: str) -> str:
     """Map an explicit target name (case-insensitive); ``""`` when unknown."""
+    if len(value) > TARGET_CACHED_CHARS:
+        return _target_of(value)
+    return _cached_target(value)
+
+
+def _target_of(value: str) -> str:
     return _EXPLICIT_TARGETS.get(_SEPARATORS.sub("", value.strip().lower()), "")
+
+
+_cached_target = functools.lru_cache(maxsize=256)(_target_of)
 
 
 #: decisions without skills or memory (frozen: shared), by their strings; bounded,
@@ -312,7 +325,9 @@ async def resolve(
     available_lc = _normalized(tuple(available))
 
     if req.explicit_mode and req.explicit_target:
-        target, reason = explicit_target(req.explicit_target), "explicit"
+        value = req.explicit_target  # explicit_target() inlined: the hot path's call
+        short = len(value) <= TARGET_CACHED_CHARS
+        target, reason = _cached_target(value) if short else _target_of(value), "explicit"
         if not target:
             return RoutingDecision(
                 skill_source=NONE,

@@ -82,3 +82,26 @@ def test_any_of_agrees_with_one_alternation(text: str, words: list[str]) -> None
     pattern = keywords._pattern(tuple(words))
     expected = pattern is not None and pattern.search(text.lower()) is not None
     assert keywords.any_of(text, words) is expected
+
+
+def test_overlong_keywords_are_not_held_by_the_cache() -> None:
+    # the cache kept each overlong keyword (a client's skill id, up to a request body)
+    # as its key, None as its value: 4096 of them held GiBs
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(32):
+            long = f"{i:04d}" + "q" * (256 * 1024)
+            assert not keywords.any_of("a prompt", [long])
+            del long
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1024 * 1024  # 8 MiB before the fix
+    long = " " * 1000 + "pdf" + " " * 1000  # blanks around a keyword still do not count
+    assert keywords.any_of("a pdf file", [long])

@@ -422,3 +422,30 @@ def test_shared_decisions_hold_little_client_text(routing: Any) -> None:
     assert held <= 256 * 1024  # not PLAIN_CACHED x 64 KiB
     short = resolve(explicit("singleAgent", explicitModel="m"), CATALOG)
     assert resolve(explicit("singleAgent", explicitModel="m"), CATALOG) is short
+
+
+def test_long_explicit_targets_are_not_held_by_the_cache() -> None:
+    # the target names' cache kept each client value as its key: 256 unknown targets
+    # the size of a request body held a GiB
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(32):
+            value = f"{i:04d}" + "x" * (256 * 1024)
+            assert resolver.explicit_target(value) == ""
+            del value
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1024 * 1024  # 8 MiB before the fix
+    assert resolver.explicit_target("-" * 1000 + "Multi_Agent") == "multi-agent"
+
+
+def test_a_long_explicit_target_is_still_mapped_in_a_resolution() -> None:
+    routing = {"routingMode": "explicit", "explicitExecutionTarget": "_" * 100 + "gateway"}
+    assert resolve(routing, CATALOG).execution_target == GATEWAY
