@@ -111,11 +111,20 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+#: a working directory longer than this (Linux's PATH_MAX) names no memory: no such
+#: path can be opened (ENAMETOOLONG), and the caches keyed by it would hold it
+MAX_PATH = 4096
+#: a file name's bytes at most (NAME_MAX); ``<project>.md`` must fit
+_MAX_NAME = 255
+
+
 def project_name(working_directory: str) -> str:
     """The last path element, if it is a plain, safe file name."""
     name = os.path.basename(working_directory.strip().rstrip("/\\"))
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
         return ""
+    if len(name.encode("utf-8", "surrogatepass")) + len(".md") > _MAX_NAME:
+        return ""  # no such file can exist (ENAMETOOLONG)
     return name
 
 
@@ -131,6 +140,8 @@ def locate(
     home = memory_home.strip() or os.environ.get("HOME", "").strip()
     memory_dir = _real_dir(home) / "self-improving" if os.path.isabs(home) else None
     wd = working_directory.strip()
+    if len(wd) > MAX_PATH:
+        wd = ""
     project = project_name(wd) if wd else ""
     local_dir: Path | None = None
     if wd and os.path.isabs(wd) and project_roots:

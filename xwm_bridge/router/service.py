@@ -66,6 +66,11 @@ class Router:
         hit = self._located.get(wd)
         if hit is not None and now - hit[0] < memory.STAT_TTL:
             return hit[1]
+        if len(wd) > memory.MAX_PATH:
+            wd = ""  # names no memory (locate); not kept as a key: it is the client's text
+            hit = self._located.get(wd)
+            if hit is not None and now - hit[0] < memory.STAT_TTL:
+                return hit[1]
         cfg = self._config
         located = memory.locate(wd, cfg.router.memory_home, cfg.memory_roots)
         if len(self._located) >= LOCATIONS_CACHED:

@@ -471,3 +471,36 @@ async def test_skills_from_memory_do_not_double_with_each_turn(tmp_path: Path) -
         assert decision.skills == ("PPTX",)
         assert await r.record(req, decision, {"success": True})
     assert (wd / ".xworkmate" / "memory.md").read_text().count("preferred-skills: PPTX\n") == 7
+
+
+async def test_long_working_directories_are_not_held(tmp_path: Path) -> None:
+    # the locations cache (1024 entries) and the reader's cache kept each client's
+    # working directory and the paths made of it: 5x its size, a 4 MiB request body's
+    # wd held 20 MiB, 1024 of them 20 GiB; no path past PATH_MAX can be opened anyway
+    import gc
+    import tracemalloc
+
+    r = router(tmp_path)
+    (tmp_path / "projects").mkdir()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(16):
+            wd = f"{tmp_path / 'projects'}/{i:04d}" + "a" * (64 * 1024)
+            decision = await r.resolve(request(wd, prompt="hello"))
+            assert decision.memory_sources == ()
+            del wd, decision
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 256 * 1024  # 5 MiB before the fix
+
+
+def test_a_project_name_no_file_can_have_is_no_project() -> None:
+    assert memory.project_name("/w/" + "a" * 252) == "a" * 252
+    assert memory.project_name("/w/" + "a" * 253) == ""  # a253.md: 256 bytes
+    assert memory.project_name("/w/" + "é" * 127) == ""  # 254 bytes + .md
+    locs = memory.locate("/w/" + "x" * memory.MAX_PATH, "/home/u", ("/w",))
+    assert (locs.project, locs.project_local_dir) == ("", None)
