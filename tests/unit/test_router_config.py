@@ -52,6 +52,8 @@ def test_env_merges_into_yaml_section(tmp_path: Path) -> None:
         ("router:\n  memory_project_roots: [relative]\n", "router.memory_project_roots[0]"),
         ("router:\n  classifier_timeout: 0\n", "router: timeouts"),
         ("router:\n  classifier_max_concurrency: 0\n", "router.classifier_max_concurrency"),
+        ("router:\n  memory_max_bytes: 0\n", "router.memory_max_bytes: must be greater"),
+        ("router:\n  skill_command_max_output: 0\n", "router.skill_command_max_output: must"),
         ("router:\n  nope: 1\n", "router.nope: unknown key"),
         ("mounts:\n  cli_timeout: x\n", "mounts.cli_timeout"),
     ],

@@ -127,6 +127,11 @@ def _validate(config: BridgeConfig) -> None:
         raise ConfigError("router: timeouts must be greater than 0")
     if config.router.classifier_max_concurrency <= 0:
         raise ConfigError("router.classifier_max_concurrency: must be greater than 0")
+    # 0 read no memory file at all (a 0-byte read cap, rotation off); 0 output bytes
+    # made every skill command's answer "too large"
+    for name in ("memory_max_bytes", "skill_command_max_output"):
+        if getattr(config.router, name) <= 0:
+            raise ConfigError(f"router.{name}: must be greater than 0")
     for name in ("initialize_timeout", "session_timeout", "prompt_timeout", "permission_timeout"):
         if getattr(config.agents, name) <= 0:
             raise ConfigError(f"agents.{name}: must be greater than 0")
