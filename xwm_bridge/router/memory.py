@@ -134,6 +134,14 @@ def _real_dir(path: str) -> Path:
     return Path(os.path.realpath(path))
 
 
+def resolves(working_directory: str, project_roots: tuple[str, ...]) -> bool:
+    """:func:`locate` resolves ``working_directory`` (a filesystem call per component
+    of the client's path, which may block: its callers on the event loop run it in a
+    thread then)."""
+    wd = working_directory.strip()
+    return bool(wd) and len(wd) <= MAX_PATH and os.path.isabs(wd) and bool(project_roots)
+
+
 def locate(
     working_directory: str, memory_home: str, project_roots: tuple[str, ...]
 ) -> MemoryLocations:
@@ -144,7 +152,7 @@ def locate(
         wd = ""
     project = project_name(wd) if wd else ""
     local_dir: Path | None = None
-    if wd and os.path.isabs(wd) and project_roots:
+    if resolves(wd, project_roots):
         resolved = Path(os.path.realpath(wd))
         for root in project_roots:
             if _inside(resolved, _real_dir(root)):

@@ -58,9 +58,14 @@ class Router:
         )
         self._finder = self.skills.find if self.skills.finds else None
 
-    def _locations(self, req: RoutingRequest) -> memory.MemoryLocations:
+    async def _locations(self, req: RoutingRequest) -> memory.MemoryLocations:
         """Where memory lives for this working directory; resolved (``realpath``) at most
-        once per ``memory.STAT_TTL`` per directory, so a turn makes no filesystem call."""
+        once per ``memory.STAT_TTL`` per directory, so a turn makes no filesystem call.
+
+        The ``realpath`` of a client's directory runs in a worker thread: it ``lstat``s
+        every component of a path the client chose (outside the roots too: it is how
+        they are checked), and one on a hung NFS or automount path held the event
+        loop, so every session, until the mount answered."""
         wd = req.working_directory
         now = time.monotonic()
         hit = self._located.get(wd)
@@ -72,7 +77,11 @@ class Router:
             if hit is not None and now - hit[0] < memory.STAT_TTL:
                 return hit[1]
         cfg = self._config
-        located = memory.locate(wd, cfg.router.memory_home, cfg.memory_roots)
+        home, roots = cfg.router.memory_home, cfg.memory_roots
+        if memory.resolves(wd, roots):
+            located = await asyncio.to_thread(memory.locate, wd, home, roots)
+        else:
+            located = memory.locate(wd, home, roots)  # no client path touched
         if len(self._located) >= LOCATIONS_CACHED:
             self._located.clear()
         self._located[wd] = (now, located)
@@ -98,7 +107,7 @@ class Router:
         rc = self._config.router
         prefs = memory.NO_PREFERENCES
         if rc.memory_enabled:
-            prefs = await self.memory.load(self._locations(req))
+            prefs = await self.memory.load(await self._locations(req))
 
         async def classify(prompt: str) -> str:  # only auto routing gets here
             return await self.classifier.classify(prompt, self._classifier_endpoint(req))
@@ -129,7 +138,7 @@ class Router:
             or not req.working_directory
         ):
             return False
-        target = memory.record_target(self._locations(req))
+        target = memory.record_target(await self._locations(req))
         if target is None:
             log.info("memory not recorded: working directory outside the memory roots")
             return False

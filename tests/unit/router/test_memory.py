@@ -504,3 +504,29 @@ def test_a_project_name_no_file_can_have_is_no_project() -> None:
     assert memory.project_name("/w/" + "é" * 127) == ""  # 254 bytes + .md
     locs = memory.locate("/w/" + "x" * memory.MAX_PATH, "/home/u", ("/w",))
     assert (locs.project, locs.project_local_dir) == ("", None)
+
+
+async def test_a_working_directory_is_resolved_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # realpath lstats each component of the client's path: on a hung NFS or automount
+    # path it held the event loop (every session) until the mount answered
+    r = router(tmp_path)
+    wd = tmp_path / "elsewhere" / "app"
+    loop_thread = threading.get_ident()
+    callers: list[int] = []
+    real = os.path.realpath
+
+    def watched(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).startswith(str(wd)):
+            callers.append(threading.get_ident())
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os.path, "realpath", watched)
+    req = request(str(wd), prompt="hello")
+    decision = await r.resolve(req)
+    assert await r.record(req, decision, {"success": True})
+    assert callers and loop_thread not in callers
+    callers.clear()
+    await r.resolve(request("", prompt="hello"))  # no client path: no thread needed
+    assert callers == []
