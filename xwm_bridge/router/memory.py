@@ -399,18 +399,13 @@ def append(path: Path, block: str, max_bytes: int) -> None:
     # turn's reply and a worker thread waiting for ever
     deadline = time.monotonic() + LOCK_TIMEOUT
     busy = f"{path} is locked by another writer (waited {LOCK_TIMEOUT:g} s)"
-    fd = _open_regular(path, flags)
+    fd = _locked_current(path, flags, deadline, busy)
     try:
-        lock_until(fd, deadline, busy)
         if max_bytes > 0 and os.fstat(fd).st_size + len(data) > max_bytes:
-            # rotate under the lock: the next writer reopens and sees the fresh file
+            # rotate under the lock: a writer waiting on the old file sees, once it
+            # has the lock, that it is no longer the one at ``path`` and reopens
             os.replace(path, path.with_name(path.name + ".1"))
-            fresh = _open_regular(path, flags)
-            try:
-                lock_until(fresh, deadline, busy)
-            except BaseException:
-                os.close(fresh)
-                raise
+            fresh = _locked_current(path, flags, deadline, busy)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
             fd = fresh
@@ -422,6 +417,27 @@ def append(path: Path, block: str, max_bytes: int) -> None:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _locked_current(path: Path, flags: int, deadline: float, busy: str) -> int:
+    """``path`` opened and locked, and still the file at ``path`` once locked: a writer
+    that opened it before another rotated it (it waited for the lock meanwhile) wrote
+    its block into ``<file>.1``, which nothing reads, and the turn's record was lost."""
+    while True:
+        fd = _open_regular(path, flags)
+        try:
+            lock_until(fd, deadline, busy)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None  # rotated, the fresh file not made yet: make it
+        except BaseException:
+            os.close(fd)
+            raise
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)  # (its lock with it) and open the file now at ``path``
 
 
 def _open_regular(path: Path, flags: int) -> int:

@@ -530,3 +530,41 @@ async def test_a_working_directory_is_resolved_off_the_event_loop(
     callers.clear()
     await r.resolve(request("", prompt="hello"))  # no client path: no thread needed
     assert callers == []
+
+
+def test_writers_waiting_while_another_rotates_append_to_the_fresh_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two appends that opened memory.md before either had its lock: the first rotated
+    it; the second, locked on the old (now ``.1``) file, rotated again, so the fresh
+    file with the first's block became ``.1`` over the history, and nothing read either."""
+    import fcntl
+
+    path = tmp_path / "memory.md"
+    path.write_text("HISTORY\n" + "x" * 86 + "\n")  # 95 bytes: each 7-byte block rotates
+    holder = os.open(path, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    waiting = threading.Semaphore(0)
+    real = memory.lock_until
+    first = threading.local()
+
+    def counted(fd: int, deadline: float, busy: str) -> None:
+        if not getattr(first, "seen", False):
+            first.seen = True
+            waiting.release()  # this writer has its file open and waits for the lock
+        real(fd, deadline, busy)
+
+    monkeypatch.setattr(memory, "lock_until", counted)
+    pool = ThreadPoolExecutor(2)
+    futures = [pool.submit(memory.append, path, f"block{i}\n", 100) for i in range(2)]
+    try:
+        for _ in futures:
+            assert waiting.acquire(timeout=10)
+    finally:
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        os.close(holder)
+    for f in futures:
+        f.result(timeout=10)
+    pool.shutdown()
+    assert sorted(path.read_text().splitlines()) == ["block0", "block1"]
+    assert path.with_name("memory.md.1").read_text().startswith("HISTORY\n")
