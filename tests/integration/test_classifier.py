@@ -245,3 +245,21 @@ async def test_close_ends_a_shared_call_and_its_waiters_get_no_answer(
     assert c._inflight == {} and classifier_tasks() == []
     assert await c.classify("gateway", ep) == ""  # closed: no new call
     assert len(state.requests) == 1
+
+
+async def test_the_classifier_deadline_is_the_only_one(serve_app: ServeApp) -> None:
+    """``router.classifier_timeout`` bounds the call, and nothing shorter does: the
+    shared session's defaults (aiohttp's 300 s total, 30 s connect; here a 0.1 s
+    total) cut a call the configured deadline still allowed, and it answered nothing."""
+    from aiohttp import web
+
+    async def slow(_request: web.Request) -> web.Response:
+        await asyncio.sleep(0.4)  # a model that answers past the session's total
+        return web.json_response({"choices": [{"message": {"content": "gateway"}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", slow)
+    base = await serve_app(app)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1)) as http:
+        c = make(http, timeout=30.0)
+        assert await c.classify("hello", Endpoint(f"{base}/v1", "k")) == "gateway"

@@ -28,7 +28,7 @@ import aiohttp
 import orjson
 
 from xwm_bridge.httpbody import BodyTooLarge, read_capped
-from xwm_bridge.llm import normalize_base_url
+from xwm_bridge.llm import NO_CLIENT_TIMEOUT, normalize_base_url
 from xwm_bridge.tasks import Supervisor
 
 log = logging.getLogger("xwm_bridge.classifier")
@@ -193,6 +193,9 @@ class Classifier:
                     data=orjson.dumps(body),
                     headers=headers,
                     allow_redirects=False,
+                    # the deadline above alone: the shared session's (a 300 s total, a
+                    # 30 s connect) cut a longer classifier_timeout short
+                    timeout=NO_CLIENT_TIMEOUT,
                 ) as resp:
                     if not 200 <= resp.status < 300:
                         log.info("classifier answered %s", resp.status)
