@@ -359,17 +359,13 @@ class SkillCommands:
     async def _exchange(
         self, proc: asyncio.subprocess.Process, watch: procgroups.Watch, payload: dict[str, Any]
     ) -> bytes:
-        assert proc.stdin is not None and proc.stdout is not None
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            # a command that exited without reading its stdin: the loop may have closed
-            # the pipe already, and uvloop's write then raises RuntimeError (its answer
-            # is still on stdout)
-            if not proc.stdin.is_closing():
-                proc.stdin.write(orjson.dumps(payload))
-                await proc.stdin.drain()
-            proc.stdin.close()
+        assert proc.stdout is not None
         chunks: list[bytes] = []
         async with asyncio.TaskGroup() as tg:
+            # fed while its output is read: a command that writes more than a pipe holds
+            # before it reads all of a prompt larger than one held its write while the
+            # bridge held its drain, until the timeout, and found nothing
+            feeding = tg.create_task(_feed(proc, orjson.dumps(payload)))
             reading = tg.create_task(self._read(proc.stdout, chunks))
             exited = tg.create_task(watch.wait_exit())  # not proc.wait(): its pipes too
             await asyncio.wait((reading, exited), return_when=asyncio.FIRST_COMPLETED)
@@ -382,6 +378,7 @@ class SkillCommands:
                 # reaches it); what the command wrote before it exited has been read
                 await asyncio.wait((reading,), timeout=EXIT_GRACE)
                 reading.cancel()
+            feeding.cancel()  # the output is read: the rest of the prompt is moot
         if not reading.cancelled() and not reading.result():
             return b""  # too large: treated as malformed
         return b"".join(chunks)
@@ -395,6 +392,21 @@ class SkillCommands:
                 return False
             chunks.append(chunk)
         return True
+
+
+async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
+    """Write the prompt to the command's stdin and close it."""
+    assert proc.stdin is not None
+    try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            # a command that exited without reading its stdin: the loop may have closed
+            # the pipe already, and uvloop's write then raises RuntimeError (its answer
+            # is still on stdout)
+            if not proc.stdin.is_closing():
+                proc.stdin.write(data)
+                await proc.stdin.drain()
+    finally:
+        proc.stdin.close()
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:

@@ -397,3 +397,22 @@ async def test_a_command_that_closed_its_stdin_still_gives_its_answer() -> None:
     cmds = SkillCommands(enabled=True, find_bin="x", install_bin="", timeout=5, max_output=4096)
     out = await cmds._exchange(proc, watch, {"prompt": "x"})  # type: ignore[arg-type]
     assert out == b'{"candidates": []}\n' and stdin.closed
+
+
+@both_loops
+async def test_a_command_answering_before_it_reads_a_large_prompt(tmp_path: Path) -> None:
+    """A finder that writes more than its pipe and the bridge's reader buffer hold
+    before it reads its stdin, given a prompt larger than a pipe holds: the bridge
+    wrote (and drained) the whole prompt before it read any output, each side waited
+    on the other until the timeout, and the find found nothing."""
+    body = """
+sys.stdout.write(json.dumps({"candidates": [{"id": "big", "description": "d" * (1 << 20)}]}))
+sys.stdout.flush()
+req = json.load(sys.stdin)
+"""
+    eager = script(tmp_path, "eager", body)
+    cmds = SkillCommands(
+        enabled=True, find_bin=eager, install_bin="", timeout=10.0, max_output=4 << 20
+    )
+    found = await cmds.find("p" * (1 << 20))
+    assert [c.id for c in found] == ["big"]
