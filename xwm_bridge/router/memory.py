@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from xwm_bridge.beneath import FILE_FLAGS, parent_fd
+from xwm_bridge.beneath import FILE_FLAGS, open_dir, parent_fd
 from xwm_bridge.flock import lock_until
 
 GLOBAL, PROJECT_HOME, PROJECT_LOCAL = "global", "project-home", "project-local"
@@ -378,11 +378,23 @@ def record_target(locations: MemoryLocations) -> Path | None:
     return None
 
 
-def append(path: Path, block: str, max_bytes: int) -> None:
-    """Append ``block`` in one write under an exclusive lock; rotate above ``max_bytes``."""
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    if path.parent.is_symlink():
-        raise OSError(f"refusing to write through a symlinked directory: {path.parent}")
+def append(
+    path: Path,
+    block: str,
+    max_bytes: int,
+    anchor: tuple[Path, tuple[str, ...]] | None = None,
+) -> None:
+    """Append ``block`` in one write under an exclusive lock; rotate above ``max_bytes``.
+
+    ``anchor``: (trusted directory, components below it), as
+    :meth:`MemoryLocations.anchor` gives; default: ``path``'s grandparent, so the
+    directory holding the file is not followed. Everything below the trusted one is
+    made and opened relative to its parent's fd with ``O_NOFOLLOW``: a check of
+    ``.xworkmate`` and then an open of ``.xworkmate/memory.md`` by path let a writer
+    inside the working directory swap it for a symlink in between, and the block
+    went to a ``memory.md`` outside the roots."""
+    base, parts = anchor if anchor is not None else (path.parent.parent, path.parts[-2:])
+    base.mkdir(mode=0o755, parents=True, exist_ok=True)
     data = block.encode("utf-8")
     # O_NONBLOCK: opening a FIFO for writing would wait for a reader (for ever, holding
     # the turn's reply and a worker thread); it fails with ENXIO instead, and a FIFO
@@ -399,37 +411,46 @@ def append(path: Path, block: str, max_bytes: int) -> None:
     # turn's reply and a worker thread waiting for ever
     deadline = time.monotonic() + LOCK_TIMEOUT
     busy = f"{path} is locked by another writer (waited {LOCK_TIMEOUT:g} s)"
-    fd = _locked_current(path, flags, deadline, busy)
+    name = parts[-1]
     try:
-        if max_bytes > 0 and os.fstat(fd).st_size + len(data) > max_bytes:
-            # rotate under the lock: a writer waiting on the old file sees, once it
-            # has the lock, that it is no longer the one at ``path`` and reopens
-            os.replace(path, path.with_name(path.name + ".1"))
-            fresh = _locked_current(path, flags, deadline, busy)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        folder = open_dir(base, parts[:-1], create=True)
+    except OSError as exc:  # ELOOP/ENOTDIR: a symlink (or a file) on the way
+        raise OSError(f"refusing to write through {path.parent}: {exc.strerror}") from None
+    try:
+        fd = _locked_current(folder, name, flags, deadline, busy)
+        try:
+            if max_bytes > 0 and os.fstat(fd).st_size + len(data) > max_bytes:
+                # rotate under the lock: a writer waiting on the old file sees, once it
+                # has the lock, that it is no longer the one of that name and reopens
+                os.replace(name, name + ".1", src_dir_fd=folder, dst_dir_fd=folder)
+                fresh = _locked_current(folder, name, flags, deadline, busy)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                fd = fresh
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
-            fd = fresh
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
     finally:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        os.close(folder)
 
 
-def _locked_current(path: Path, flags: int, deadline: float, busy: str) -> int:
-    """``path`` opened and locked, and still the file at ``path`` once locked: a writer
-    that opened it before another rotated it (it waited for the lock meanwhile) wrote
-    its block into ``<file>.1``, which nothing reads, and the turn's record was lost."""
+def _locked_current(folder: int, name: str, flags: int, deadline: float, busy: str) -> int:
+    """``name`` in ``folder`` opened and locked, and still the file of that name once
+    locked: a writer that opened it before another rotated it (it waited for the lock
+    meanwhile) wrote its block into ``<file>.1``, which nothing reads, and the turn's
+    record was lost."""
     while True:
-        fd = _open_regular(path, flags)
+        fd = _open_regular(folder, name, flags)
         try:
             lock_until(fd, deadline, busy)
             held = os.fstat(fd)
             try:
-                now = os.stat(path, follow_symlinks=False)
+                now = os.stat(name, dir_fd=folder, follow_symlinks=False)
             except FileNotFoundError:
                 now = None  # rotated, the fresh file not made yet: make it
         except BaseException:
@@ -437,12 +458,12 @@ def _locked_current(path: Path, flags: int, deadline: float, busy: str) -> int:
             raise
         if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
             return fd
-        os.close(fd)  # (its lock with it) and open the file now at ``path``
+        os.close(fd)  # (its lock with it) and open the file now of that name
 
 
-def _open_regular(path: Path, flags: int) -> int:
-    fd = os.open(path, flags, 0o644)
+def _open_regular(folder: int, name: str, flags: int) -> int:
+    fd = os.open(name, flags, 0o644, dir_fd=folder)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise OSError(f"refusing to append to a non-regular file: {path}")
+        raise OSError(f"refusing to append to a non-regular file: {name}")
     return fd

@@ -138,7 +138,8 @@ class Router:
             or not req.working_directory
         ):
             return False
-        target = memory.record_target(await self._locations(req))
+        located = await self._locations(req)
+        target = memory.record_target(located)
         if target is None:
             log.info("memory not recorded: working directory outside the memory roots")
             return False
@@ -146,7 +147,9 @@ class Router:
             decision.execution_target, decision.model, decision.skills, decision.provider_id
         )
         try:
-            await asyncio.to_thread(memory.append, target, block, rc.memory_max_bytes)
+            await asyncio.to_thread(
+                memory.append, target, block, rc.memory_max_bytes, located.anchor(target)
+            )
         except OSError as exc:
             log.warning("memory write failed", extra={"path": str(target), "error": str(exc)})
             return False

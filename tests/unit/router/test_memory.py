@@ -568,3 +568,29 @@ def test_writers_waiting_while_another_rotates_append_to_the_fresh_file(
     pool.shutdown()
     assert sorted(path.read_text().splitlines()) == ["block0", "block1"]
     assert path.with_name("memory.md.1").read_text().startswith("HISTORY\n")
+
+
+async def test_xworkmate_swapped_for_a_symlink_while_recording_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append checked that ``.xworkmate`` was no symlink, then opened
+    ``.xworkmate/memory.md`` by path: a writer in the working directory (its agent)
+    swapping the directory for a symlink in between sent the block outside the roots."""
+    r = router(tmp_path)
+    wd = tmp_path / "projects" / "app"
+    (wd / ".xworkmate").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    real = memory._open_regular
+
+    def swapped(*args: Any) -> int:  # just before the file is opened
+        if not (wd / ".xworkmate").is_symlink():
+            (wd / ".xworkmate").rename(wd / "moved")
+            (wd / ".xworkmate").symlink_to(outside)
+        return real(*args)
+
+    monkeypatch.setattr(memory, "_open_regular", swapped)
+    req = request(str(wd))
+    decision = await r.resolve(req)
+    await r.record(req, decision, {"success": True})
+    assert not (outside / "memory.md").exists()
