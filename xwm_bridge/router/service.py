@@ -58,14 +58,12 @@ class Router:
         )
         self._finder = self.skills.find if self.skills.finds else None
 
-    async def _locations(self, req: RoutingRequest) -> memory.MemoryLocations:
+    def _locations(self, req: RoutingRequest) -> memory.MemoryLocations | None:
         """Where memory lives for this working directory; resolved (``realpath``) at most
         once per ``memory.STAT_TTL`` per directory, so a turn makes no filesystem call.
+        ``None``: the directory must be resolved first (:meth:`_resolved`), off the loop.
 
-        The ``realpath`` of a client's directory runs in a worker thread: it ``lstat``s
-        every component of a path the client chose (outside the roots too: it is how
-        they are checked), and one on a hung NFS or automount path held the event
-        loop, so every session, until the mount answered."""
+        Sync, and inline in the callers: the turn path pays no coroutine for a hit."""
         wd = req.working_directory
         now = time.monotonic()
         hit = self._located.get(wd)
@@ -77,11 +75,24 @@ class Router:
             if hit is not None and now - hit[0] < memory.STAT_TTL:
                 return hit[1]
         cfg = self._config
-        home, roots = cfg.router.memory_home, cfg.memory_roots
-        if memory.resolves(wd, roots):
-            located = await asyncio.to_thread(memory.locate, wd, home, roots)
-        else:
-            located = memory.locate(wd, home, roots)  # no client path touched
+        if memory.resolves(wd, cfg.memory_roots):
+            return None
+        return self._keep(wd, now, memory.locate(wd, cfg.router.memory_home, cfg.memory_roots))
+
+    async def _resolved(self, req: RoutingRequest) -> memory.MemoryLocations:
+        """:meth:`_locations` of a directory to resolve: the ``realpath`` of a client's
+        directory runs in a worker thread; it ``lstat``s every component of a path the
+        client chose (outside the roots too: it is how they are checked), and one on a
+        hung NFS or automount path held the event loop, so every session, until the
+        mount answered."""
+        wd, cfg = req.working_directory, self._config
+        now = time.monotonic()
+        located = await asyncio.to_thread(
+            memory.locate, wd, cfg.router.memory_home, cfg.memory_roots
+        )
+        return self._keep(wd, now, located)
+
+    def _keep(self, wd: str, now: float, located: memory.MemoryLocations) -> memory.MemoryLocations:
         if len(self._located) >= LOCATIONS_CACHED:
             self._located.clear()
         self._located[wd] = (now, located)
@@ -107,7 +118,8 @@ class Router:
         rc = self._config.router
         prefs = memory.NO_PREFERENCES
         if rc.memory_enabled:
-            prefs = await self.memory.load(await self._locations(req))
+            located = self._locations(req) or await self._resolved(req)
+            prefs = await self.memory.load(located)
 
         async def classify(prompt: str) -> str:  # only auto routing gets here
             return await self.classifier.classify(prompt, self._classifier_endpoint(req))
@@ -138,7 +150,7 @@ class Router:
             or not req.working_directory
         ):
             return False
-        located = await self._locations(req)
+        located = self._locations(req) or await self._resolved(req)
         target = memory.record_target(located)
         if target is None:
             log.info("memory not recorded: working directory outside the memory roots")
