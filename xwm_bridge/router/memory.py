@@ -350,6 +350,8 @@ def render_block(
 ) -> str:
     """§6.5 block: leading blank line, heading, then the non-empty preferences."""
     stamp = (now or datetime.now().astimezone()).isoformat(timespec="seconds")
+    if stamp.endswith("+00:00"):  # RFC 3339 as Go writes it (examples.md §5): UTC is Z
+        stamp = stamp[: -len("+00:00")] + "Z"
     lines = ["", f"## Auto route {stamp}", f"preferred-route: {route}"]
     if model:
         lines.append(f"preferred-model: {model}")
