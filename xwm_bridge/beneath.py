@@ -29,10 +29,13 @@ def parent_fd(base: Path, parts: tuple[str, ...]) -> Iterator[int]:
         os.close(fd)
 
 
-def open_dir(base: Path | str, parts: tuple[str, ...], *, create: bool = False) -> int:
+def open_dir(
+    base: Path | str, parts: tuple[str, ...], *, create: bool = False, mode: int = 0o777
+) -> int:
     """A directory fd of ``base/parts``, every component opened ``O_NOFOLLOW`` relative
     to the one before (``base`` itself is followed: it is trusted), and with ``create``
-    made when missing (a symlink on the way still fails); the caller closes it."""
+    made when missing (with ``mode``, less the umask; a symlink on the way still fails);
+    the caller closes it."""
     fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
         for part in parts:
@@ -42,7 +45,7 @@ def open_dir(base: Path | str, parts: tuple[str, ...], *, create: bool = False) 
                 if not create:
                     raise
                 with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
-                    os.mkdir(part, dir_fd=fd)
+                    os.mkdir(part, mode, dir_fd=fd)
                 child = os.open(part, DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = child

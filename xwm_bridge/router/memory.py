@@ -415,7 +415,7 @@ def append(
     busy = f"{path} is locked by another writer (waited {LOCK_TIMEOUT:g} s)"
     name = parts[-1]
     try:
-        folder = open_dir(base, parts[:-1], create=True)
+        folder = open_dir(base, parts[:-1], create=True, mode=0o755)  # §6.5: 0755
     except OSError as exc:  # ELOOP/ENOTDIR: a symlink (or a file) on the way
         raise OSError(f"refusing to write through {path.parent}: {exc.strerror}") from None
     try:

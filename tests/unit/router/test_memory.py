@@ -601,3 +601,17 @@ async def test_xworkmate_swapped_for_a_symlink_while_recording_is_not_followed(
     decision = await r.resolve(req)
     await r.record(req, decision, {"success": True})
     assert not (outside / "memory.md").exists()
+
+
+def test_the_xworkmate_directory_is_made_0755(tmp_path: Path) -> None:
+    # §6.5: mode 0755 whatever the umask (0 here: an open 0777 otherwise)
+    wd = tmp_path / "projects" / "app"
+    wd.mkdir(parents=True)
+    old = os.umask(0)
+    try:
+        memory.append(
+            wd / ".xworkmate" / "memory.md", "x\n", 1000, (wd, (".xworkmate", "memory.md"))
+        )
+    finally:
+        os.umask(old)
+    assert oct((wd / ".xworkmate").stat().st_mode & 0o777) == "0o755"
