@@ -117,10 +117,13 @@ def bwrap_argv(
     cwd: str,
     writable: Iterable[str],
     visible: Iterable[str] = (),
+    *,
+    bind_cwd: bool = True,
 ) -> list[str]:
     """``argv`` wrapped in bubblewrap (see the module docstring). ``visible`` are
     host paths bound read-only over the private ``/tmp``; ``writable`` ones (and
-    ``cwd``) are bound read-write on top. Paths that do not exist are skipped."""
+    ``cwd``, unless ``bind_cwd`` is false: then it is only where the command starts)
+    are bound read-write on top. Paths that do not exist are skipped."""
     out = [
         bwrap,
         "--die-with-parent",
@@ -141,7 +144,7 @@ def bwrap_argv(
         if os.path.exists(path):
             out += ["--ro-bind", path, path]
     seen: set[str] = set()
-    for path in [cwd, *writable]:
+    for path in [cwd, *writable] if bind_cwd else writable:
         if not path or path in seen or not os.path.exists(path):
             continue
         seen.add(path)

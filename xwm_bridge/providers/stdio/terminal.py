@@ -219,7 +219,10 @@ class Terminals:
         assert root is not None  # resolve() refused the command otherwise
         if self._config.sandbox == "bwrap":  # as confined as the agent that asked for it
             visible = program_paths(argv, env)
-            argv = bwrap_argv(self._config.bwrap_path, argv, cwd, [root], visible)
+            # only the root is bound (it holds the cwd): bwrap binds by name, and a cwd
+            # swapped since the check for a relative symlink out of the root would be
+            # bound there, read-write, where the root's bind does not cover it
+            argv = bwrap_argv(self._config.bwrap_path, argv, cwd, [root], visible, bind_cwd=False)
         # the checked directory, opened component by component without following a
         # symlink, is where the child starts: by its fd, not by its name again
         try:

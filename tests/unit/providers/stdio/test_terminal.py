@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import shutil
+import tempfile
 import weakref
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,47 @@ async def test_a_sandboxed_terminals_cwd_swapped_after_the_check_writes_nothing_
         await terminals.close()
     assert os.listdir(outside) == []
     assert status["exitCode"] != 0, out  # cannot chdir there, or a read-only file system
+
+
+@needs_bwrap
+async def test_a_sandboxed_cwd_swapped_for_a_relative_symlink_out_gets_no_writable_bind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The swap of the test above with a relative symlink (``../outside``), both dirs
+    off ``/tmp`` (the sandbox's private ``/tmp`` hid the outside there): a ``--bind
+    <cwd> <cwd>`` followed it on both sides and bound the outside read-write where the
+    root's bind does not reach, and the command wrote there. Only the root is bound."""
+    from xwm_bridge.providers.stdio import terminal
+
+    base = Path(tempfile.mkdtemp(prefix="xwm-swap-", dir="/var/tmp"))
+    try:
+        root = base / "work"
+        (root / "sub").mkdir(parents=True)
+        outside = base / "outside"
+        outside.mkdir()
+        opener = terminal.open_dir
+
+        def racing(top: Path, parts: tuple[str, ...]) -> int:
+            fd = opener(top, parts)
+            (root / "sub").rename(root / "sub.old")
+            (root / "sub").symlink_to(Path("..") / "outside")
+            return fd
+
+        monkeypatch.setattr(terminal, "open_dir", racing)
+        terminals = Terminals(AgentsConfig(terminal_enabled=True, sandbox="bwrap"))
+        params = {"sessionId": "s", "command": "/bin/sh", "args": ["-c", "echo x > escaped"]}
+        params["cwd"] = str(root / "sub")
+        try:
+            created = await terminals.handle("terminal/create", params, str(root), ENV)
+            ask = {"sessionId": "s", "terminalId": created["terminalId"]}
+            status = await terminals.handle("terminal/wait_for_exit", ask, str(root), ENV)
+            out = await terminals.handle("terminal/output", ask, str(root), ENV)
+        finally:
+            await terminals.close()
+        assert os.listdir(outside) == []
+        assert status["exitCode"] != 0, out  # a read-only file system there
+    finally:
+        shutil.rmtree(base)
 
 
 async def test_an_unsandboxed_terminals_cwd_swapped_after_the_check_runs_in_the_checked_dir(
