@@ -111,6 +111,7 @@ def load(attachments: Any, artifacts: Any, limits: ArtifactLimits) -> list[Item]
             raw += [x for x in source if isinstance(x, dict)]
     items: list[Item] = []
     total = 0
+    loaded = 0  # counted, not recounted per entry: that was quadratic in the entries
     for entry in raw:
         path = coerce.text(entry.get("path"))
         name = coerce.text(entry.get("name")) or coerce.text(entry.get("label"))
@@ -119,7 +120,7 @@ def load(attachments: Any, artifacts: Any, limits: ArtifactLimits) -> list[Item]
         mime = _mime(name or path, coerce.text(entry.get("contentType") or entry.get("mimeType")))
         if not path and "content" not in entry:
             continue
-        if len([i for i in items if i.data is not None]) >= limits.max_files:
+        if loaded >= limits.max_files:
             items.append(Item(name, path, mime, reason=f"more than {limits.max_files} files"))
             continue
         if path:
@@ -132,6 +133,7 @@ def load(attachments: Any, artifacts: Any, limits: ArtifactLimits) -> list[Item]
                 data, reason = None, "over the total size cap"
         if data is not None:
             total += len(data)
+            loaded += 1
         items.append(Item(name, path, mime, data, reason))
     return items
 

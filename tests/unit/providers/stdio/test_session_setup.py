@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +238,18 @@ def test_prompt_blocks(tmp_path: Path) -> None:
     assert plain_blocks[0]["text"].startswith("User-selected local attachments:\n- rel: ")
     assert plain_report[2]["reason"] == "the agent does not take image or embedded content"
     assert prompt.compose("x", [], AgentFeatures()) == ([{"type": "text", "text": "x"}], [])
+
+
+def test_many_attachments_are_loaded_in_linear_time() -> None:
+    """The file cap was checked by counting the loaded items again for every entry:
+    quadratic, so the ~250,000 small inline artifacts a 4 MiB request holds kept a
+    worker thread (and the turn) busy for many minutes; 30,000 took ~20 s, now ~0.1 s."""
+    limits = ArtifactLimits(("/nonexistent",), max_files=24)
+    started = time.monotonic()
+    items = prompt.load([{"content": "x"}] * 30_000, None, limits)
+    assert time.monotonic() - started < 3
+    assert sum(1 for i in items if i.data is not None) == 24
+    assert items[-1].reason == "more than 24 files"
 
 
 def test_history_context() -> None:
