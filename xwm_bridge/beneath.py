@@ -58,5 +58,7 @@ def open_dir(
 def open_file(path: Path) -> int:
     """An fd of the absolute ``path`` read-only, no component of it a symlink."""
     parts = path.parts[1:]
+    if not parts:  # "/" itself
+        raise IsADirectoryError(21, "Is a directory", str(path))
     with parent_fd(Path(path.anchor), parts) as parent:
         return os.open(parts[-1], FILE_FLAGS, dir_fd=parent)

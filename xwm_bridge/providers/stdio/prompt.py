@@ -15,7 +15,8 @@ encoding: utf8|base64, content}``, the shape results carry) become
   ``allowed_roots``, over ``limits.artifact_max_file_bytes``, past
   ``artifact_max_files`` or ``artifact_max_total_bytes``.
 
-A path is read only when its real path is a regular file inside an allowed root.
+A path is read only when its real path is a regular file inside an allowed root,
+opened without following a symlink on the way (:mod:`xwm_bridge.beneath`).
 :func:`load` does that I/O; :func:`compose` is pure. The result lists what became
 of each item (``attachments`` in the turn result).
 """
@@ -28,9 +29,10 @@ import mimetypes
 import os
 import stat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from xwm_bridge import coerce
+from xwm_bridge import beneath, coerce
 from xwm_bridge.providers.artifacts import ArtifactLimits
 from xwm_bridge.providers.stdio.features import AgentFeatures
 
@@ -74,7 +76,9 @@ def _read(path: str, limits: ArtifactLimits, budget: int) -> tuple[bytes | None,
     if not _inside(real, limits.allowed_roots):
         return None, "outside allowed_roots"
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        # no component a symlink (beneath.py): a directory swapped for one out of the
+        # root since the check above is not followed (O_NOFOLLOW on the name followed it)
+        fd = beneath.open_file(Path(real))
     except OSError as exc:
         return None, f"cannot read: {exc.strerror or exc}"
     with os.fdopen(fd, "rb") as fh:

@@ -252,6 +252,35 @@ def test_many_attachments_are_loaded_in_linear_time() -> None:
     assert items[-1].reason == "more than 24 files"
 
 
+def test_an_attachment_whose_directory_is_swapped_after_the_check_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory on the attachment's path swapped for a symlink out of the root
+    between the check and the open: only the last component was opened O_NOFOLLOW, so
+    the file outside was read and sent to the agent. Now nothing on the way is followed."""
+    root = tmp_path / "work"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "notes.txt").write_text("inside")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "notes.txt").write_text("secret")
+    check = prompt._inside
+
+    def racing(real: str, roots: tuple[str, ...]) -> bool:
+        inside = check(real, roots)
+        (root / "sub").rename(root / "sub.old")
+        (root / "sub").symlink_to(outside)
+        return inside
+
+    monkeypatch.setattr(prompt, "_inside", racing)
+    limits = ArtifactLimits((str(root),))
+    [item] = prompt.load([{"path": str(root / "sub" / "notes.txt")}], None, limits)
+    assert item.data is None and item.reason.startswith("cannot read")
+    monkeypatch.setattr(prompt, "_inside", check)
+    [whole] = prompt.load([{"path": "/"}], None, ArtifactLimits(("/",)))
+    assert whole.data is None  # a reason, not an IndexError
+
+
 def test_history_context() -> None:
     assert prompt.history_context([]) == ""
     text = prompt.history_context(["first", "x" * 3000])
