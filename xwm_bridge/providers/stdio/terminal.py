@@ -49,6 +49,16 @@ FD_DIR = "/proc/self/fd"
 _BY_FD = os.path.isdir(FD_DIR)
 
 
+def signal_name(number: int) -> str:
+    """``SIGKILL``; a real-time signal has no ``signal.Signals`` member but
+    ``SIGRTMIN`` and ``SIGRTMAX``: ``SIGRTMIN+6`` (``Signals(40)`` raised)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        low = getattr(signal, "SIGRTMIN", 0)
+        return f"SIGRTMIN+{number - low}" if low and number > low else f"SIG{number}"
+
+
 class Terminal(asyncio.SubprocessProtocol):
     """One command: its output, kept as it arrives (no reader task), and its exit.
 
@@ -113,7 +123,7 @@ class Terminal(asyncio.SubprocessProtocol):
         if code is None:
             return None
         if code < 0:
-            return {"exitCode": None, "signal": signal.Signals(-code).name}
+            return {"exitCode": None, "signal": signal_name(-code)}
         return {"exitCode": code, "signal": None}
 
     def running(self) -> bool:

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import shutil
+import signal
 import tempfile
 import weakref
 from pathlib import Path
@@ -78,6 +79,23 @@ async def test_a_running_terminal_is_kept_however_many_exited_after_it(tmp_path:
         assert "exitStatus" not in out  # still running, still there
     finally:
         await terminals.close()
+
+
+async def test_a_command_killed_by_a_real_time_signal_reports_its_exit(tmp_path: Path) -> None:
+    """``signal.Signals(40)`` raised ValueError: every ``terminal/output`` and
+    ``wait_for_exit`` of such a command was an internal error with a traceback."""
+    terminals = Terminals(AgentsConfig(terminal_enabled=True))
+    root = str(tmp_path)
+    params = {"sessionId": "s", "command": "/bin/sh", "args": ["-c", "kill -40 $$"]}
+    try:
+        created = await terminals.handle("terminal/create", params, root, ENV)
+        ask = {"sessionId": "s", "terminalId": created["terminalId"]}
+        status = await terminals.handle("terminal/wait_for_exit", ask, root, ENV)
+        out = await terminals.handle("terminal/output", ask, root, ENV)
+    finally:
+        await terminals.close()
+    rt = 40 - signal.SIGRTMIN
+    assert status == {"exitCode": None, "signal": f"SIGRTMIN+{rt}"} == out["exitStatus"]
 
 
 @needs_bwrap
