@@ -59,6 +59,28 @@ def signal_name(number: int) -> str:
         return f"SIGRTMIN+{number - low}" if low and number > low else f"SIG{number}"
 
 
+def _env_items(raw: Any) -> dict[str, str]:
+    """The request's ``env`` (``[{name, value}]``; an item without a string ``name`` is
+    skipped). A name with ``=`` or a NUL, or a value with a NUL, is ``-32602`` on both
+    loops: asyncio's raised ValueError, uvloop cut at the NUL and passed ``B=C=v``."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):  # iterating it raised TypeError (an internal error)
+        raise ClientError(codec.INVALID_PARAMS, "env must be a list of {name, value}")
+    out: dict[str, str] = {}
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            continue
+        name, value = item["name"], str(item.get("value", ""))
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise ClientError(
+                codec.INVALID_PARAMS,
+                "env names must be non-empty without = or NUL, and values without NUL",
+            )
+        out[name] = value
+    return out
+
+
 class Terminal(asyncio.SubprocessProtocol):
     """One command: its output, kept as it arrives (no reader task), and its exit.
 
@@ -218,9 +240,7 @@ class Terminals:
         if running >= self._config.terminal_max_running:
             raise ClientError(codec.INVALID_PARAMS, "too many running terminals")
         env = dict(base_env)  # never os.environ: the bridge's secrets stay with the bridge
-        for item in params.get("env") or []:
-            if isinstance(item, dict) and isinstance(item.get("name"), str):
-                env[item["name"]] = str(item.get("value", ""))
+        env.update(_env_items(params.get("env")))
         limit = self._config.terminal_output_limit
         asked = params.get("outputByteLimit")
         if isinstance(asked, int) and 0 < asked < limit:

@@ -81,6 +81,32 @@ async def test_a_running_terminal_is_kept_however_many_exited_after_it(tmp_path:
         await terminals.close()
 
 
+@both_loops
+@pytest.mark.parametrize(
+    "env",
+    [
+        5,
+        {"A": "b"},
+        [{"name": "B=C", "value": "v"}],
+        [{"name": "A", "value": "x\0y"}],
+        [{"name": "", "value": "v"}],
+        [{"name": "A\0B", "value": "v"}],
+    ],
+)
+async def test_a_bad_env_is_invalid_params_on_both_loops(tmp_path: Path, env: Any) -> None:
+    """A non-list ``env`` raised TypeError (an internal error, a traceback in the log);
+    under uvloop a name with ``=`` was passed on (``B=C=v``: the child saw ``B``) and a
+    NUL cut the string where asyncio's loop refused it."""
+    terminals = Terminals(AgentsConfig(terminal_enabled=True))
+    params = {"sessionId": "s", "command": TRUE, "env": env}
+    try:
+        with pytest.raises(ClientError) as caught:
+            await terminals.handle("terminal/create", params, str(tmp_path), ENV)
+    finally:
+        await terminals.close()
+    assert caught.value.code == -32602
+
+
 async def test_a_command_killed_by_a_real_time_signal_reports_its_exit(tmp_path: Path) -> None:
     """``signal.Signals(40)`` raised ValueError: every ``terminal/output`` and
     ``wait_for_exit`` of such a command was an internal error with a traceback."""
