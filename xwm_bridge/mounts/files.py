@@ -1,10 +1,17 @@
-"""Confined, atomic file replacement for mount configs."""
+"""Confined, atomic file replacement for mount configs.
+
+Every call takes an optional ``dir_fd``: the file's directory opened beneath the tool
+home without following a symlink (:func:`xwm_bridge.beneath.open_dir`); the file, its
+lock, temp file and ``.bak`` are then named in it, never by a path again (a directory
+swapped for a symlink out of the home after the check cannot lead outside).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import secrets
 import stat
 import tempfile
 import threading
@@ -61,14 +68,20 @@ def _busy(lock_path: Path) -> str:
     return f"{lock_path} is held by another writer (waited {LOCK_TIMEOUT:g} s)"
 
 
-def read_text(path: Path) -> str:
+def _at(path: Path, dir_fd: int | None) -> Path | str:
+    """What an ``os`` call takes for ``path``: its name in ``dir_fd`` (the directory
+    opened beneath the tool home, :func:`xwm_bridge.beneath.open_dir`), else the path."""
+    return path if dir_fd is None else path.name
+
+
+def read_text(path: Path, dir_fd: int | None = None) -> str:
     """The file's text, ``""`` if missing; refuses symlinks, anything but a regular file
-    and oversized files."""
+    and oversized files. With ``dir_fd``: ``path``'s name in that directory."""
     # O_NONBLOCK: a FIFO named like a managed file opens at once instead of waiting for
     # a writer (for ever, holding the reconcile and its worker thread); fstat refuses it
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(_at(path, dir_fd), flags, dir_fd=dir_fd)
     except FileNotFoundError:
         return ""
     with os.fdopen(fd, "rb") as fh:
@@ -80,12 +93,23 @@ def read_text(path: Path) -> str:
     return data.decode("utf-8")
 
 
+def exists(path: Path, dir_fd: int | None = None) -> bool:
+    """Something is at ``path`` (a symlink itself counts; see :func:`_at`)."""
+    try:
+        os.stat(_at(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 class Locked:
     """Serializes edits of one file across threads and processes, waiting at most
-    :data:`LOCK_TIMEOUT` seconds (then :class:`TimeoutError`, an ``OSError``)."""
+    :data:`LOCK_TIMEOUT` seconds (then :class:`TimeoutError`, an ``OSError``); the lock
+    file beside it in ``dir_fd`` when given (see :func:`_at`)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, dir_fd: int | None = None) -> None:
         self._path = path
+        self._dir_fd = dir_fd
         self._thread: threading.Lock | None = None
         self._fd = -1
 
@@ -101,7 +125,9 @@ class Locked:
             raise
         self._thread = thread
         try:
-            self._fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+            at = _at(lock_path, self._dir_fd)
+            self._fd = os.open(at, flags, 0o600, dir_fd=self._dir_fd)
             lock_until(self._fd, deadline, _busy(lock_path))
         except BaseException:
             if self._fd >= 0:
@@ -121,27 +147,36 @@ class Locked:
             self._thread = None
 
 
-def replace(path: Path, text: str, previous: str | None) -> None:
-    """Write ``text`` atomically (temp file + rename), keeping the mode; back up ``previous``."""
+def replace(path: Path, text: str, previous: str | None, dir_fd: int | None = None) -> None:
+    """Write ``text`` atomically (temp file + rename), keeping the mode; back up
+    ``previous``. With ``dir_fd`` all of it happens in that directory (:func:`_at`)."""
     try:
-        mode = stat.S_IMODE(os.lstat(path).st_mode)
+        mode = stat.S_IMODE(
+            os.stat(_at(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False).st_mode
+        )
     except FileNotFoundError:
         mode = 0o644
     if previous is not None:
-        _write_new(path.with_name(path.name + ".bak"), previous, mode)
-    _write_new(path, text, mode)
+        _write_new(path.with_name(path.name + ".bak"), previous, mode, dir_fd)
+    _write_new(path, text, mode, dir_fd)
 
 
-def _write_new(path: Path, text: str, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _write_new(path: Path, text: str, mode: int, dir_fd: int | None) -> None:
+    if dir_fd is None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        at: Path | str = path
+    else:  # mkstemp takes no dir_fd: the same O_EXCL create, by name in the directory
+        tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        fd, at = os.open(tmp, flags, 0o600, dir_fd=dir_fd), path.name
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(text.encode("utf-8"))
             fh.flush()
             os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, at, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         raise

@@ -3,7 +3,8 @@ and optionally rewrite their managed MCP block.
 
 Fixes of the original's weaknesses (adapters.md §4.5): only files under the
 configured tool homes are touched (a client-sent ``codexHome`` etc. is used
-only if it is that home or inside it), writes are atomic with a ``.bak``, the
+only if it is that home or inside it, and then opened beneath it without following
+a symlink: :class:`Home`), writes are atomic with a ``.bak``, the
 TOML is produced and checked by ``tomlkit``, a malformed file is reported and
 left untouched, and ``claude``/``gemini mcp list`` run only when enabled in
 config, with a deadline and no shell.
@@ -16,13 +17,14 @@ import contextlib
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from xwm_bridge import coerce, procgroups
+from xwm_bridge import beneath, coerce, procgroups
 from xwm_bridge.config import MountsConfig, without_secrets
 from xwm_bridge.mounts import files
 from xwm_bridge.mounts.managed import CODEX, OPENCODE, McpServer, MergeError, count_sections, merge
@@ -159,7 +161,27 @@ def aris_target(req: MountsRequest) -> dict[str, Any]:
     return t
 
 
-def tool_home(configured: str, default_name: str, requested: str) -> tuple[Path | None, str]:
+@dataclass(frozen=True, slots=True)
+class Home:
+    """A tool home in use: the configured one (resolved; trusted) and the directories
+    below it that the client chose (checked: no ``..``, no symlink when resolved)."""
+
+    base: Path
+    parts: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> Path:
+        return self.base.joinpath(*self.parts)
+
+    def open(self, create: bool = False) -> int:
+        """Its directory's fd, every component below ``base`` opened without following
+        a symlink (``beneath.py``): one swapped in since the check fails the open."""
+        if create:
+            self.base.mkdir(mode=0o755, parents=True, exist_ok=True)
+        return beneath.open_dir(self.base, self.parts, create=create, mode=0o755)
+
+
+def tool_home(configured: str, default_name: str, requested: str) -> tuple[Home | None, str]:
     """The home to use and a note when the client's choice was refused."""
     base = configured or (
         os.path.join(os.environ["HOME"], default_name) if os.environ.get("HOME") else ""
@@ -168,36 +190,46 @@ def tool_home(configured: str, default_name: str, requested: str) -> tuple[Path 
         return None, "tool home is not configured"
     home = files.real(base)
     if not requested:
-        return home, ""
+        return Home(home), ""
     wanted = files.real(requested)
     if os.path.isabs(os.path.expanduser(requested)) and files.inside(wanted, home):
-        return wanted, ""
-    return home, f" ({requested} is outside the configured tool home; {home} was used)"
+        return Home(home, wanted.relative_to(home).parts), ""
+    return Home(home), f" ({requested} is outside the configured tool home; {home} was used)"
 
 
 def _sync_file(
-    t: dict[str, Any], home: Path | None, write: bool, servers: list[McpServer], flavor: str
+    t: dict[str, Any], home: Home | None, write: bool, servers: list[McpServer], flavor: str
 ) -> None:
     """Count and (when asked) rewrite ``<home>/config.toml``; runs in a worker thread."""
     if home is None:
         return
-    path = home / "config.toml"
+    path = home.path / "config.toml"
     if not write:
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            t["discoveredMcpCount"] = count_sections(files.read_text(path))
+        with contextlib.suppress(OSError, UnicodeDecodeError), _opened(home) as dir_fd:
+            t["discoveredMcpCount"] = count_sections(files.read_text(path, dir_fd))
         return
     try:
-        home.mkdir(mode=0o755, parents=True, exist_ok=True)
-        with files.Locked(path):
-            existing = files.read_text(path)
+        with _opened(home, create=True) as dir_fd, files.Locked(path, dir_fd):
+            existing = files.read_text(path, dir_fd)
             t["discoveredMcpCount"] = count_sections(existing)
             text = merge(existing, servers, flavor)
-            files.replace(path, text, existing if path.exists() else None)
+            previous = existing if files.exists(path, dir_fd) else None
+            files.replace(path, text, previous, dir_fd)
     except MergeError as exc:
         t.update(syncState="error", detail=f"{path} left untouched: {exc}")
     except (OSError, UnicodeDecodeError) as exc:
         log.warning("mount config write failed", extra={"path": str(path), "error": str(exc)})
         t.update(syncState="error", detail=f"{path} could not be updated: {exc}")
+
+
+@contextlib.contextmanager
+def _opened(home: Home, create: bool = False) -> Iterator[int]:
+    """:meth:`Home.open`, closed on exit."""
+    fd = home.open(create)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _codex_available(cli: str) -> bool:
@@ -316,11 +348,13 @@ async def cli_target(
     return t
 
 
-def _inspect_openclaw(t: dict[str, Any], home: Path | None) -> None:
+def _inspect_openclaw(t: dict[str, Any], home: Home | None) -> None:
     if home is None:
         return
     try:
-        raw = files.read_text(home / "openclaw.json")
+        with _opened(home) as dir_fd:
+            raw = files.read_text(home.path / "openclaw.json", dir_fd)
+            skills = _count_entries(dir_fd, "skills") if raw else 0
     except (OSError, UnicodeDecodeError):
         return
     if not raw:
@@ -334,9 +368,24 @@ def _inspect_openclaw(t: dict[str, Any], home: Path | None) -> None:
         return
     agents = _obj(doc.get("agents")).get("list")
     n_agents = len(agents) if isinstance(agents, list) else 0
-    with contextlib.suppress(OSError):
-        t["discoveredSkillCount"] = len(os.listdir(home / "skills"))
+    t["discoveredSkillCount"] = skills
     t["detail"] = f"agents: {n_agents} · skills: {t['discoveredSkillCount']}"
+
+
+def _count_entries(dir_fd: int, name: str) -> int:
+    """The entries of directory ``name`` in ``dir_fd`` (a symlink there is followed, as
+    the home's own), 0 if it cannot be read; counted as listed, not held in a list."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return 0
+    try:
+        with os.scandir(fd) as entries:
+            return sum(1 for _ in entries)
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
 
 
 async def openclaw_target(req: MountsRequest, cfg: MountsConfig) -> dict[str, Any]:

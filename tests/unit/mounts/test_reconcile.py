@@ -164,6 +164,41 @@ def test_client_home_outside_configured_home_is_not_touched(env: dict[str, Path]
     assert (sub / "config.toml").exists()
 
 
+def test_a_client_home_swapped_for_a_symlink_after_the_check_is_not_written_through(
+    env: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory between the configured home and the client's ``codexHome`` swapped
+    for a symlink out of the home after the check (a writer in the home, such as a
+    sandboxed agent whose state dir it is): the config, its lock, temp file and
+    ``.bak`` were made by path, so they landed outside. Now the directory is opened
+    beneath the home without following a symlink and the write fails."""
+    from xwm_bridge.mounts import reconcile as module
+
+    exe(env["bin"] / "codex")
+    (env["codex"] / "profiles" / "a").mkdir(parents=True)
+    outside = env["tmp"] / "victim"
+    (outside / "a").mkdir(parents=True)
+    (outside / "a" / "config.toml").write_text(USER_CONFIG)
+    check = module.tool_home
+
+    def racing(configured: str, default_name: str, requested: str) -> Any:
+        chosen = check(configured, default_name, requested)
+        if requested:
+            (env["codex"] / "profiles").rename(env["codex"] / "profiles.old")
+            (env["codex"] / "profiles").symlink_to(outside)
+        return chosen
+
+    monkeypatch.setattr(module, "tool_home", racing)
+    params = {
+        "config": {"autoSync": True, "managedMcpServers": [SERVER]},
+        "codexHome": str(env["codex"] / "profiles" / "a"),
+    }
+    t = targets(run(params, cfg(env)))["codex"]
+    assert t["syncState"] == "error" and "could not be updated" in t["detail"]
+    assert sorted(os.listdir(outside / "a")) == ["config.toml"]
+    assert (outside / "a" / "config.toml").read_text() == USER_CONFIG
+
+
 @pytest.mark.parametrize(
     "existing",
     [
