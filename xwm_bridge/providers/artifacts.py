@@ -13,6 +13,7 @@ bound the work.
 from __future__ import annotations
 
 import base64
+import itertools
 import mimetypes
 import os
 import stat
@@ -80,7 +81,10 @@ def _walk(root: Path) -> list[tuple[float, str, int, Path]]:
         current = stack.pop()
         try:
             with os.scandir(current) as it:
-                entries = sorted(it, key=lambda e: e.name, reverse=True)
+                # no more than the cap leaves to scan: a directory of millions of
+                # entries was listed (and sorted) whole before the cap was looked at
+                listed = itertools.islice(it, MAX_ENTRIES_SCANNED - seen + 1)
+                entries = sorted(listed, key=lambda e: e.name, reverse=True)
         except OSError:
             continue
         for entry in entries:

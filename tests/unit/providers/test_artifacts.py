@@ -411,3 +411,39 @@ def test_scan_directly(root: Path) -> None:
     write(root / "one.txt", "1")
     out = scan(root, limits(root))
     assert paths(out) == ["one.txt"]
+
+
+def test_a_huge_directory_is_listed_no_further_than_the_entry_cap(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory was listed and sorted whole before the entry cap was looked at: one
+    of millions of entries (a build output) cost their memory and time on each turn."""
+    for i in range(40):
+        write(root / f"f{i:02}.txt", "x")
+    monkeypatch.setattr(artifacts, "MAX_ENTRIES_SCANNED", 10)
+    pulled = 0
+    real_scandir = os.scandir
+
+    class Counting:
+        def __init__(self, path: Path) -> None:
+            self._it = real_scandir(path)
+
+        def __enter__(self) -> Counting:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self._it.close()
+
+        def __iter__(self) -> Counting:
+            return self
+
+        def __next__(self) -> os.DirEntry[str]:
+            nonlocal pulled
+            entry = next(self._it)
+            pulled += 1
+            return entry
+
+    monkeypatch.setattr(artifacts.os, "scandir", Counting)
+    found = scan(root, limits(root, max_files=100))
+    assert pulled <= 11
+    assert len(found) == 10
