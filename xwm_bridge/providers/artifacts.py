@@ -135,6 +135,8 @@ def scan(root: Path, limits: ArtifactLimits) -> list[dict[str, Any]]:
             continue
         if len(data) > limits.max_file_bytes:
             continue
+        if total + len(data) > limits.max_total_bytes:  # it grew since the walk saw it
+            break
         total += len(data)
         name = path.name
         ctype = _content_type(name)

@@ -447,3 +447,20 @@ def test_a_huge_directory_is_listed_no_further_than_the_entry_cap(
     found = scan(root, limits(root, max_files=100))
     assert pulled <= 11
     assert len(found) == 10
+
+
+def test_files_grown_since_the_walk_stay_within_the_total_cap(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The total cap was checked against the sizes the walk saw: files that grew before
+    they were read (logs being written) were read whole, past ``max_total_bytes``."""
+    for name in ("a.txt", "b.txt", "c.txt"):
+        write(root / name, "x" * 50, mtime=1_000)
+    walk = artifacts._walk
+
+    def stale(top: Path) -> list[tuple[float, str, int, Path]]:
+        return [(mtime, rel, 1, path) for mtime, rel, _, path in walk(top)]
+
+    monkeypatch.setattr(artifacts, "_walk", stale)
+    found = scan(root, limits(root, max_file_bytes=60, max_total_bytes=80))
+    assert paths(found) == ["a.txt"]  # a and b: 100 bytes

@@ -92,6 +92,8 @@ def _read(path: str, limits: ArtifactLimits, budget: int) -> tuple[bytes | None,
         data = fh.read(limits.max_file_bytes + 1)
     if len(data) > limits.max_file_bytes:
         return None, f"larger than {limits.max_file_bytes} bytes"
+    if len(data) > budget:  # it grew since the fstat
+        return None, "over the total size cap"
     return data, ""
 
 

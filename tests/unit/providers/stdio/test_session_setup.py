@@ -4,7 +4,9 @@ MCP server lists, prompt blocks."""
 from __future__ import annotations
 
 import base64
+import os
 import re
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -279,6 +281,28 @@ def test_an_attachment_whose_directory_is_swapped_after_the_check_is_not_read(
     monkeypatch.setattr(prompt, "_inside", check)
     [whole] = prompt.load([{"path": "/"}], None, ArtifactLimits(("/",)))
     assert whole.data is None  # a reason, not an IndexError
+
+
+def test_an_attachment_grown_since_its_fstat_stays_within_the_total_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget was checked against the size fstat gave; what was then read (up to
+    the per-file cap) was taken whole, past ``max_total_bytes``."""
+    (tmp_path / "a.log").write_text("x" * 50)
+    (tmp_path / "b.log").write_text("y" * 50)
+    fstat = os.fstat
+
+    def smaller(fd: int) -> os.stat_result:
+        st = fstat(fd)
+        fields = list(st)
+        fields[stat.ST_SIZE] = 1
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(prompt.os, "fstat", smaller)
+    limits = ArtifactLimits((str(tmp_path),), max_file_bytes=60, max_total_bytes=80)
+    a, b = prompt.load([{"path": str(tmp_path / n)} for n in ("a.log", "b.log")], None, limits)
+    assert a.data == b"x" * 50
+    assert b.data is None and b.reason == "over the total size cap"
 
 
 def test_history_context() -> None:
