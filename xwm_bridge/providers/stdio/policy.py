@@ -4,8 +4,10 @@ A rule is ``{action: allow|reject|ask, kind: <glob>, path: <glob>, streamless: b
 matched against the ACP tool kind (``read``, ``edit``, ``delete``, ``move``,
 ``search``, ``execute``, ``think``, ``fetch``, ``other``); ``path`` against every
 location of the tool call (absolute paths, and paths relative to the session's
-working directory). A rule whose ``path`` is ``*`` also matches a tool call without
-locations. A ``streamless: true`` rule applies only to turns whose client cannot
+working directory): an ``allow`` rule matches only when every location does (a call
+that also names a path outside its glob is not allowed by it), ``reject`` and ``ask``
+rules when any location does. A rule whose ``path`` is ``*`` also matches a tool call
+without locations. A ``streamless: true`` rule applies only to turns whose client cannot
 receive notifications (plain-JSON HTTP). No rule matches → ``ask``.
 
 Rules come from the config (``agents.permission_rules``) followed by an optional
@@ -75,6 +77,13 @@ def parse_rules(data: Any, source: str) -> tuple[PermissionRule, ...]:
 
 def tool_paths(tool_call: dict[str, Any], cwd: str) -> list[str]:
     """Candidate paths of a tool call: locations, plus rawInput path-like fields."""
+    return [form for forms in tool_locations(tool_call, cwd) for form in forms]
+
+
+def tool_locations(tool_call: dict[str, Any], cwd: str) -> list[tuple[str, ...]]:
+    """Each path of a tool call (locations, plus rawInput path-like fields) in the
+    forms a rule's glob is matched against: absolute, and relative to ``cwd`` when
+    inside it."""
     found: list[str] = []
     locations = tool_call.get("locations")
     if isinstance(locations, list):
@@ -86,13 +95,26 @@ def tool_paths(tool_call: dict[str, Any], cwd: str) -> list[str]:
         for key in ("path", "filePath", "filepath", "file_path", "absolute_path"):
             if isinstance(raw.get(key), str):
                 found.append(raw[key])
-    out: list[str] = []
+    out: list[tuple[str, ...]] = []
     for p in found:
         absolute = os.path.normpath(p if os.path.isabs(p) else os.path.join(cwd or "/", p))
-        out.append(absolute)
         if cwd and absolute.startswith(cwd.rstrip("/") + "/"):
-            out.append(os.path.relpath(absolute, cwd))
+            out.append((absolute, os.path.relpath(absolute, cwd)))
+        else:
+            out.append((absolute,))
     return out
+
+
+def _path_matches(rule: PermissionRule, locations: list[tuple[str, ...]]) -> bool:
+    """An ``allow`` rule needs every path of the call to match (a call that also
+    touches a path outside the glob is not allowed by it); ``reject`` and ``ask``
+    rules match when any path does."""
+    if rule.path == "*":
+        return True
+    hits = [any(fnmatch.fnmatchcase(form, rule.path) for form in forms) for forms in locations]
+    if not hits:
+        return False
+    return all(hits) if rule.action == ALLOW else any(hits)
 
 
 def decide(
@@ -104,13 +126,13 @@ def decide(
     """``streamless``: the turn's client cannot receive notifications (plain-JSON HTTP);
     rules marked ``streamless`` apply only then."""
     kind = coerce.text(tool_call.get("kind"), "other")
-    paths = tool_paths(tool_call, cwd)
+    locations = tool_locations(tool_call, cwd)
     for i, rule in enumerate(rules):
         if rule.streamless and not streamless:
             continue
         if not fnmatch.fnmatchcase(kind, rule.kind):
             continue
-        if rule.path == "*" or any(fnmatch.fnmatchcase(p, rule.path) for p in paths):
+        if _path_matches(rule, locations):
             extra = ", streamless" if rule.streamless else ""
             return Decision(
                 rule.action, f"rule {i + 1} (kind={rule.kind}, path={rule.path}{extra})"

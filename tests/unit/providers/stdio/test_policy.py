@@ -42,6 +42,26 @@ def test_first_match_wins_on_kind_and_path() -> None:
     assert policy.decide((), TOOL, "/").action == "ask"
 
 
+def test_an_allow_rule_needs_every_location_of_the_call_to_match() -> None:
+    """A call naming a path inside the allowed glob and one outside it was allowed (any
+    location matched): ``allow edit /srv/proj/*`` let an edit of ``/etc/passwd`` too.
+    Reject and ask rules still match on any location."""
+    allow = (PermissionRule("allow", "edit", "/srv/proj/*"),)
+    mixed = {**TOOL, "locations": [{"path": "/srv/proj/x.txt"}, {"path": "/etc/passwd"}]}
+    assert policy.decide(allow, mixed, "/srv/proj") == policy.Decision("ask", "default")
+    also_raw = {**TOOL, "locations": [{"path": "/srv/proj/x.txt"}], "rawInput": {"path": "/x"}}
+    assert policy.decide(allow, also_raw, "/srv/proj").action == "ask"
+    inside = {**TOOL, "locations": [{"path": "/srv/proj/a"}, {"path": "b"}], "rawInput": {}}
+    assert policy.decide(allow, inside, "/srv/proj").action == "allow"  # b: /srv/proj/b
+    relative = (PermissionRule("allow", "edit", "*.txt"),)
+    two = {**TOOL, "locations": [{"path": "a.txt"}, {"path": "/srv/proj/b.txt"}], "rawInput": {}}
+    assert policy.decide(relative, two, "/srv/proj").action == "allow"  # relative forms
+    reject = (PermissionRule("reject", "edit", "/etc/*"), *allow)
+    assert policy.decide(reject, mixed, "/srv/proj").action == "reject"
+    ask = (PermissionRule("ask", "edit", "/etc/*"), PermissionRule("allow", "*", "*"))
+    assert policy.decide(ask, mixed, "/srv/proj").reason.startswith("ask by rule 1")
+
+
 def test_rule_file_reloads_and_keeps_old_rules_on_bad_file(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
     path.write_text("- {action: reject, kind: edit}\n")
