@@ -175,6 +175,9 @@ class Terminals:
     def __init__(self, config: AgentsConfig) -> None:
         self._config = config
         self._terms: dict[str, Terminal] = {}
+        #: creates past the cap check and not yet added (their spawn awaited): they
+        #: count toward ``terminal_max_running``, or concurrent creates all passed it
+        self._starting = 0
 
     async def handle(
         self,
@@ -235,10 +238,26 @@ class Terminals:
         if "\0" in command or any("\0" in a for a in args):  # uvloop would cut the string
             raise ClientError(codec.INVALID_PARAMS, "command and args must not contain NUL")
         cwd = resolve(params.get("cwd") or root, root)
-        session_id = str(params.get("sessionId", ""))
-        running = sum(1 for t in self._terms.values() if t.running())
+        running = self._starting + sum(1 for t in self._terms.values() if t.running())
         if running >= self._config.terminal_max_running:
             raise ClientError(codec.INVALID_PARAMS, "too many running terminals")
+        self._starting += 1
+        try:
+            return await self._start(params, root, base_env, owner, cwd)
+        finally:
+            self._starting -= 1
+
+    async def _start(
+        self,
+        params: dict[str, Any],
+        root: str | None,
+        base_env: Mapping[str, str],
+        owner: object,
+        cwd: str,
+    ) -> dict[str, Any]:
+        """:meth:`_create` past the checks of the command and the cap."""
+        command, args = params["command"], params.get("args") or []
+        session_id = str(params.get("sessionId", ""))
         env = dict(base_env)  # never os.environ: the bridge's secrets stay with the bridge
         env.update(_env_items(params.get("env")))
         limit = self._config.terminal_output_limit

@@ -107,6 +107,25 @@ async def test_a_bad_env_is_invalid_params_on_both_loops(tmp_path: Path, env: An
     assert caught.value.code == -32602
 
 
+@both_loops
+async def test_concurrent_creates_do_not_pass_the_running_cap_together(tmp_path: Path) -> None:
+    """The cap was checked before the spawn was awaited and the terminal added after:
+    creates arriving together (an agent serves 64 requests at once) all passed it."""
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, terminal_max_running=2))
+    params = {"sessionId": "s", "command": "sleep", "args": ["30"]}
+    try:
+        outcomes = await asyncio.gather(
+            *(terminals.handle("terminal/create", params, str(tmp_path), ENV) for _ in range(6)),
+            return_exceptions=True,
+        )
+    finally:
+        await terminals.close()
+    created = [o for o in outcomes if isinstance(o, dict)]
+    refused = [o for o in outcomes if isinstance(o, ClientError)]
+    assert len(created) == 2, outcomes
+    assert len(refused) == 4 and all("too many running" in r.message for r in refused)
+
+
 async def test_a_command_killed_by_a_real_time_signal_reports_its_exit(tmp_path: Path) -> None:
     """``signal.Signals(40)`` raised ValueError: every ``terminal/output`` and
     ``wait_for_exit`` of such a command was an internal error with a traceback."""
