@@ -23,7 +23,7 @@ from xwm_bridge.core.queues import (
 from xwm_bridge.core.replay import ReplayParams, replay
 from xwm_bridge.core.sessions import SESSION_FORBIDDEN
 from xwm_bridge.jsonrpc import INTERNAL_ERROR, RpcError
-from xwm_bridge.mounts.reconcile import MountsRequest, reconcile
+from xwm_bridge.mounts.reconcile import MAX_RUNNING_CLIS, MountsRequest, reconcile
 from xwm_bridge.observability import context as obs
 from xwm_bridge.observability.logging import capped
 from xwm_bridge.providers.stdio.permissions import PermissionAnswer
@@ -71,6 +71,8 @@ class BridgeMethods:
         self._bridge = bridge
         self._config = bridge.config
         self._operator = OperatorMethods(bridge)
+        #: discovery commands of all reconciles at once (``reconcile.MAX_RUNNING_CLIS``)
+        self._cli_places = asyncio.Semaphore(MAX_RUNNING_CLIS)
 
     def table(self) -> dict[str, Handler]:
         return {
@@ -311,7 +313,8 @@ class BridgeMethods:
     async def mounts_reconcile(
         self, params: dict[str, Any], call: CallContext, method: str
     ) -> dict[str, Any]:
-        return await reconcile(MountsRequest.parse(params), self._config.mounts)
+        request = MountsRequest.parse(params)
+        return await reconcile(request, self._config.mounts, self._cli_places)
 
     # --- gateway runtimes ---------------------------------------------------------------------
 

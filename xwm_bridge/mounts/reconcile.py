@@ -35,6 +35,11 @@ log = logging.getLogger("xwm_bridge.mounts")
 MAX_CLI_OUTPUT = 1024 * 1024
 #: seconds a CLI's output may take to end after it exited (a process it left holds it)
 EXIT_GRACE = 0.5
+#: ``<cli> mcp list`` commands running at once across the bridge's reconciles (the
+#: places a caller passes in); one past it waits for a place within its deadline, else
+#: counts nothing. Unbounded, each reconcile of every connection (256 in flight each)
+#: started two processes
+MAX_RUNNING_CLIS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,10 +289,27 @@ def count_cli_servers(output: str) -> int:
     return sum(1 for line in output.splitlines() if line.strip() and not line.startswith(prefixes))
 
 
-async def run_cli(exe: str, deadline: float) -> str:
+async def run_cli(exe: str, deadline: float, places: asyncio.Semaphore | None = None) -> str:
     """``<exe> mcp list``: stdout+stderr, no shell, killed at the deadline. Its output
     ends when it exits (a process it left may hold the pipe: read for
-    :data:`EXIT_GRACE` more); nothing it started outlives the call."""
+    :data:`EXIT_GRACE` more); nothing it started outlives the call. With ``places``
+    (:data:`MAX_RUNNING_CLIS`) it first waits for one, within the same deadline."""
+    if places is None:
+        return await _run_cli(exe, deadline)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    try:
+        await wait_for(places.acquire(), deadline)
+    except TimeoutError:
+        log.warning("mount CLI discovery skipped: no free place", extra={"command": exe})
+        return ""
+    try:
+        return await _run_cli(exe, max(0.0, end - loop.time()))
+    finally:
+        places.release()
+
+
+async def _run_cli(exe: str, deadline: float) -> str:
     try:
         proc, watch = await procgroups.start(
             exe,
@@ -331,7 +353,11 @@ async def _read_capped(stdout: asyncio.StreamReader, out: bytearray) -> None:
 
 
 async def cli_target(
-    name: str, label: str, req: MountsRequest, cfg: MountsConfig
+    name: str,
+    label: str,
+    req: MountsRequest,
+    cfg: MountsConfig,
+    places: asyncio.Semaphore | None = None,
 ) -> dict[str, Any]:
     t = _target(name, label, True)
     exe = shutil.which(name)
@@ -344,7 +370,8 @@ async def cli_target(
         detail=f"MCP discovery uses `{name} mcp list`; LLM API stays launch-scoped.",
     )
     if exe is not None and cfg.cli_discovery_enabled:
-        t["discoveredMcpCount"] = count_cli_servers(await run_cli(exe, cfg.cli_timeout))
+        output = await run_cli(exe, cfg.cli_timeout, places)
+        t["discoveredMcpCount"] = count_cli_servers(output)
     return t
 
 
@@ -402,13 +429,16 @@ async def openclaw_target(req: MountsRequest, cfg: MountsConfig) -> dict[str, An
     return t
 
 
-async def reconcile(req: MountsRequest, cfg: MountsConfig) -> dict[str, Any]:
-    """§4.2 result; never fails at the JSON-RPC level."""
+async def reconcile(
+    req: MountsRequest, cfg: MountsConfig, cli_places: asyncio.Semaphore | None = None
+) -> dict[str, Any]:
+    """§4.2 result; never fails at the JSON-RPC level. ``cli_places``: the bridge's
+    places for discovery commands (:data:`MAX_RUNNING_CLIS`), shared by its reconciles."""
     aris = aris_target(req)
     codex, claude, gemini, opencode, openclaw = await asyncio.gather(
         codex_target(req, cfg),
-        cli_target("claude", "Claude", req, cfg),
-        cli_target("gemini", "Gemini", req, cfg),
+        cli_target("claude", "Claude", req, cfg, cli_places),
+        cli_target("gemini", "Gemini", req, cfg, cli_places),
         opencode_target(req, cfg),
         openclaw_target(req, cfg),
     )

@@ -308,6 +308,34 @@ def test_cli_discovery_output_is_read_up_to_the_cap(env: dict[str, Path]) -> Non
     assert t["claude"]["discoveredMcpCount"] > 50_000  # the first MiB of lines
 
 
+def test_discovery_commands_of_concurrent_reconciles_share_a_few_places(
+    env: dict[str, Path],
+) -> None:
+    """Each reconcile started its ``claude``/``gemini mcp list`` at once, however many
+    ran (256 in flight per connection): now at most the places given run together, and
+    one that finds none within its deadline counts nothing instead of starting."""
+    log = env["tmp"] / "started"
+    hang = f"open({str(log)!r}, 'a').write('x\\n'); import time; time.sleep(30)"
+    for name in ("claude", "gemini"):
+        exe(env["bin"] / name, hang)
+    config = cfg(env, cli_discovery_enabled=True, cli_timeout=1.0)
+
+    async def three(places: asyncio.Semaphore) -> list[dict[str, Any]]:
+        req = MountsRequest.parse({})
+        return await asyncio.gather(*(reconcile(req, config, places) for _ in range(3)))
+
+    results = asyncio.run(three(asyncio.Semaphore(2)))
+    assert log.read_text() == "x\n" * 2  # 2 of the 6 commands started
+    assert all(targets(r)["claude"]["discoveredMcpCount"] == 0 for r in results)
+    # a place freed in time is taken by the next one waiting
+    for name in ("claude", "gemini"):
+        exe(env["bin"] / name, f"open({str(log)!r}, 'a').write('y\\n'); print('srv: ok')")
+    log.unlink()
+    results = asyncio.run(three(asyncio.Semaphore(1)))
+    assert log.read_text() == "y\n" * 6
+    assert all(targets(r)["gemini"]["discoveredMcpCount"] == 1 for r in results)
+
+
 def test_openclaw_inspection(env: dict[str, Path]) -> None:
     exe(env["bin"] / "openclaw")
     (env["openclaw"] / "skills" / "a").mkdir(parents=True)
