@@ -26,6 +26,7 @@ import orjson
 
 from xwm_bridge import beneath, coerce, procgroups
 from xwm_bridge.config import MountsConfig, without_secrets
+from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from xwm_bridge.mounts import files
 from xwm_bridge.mounts.managed import CODEX, OPENCODE, McpServer, MergeError, count_sections, merge
 from xwm_bridge.tasks import wait_for
@@ -40,6 +41,12 @@ EXIT_GRACE = 0.5
 #: counts nothing. Unbounded, each reconcile of every connection (256 in flight each)
 #: started two processes
 MAX_RUNNING_CLIS = 4
+#: ``config.managedMcpServers`` items, and ``args`` of one, a request may hold (past it:
+#: -32602). tomlkit renders tables and arrays in quadratic time: 2,000 servers took 3 s,
+#: one server's 20,000 args 90 s, and a 4 MiB request's worth hours, in a worker
+#: thread holding the file's lock
+MAX_MANAGED_SERVERS = 256
+MAX_SERVER_ARGS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +76,21 @@ class MountsRequest:
         config = _obj(params.get("config"))
         aris = _obj(params.get("aris"))
         raw = config.get("managedMcpServers")
-        servers = []
-        for item in raw if isinstance(raw, list) else []:
+        servers: list[McpServer] = []
+        for i, item in enumerate(raw if isinstance(raw, list) else []):
             if not isinstance(item, dict) or not coerce.text(item.get("id")):
                 continue
+            if len(servers) == MAX_MANAGED_SERVERS:
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"config.managedMcpServers: at most {MAX_MANAGED_SERVERS} servers",
+                )
+            args = tuple(coerce.string_list(item.get("args")) or ())
+            if len(args) > MAX_SERVER_ARGS:
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"config.managedMcpServers[{i}].args: at most {MAX_SERVER_ARGS} items",
+                )
             servers.append(
                 McpServer(
                     id=coerce.text(item.get("id")),
@@ -80,7 +98,7 @@ class MountsRequest:
                     transport=coerce.text(item.get("transport")),
                     command=coerce.text(item.get("command")),
                     url=coerce.text(item.get("url")),
-                    args=tuple(coerce.string_list(item.get("args")) or ()),
+                    args=args,
                     enabled=coerce.flag(item.get("enabled"), True),
                 )
             )

@@ -336,6 +336,26 @@ def test_discovery_commands_of_concurrent_reconciles_share_a_few_places(
     assert all(targets(r)["gemini"]["discoveredMcpCount"] == 1 for r in results)
 
 
+def test_managed_servers_and_their_args_are_capped() -> None:
+    """tomlkit renders tables and arrays in quadratic time: a request of thousands of
+    servers, or of one server with thousands of args, held a worker thread (and the
+    config's lock) for minutes to hours. Past the caps the request is -32602."""
+    from xwm_bridge.jsonrpc import RpcError
+
+    def params(servers: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"config": {"autoSync": True, "managedMcpServers": servers}}
+
+    most = [{"id": f"s{i}", "command": "c"} for i in range(256)]
+    assert len(MountsRequest.parse(params([*most, {"name": "no id: skipped"}])).servers) == 256
+    with pytest.raises(RpcError, match="at most 256 servers") as caught:
+        MountsRequest.parse(params([*most, {"id": "one more", "command": "c"}]))
+    assert caught.value.code == -32602
+    args = [str(i) for i in range(256)]
+    assert MountsRequest.parse(params([{"id": "s", "args": args}])).servers[0].args[-1] == "255"
+    with pytest.raises(RpcError, match=r"managedMcpServers\[1\]\.args: at most 256"):
+        MountsRequest.parse(params([{"id": "a"}, {"id": "s", "args": [*args, "x"]}]))
+
+
 def test_openclaw_inspection(env: dict[str, Path]) -> None:
     exe(env["bin"] / "openclaw")
     (env["openclaw"] / "skills" / "a").mkdir(parents=True)
