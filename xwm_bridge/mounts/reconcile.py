@@ -41,12 +41,13 @@ EXIT_GRACE = 0.5
 #: counts nothing. Unbounded, each reconcile of every connection (256 in flight each)
 #: started two processes
 MAX_RUNNING_CLIS = 4
-#: ``config.managedMcpServers`` items, and ``args`` of one, a request may hold (past it:
-#: -32602). tomlkit renders tables and arrays in quadratic time: 2,000 servers took 3 s,
-#: one server's 20,000 args 90 s, and a 4 MiB request's worth hours, in a worker
-#: thread holding the file's lock
+#: ``config.managedMcpServers`` items, ``args`` of one and ``args`` of all a request
+#: may hold (past it: -32602). tomlkit renders tables and arrays in quadratic time:
+#: 2,000 servers took 3 s, one server's 20,000 args 90 s, 256 servers of 256 args 13 s,
+#: and a 4 MiB request's worth hours, in a worker thread holding the file's lock
 MAX_MANAGED_SERVERS = 256
 MAX_SERVER_ARGS = 256
+MAX_TOTAL_ARGS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ class MountsRequest:
         aris = _obj(params.get("aris"))
         raw = config.get("managedMcpServers")
         servers: list[McpServer] = []
+        total_args = 0
         for i, item in enumerate(raw if isinstance(raw, list) else []):
             if not isinstance(item, dict) or not coerce.text(item.get("id")):
                 continue
@@ -90,6 +92,12 @@ class MountsRequest:
                 raise RpcError(
                     INVALID_PARAMS,
                     f"config.managedMcpServers[{i}].args: at most {MAX_SERVER_ARGS} items",
+                )
+            total_args += len(args)
+            if total_args > MAX_TOTAL_ARGS:
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"config.managedMcpServers: at most {MAX_TOTAL_ARGS} args in all",
                 )
             servers.append(
                 McpServer(

@@ -354,6 +354,10 @@ def test_managed_servers_and_their_args_are_capped() -> None:
     assert MountsRequest.parse(params([{"id": "s", "args": args}])).servers[0].args[-1] == "255"
     with pytest.raises(RpcError, match=r"managedMcpServers\[1\]\.args: at most 256"):
         MountsRequest.parse(params([{"id": "a"}, {"id": "s", "args": [*args, "x"]}]))
+    four = [{"id": f"s{i}", "args": args} for i in range(4)]  # 256 servers of 256: 13 s
+    assert len(MountsRequest.parse(params(four)).servers) == 4
+    with pytest.raises(RpcError, match="at most 1024 args in all"):
+        MountsRequest.parse(params([*four, {"id": "s4", "args": ["x"]}]))
 
 
 def test_openclaw_inspection(env: dict[str, Path]) -> None:
