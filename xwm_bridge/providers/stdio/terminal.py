@@ -45,6 +45,9 @@ MAX_EXITED = 32
 #: when the pipe stays open after it (a background process of the command holds it)
 EXIT_DRAIN = 0.25
 #: where a child finds the directory fd it starts in (Linux); elsewhere: by name
+#: seconds ``wait_for_exit`` waits for the command's exit after its SIGKILL (a process
+#: stuck in the kernel, a hung NFS mount, does not die at once): then -32603
+KILL_WAIT = 5.0
 FD_DIR = "/proc/self/fd"
 _BY_FD = os.path.isdir(FD_DIR)
 
@@ -208,7 +211,13 @@ class Terminals:
                 await wait_for(asyncio.shield(term.exited), self._config.prompt_timeout)
             except TimeoutError:
                 term.kill()
-                await asyncio.shield(term.exited)
+                try:
+                    await wait_for(asyncio.shield(term.exited), KILL_WAIT)
+                except TimeoutError:
+                    raise ClientError(
+                        codec.INTERNAL_ERROR,
+                        f"the command did not exit within {KILL_WAIT:g}s of its SIGKILL",
+                    ) from None
             # the output written before the exit may still be in the pipe: read it
             # (until its end, or a little while when a background process holds it)
             await asyncio.wait([term.eof], timeout=EXIT_DRAIN)

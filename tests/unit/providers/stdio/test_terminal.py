@@ -461,6 +461,39 @@ async def test_wait_for_exit_past_prompt_timeout_kills_the_command(tmp_path: Pat
     assert out["output"] == "started\n"
 
 
+async def test_wait_for_exit_is_bounded_after_the_kill_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the prompt timeout's SIGKILL the exit was awaited with no bound: a command
+    the kill does not end at once (stuck in the kernel: a hung NFS mount) held the
+    agent's request for ever. Here the first kill is lost, as if it had not taken."""
+    from xwm_bridge.providers.stdio import terminal
+
+    monkeypatch.setattr(terminal, "KILL_WAIT", 0.2, raising=False)
+    lost = asyncio.Event()
+    real_kill = terminal.Terminal.kill
+
+    def kill_once_lost(self: terminal.Terminal) -> None:
+        if not lost.is_set():
+            lost.set()
+            return
+        real_kill(self)
+
+    monkeypatch.setattr(terminal.Terminal, "kill", kill_once_lost)
+    terminals = Terminals(AgentsConfig(terminal_enabled=True, prompt_timeout=0.2))
+    root = str(tmp_path)
+    params = {"sessionId": "s", "command": "sleep", "args": ["60"]}
+    try:
+        created = await terminals.handle("terminal/create", params, root, ENV)
+        ask = {"sessionId": "s", "terminalId": created["terminalId"]}
+        with pytest.raises(ClientError, match=r"did not exit within 0\.2s of its SIGKILL"):
+            async with asyncio.timeout(5):
+                await terminals.handle("terminal/wait_for_exit", ask, root, ENV)
+    finally:
+        await terminals.close()
+    assert lost.is_set()
+
+
 def _pids_running(argv: list[str]) -> list[int]:
     """Pids of the processes (no zombie) whose command line is ``argv``."""
     want = "\0".join(argv).encode() + b"\0"
