@@ -7,6 +7,7 @@ every later one, kept in memory and in ``<state dir>/agent-catalog.json`` so
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -99,6 +100,7 @@ class AgentCatalog:
     def _save(self) -> None:
         if self._path is None:
             return
+        tmp = ""
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=".agent-catalog-")
@@ -106,4 +108,7 @@ class AgentCatalog:
                 fh.write(orjson.dumps(self._entries))
             os.replace(tmp, self._path)
         except OSError as exc:
+            if tmp:  # a failed write (disk full) left one more temp file each time
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
             log.warning("agent catalog not saved", extra={"error": str(exc)})

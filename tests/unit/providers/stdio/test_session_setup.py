@@ -310,3 +310,22 @@ def test_history_context() -> None:
     text = prompt.history_context(["first", "x" * 3000])
     assert "\n1. first\n2. " + "x" * 2000 + "…\n" in text
     assert text.startswith("[Context from the bridge")
+
+
+def test_a_catalog_save_that_fails_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that failed (disk full) left its ``.agent-catalog-*`` temp file behind,
+    one more each time the catalog was saved."""
+    from xwm_bridge.providers.stdio import catalog
+
+    path = tmp_path / "state" / "agent-catalog.json"
+    store = catalog.AgentCatalog(path)
+
+    def full(src: str, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(catalog.os, "replace", full)
+    for _ in range(3):
+        store.learn_init("agent", {"agentInfo": {"name": "a"}})
+    assert os.listdir(path.parent) == []
