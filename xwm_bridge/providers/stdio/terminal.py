@@ -66,7 +66,7 @@ def _env_items(raw: Any) -> dict[str, str]:
     """The request's ``env`` (``[{name, value}]``; an item without a string ``name`` is
     skipped). A name with ``=`` or a NUL, or a value with a NUL, is ``-32602`` on both
     loops: asyncio's raised ValueError, uvloop cut at the NUL and passed ``B=C=v``."""
-    if raw is None:
+    if not raw:  # none, or empty (an agent sending {} meant no env)
         return {}
     if not isinstance(raw, list):  # iterating it raised TypeError (an internal error)
         raise ClientError(codec.INVALID_PARAMS, "env must be a list of {name, value}")

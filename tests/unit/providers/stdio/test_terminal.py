@@ -108,6 +108,17 @@ async def test_a_bad_env_is_invalid_params_on_both_loops(tmp_path: Path, env: An
 
 
 @both_loops
+@pytest.mark.parametrize("env", [None, [], {}, [{"name": "A", "value": "b"}, "skipped"]])
+async def test_an_empty_or_good_env_is_taken(tmp_path: Path, env: Any) -> None:
+    terminals = Terminals(AgentsConfig(terminal_enabled=True))
+    params = {"sessionId": "s", "command": TRUE, "env": env}
+    try:
+        created = await terminals.handle("terminal/create", params, str(tmp_path), ENV)
+    finally:
+        await terminals.close()
+    assert created["terminalId"].startswith("term-")
+
+
 async def test_concurrent_creates_do_not_pass_the_running_cap_together(tmp_path: Path) -> None:
     """The cap was checked before the spawn was awaited and the terminal added after:
     creates arriving together (an agent serves 64 requests at once) all passed it."""
