@@ -336,3 +336,22 @@ async def test_watch_max_seconds_on_the_console(
                 assert event["params"]["type"] == "live"
                 break
     assert not [line for line in bp.logs if "Traceback" in line]
+
+
+async def test_console_bytes_received_counts_bytes_not_characters(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bp = await start_bridge()
+    frame = orjson.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "acp.capabilities", "params": {"pad": "ü" * 50}}
+    ).decode()
+    async with http.ws_connect(f"{bp.url}/console/ws") as ws:
+        await ws.send_str(auth_frame(TOKEN))
+        assert orjson.loads((await ws.receive(timeout=5)).data)["id"] == 0
+        await ws.send_str(frame)
+        assert orjson.loads((await ws.receive(timeout=5)).data)["id"] == 1
+    async with http.get(f"{bp.url}/metrics") as resp:
+        text = await resp.text()
+    # the auth frame is not counted (read before the connection is served); UTF-8 bytes
+    sample = f'xwm_bytes_received_total{{transport="console"}} {float(len(frame.encode()))}'
+    assert sample in text.splitlines()

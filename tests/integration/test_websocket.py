@@ -329,3 +329,18 @@ async def test_a_cancel_passes_the_in_flight_limit(
     assert answers["x"]["result"] == {"accepted": True, "cancelled": True}
     assert answers["ta"]["result"]["success"] is False
     assert [c["sessionId"] for c in fake_upstream.state.cancels] == ["a"]
+
+
+async def test_bytes_received_counts_bytes_not_characters(
+    start_bridge: StartBridge, http: aiohttp.ClientSession
+) -> None:
+    bridge = await start_bridge()
+    frame = req("acp.capabilities", {"pad": "é" * 100 + "日本"}, rid=1)
+    async with http.ws_connect(bridge.ws_url, headers=AUTH) as ws:
+        await ws.send_str(frame)
+        assert (await recv(ws))["id"] == 1
+    async with http.get(f"{bridge.url}/metrics") as resp:
+        text = await resp.text()
+    # a text frame is UTF-8 on the wire: 2 bytes for each "é", 3 for each kanji
+    sample = f'xwm_bytes_received_total{{transport="ws"}} {float(len(frame.encode()))}'
+    assert sample in text.splitlines()

@@ -36,6 +36,7 @@ from xwm_bridge.inflight import admits, refusal
 from xwm_bridge.observability import rejections as rj
 from xwm_bridge.observability.rejections import TOO_MANY_INFLIGHT, reject
 from xwm_bridge.tasks import Supervisor, wait_for
+from xwm_bridge.transport.http_ws import frame_bytes
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.transport.security import (
     OriginPolicy,
@@ -269,7 +270,7 @@ class ConsoleHandlers:
             async for msg in ws:
                 if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                     break
-                received.inc(len(msg.data))
+                received.inc(frame_bytes(msg.data))
                 try:
                     req = jsonrpc.decode_request(msg.data)
                 except jsonrpc.DecodeError as exc:

@@ -31,6 +31,15 @@ from xwm_bridge.wire import WireEncoder
 log = logging.getLogger("xwm_bridge.http")
 
 
+def frame_bytes(data: str | bytes) -> int:
+    """The size on the wire of a received message's payload: a text frame's is UTF-8
+    (aiohttp hands it over decoded; ``len`` of the str counted characters). An ASCII
+    str (the usual JSON) is its length: ``isascii`` reads a flag, no copy."""
+    if isinstance(data, str) and not data.isascii():
+        return len(data.encode())
+    return len(data)
+
+
 class WebSocketHandlers:
     def __init__(
         self,
@@ -101,7 +110,7 @@ class WebSocketHandlers:
                         else:
                             log.info("websocket error", extra={"error": repr(exc)})
                     break
-                received.inc(len(msg.data))
+                received.inc(frame_bytes(msg.data))
                 try:
                     req = jsonrpc.decode_request(msg.data)
                 except jsonrpc.DecodeError as exc:
