@@ -670,3 +670,48 @@ async def test_images_are_offered_once_an_agent_said_it_takes_them(
         with pytest.raises(RequestError) as err:  # this client was told: no images
             await first.prompt(session_id=session.session_id, prompt=blocks)
         assert err.value.code == -32602
+
+
+async def test_refusals_are_counted_and_logged(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    http: aiohttp.ClientSession,
+) -> None:
+    """A refused body or frame on /acp/remote shows in xwm_rejected_requests_total and
+    has its "request rejected" line, as on /acp/rpc and /acp."""
+    cfg = config(
+        fake_upstream, tmp_path, limits={"max_body_bytes": 4096, "max_ws_message_bytes": 4096}
+    )
+    bp = await start_bridge(config=cfg, tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    big = orjson.dumps(
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"x": "y" * 8000}}
+    )
+    async with http.post(url, data=big, headers=JSON) as resp:
+        assert resp.status == 413
+    ws = await http.ws_connect(url.replace("http", "ws"), headers=AUTH)
+    await ws.send_str("x" * 8000)
+    msg = await asyncio.wait_for(ws.receive(), 10)
+    assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    await ws.close()
+    with pytest.raises(aiohttp.WSServerHandshakeError):
+        await http.ws_connect(url.replace("http", "ws"))  # no token
+    async with http.get(f"{bp.url}/metrics") as resp:
+        samples = (await resp.text()).splitlines()
+    for transport, reason in (
+        ("http", "body_too_large"),
+        ("ws", "message_too_large"),
+        ("ws", "missing_token"),
+    ):
+        sample = f'xwm_rejected_requests_total{{reason="{reason}",transport="{transport}"}} 1.0'
+        assert sample in samples, sample
+
+    def refused() -> list[dict[str, Any]]:
+        return [e for e in log_entries(bp.logs) if e.get("msg") == "request rejected"]
+
+    await wait_until(lambda: len(refused()) == 3)
+    by_reason = {e["reason"]: e for e in refused()}
+    assert by_reason["body_too_large"]["status"] == 413
+    assert by_reason["message_too_large"]["ws_close"] == 1009
+    assert {e["path"] for e in refused()} == {"/acp/remote"}

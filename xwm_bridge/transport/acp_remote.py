@@ -32,8 +32,10 @@ from xwm_bridge.acp.front import AcpFrontDoor
 from xwm_bridge.acp.remote import END, Outbox, RemoteConnection
 from xwm_bridge.acp.sessions import OWNER_KEY
 from xwm_bridge.core.context import CallContext
+from xwm_bridge.observability import rejections as rj
 from xwm_bridge.tasks import wait_for
 from xwm_bridge.transport.exchange import SSE_KEEPALIVE, sse_headers
+from xwm_bridge.transport.http_checks import Reject
 from xwm_bridge.transport.notify import OrderedSender
 
 log = logging.getLogger("xwm_bridge.acp")
@@ -43,7 +45,8 @@ CONNECTION_HEADER = "Acp-Connection-Id"
 SESSION_HEADER = "Acp-Session-Id"
 REAP_INTERVAL = 30.0
 
-Guard = Callable[[web.Request], web.Response | None]
+#: the origin and bearer checks (``HttpChecks._guard``), given the refusal's transport label
+Guard = Callable[[web.Request, str], web.Response | None]
 Principal = Callable[[web.Request], tuple[str, str]]
 
 
@@ -62,6 +65,7 @@ class AcpRemote:
         guard: Guard,
         principal: Principal,
         *,
+        reject: Reject,
         max_body: int,
         max_ws_message: int,
         ws_heartbeat: float,
@@ -71,6 +75,8 @@ class AcpRemote:
         self.front = front
         self._guard = guard
         self._principal = principal
+        #: counts and logs a refused body or frame (``xwm_rejected_requests_total``)
+        self._reject = reject
         self._max_body = max_body
         self._max_ws_message = max_ws_message
         self._ws_heartbeat = ws_heartbeat
@@ -90,13 +96,14 @@ class AcpRemote:
         return len(self.http) + len(self.websockets)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        denied = self._guard(request)
+        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        denied = self._guard(request, "ws" if upgrade else "http")
         if denied is not None:
             return denied
         if self._closing:
             return _error(503, "bridge is shutting down", jsonrpc.SHUTTING_DOWN)
         if request.method == "GET":
-            if request.headers.get("Upgrade", "").lower() == "websocket":
+            if upgrade:
                 return await self.websocket(request)
             return await self.stream(request)
         if request.method == "POST":
@@ -144,6 +151,11 @@ class AcpRemote:
                 if msg.type == aiohttp.WSMsgType.TEXT:
                     await conn.receive(msg.data)
                 elif msg.type != aiohttp.WSMsgType.BINARY:  # binary frames are ignored (RFD)
+                    exc = ws.exception()
+                    if msg.type == aiohttp.WSMsgType.ERROR and (
+                        getattr(exc, "code", None) == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+                    ):  # aiohttp closed it with 1009
+                        self._reject(request, "ws", rj.MESSAGE_TOO_LARGE, 1009)
                     break
         finally:
             self.websockets.discard(ws)
@@ -171,8 +183,10 @@ class AcpRemote:
             async with asyncio.timeout(self._read_timeout):
                 return await request.read()
         except web.HTTPRequestEntityTooLarge:
+            self._reject(request, "http", rj.BODY_TOO_LARGE, 413)
             return _error(413, f"request body too large: limit is {self._max_body} bytes")
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            self._reject(request, "http", rj.BAD_BODY, 400)
             return _error(400, "invalid body")
 
     async def post(self, request: web.Request) -> web.StreamResponse:

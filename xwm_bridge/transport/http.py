@@ -140,6 +140,7 @@ class HttpTransport(HttpChecks):
             AcpFrontDoor(bridge, BridgeMethods(bridge)),
             self._guard,
             lambda request: self.principals.of(request.headers.get("Authorization")),
+            reject=self._reject,
             max_body=self.limits.max_body_bytes,
             max_ws_message=self.limits.max_ws_message_bytes,
             ws_heartbeat=self.limits.ws_heartbeat,
