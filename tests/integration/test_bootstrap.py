@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.conftest import StartBridge, base_env
+from tests.conftest import StartBridge, base_env, log_entries
 
 PUBLIC = "https://xworkmate-bridge.svc.plus"
 SERVICE_TOKEN = "svc-token-0123456789"
@@ -333,3 +333,47 @@ async def test_consume_is_rate_limited_per_client(
     # health is not rate-limited
     async with http.get(bridge.url + "/bridge/bootstrap/health") as resp:
         assert resp.status == 200
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "answered"),
+    [
+        ("unreachable", "transport", 502),
+        ("status", "http_status", 503),
+        ("undecodable", "protocol", 502),
+        ("no_token", "not_configured", 500),
+    ],
+)
+async def test_a_failed_consume_is_logged_and_counted(
+    start_bridge: StartBridge,
+    http: aiohttp.ClientSession,
+    accounts: FakeAccounts,
+    case: str,
+    reason: str,
+    answered: int,
+) -> None:
+    """A pairing that fails on the bridge's side (accounts down, refusing, answering
+    garbage; no service token) has a warning and a count: a 3 a.m. outage shows."""
+    url, extra = accounts.url, {}
+    if case == "unreachable":
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    elif case == "status":
+        accounts.status, accounts.body = 503, b'{"error":"down"}'
+    elif case == "undecodable":
+        accounts.body = b"<html>not json"
+    else:
+        extra = {"INTERNAL_SERVICE_TOKEN": ""}
+    bridge = await start_bridge(env=bootstrap_env(url, **extra))
+    status, _, _ = await consume(http, bridge.url, {"ticket": "ticket-secret-42", "bridge": PUBLIC})
+    assert status == answered
+    async with http.get(bridge.url + "/metrics") as resp:
+        samples = (await resp.text()).splitlines()
+    assert f'xwm_bootstrap_failures_total{{reason="{reason}"}} 1.0' in samples
+    failed = [e for e in log_entries(bridge.logs) if e["msg"] == "bootstrap consume failed"]
+    assert len(failed) == 1
+    assert failed[0]["level"] == "warning" and failed[0]["reason"] == reason
+    assert failed[0]["status"] == answered
+    line = orjson.dumps(failed[0]).decode()
+    assert "ticket-secret-42" not in line and SERVICE_TOKEN not in line

@@ -106,6 +106,13 @@ class Metrics:
         self.bytes_out = Counter(
             "xwm_bytes_sent", "Response and notification bytes sent", ["transport"], registry=r
         )
+        self.bootstrap_failures = Counter(
+            "xwm_bootstrap_failures",
+            "Bootstrap consumes that failed on the bridge's side, by reason (transport, "
+            "timeout, http_status, protocol, not_configured)",
+            ["reason"],
+            registry=r,
+        )
         self._connections_closed = Counter(
             "xwm_connections_closed",
             "Client connections closed by a limit (per_address, header_timeout, send_timeout)",
@@ -134,6 +141,7 @@ class Metrics:
         self.received = Children(self.bytes_in)
         self.sent = Children(self.bytes_out)
         self.connections_closed = Children(self._connections_closed)
+        self.bootstrap_failed = Children(self.bootstrap_failures)
 
     def bind_gateway(
         self,

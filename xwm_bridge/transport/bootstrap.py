@@ -8,6 +8,7 @@ client address, and the client's ``bridge`` must name this bridge's public URL
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ from xwm_bridge.observability.rejections import (
 
 if TYPE_CHECKING:
     from xwm_bridge.app.bridge import Bridge
+
+log = logging.getLogger("xwm_bridge.bootstrap")
 
 ISSUED_BY = "xworkmate-bridge"
 CONSUME_PATH = "/api/internal/xworkmate/bridge/bootstrap/consume"
@@ -79,6 +82,22 @@ class BootstrapHandlers:
         body = {"ok": True, "bridgeOrigin": self.public_base_url, "issuedBy": ISSUED_BY}
         return web.Response(body=orjson.dumps(body) + b"\n", content_type="application/json")
 
+    def _failed(self, reason: str, status: int, answer: str, cause: str = "") -> web.Response:
+        """A consume that failed on the bridge's side (not the client's): a warning (why:
+        ``cause``, else ``answer``; never the ticket or the service token) and
+        ``xwm_bootstrap_failures_total{reason}`` (``transport``, ``timeout``,
+        ``http_status``, ``protocol``, ``not_configured``); the client gets ``status``
+        with ``answer`` as its text. A 4xx of the accounts service (a ticket unknown,
+        used or expired: the client's) is logged at info."""
+        self._bridge.metrics.bootstrap_failed.get(reason).inc()
+        level = logging.INFO if 400 <= status < 500 and reason == "http_status" else logging.WARNING
+        log.log(
+            level,
+            "bootstrap consume failed",
+            extra={"reason": reason, "status": status, "error": (cause or answer)[:500]},
+        )
+        return _text(status, answer)
+
     def _reject(self, request: web.Request, reason: str, status: int) -> None:
         reject(
             self._bridge.metrics,
@@ -125,7 +144,7 @@ class BootstrapHandlers:
             return _text(403, "bridge does not match this bridge's public URL")
         token = cfg.internal_service_token
         if not token:
-            return _text(500, "internal service token is not configured")
+            return self._failed("not_configured", 500, "internal service token is not configured")
         url = cfg.accounts_base_url.rstrip("/") + CONSUME_PATH
         try:
             async with self._bridge.http.post(
@@ -137,18 +156,21 @@ class BootstrapHandlers:
             ) as resp:
                 status = resp.status
                 payload = await read_capped(resp, MAX_ACCOUNTS_REPLY)
-        except (aiohttp.ClientError, TimeoutError):
-            return _text(502, "failed to contact accounts service")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            kind = "timeout" if isinstance(exc, TimeoutError) else "transport"
+            # str, not repr: a connection error's repr holds its key, proxy credentials too
+            why = f"{type(exc).__name__}: {exc}"
+            return self._failed(kind, 502, "failed to contact accounts service", why)
         except BodyTooLarge:
-            return _text(502, "accounts bootstrap response too large")
+            return self._failed("protocol", 502, "accounts bootstrap response too large")
         if not 200 <= status < 300:
-            return _text(status, "accounts bootstrap consume failed")
+            return self._failed("http_status", status, "accounts bootstrap consume failed")
         try:
             accounts = orjson.loads(payload)
             if not isinstance(accounts, dict):
                 raise ValueError
         except (orjson.JSONDecodeError, ValueError):
-            return _text(502, "failed to decode accounts bootstrap response")
+            return self._failed("protocol", 502, "failed to decode accounts bootstrap response")
         return web.Response(
             body=orjson.dumps(self._answer(accounts, bridge)) + b"\n",
             content_type="application/json",
