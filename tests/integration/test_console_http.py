@@ -305,6 +305,9 @@ async def test_a_failed_console_login_is_one_attempt_counted_and_logged(
         ("console", "origin"),
     ]
     assert all(e["remote"] == "127.0.0.1" for e in refused())
+    # the fields every "request rejected" line has (operations.md, Logs)
+    assert all(e["path"] == "/console/ws" for e in refused())
+    assert [e.get("ws_close", e.get("status")) for e in refused()] == [4401, 4401, 4401, 4400, 403]
     logged = "\n".join(bp.logs)
     assert not any(g in logged for g in guesses) and TOKEN not in logged
 

@@ -23,7 +23,7 @@ but this origin, Trusted Types: no HTML sink takes a string), ``X-Frame-Options:
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -164,7 +164,7 @@ class ConsoleHandlers:
             return web.Response(status=404, text="404 page not found\n")
         origin = request.headers.get("Origin", "").strip()
         if not self.origin_allowed(request):
-            reject(self._t.metrics, TRANSPORT, rj.ORIGIN, status=403, remote=request.remote or "")
+            self._refused(request, rj.ORIGIN, status=403)
             body = jsonrpc.error(None, jsonrpc.ORIGIN_NOT_ALLOWED, origin_refused(origin))
             return web.Response(
                 status=403, body=jsonrpc.dumps(body), content_type="application/json"
@@ -182,10 +182,22 @@ class ConsoleHandlers:
         try:
             call = await self._authenticate(request, ws)
             if call is not None:
-                await self._serve(ws, call)
+                await self._serve(request, ws, call)
         finally:
             self._t.websockets.unregister(ws)
         return ws
+
+    def _refused(self, request: web.Request, reason: str, **fields: Any) -> None:
+        """Count and log one refusal, with the fields of every ``request rejected`` line
+        (``path``, ``remote``; ``status``, or ``ws_close`` for a socket closed)."""
+        reject(
+            self._t.metrics,
+            TRANSPORT,
+            reason,
+            path=request.path,
+            remote=request.remote or "",
+            **fields,
+        )
 
     async def _authenticate(
         self, request: web.Request, ws: web.WebSocketResponse
@@ -196,11 +208,12 @@ class ConsoleHandlers:
         after it on the connection is read. Each refusal is counted
         (``xwm_rejected_requests_total{transport="console",reason}``) and logged with
         the peer, never the value sent."""
-        metrics, remote = self._t.metrics, request.remote or ""
         try:
             msg = await wait_for(ws.receive(), AUTH_TIMEOUT)
         except TimeoutError:
-            reject(metrics, TRANSPORT, rj.MISSING_TOKEN, remote=remote, why="auth timeout")
+            self._refused(
+                request, rj.MISSING_TOKEN, ws_close=CLOSE_BAD_AUTH_FRAME, why="auth timeout"
+            )
             await ws.close(code=CLOSE_BAD_AUTH_FRAME, message=b"authenticate first")
             return None
         if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
@@ -210,7 +223,9 @@ class ConsoleHandlers:
         except jsonrpc.DecodeError:
             req = None
         if req is None or req.method != AUTH_METHOD:
-            reject(metrics, TRANSPORT, rj.MISSING_TOKEN, remote=remote, why="not console.auth")
+            self._refused(
+                request, rj.MISSING_TOKEN, ws_close=CLOSE_BAD_AUTH_FRAME, why="not console.auth"
+            )
             await ws.send_str(
                 jsonrpc.dumps(
                     jsonrpc.error(None, jsonrpc.UNAUTHORIZED, f"send {AUTH_METHOD} first")
@@ -227,7 +242,7 @@ class ConsoleHandlers:
         else:  # no token configured (loopback only): the page works without one
             why, header = "", header or "Bearer anonymous-console"
         if why:
-            reject(metrics, TRANSPORT, why, remote=remote)  # the reason, not the value
+            self._refused(request, why, ws_close=CLOSE_UNAUTHORIZED)  # the reason, not the value
             await ws.send_str(
                 jsonrpc.dumps(
                     jsonrpc.error(req.id, jsonrpc.UNAUTHORIZED, "invalid bearer token")
@@ -245,7 +260,9 @@ class ConsoleHandlers:
         await ws.send_str(jsonrpc.dumps(jsonrpc.result(req.id, reply)).decode())
         return CallContext(None, TRANSPORT, principal, bearer, None, peer_of(request))
 
-    async def _serve(self, ws: web.WebSocketResponse, auth: CallContext) -> None:
+    async def _serve(
+        self, request: web.Request, ws: web.WebSocketResponse, auth: CallContext
+    ) -> None:
         metrics = self._t.metrics
         sent, received = metrics.sent.get(TRANSPORT), metrics.received.get(TRANSPORT)
 
@@ -277,7 +294,7 @@ class ConsoleHandlers:
                     await sender.send(exc.envelope())
                     continue
                 if not admits(len(inflight), req.method, MAX_INFLIGHT):  # a cancel passes
-                    reject(metrics, TRANSPORT, TOO_MANY_INFLIGHT)
+                    self._refused(request, TOO_MANY_INFLIGHT)
                     if not req.is_notification:
                         await sender.send(refusal(req.id, MAX_INFLIGHT))
                     continue
