@@ -36,6 +36,9 @@ class FramingError:
     #: + 1: the same however the input was split; fewer when the input ended first),
     #: so a transport can answer it by its id; empty otherwise
     head: bytes = b""
+    #: the message was over the size limit (not malformed): counted as
+    #: ``message_too_large``, answered ``-32700`` all the same
+    too_large: bool = False
 
 
 class _State(enum.Enum):
@@ -147,7 +150,7 @@ class StdioDecoder:
 
     def _too_large(self, raw: bytes | bytearray) -> FramingError:
         head = bytes(raw[: min(HEAD_BYTES, self._max + 1)])
-        return FramingError(f"message too large: limit is {self._max} bytes", head)
+        return FramingError(f"message too large: limit is {self._max} bytes", head, too_large=True)
 
 
 def decode_frame(item: bytes | FramingError) -> jsonrpc.Request | dict[str, object]:

@@ -37,7 +37,10 @@ def byte_by_byte(data: bytes, **kw: int) -> list[Item]:
 
 
 def is_too_large(item: Item) -> bool:
-    return isinstance(item, FramingError) and "message too large" in item.message
+    too_large = isinstance(item, FramingError) and "message too large" in item.message
+    # the flag the transports count it by (message_too_large) says the same
+    assert too_large == (isinstance(item, FramingError) and item.too_large)
+    return too_large
 
 
 # --- newline-delimited ----------------------------------------------------------------
@@ -360,7 +363,7 @@ def test_a_line_too_large_keeps_its_head_however_it_was_split() -> None:
     (big,) = decode_all(b"  " + b"b" * 10_000 + b"\n", max_message=8192)
     assert isinstance(big, FramingError) and len(big.head) == 4096  # at most HEAD_BYTES
     framed = decode_all(b"Content-Length: 99\r\n\r\n" + line[:99], max_message=64)
-    assert framed == [FramingError("message too large: limit is 64 bytes", line[:65])]
+    assert framed == [FramingError("message too large: limit is 64 bytes", line[:65], True)]
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from xwm_bridge import inflight, jsonrpc
 from xwm_bridge.app.dispatcher import Dispatcher
 from xwm_bridge.core.context import CallContext
 from xwm_bridge.framing import FramingError, StdioDecoder, decode_frame
-from xwm_bridge.observability.rejections import decode_reason, reject
+from xwm_bridge.observability.rejections import MESSAGE_TOO_LARGE, decode_reason, reject
 from xwm_bridge.tasks import Supervisor
 from xwm_bridge.transport.notify import LiveConnection, OrderedSender
 from xwm_bridge.wire import PLAIN, WireEncoder
@@ -76,6 +76,8 @@ class StdioServer:
             detail = str(error.get("message", "")) if isinstance(error, dict) else ""
             code = error.get("code", -32700) if isinstance(error, dict) else -32700
             reason = decode_reason(code if isinstance(code, int) else -32700)
+            if isinstance(item, FramingError) and item.too_large:
+                reason = MESSAGE_TOO_LARGE
             reject(self._dispatcher.metrics, "stdio", reason, error=detail[:200])
             await self._send(req)
             return

@@ -194,3 +194,28 @@ async def test_a_request_past_the_limit_is_answered_by_the_id_its_head_holds() -
         {"jsonrpc": "2.0", "id": None, "error": too_large},
         {"jsonrpc": "2.0", "id": "after", "result": {"echo": 1}},  # the stream goes on
     ]
+
+
+async def test_refusals_are_counted_by_what_was_wrong() -> None:
+    """A frame over the limit is ``message_too_large`` in xwm_rejected_requests_total
+    (operations.md), not ``parse_error``: its answer's code is -32700 all the same."""
+    h = Harness()
+
+    async def echo(params: dict[str, Any], _call: CallContext, _method: str) -> dict[str, Any]:
+        return {"echo": params.get("n")}
+
+    metrics = Metrics()
+    server = StdioServer(
+        Dispatcher({"echo": echo}, metrics), h.read, h.write, max_message=256, send_timeout=5
+    )
+    big = b'{"jsonrpc":"2.0","id":1,"method":"echo","params":{"pad":"%s"}}' % (b"x" * 600)
+    for line in [big + b"\n", b"{not json\n", b""]:
+        h.chunks.put_nowait(line)
+    await asyncio.wait_for(server.serve(), 10)
+    assert [m["error"]["code"] for m in h.written] == [-32700, -32700]
+
+    def count(reason: str) -> float | None:
+        labels = {"transport": "stdio", "reason": reason}
+        return metrics.registry.get_sample_value("xwm_rejected_requests_total", labels)
+
+    assert (count("message_too_large"), count("parse_error")) == (1.0, 1.0)
