@@ -13,7 +13,9 @@ Both render through :func:`render_line` (same fields, same redaction; JSON, or
 :class:`LineSink`, which writes the lines in order, in batches, from its own
 thread: the event loop never blocks on ``write(2)``. Warnings and errors are
 written through at once (with everything queued before them), so a crash right
-after loses at most ``flush_interval`` of info lines.
+after loses at most ``flush_interval`` of info lines: the writer thread writes them
+at once and the caller waits for that, at most :data:`WRITE_THROUGH_WAIT` (a stderr
+that takes nothing, its reader stalled, must not stall the event loop with it).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ MAX_FIELD_CHARS = 2048
 MAX_EXC_CHARS = 16384
 #: a line longer than this has its container fields shortened to a bounded repr
 MAX_LINE_BYTES = 65536
+#: how long a warning waits for the writer thread to have written it; past that the
+#: sink is taken as stalled and later warnings do not wait until a write goes through
+WRITE_THROUGH_WAIT = 0.5
 LEVEL_NAMES = {
     logging.DEBUG: "debug",
     logging.INFO: "info",
@@ -220,9 +225,14 @@ class LineSink:
         self._write = write or _fd_writer(2)
         self._interval = flush_interval
         self._max_pending = max_pending
-        self._lines: deque[bytes] = deque()
-        self._lock = threading.Lock()  # one writer at a time: the thread, or a write-through
+        #: lines, and the events of warnings waiting for the lines before them
+        self._lines: deque[bytes | threading.Event] = deque()
+        self._lock = threading.Lock()  # one writer at a time: the thread, or a flush
         self._wake = threading.Event()
+        #: a warning is queued: the thread writes without letting a batch gather
+        self._hurry = threading.Event()
+        #: a warning's wait timed out: stderr takes nothing (cleared by a write)
+        self._stalled = False
         self._closed = False
         self.dropped = 0
         self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
@@ -238,9 +248,23 @@ class LineSink:
             self._wake.set()
 
     def put_now(self, line: bytes) -> None:
-        """Write ``line`` (and every line queued before it) before returning."""
+        """Write ``line`` (and every line queued before it) before returning; when
+        stderr takes nothing, return after :data:`WRITE_THROUGH_WAIT` (at once while
+        it stays stalled) and leave the line queued, in order."""
+        if self._closed:  # no thread any more
+            self._lines.append(line)
+            self.flush()
+            return
+        if len(self._lines) >= self._max_pending:
+            self.dropped += 1  # stalled long enough to fill the queue: the cap holds
+            return
+        written = threading.Event()
         self._lines.append(line)
-        self.flush()
+        self._lines.append(written)
+        self._hurry.set()
+        self._wake.set()
+        if not self._stalled and not written.wait(WRITE_THROUGH_WAIT):
+            self._stalled = True
 
     def flush(self) -> None:
         with self._lock:
@@ -249,23 +273,35 @@ class LineSink:
     def _drain(self) -> None:
         lines = self._lines
         batch: list[bytes] = []
+        waiting: list[threading.Event] = []
         while lines:
-            batch.append(lines.popleft())
-        if batch:
-            try:
+            item = lines.popleft()
+            if isinstance(item, bytes):
+                batch.append(item)
+            else:
+                waiting.append(item)
+        try:
+            if batch:
                 self._write(b"".join(batch))
-            except OSError:
-                self.dropped += len(batch)
+                self._stalled = False
+        except OSError:
+            self.dropped += len(batch)
+        finally:
+            for written in waiting:
+                written.set()
 
     def _run(self) -> None:
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
-            time.sleep(self._interval)  # let a batch gather: one write(2) for many lines
+            # let a batch gather (one write(2) for many lines), unless a warning waits
+            self._hurry.wait(self._interval)
+            self._hurry.clear()
             self.flush()
 
     def close(self) -> None:
         self._closed = True
+        self._hurry.set()
         self._wake.set()
         self.flush()
 

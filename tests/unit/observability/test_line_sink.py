@@ -1,0 +1,82 @@
+"""``LineSink``: lines leave in order from the writer thread; a warning is written
+through before ``put_now`` returns, but a stderr that takes nothing (its reader
+stalled: journald, a container runtime's log pipe) never stalls the caller, the
+event loop, for more than ``WRITE_THROUGH_WAIT``."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from xwm_bridge.observability import logging as obslog
+from xwm_bridge.observability.logging import LineSink
+
+
+class Wedged:
+    """A write that blocks until released (a full pipe nobody reads)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.written: list[bytes] = []
+
+    def __call__(self, data: bytes) -> None:
+        self.entered.set()
+        self.release.wait()
+        self.written.append(data)
+
+
+def test_a_warning_is_written_before_put_now_returns() -> None:
+    written: list[bytes] = []
+    sink = LineSink(written.append, flush_interval=60)  # the thread would wait a minute
+    try:
+        sink.put(b"info\n")
+        sink.put_now(b"warning\n")
+        assert b"".join(written) == b"info\nwarning\n"  # in order, the info line first
+    finally:
+        sink.close()
+
+
+def test_a_wedged_stderr_does_not_block_put_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(obslog, "WRITE_THROUGH_WAIT", 0.05)
+    wedged = Wedged()
+    sink = LineSink(wedged, flush_interval=0)
+    sink.put(b"first\n")
+    assert wedged.entered.wait(10)  # the writer thread is stuck in write(2)
+    returned: list[int] = []
+
+    def warn() -> None:
+        for n in range(3):
+            sink.put_now(b"warning %d\n" % n)
+            returned.append(n)
+
+    caller = threading.Thread(target=warn, daemon=True)  # the event loop's thread
+    caller.start()
+    caller.join(5)  # a bound for the failure only: it returns in about 0.05 s
+    try:
+        assert returned == [0, 1, 2]  # it did not wait for the write
+    finally:
+        wedged.release.set()
+        caller.join(10)
+    sink.close()
+    # nothing was lost: once stderr takes data again every line goes, in order
+    assert b"".join(wedged.written) == b"first\nwarning 0\nwarning 1\nwarning 2\n"
+
+
+def test_warnings_queued_behind_a_wedged_stderr_are_capped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(obslog, "WRITE_THROUGH_WAIT", 0.05)
+    wedged = Wedged()
+    sink = LineSink(wedged, flush_interval=0, max_pending=4)
+    sink.put(b"first\n")
+    assert wedged.entered.wait(10)
+    for n in range(10):
+        sink.put_now(b"w%d\n" % n)
+    wedged.release.set()
+    sink.close()
+    # the queue holds at most max_pending entries (a line and its wait marker): memory
+    # stays bounded however long stderr takes nothing; the rest are counted
+    assert b"".join(wedged.written) == b"first\nw0\nw1\n"
+    assert sink.dropped == 8
