@@ -481,6 +481,12 @@ def setup_logging(
     return sink
 
 
+def dropped_lines() -> int:
+    """Lines the process's sink could not write (stderr refused them, or its queue was
+    full): ``xwm_log_lines_dropped_total``."""
+    return _sink.dropped if _sink is not None else 0
+
+
 def flush_logs() -> None:
     if _sink is not None:
         _sink.flush()

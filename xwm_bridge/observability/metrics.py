@@ -18,6 +18,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from xwm_bridge.observability.logging import dropped_lines
+
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
 
@@ -38,6 +40,17 @@ class Children:
         return child
 
 
+class _LogLines(Collector):
+    """``xwm_log_lines_dropped_total``: read from the log sink on each scrape."""
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(
+            "xwm_log_lines_dropped",
+            "Log lines not written: stderr refused them, or took nothing until the queue was full",
+            value=dropped_lines(),
+        )
+
+
 #: ``outcome`` of ``xwm_turn_duration_seconds``
 TURN_OUTCOMES = ("success", "failed", "cancelled", "interrupted")
 
@@ -53,6 +66,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         ProcessCollector(registry=r)  # process_cpu_seconds_total, _resident_memory_bytes, …
+        r.register(_LogLines())
         self.requests = Counter(
             "xwm_requests",
             "JSON-RPC requests by method, transport and outcome (ok, error, internal_error, "

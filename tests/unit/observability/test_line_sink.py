@@ -80,3 +80,24 @@ def test_warnings_queued_behind_a_wedged_stderr_are_capped(
     # stays bounded however long stderr takes nothing; the rest are counted
     assert b"".join(wedged.written) == b"first\nw0\nw1\n"
     assert sink.dropped == 8
+
+
+def test_dropped_lines_are_a_metric(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines the sink could not write (stderr refused them, or the queue was full) are
+    the one failure the log cannot tell: /metrics does."""
+    from xwm_bridge.observability.metrics import Metrics
+
+    def refuse(data: bytes) -> None:
+        raise OSError("EPIPE")
+
+    sink = LineSink(refuse, flush_interval=0)
+    monkeypatch.setattr(obslog, "_sink", sink)
+    try:
+        sink.put(b"a\n")
+        sink.put(b"b\n")
+        sink.flush()
+        assert sink.dropped == 2
+        text = Metrics().render().decode()
+    finally:
+        sink.close()
+    assert "xwm_log_lines_dropped_total 2.0" in text.splitlines()
