@@ -358,3 +358,37 @@ async def test_console_bytes_received_counts_bytes_not_characters(
     # the auth frame is not counted (read before the connection is served); UTF-8 bytes
     sample = f'xwm_bytes_received_total{{transport="console"}} {float(len(frame.encode()))}'
     assert sample in text.splitlines()
+
+
+async def test_console_frames_refused_after_login_are_counted(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A frame that is not JSON-RPC, and one over the limit (closed 1009), count as on
+    ``/acp``: under ``transport="console"``, each with its ``request rejected`` line."""
+    from tests.conftest import wait_until
+
+    bp = await start_bridge(config={"limits": {"max_ws_message_bytes": 2048}}, tmp=tmp_path)
+    async with http.ws_connect(f"{bp.url}/console/ws") as ws:
+        await ws.send_str(auth_frame(TOKEN))
+        assert orjson.loads((await ws.receive(timeout=5)).data)["id"] == 0
+        await ws.send_str("{not json")
+        assert orjson.loads((await ws.receive(timeout=5)).data)["error"]["code"] == -32700
+        await ws.send_str("x" * 4096)
+        closed = await ws.receive(timeout=5)
+        assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        assert ws.close_code == 1009
+    async with http.get(f"{bp.url}/metrics") as resp:
+        lines = (await resp.text()).splitlines()
+    sample = 'xwm_rejected_requests_total{reason="%s",transport="console"} 1.0'
+    assert sample % "parse_error" in lines and sample % "message_too_large" in lines
+
+    def refused() -> list[dict[str, Any]]:
+        entries = [orjson.loads(x) for x in bp.logs if x.startswith("{")]
+        return [e for e in entries if e.get("msg") == "request rejected"]
+
+    await wait_until(lambda: len(refused()) >= 2, within=10)
+    assert [(e["reason"], e["path"]) for e in refused()] == [
+        ("parse_error", "/console/ws"),
+        ("message_too_large", "/console/ws"),
+    ]
+    assert refused()[1]["ws_close"] == 1009

@@ -199,6 +199,14 @@ class ConsoleHandlers:
             **fields,
         )
 
+    def _too_big(self, request: web.Request, ws: web.WebSocketResponse, msg: Any) -> None:
+        """A message over ``limits.max_ws_message_bytes`` (aiohttp closed it, 1009):
+        counted; any other end of the socket is not a refusal."""
+        if msg.type == aiohttp.WSMsgType.ERROR and (
+            getattr(ws.exception(), "code", None) == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+        ):
+            self._refused(request, rj.MESSAGE_TOO_LARGE, ws_close=1009)
+
     async def _authenticate(
         self, request: web.Request, ws: web.WebSocketResponse
     ) -> CallContext | None:
@@ -217,6 +225,7 @@ class ConsoleHandlers:
             await ws.close(code=CLOSE_BAD_AUTH_FRAME, message=b"authenticate first")
             return None
         if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+            self._too_big(request, ws, msg)
             return None
         try:
             req = jsonrpc.decode_request(msg.data)
@@ -286,11 +295,13 @@ class ConsoleHandlers:
         try:
             async for msg in ws:
                 if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                    self._too_big(request, ws, msg)
                     break
                 received.inc(frame_bytes(msg.data))
                 try:
                     req = jsonrpc.decode_request(msg.data)
-                except jsonrpc.DecodeError as exc:
+                except jsonrpc.DecodeError as exc:  # counted as on /acp
+                    self._refused(request, rj.decode_reason(exc.code), error=exc.message[:200])
                     await sender.send(exc.envelope())
                     continue
                 if not admits(len(inflight), req.method, MAX_INFLIGHT):  # a cancel passes
