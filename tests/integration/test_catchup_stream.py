@@ -18,6 +18,7 @@ from tests.conftest import (
     session_params,
     sse,
     updates,
+    wait_until,
 )
 from xwm_bridge.store.base import StoreUnavailable
 
@@ -209,3 +210,39 @@ async def test_a_store_that_cannot_answer_is_a_503_not_a_traceback(
     assert replay["error"] == {"code": -32603, "message": "session store unavailable"}
     logs = "\n".join(bp.logs)
     assert "10.0.0.5:6379" in logs and "Traceback" not in logs
+
+
+async def test_follow_streams_end_cleanly_on_shutdown_after_the_drain(
+    start_bridge: StartBridge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    """A turn that finishes during the drain reaches its follower whole (every
+    notification, then the result: the stream ended after the first entry it read
+    once the drain began); then every follow stream ends (its chunked body completed),
+    an idle one too: that one waited for aiohttp's shutdown timeout, which cut it and
+    held the shutdown up for 10 s."""
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    release = fake_upstream.state.holds["d1"] = asyncio.Event()
+    turn = asyncio.ensure_future(
+        sse(http, bp.rpc_url, "session.start", session_params("d1", "late"))
+    )
+    await wait_until(lambda: "d1" in fake_upstream.state.active)
+    base = f"{bp.url}/acp/sessions"
+    async with (
+        http.get(f"{base}/d1/events?follow=1", headers=AUTH) as busy,
+        http.get(f"{base}/idle/events?follow=1", headers=AUTH) as idle,
+    ):
+        assert busy.status == idle.status == 200
+        await wait_until(lambda: len(bp.bridge.sessions.feed) == 2)
+        stopping = asyncio.ensure_future(bp.stop())
+        await wait_until(lambda: bp.bridge.supervisor.closing)  # draining: turn still running
+        release.set()
+        # a cut body raises ClientPayloadError
+        busy_body, idle_body = await asyncio.wait_for(asyncio.gather(busy.read(), idle.read()), 20)
+    streamed = await turn
+    sent = [e for e in streamed if isinstance(e, dict) and e.get("method")]
+    assert len(sent) > 2  # started, the upstream's chunks, …: several entries in the drain
+    events = parse_all(busy_body.decode())
+    assert notes(events) == sent  # every one, in order
+    assert events[-1][0] == "result" and events[-1][2]["result"] == streamed[-1]["result"]
+    assert parse_all(idle_body.decode()) == []
+    await asyncio.wait_for(stopping, 20)

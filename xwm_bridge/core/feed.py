@@ -26,6 +26,13 @@ class Subscription:
     pending: deque[Entry] = field(default_factory=deque)
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
     overflowed: bool = False
+    #: the bridge is shutting down (:meth:`SessionFeed.end_all`): what is pending is
+    #: still read, then the stream ends
+    ended: bool = False
+
+    def end(self) -> None:
+        self.ended = True
+        self._ready.set()  # wake the reader
 
     def offer(self, entry: Entry) -> None:
         if self.overflowed:
@@ -38,8 +45,9 @@ class Subscription:
         self._ready.set()
 
     async def next(self, wait_s: float) -> Entry | None:
-        """The next entry; None after ``wait_s`` seconds without one or on overflow."""
-        if not self.pending and not self.overflowed:
+        """The next entry; None after ``wait_s`` seconds without one, on overflow, or
+        once it ended and nothing is pending."""
+        if not self.pending and not self.overflowed and not self.ended:
             self._ready.clear()
             with contextlib.suppress(TimeoutError):
                 await wait_for(self._ready.wait(), wait_s)
@@ -52,11 +60,22 @@ class SessionFeed:
     def __init__(self, max_pending: int = 1024) -> None:
         self._max_pending = max_pending
         self._subs: dict[str, set[Subscription]] = {}
+        self._ended = False
 
     def subscribe(self, session_id: str) -> Subscription:
         sub = Subscription(session_id, self._max_pending)
+        if self._ended:
+            sub.end()
         self._subs.setdefault(session_id, set()).add(sub)
         return sub
+
+    def end_all(self) -> None:
+        """Shutdown, after the drain: every follower reads what is pending and ends, and
+        one that subscribes from now on ends at once."""
+        self._ended = True
+        for subs in self._subs.values():
+            for sub in subs:
+                sub.end()
 
     def unsubscribe(self, sub: Subscription) -> None:
         subs = self._subs.get(sub.session_id)

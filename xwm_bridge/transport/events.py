@@ -10,7 +10,8 @@ increasing per session (every notification, relayed ones included, and every
 result counts), so a reconnect resumes exactly after the last event seen.
 With ``?follow=1`` the stream then stays open and carries the session's new
 entries live, with ``: keep-alive`` comments every ``limits.sse_keepalive``,
-until the client leaves, falls too far behind, the bridge shuts down,
+until the client leaves, falls too far behind, the bridge shuts down (after
+its drain: the entries of turns that finish in it are sent first),
 ``FOLLOW_MAX_SECONDS`` pass, or the session turns out to be another principal's
 (one unknown when the stream opened, then created with another client token).
 """
@@ -164,11 +165,15 @@ async def stream_events(
             return stream
         deadline = time.monotonic() + FOLLOW_MAX_SECONDS
         keepalive = bridge.config.limits.sse_keepalive or FOLLOW_MAX_SECONDS
-        while not sender.broken and not bridge.supervisor.closing and not sub.overflowed:
+        # on shutdown the drain's entries still come (running turns finish), then the
+        # feed ends every subscription (``SessionFeed.end_all``, after the drain)
+        while not sender.broken and not sub.overflowed:
             if time.monotonic() >= deadline:
                 break
             live = await sub.next(keepalive)
             if live is None:
+                if sub.ended:  # shutting down, after the drain: nothing more comes
+                    break
                 if not sub.overflowed:
                     await sender.send_bytes(SSE_KEEPALIVE)
                 continue

@@ -196,6 +196,8 @@ class HttpTransport(HttpChecks):
     async def _on_shutdown(self, app: web.Application) -> None:
         # connections are still open here: running turns deliver their results
         await self.bridge.drain()
+        # catch-up streams that follow a session end once they have what the drain wrote
+        self.bridge.sessions.feed.end_all()
         await self.websockets.close_all()
         await self.acp.close()
 
