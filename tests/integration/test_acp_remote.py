@@ -715,3 +715,39 @@ async def test_refusals_are_counted_and_logged(
     assert by_reason["body_too_large"]["status"] == 413
     assert by_reason["message_too_large"]["ws_close"] == 1009
     assert {e["path"] for e in refused()} == {"/acp/remote"}
+
+
+async def test_a_connection_past_the_limit_is_counted_and_logged(
+    start_bridge: StartBridge,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    http: aiohttp.ClientSession,
+) -> None:
+    """``acp.max_connections`` reached: the 503 shows in xwm_rejected_requests_total
+    (``too_many_connections``) and in the log, as every other refusal."""
+    acp = {"default_route": "single-agent:codex", "max_connections": 1}
+    bp = await start_bridge(config=config(fake_upstream, tmp_path, acp=acp), tmp=tmp_path)
+    url = f"{bp.url}/acp/remote"
+    init = orjson.dumps(
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+    )
+    async with http.ws_connect(url.replace("http", "ws"), headers=AUTH):
+        with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+            await http.ws_connect(url.replace("http", "ws"), headers=AUTH)
+        assert err.value.status == 503
+        async with http.post(url, data=init, headers=JSON) as resp:
+            assert resp.status == 503
+    async with http.get(f"{bp.url}/metrics") as resp:
+        samples = (await resp.text()).splitlines()
+    for transport in ("ws", "http"):
+        sample = (
+            'xwm_rejected_requests_total{reason="too_many_connections",'
+            f'transport="{transport}"}} 1.0'
+        )
+        assert sample in samples, sample
+
+    def refused() -> list[dict[str, Any]]:
+        return [e for e in log_entries(bp.logs) if e.get("msg") == "request rejected"]
+
+    await wait_until(lambda: len(refused()) == 2)
+    assert {(e["reason"], e["status"]) for e in refused()} == {("too_many_connections", 503)}

@@ -24,6 +24,8 @@ PARSE_ERROR = "parse_error"
 METHOD_NOT_ALLOWED = "method_not_allowed"
 MESSAGE_TOO_LARGE = "message_too_large"
 TOO_MANY_INFLIGHT = "too_many_inflight"
+#: ``/acp/remote`` at ``acp.max_connections`` (503)
+TOO_MANY_CONNECTIONS = "too_many_connections"
 RATE_LIMITED = "rate_limited"
 FOREIGN_BRIDGE = "foreign_bridge"
 #: an id or params nested past jsonrpc.MAX_DEPTH (issue 16)

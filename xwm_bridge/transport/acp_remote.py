@@ -112,8 +112,9 @@ class AcpRemote:
             return await self.delete(request)
         return web.Response(status=405, text="405 method not allowed\n", content_type="text/plain")
 
-    def _full(self) -> web.Response | None:
+    def _full(self, request: web.Request, transport: str) -> web.Response | None:
         if self.open_connections >= self._max_connections:
+            self._reject(request, transport, rj.TOO_MANY_CONNECTIONS, 503)
             return _error(
                 503, f"too many ACP connections (limit {self._max_connections})", jsonrpc.QUEUE_FULL
             )
@@ -122,7 +123,7 @@ class AcpRemote:
     # --- WebSocket ---------------------------------------------------------------
 
     async def websocket(self, request: web.Request) -> web.StreamResponse:
-        full = self._full()
+        full = self._full(request, "ws")
         if full is not None:
             return full
         ws = web.WebSocketResponse(
@@ -219,7 +220,7 @@ class AcpRemote:
         return web.Response(status=202)
 
     async def _initialize(self, request: web.Request, req: jsonrpc.Request) -> web.StreamResponse:
-        full = self._full()
+        full = self._full(request, "http")
         if full is not None:
             return full
         principal, bearer = self._principal(request)
