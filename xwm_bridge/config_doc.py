@@ -81,7 +81,7 @@ DESCRIPTIONS: dict[str, str] = {
     "store.ledger_max_age": "seconds a ledger notification is kept",
     "store.retention": "seconds an untouched session stays in the store (idle sessions leave memory after `limits.session_idle_ttl` but can still be continued)",
     "store.replay_max_items": "most notifications one `session.replay` call returns",
-    "store.redis_url": "Redis of the shared store (`redis://[:password@]host:port/db`; the password is redacted from logs)",
+    "store.redis_url": "Redis of the shared store (`redis://[:password@]host:port/db`, `rediss://…` or `unix:///path`; any other form is a config error at start; the password is redacted from logs)",
     "store.redis_prefix": "prefix of every Redis key the bridge uses (several bridges may share one Redis)",
     "store.redis_timeout": "seconds allowed for each Redis command (one attempt, no retries; a `redis_url`'s `socket_timeout` is ignored)",
     "store.lease_ttl": "seconds after which a dead replica's liveness key and thread leases expire (waiting turns then run elsewhere)",

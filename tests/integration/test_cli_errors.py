@@ -84,6 +84,15 @@ def test_a_bad_flag_or_variable_is_one_line_and_exit_2(
     assert_one_line_error(proc, "xwm-bridge: config error: " + expected)
 
 
+@pytest.mark.parametrize("command", ["serve", "doctor"])
+def test_a_malformed_redis_url_is_one_line(command: str) -> None:
+    """Both ended in a traceback from urlsplit (a port past 65535)."""
+    env = base_env(XWM_SESSION_STORE="redis", XWM_REDIS_URL="redis://:pw@127.0.0.1:99999/0")
+    args = ["--listen", "127.0.0.1:0"] if command == "serve" else []
+    proc = run(command, *args, env=env)
+    assert_one_line_error(proc, "config error: store.redis_url: Port out of range")
+
+
 @pytest.mark.parametrize("var", ["ACP_MULTI_AGENT_ENABLED", "XWM_AGENTS_DETECT"])
 def test_a_boolean_variable_not_understood_is_a_warning_naming_it_and_the_default(
     var: str,

@@ -293,6 +293,33 @@ def test_openclaw_url_must_be_a_websocket_url(url: str) -> None:
     assert load(env={"XWM_OPENCLAW_URL": "ws://127.0.0.1:18789/gw"}).config.openclaw_url
 
 
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("localhost:6379", "expected redis://host"),  # redis-py: ValueError at start
+        ("redis://:pw-77@[::1/0", "Invalid IPv6 URL"),  # urlsplit: a traceback
+        ("redis://:pw-77@127.0.0.1:99999/0", "Port out of range"),
+        ("redis://:pw-77@h:6379/zero", "the path is the database number"),
+        ("redis:///0", "no host"),
+        ("unix://", "needs the socket's path"),
+    ],
+)
+def test_a_malformed_redis_url_is_a_config_error_without_its_password(
+    url: str, problem: str
+) -> None:
+    """serve and doctor ended in a traceback; doctor --offline called it valid."""
+    message = config_error(None, env={"XWM_REDIS_URL": url, "XWM_SESSION_STORE": "redis"})
+    assert message.startswith("store.redis_url: ") and problem in message, message
+    assert "pw-77" not in message
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://h:6379/0", "rediss://u:p@h", "redis://[::1]:6379/2", "unix:///run/r.sock"]
+)
+def test_a_redis_url_redis_py_takes_is_accepted(url: str) -> None:
+    assert load(env={"XWM_REDIS_URL": url}).config.store.redis_url == url
+
+
 def test_provider_url_env_override() -> None:
     loaded = load(env={"XWM_PROVIDER_CODEX_URL": " http://127.0.0.1:9010 "})
     codex = loaded.config.providers[0]

@@ -182,6 +182,7 @@ def _validate(config: BridgeConfig) -> None:
             raise ConfigError(f"store.{name}: must be greater than 0")
     if config.store.ledger_max_age <= 0 or config.store.retention <= 0:
         raise ConfigError("store: ledger_max_age and retention must be greater than 0")
+    _validate_redis_url(config.store.redis_url)
     if config.store.redis_timeout <= 0 or config.store.lease_ttl < 1:
         raise ConfigError("store: redis_timeout must be > 0 and lease_ttl at least 1 second")
     cc = config.console
@@ -229,6 +230,34 @@ def _validate_openclaw_url(url: str) -> None:
         ok = False
     if not ok:
         raise ConfigError("openclaw_url: expected ws://host[:port][/path] or wss://…")
+
+
+#: what redis-py's ``from_url`` takes
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _validate_redis_url(url: str) -> None:
+    """``redis[s]://[[user]:password@]host[:port][/db]`` or ``unix:///path``: anything
+    else was a traceback when the store opened (serve, doctor), and ``doctor --offline``
+    called it valid. The value is not echoed: it may carry the password."""
+    problem = ""
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises on a port past 65535
+    except ValueError as exc:  # a bad port, an unclosed IPv6 bracket
+        problem = str(exc)
+    else:
+        db = parts.path.strip("/")
+        if parts.scheme not in REDIS_SCHEMES:
+            problem = "expected redis://host[:port][/db], rediss://… or unix:///path"
+        elif parts.scheme == "unix" and not parts.path:
+            problem = "unix:// needs the socket's path (unix:///run/redis.sock)"
+        elif parts.scheme != "unix" and not parts.hostname:
+            problem = "no host (redis://host[:port][/db])"
+        elif parts.scheme != "unix" and db and not (db.isascii() and db.isdigit()):
+            problem = "the path is the database number (redis://host:6379/0)"
+    if problem:
+        raise ConfigError(f"store.redis_url: {problem}")
 
 
 def _validate_acp(config: BridgeConfig) -> None:
