@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -84,6 +85,21 @@ async def test_ids_match_out_of_order_and_errors_surface(tmp_path: Path) -> None
         assert seen == ["fs/read_text_file", "agent_message_chunk"]
     finally:
         await agent.close()
+
+
+@pytest.mark.parametrize("name", ["missing", "a-file"])
+async def test_a_working_directory_that_is_not_there_is_named_as_such(
+    tmp_path: Path, name: str
+) -> None:
+    """A provider's cwd (or a session directory) gone: the spawn's ENOENT/ENOTDIR came
+    from the chdir, and the turn (and doctor) said "command not found: <the agent>"."""
+    (tmp_path / "a-file").write_text("")
+    cwd = str(tmp_path / name / "sub" if name == "a-file" else tmp_path / name)
+    agent = AcpAgent(dataclasses.replace(spec(), cwd=cwd))
+    with pytest.raises(AgentError) as info:
+        await agent.ensure_started()
+    assert str(info.value) == f"cannot start agent fake: working directory not found: {cwd}"
+    await agent.close()
 
 
 async def test_start_failure_and_initialize_deadline() -> None:

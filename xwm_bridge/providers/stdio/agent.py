@@ -89,6 +89,20 @@ class SessionHandlers:
     on_exit: OnExit | None = None
 
 
+def spawn_failure(exc: OSError, argv: tuple[str, ...], cwd: str) -> str:
+    """Why an agent could not be started (uvloop's error does not name the file: say
+    which command, or which directory, it was)."""
+    binary = argv[0] if argv else ""
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)) and cwd and not os.path.isdir(cwd):
+        # the chdir failed, not the exec: "command not found" sent people to PATH
+        return f"working directory not found: {cwd}"
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {binary}"
+    if isinstance(exc, PermissionError):
+        return f"not executable: {binary}"
+    return f"{binary}: {exc.strerror or exc}"
+
+
 @dataclass(frozen=True, slots=True)
 class AgentSpec:
     name: str
@@ -191,14 +205,7 @@ class AcpAgent:
                 start_new_session=True,  # own process group, killed as a whole
             )
         except OSError as exc:
-            # uvloop's error does not name the file: say which command it was
-            binary = self.spec.argv[0] if self.spec.argv else ""
-            if isinstance(exc, FileNotFoundError):
-                why = f"command not found: {binary}"
-            elif isinstance(exc, PermissionError):
-                why = f"not executable: {binary}"
-            else:
-                why = f"{binary}: {exc.strerror or exc}"
+            why = spawn_failure(exc, self.spec.argv, self.spec.cwd)
             self._failed(f"cannot start agent {self.spec.name}: {why}")
             raise AgentError(f"cannot start agent {self.spec.name}: {why}") from None
         self._proc, self._protocol = proc, watch
