@@ -73,7 +73,7 @@ async def check_stdio_agent(cfg: BridgeConfig, p: ProviderConfig) -> dict[str, A
     env_path = dict(item.split("=", 1) for item in p.env if "=" in item).get("PATH")
     path = registry.which(exe, cfg.agents.search_paths, env_path or os.environ.get("PATH", ""))
     if path is None:
-        return {"provider": p.id, "ok": False, "error": f"agent command not found: {exe}"}
+        return {"provider": p.id, "ok": False, "error": f"agent {registry.not_found(exe)}"}
     result = await probe(p, cfg)
     row: dict[str, Any] = {"provider": p.id, "ok": result.ok, "command": path}
     row["detail" if result.ok else "error"] = result.detail

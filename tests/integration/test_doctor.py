@@ -82,6 +82,26 @@ async def test_stdio_agents_must_answer_initialize(tmp_path: Path) -> None:
     assert "no-such-agent-xyz" in checks["missing"]["error"]
 
 
+async def test_an_agent_that_cannot_start_is_reported_for_what_is_wrong(tmp_path: Path) -> None:
+    """A command file without the execute bit was "agent command not found" (the
+    operator looks for a missing file), a cwd that is not there "command not found:
+    <python>" (the chdir's ENOENT)."""
+    plain = tmp_path / "agent.sh"
+    plain.write_text("#!/bin/sh\n")
+    config = {
+        "providers": [
+            {"id": "no-x", "kind": "stdio", "command": [str(plain), "acp"]},
+            {"id": "no-cwd", "kind": "stdio", "command": FAKE_AGENT, "cwd": str(tmp_path / "gone")},
+        ],
+    }
+    code, doc = await doctor(tmp_path, config)
+    checks = by(doc, "provider")
+    assert code == 1
+    assert checks["no-x"]["error"] == f"agent command not executable: {plain}"
+    gone = f"cannot start agent no-cwd: working directory not found: {tmp_path / 'gone'}"
+    assert checks["no-cwd"]["error"] == gone
+
+
 async def test_only_configured_components_are_checked_and_failures_exit_1(
     tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:

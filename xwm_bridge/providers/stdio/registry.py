@@ -247,6 +247,14 @@ def which(executable: str, search_paths: tuple[str, ...], path: str) -> str | No
     return shutil.which(executable, path=path)
 
 
+def not_found(executable: str) -> str:
+    """Why :func:`which` found nothing: a path to a file that is there but cannot be
+    run is not "not found" (the operator would look for a missing file)."""
+    if os.sep in executable and os.path.isfile(executable):
+        return f"command not executable: {executable}"
+    return f"command not found: {executable}"
+
+
 def _configured_status(p: ProviderConfig, config: BridgeConfig, path: str) -> AgentStatus:
     exe = p.command[0] if p.command else ""
     label = p.label or p.id
@@ -254,9 +262,7 @@ def _configured_status(p: ProviderConfig, config: BridgeConfig, path: str) -> Ag
         return AgentStatus(p.id, label, False, "config", reason="no command configured")
     found = which(exe, config.agents.search_paths, path)
     if found is None:
-        return AgentStatus(
-            p.id, label, False, "config", reason=f"command not found: {exe}", command=p.command
-        )
+        return AgentStatus(p.id, label, False, "config", reason=not_found(exe), command=p.command)
     return AgentStatus(p.id, label, True, "config", path=found, command=p.command)
 
 
