@@ -3,7 +3,8 @@ check of every configured component: HTTP/WS providers answer the deploy probe's
 request (``acp.capabilities``, config.md §4); stdio agents — configured or found
 on PATH (providers/stdio/registry.py) — are started and must answer
 ``initialize`` within ``agents.probe_timeout``; the OpenClaw gateway (when
-configured) accepts a connection; the session store is usable. Known agents that
+configured) accepts a connection; the session store is usable;
+``agents.permission_rules_file`` (when set) reads as a rule list. Known agents that
 were not found are listed with the reason (not a failure); components nobody
 configured are left out; ``--offline`` validates the config only.
 
@@ -21,13 +22,15 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
 from xwm_bridge.config import DEFAULT_PROVIDERS, BridgeConfig, LoadedConfig, ProviderConfig
 from xwm_bridge.config_view import masked
 from xwm_bridge.endpoint import EndpointError, derive_endpoint
 from xwm_bridge.netaddr import is_loopback_host, parse_listen
 from xwm_bridge.providers.http1 import Http1Error
 from xwm_bridge.providers.http1_pool import Http1Pool
-from xwm_bridge.providers.stdio import registry
+from xwm_bridge.providers.stdio import policy, registry
 from xwm_bridge.providers.stdio.probe import probe
 from xwm_bridge.providers.tunnel import check_tunnel
 from xwm_bridge.providers.upstream import UpstreamClient, UpstreamError
@@ -181,6 +184,25 @@ def passed(checks: list[dict[str, Any]]) -> bool:
     return all(c["ok"] or c.get("optional") for c in checks)
 
 
+def permission_rules_row(path: str) -> dict[str, Any]:
+    """``agents.permission_rules_file`` reads as a rule list. A path nobody can read
+    is a failure: the bridge runs without its rules (every tool call asks) until it
+    appears, which a typo makes never."""
+    row: dict[str, Any] = {"check": "permissions", "provider": "permission_rules_file"}
+    try:
+        rules = policy.read_rules(path)
+    except OSError as exc:
+        return {**row, "ok": False, "error": f"cannot read {path}: {exc.strerror or exc}"}
+    except ValueError as exc:  # names the file and the entry
+        return {**row, "ok": False, "error": str(exc)}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        return {**row, "ok": False, "error": f"{path}: {problem}{where}"}
+    return {**row, "ok": True, "detail": f"{path}: {len(rules)} rule(s)"}
+
+
 def config_checks(loaded: LoadedConfig) -> list[dict[str, Any]]:
     """What the config alone says (no network, no process started)."""
     cfg = loaded.config
@@ -201,6 +223,8 @@ def config_checks(loaded: LoadedConfig) -> list[dict[str, Any]]:
                     "warning": STDIO_WITHOUT_COMMAND,
                 }
             )
+    if cfg.agents.permission_rules_file:
+        checks.append(permission_rules_row(cfg.agents.permission_rules_file))
     if not cfg.available_providers:
         checks.append(
             {

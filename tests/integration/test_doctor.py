@@ -160,6 +160,30 @@ async def test_the_session_store_is_checked(tmp_path: Path, fake_upstream: FakeU
     assert "cannot reach Redis" in by(doc, "store")["store"]["error"]
 
 
+async def test_the_permission_rules_file_is_read(tmp_path: Path) -> None:
+    """A missing or malformed agents.permission_rules_file passed doctor: the bridge
+    then ran without its rules (every tool call asks)."""
+    rules = tmp_path / "rules.yaml"
+    config = {"providers": [], "agents": {"permission_rules_file": str(rules)}}
+    code, doc = await doctor(tmp_path, config, "--offline")
+    row = by(doc, "permissions")["permission_rules_file"]
+    assert code == 1 and row["ok"] is False
+    assert row["error"] == f"cannot read {rules}: No such file or directory"
+    rules.write_text("- {action: maybe}\n")
+    code, doc = await doctor(tmp_path, config, "--offline")
+    row = by(doc, "permissions")["permission_rules_file"]
+    assert code == 1 and row["error"] == f"{rules}[0].action: must be one of allow, reject, ask"
+    rules.write_text("- {action: reject, kind: delete}\n- {action: allow, kind: read}\n")
+    code, doc = await doctor(tmp_path, config, "--offline")
+    row = by(doc, "permissions")["permission_rules_file"]
+    assert code == 0 and row == {
+        "check": "permissions",
+        "provider": "permission_rules_file",
+        "ok": True,
+        "detail": f"{rules}: 2 rule(s)",
+    }
+
+
 async def test_offline_validates_the_config_only(tmp_path: Path) -> None:
     down = f"http://127.0.0.1:{closed_port()}"
     config = {

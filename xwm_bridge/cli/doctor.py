@@ -25,7 +25,8 @@ def doctor(config_file: str | None, as_json: bool, offline: bool) -> None:
     and check every configured component: HTTP/WS providers answer acp.capabilities;
     stdio agents (configured, or known ones found on PATH) start and answer initialize
     within agents.probe_timeout; the OpenClaw gateway accepts a connection when one is
-    configured (openclaw_url or openclaw_token set); the session store can be written.
+    configured (openclaw_url or openclaw_token set); the session store can be written;
+    agents.permission_rules_file, when set, reads as a rule list.
     Known agents that were not found are listed with the reason (not a failure).
 
     \b

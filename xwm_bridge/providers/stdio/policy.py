@@ -140,6 +140,13 @@ def decide(
     return Decision(ASK, "default")
 
 
+def read_rules(path: str) -> tuple[PermissionRule, ...]:
+    """The rules of the file at ``path``; OSError, ValueError or YAMLError when it
+    cannot be read or is not a rule list."""
+    with open(path, encoding="utf-8") as fh:
+        return parse_rules(yaml.safe_load(fh), path)
+
+
 class PolicyStore:
     """Inline rules + a rule file reloaded on change."""
 
@@ -148,6 +155,13 @@ class PolicyStore:
         self._path = path
         self._stamp: tuple[float, int] | None = None
         self._file_rules: tuple[PermissionRule, ...] = ()
+        if path:  # read at start: a wrong path is said now, not never
+            self._maybe_reload()
+            if self._stamp is None:
+                log.warning(
+                    "permission rule file not found",
+                    extra={"path": path, "hint": "its rules apply once it exists"},
+                )
 
     def rules(self) -> tuple[PermissionRule, ...]:
         if self._path:
@@ -167,8 +181,7 @@ class PolicyStore:
             return
         self._stamp = stamp
         try:
-            with open(self._path, encoding="utf-8") as fh:
-                self._file_rules = parse_rules(yaml.safe_load(fh), self._path)
+            self._file_rules = read_rules(self._path)
             log.info("permission rules loaded", extra={"path": self._path})
         except (OSError, ValueError, yaml.YAMLError) as exc:
             # keep the previous rules: a half-written file must not open the gates

@@ -79,6 +79,24 @@ def test_rule_file_reloads_and_keeps_old_rules_on_bad_file(tmp_path: Path) -> No
         policy.parse_rules([{"action": "allow_always"}], "x")
 
 
+def test_a_rule_file_not_there_at_start_is_warned_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A typo in agents.permission_rules_file was silent: every tool call asked."""
+    path = tmp_path / "rules.yaml"
+    with caplog.at_level("WARNING", logger="xwm_bridge.agents.policy"):
+        store = policy.PolicyStore((), str(path))
+        assert store.decide(TOOL, "/srv/proj").action == "ask"
+    warned = [r for r in caplog.records if r.getMessage() == "permission rule file not found"]
+    assert [getattr(r, "path", None) for r in warned] == [str(path)]
+    caplog.clear()
+    path.write_text("- {action: reject, kind: edit}\n")  # appears later: it applies
+    with caplog.at_level("WARNING", logger="xwm_bridge.agents.policy"):
+        assert store.decide(TOOL, "/srv/proj").action == "reject"
+        policy.PolicyStore((), str(path))
+    assert not caplog.records
+
+
 async def test_broker_answer_validation_and_cancel() -> None:
     broker = PermissionBroker()
     options = [
