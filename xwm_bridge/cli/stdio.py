@@ -87,6 +87,8 @@ def acp(config_file: str | None, log_level: str | None, log_format: str | None) 
     mcpServers reach a stdio agent route whose provider has client_mcp_servers.
     Sessions are kept in <state dir>/acp unless store.state_dir (XWM_STATE_DIR)
     is set, apart from a serve daemon's. Logs go to stderr. Exits 0 at end of input.
+    On SIGTERM/SIGINT running turns get limits.shutdown_grace; a second signal
+    cancels them and exits 1.
     """
     from xwm_bridge.store import with_own_state_dir
 
@@ -106,9 +108,19 @@ async def _acp(cfg: BridgeConfig) -> int:
     if not await _start_bridge(bridge):
         return EXIT_CONFIG
     front = AcpFrontDoor(bridge)
-    grace: float | None = None  # a signal: the running turns get limits.shutdown_grace
+
+    async def finish(signals: Signals) -> None:
+        # with the signal handlers still installed: a second signal cancels the running
+        # turns (the drain's cleanup still runs); it killed the process outright, agents
+        # and the store's queued writes left behind
+        signals.on_force = bridge.force_shutdown
+        await front.close()
+        # a signal: the running turns get limits.shutdown_grace; end of input: the
+        # requests had that grace already
+        await bridge.close(None if signals.count else 0.0)
+
     try:
-        signalled = await _until_signal(
+        await _until_signal(
             serve_acp_stdio(
                 front,
                 stdin_reader(),
@@ -116,11 +128,11 @@ async def _acp(cfg: BridgeConfig) -> int:
                 max_message=cfg.limits.max_body_bytes,
                 send_timeout=cfg.limits.notification_send_timeout,
                 grace=cfg.limits.shutdown_grace,
-            )
+            ),
+            cfg.limits.shutdown_grace,
+            finish,
         )
-        if not signalled:  # end of input: the requests had that grace already
-            grace = 0.0
     finally:
-        await front.close()
-        await bridge.close(grace)
-    return 0
+        await front.close()  # no-ops after finish; close what a failed serve left
+        await bridge.close(0.0)
+    return EXIT_FORCED if bridge.forced else 0
