@@ -768,3 +768,23 @@ def test_credentials_in_url_queries_and_command_flags_are_credentials(tmp_path: 
     # still useful: what is set, with the values masked
     assert "https://up.example/acp?api_key=***&max_tokens=100" in text
     assert "'--api-key', '***', '--token=***', '--max-tokens', '4096'" in text
+
+
+@pytest.mark.parametrize(
+    ("server", "key"),
+    [
+        (
+            "{name: m, type: http, url: 'http://x',"
+            " headers: ['Ok: 1', Authorization Bearer sk-77]}",
+            "headers[1]",
+        ),
+        ("{name: m, command: srv, env: [MODE=a, sk-77]}", "env[1]"),
+    ],
+)
+def test_a_malformed_mcp_env_or_header_is_not_echoed(tmp_path: Path, server: str, key: str) -> None:
+    """A header or env item missing its separator is most likely a bare credential
+    (``Authorization Bearer sk-…``): the error line printed it, to stderr and journals."""
+    yaml_text = f"providers:\n  - {{id: a, kind: stdio, command: [x], mcp_servers: [{server}]}}\n"
+    message = config_error(tmp_path, yaml_text)
+    assert message.startswith(f"providers[0].mcp_servers[0].{key}: expected"), message
+    assert "sk-77" not in message

@@ -50,12 +50,13 @@ def _validate_agent_fields(p: ProviderConfig, key: str) -> None:
             raise ConfigError(f"{where}.command: required for a stdio MCP server")
         if m.type != "stdio" and urlsplit(m.url).scheme not in ("http", "https"):
             raise ConfigError(f"{where}.url: an http(s) URL is required for type {m.type}")
-        for item in m.env:
+        # the item is not echoed: a value without its name is most likely a credential
+        for k, item in enumerate(m.env):
             if "=" not in item or not item.split("=", 1)[0]:
-                raise ConfigError(f"{where}.env: expected NAME=value, got {item!r}")
-        for item in m.headers:
+                raise ConfigError(f"{where}.env[{k}]: expected NAME=value")
+        for k, item in enumerate(m.headers):
             if ":" not in item or not item.split(":", 1)[0].strip():
-                raise ConfigError(f"{where}.headers: expected 'Name: value', got {item!r}")
+                raise ConfigError(f"{where}.headers[{k}]: expected 'Name: value'")
     for j, path in enumerate(p.writable_paths):
         if not os.path.isabs(path):
             raise ConfigError(f"{key}.writable_paths[{j}]: must be an absolute path")
