@@ -290,11 +290,20 @@ def render_text(
     config: Mapping[str, Any], sources: Mapping[str, str], checks: list[dict[str, Any]]
 ) -> str:
     lines = ["effective configuration (secrets masked):"]
+
+    def source(key: str) -> str:
+        """Where ``key`` came from, and a section's keys set elsewhere (``store`` from
+        the defaults with ``state_dir`` from XWM_STATE_DIR read as all defaults)."""
+        nested = [
+            f"{k[len(key) + 1 :]}: {v}" for k, v in sources.items() if k.startswith(key + ".")
+        ]
+        return "; ".join([sources.get(key, "default"), *nested])
+
     for key, value in config.items():
         if key in ("limits", "providers"):
             continue
-        lines.append(f"  {key} = {value!r}  [{sources.get(key, 'default')}]")
-    lines.append(f"  limits = {config['limits']!r}  [{sources.get('limits', 'default')}]")
+        lines.append(f"  {key} = {value!r}  [{source(key)}]")
+    lines.append(f"  limits = {config['limits']!r}  [{source('limits')}]")
     for i, p in enumerate(config["providers"]):
         src = sources.get(f"providers[{i}]") or sources.get(
             f"providers[{i}].endpoint", sources.get("providers", "default")

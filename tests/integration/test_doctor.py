@@ -184,6 +184,19 @@ async def test_the_permission_rules_file_is_read(tmp_path: Path) -> None:
     }
 
 
+async def test_the_text_names_a_section_key_set_from_the_environment(tmp_path: Path) -> None:
+    """``store`` was shown ``[file]`` (or ``[default]``) while its state_dir came from
+    XWM_STATE_DIR: the text said the opposite of the --json sources."""
+    path = tmp_path / "doctor.yaml"
+    path.write_text("store: {backend: sqlite}\n")
+    code, out, err = await run_doctor(tmp_path, path, "--offline")  # sets XWM_STATE_DIR
+    assert code == 0, err
+    (store,) = [line for line in out.decode().splitlines() if line.startswith("  store = ")]
+    assert store.endswith("  [file; state_dir: env:XWM_STATE_DIR]"), store
+    (limits,) = [line for line in out.decode().splitlines() if line.startswith("  limits = ")]
+    assert limits.endswith("  [default]"), limits
+
+
 async def test_offline_validates_the_config_only(tmp_path: Path) -> None:
     down = f"http://127.0.0.1:{closed_port()}"
     config = {
