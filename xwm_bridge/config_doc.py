@@ -37,7 +37,7 @@ DESCRIPTIONS: dict[str, str] = {
     "client_tokens": "more accepted client bearer tokens (comma-separated in env); each is its own principal: it owns its gateway runtimes and sessions; a blank entry is a config error",
     "admin_tokens": "accepted bearer tokens that may also replay, follow, message, cancel and close every principal's sessions (the operator console); a blank entry is a config error",
     "allow_unauthenticated": "allow a non-loopback listen address without `auth_token`",
-    "allowed_origins": "browser origins allowed on `/acp/rpc` and `/acp` (not `/console/ws`: `console.allowed_origins`); `scheme://host:*` = any port",
+    "allowed_origins": "browser origins allowed on `/acp/rpc` and `/acp` (not `/console/ws`: `console.allowed_origins`); `scheme://host[:port]`, `scheme://host:*` = any port; an entry without a scheme and a host (`localhost:3000`, `*`) is a config error",
     "allowed_hosts": "with no token configured (loopback, or `allow_unauthenticated`), further `Host` names the bridge answers (any port; names as written, never resolved); loopback addresses, `localhost`, `*.localhost`, IP literals and the listen host always pass; any other `Host` gets `421` (DNS rebinding); `*` = any. Ignored when a token is required",
     "internal_service_token": "upstream `Authorization` (normalized to `Bearer …`); accounts `X-Service-Token`",
     "bridge_auth_token": "fallback upstream `Authorization` when `internal_service_token` is empty",

@@ -252,6 +252,24 @@ def test_allowed_origins_comma_split() -> None:
     assert cfg.allowed_origins == ("https://a.example", "http://b:*")
 
 
+@pytest.mark.parametrize(
+    "entry", ["localhost:3000", "*", "null", "http://:3000", "https://a:99999"]
+)
+def test_an_origin_entry_that_allows_nothing_is_a_config_error(entry: str) -> None:
+    """The allow-list dropped it without a word: ``localhost:3000`` (no scheme) or
+    ``*`` and every browser client got 403 with the entry seemingly there."""
+    env = {"ACP_ALLOWED_ORIGINS": f"https://ok.example, {entry}"}
+    message = config_error(None, env=env)
+    assert message == (
+        f"allowed_origins[1]: expected scheme://host[:port] or scheme://host:*, got {entry!r}"
+    )
+
+
+def test_an_origin_of_any_scheme_is_accepted() -> None:
+    env = {"ACP_ALLOWED_ORIGINS": "tauri://localhost,http://127.0.0.1:*,https://[::1]:8443"}
+    assert len(load(env=env).config.allowed_origins) == 3
+
+
 def test_allowed_hosts_comma_split_and_checked(tmp_path: Path) -> None:
     assert load().config.allowed_hosts == ()
     cfg = load(env={"XWM_ALLOWED_HOSTS": " bridge.lan , ,*,, "}).config

@@ -71,6 +71,12 @@ def _validate(config: BridgeConfig) -> None:
         for i, token in enumerate(getattr(config, key)):
             if not token.strip():  # a blank token would switch authentication off
                 raise ConfigError(f"{key}[{i}]: must not be blank")
+    for i, origin in enumerate(config.allowed_origins):
+        if not _is_origin_rule(origin):  # it allowed nothing, and nobody was told
+            raise ConfigError(
+                f"allowed_origins[{i}]: expected scheme://host[:port] or scheme://host:*, "
+                f"got {origin!r}"
+            )
     for i, name in enumerate(config.allowed_hosts):
         if not name.strip() or any(c in name for c in " \t/@"):
             raise ConfigError(f"allowed_hosts[{i}]: expected a host name, got {name!r}")
@@ -199,6 +205,19 @@ def _validate(config: BridgeConfig) -> None:
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")
     _validate_acp(config)
+
+
+def _is_origin_rule(entry: str) -> bool:
+    """An entry the origin allow-list can use (transport/security.py ``OriginRule``):
+    a scheme and a host, ``:*`` for any port; any scheme (``tauri://localhost``)."""
+    text = entry.strip()
+    text = text[:-2] if text.endswith(":*") else text
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        return False
+    return bool(parts.scheme and parts.hostname)
 
 
 def _is_origin(entry: str) -> bool:
