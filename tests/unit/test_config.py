@@ -270,6 +270,33 @@ def test_an_origin_of_any_scheme_is_accepted() -> None:
     assert len(load(env=env).config.allowed_origins) == 3
 
 
+@pytest.mark.parametrize(
+    "section",
+    ["gateway: {allowed_hosts", "multi_agent: {allowed_hosts", "router: {classifier_allowed_hosts"],
+)
+@pytest.mark.parametrize(
+    "entry", ["https://gw.example", "gw.example:abc", "[::1]:x", "gw:99999", "u@h"]
+)
+def test_a_dial_allow_list_entry_that_matches_nothing_is_a_config_error(
+    tmp_path: Path, section: str, entry: str
+) -> None:
+    """A URL (``https://gw.example``) or a port that is no number was kept whole: it
+    allowed no host, and as the list was set, loopback and the configured endpoints
+    were no longer allowed either."""
+    message = config_error(tmp_path, f"{section}: ['gw.example:443', {entry!r}]}}\n")
+    name = section.split("{", 1)[0].rstrip(": ")
+    key = section.split("{", 1)[1]
+    assert message == (
+        f"{name}.{key}[1]: expected host, host:port, [IPv6]:port or *, got {entry!r}"
+    ), message
+
+
+def test_dial_allow_list_entries_of_every_form_are_accepted(tmp_path: Path) -> None:
+    entries = "['*', gw.example, 'gw.example:443', '::1', '[::1]', '[::1]:8080', '10.0.0.1:80']"
+    cfg = load(tmp_path, f"gateway: {{allowed_hosts: {entries}}}\n").config
+    assert len(cfg.gateway.allowed_hosts) == 7
+
+
 def test_allowed_hosts_comma_split_and_checked(tmp_path: Path) -> None:
     assert load().config.allowed_hosts == ()
     cfg = load(env={"XWM_ALLOWED_HOSTS": " bridge.lan , ,*,, "}).config

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from urllib.parse import urlsplit
@@ -80,6 +81,16 @@ def _validate(config: BridgeConfig) -> None:
     for i, name in enumerate(config.allowed_hosts):
         if not name.strip() or any(c in name for c in " \t/@"):
             raise ConfigError(f"allowed_hosts[{i}]: expected a host name, got {name!r}")
+    for key, entries in (
+        ("multi_agent.allowed_hosts", config.multi_agent.allowed_hosts),
+        ("router.classifier_allowed_hosts", config.router.classifier_allowed_hosts),
+        ("gateway.allowed_hosts", config.gateway.allowed_hosts),
+    ):
+        for i, entry in enumerate(entries):
+            if not _is_dial_entry(entry):  # it matched nothing, and loopback went with it
+                raise ConfigError(
+                    f"{key}[{i}]: expected host, host:port, [IPv6]:port or *, got {entry!r}"
+                )
     if config.log_level.lower() not in LOG_LEVELS:
         raise ConfigError(f"log_level: must be one of {', '.join(LOG_LEVELS)}")
     if config.log_format not in LOG_FORMATS:
@@ -205,6 +216,31 @@ def _validate(config: BridgeConfig) -> None:
     if config.limits.max_body_bytes <= 0 or config.limits.max_ws_message_bytes <= 0:
         raise ConfigError("limits: size limits must be greater than 0")
     _validate_acp(config)
+
+
+def _is_dial_entry(entry: str) -> bool:
+    """An entry of a dial allow-list (netaddr.py ``HostPolicy``): ``*``, a host, a bare
+    IPv6 address, ``host:port`` or ``[IPv6]:port``. A URL (``https://gw.example``) or a
+    port that is not a number was kept whole and allowed nothing."""
+    value = entry.strip()
+    if not value or any(c in value for c in " \t/@?#"):
+        return False
+    if value.startswith("["):
+        inner, _, rest = value[1:].partition("]")
+        port_ok = rest == "" or (rest[:1] == ":" and rest[1:].isascii() and rest[1:].isdigit())
+        return port_ok and _is_ipv6(inner)
+    if value.count(":") > 1:
+        return _is_ipv6(value)
+    host, sep, port = value.partition(":")
+    return bool(host) and (not sep or (port.isascii() and port.isdigit() and int(port) < 65536))
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_origin_rule(entry: str) -> bool:
