@@ -65,6 +65,8 @@ class ToolbridgeServer:
         self._read = read
         self._write = write
         self._write_lock = asyncio.Lock()
+        #: a write failed (stdout closed): nothing more is written
+        self._output_gone = False
         self._decoder = StdioDecoder(max_message=max_message)
         #: tool calls running at once; a call waits for one in its own task
         self._slots = asyncio.Semaphore(cfg.max_concurrent_calls)
@@ -83,8 +85,7 @@ class ToolbridgeServer:
         data = self._wire.encode(protocol.wire_ids(message))
         if data is None:
             return
-        async with self._write_lock:
-            await self._write(data + b"\n")
+        await self._put(data + b"\n")
 
     async def _send_batch(self, replies: list[dict[str, Any]]) -> None:
         """One JSON array of ``replies`` on one line; nothing when there are none
@@ -94,8 +95,19 @@ class ToolbridgeServer:
         parts = [data for data in encoded if data is not None]
         if not parts:
             return
+        await self._put(b"[" + b",".join(parts) + b"]\n")
+
+    async def _put(self, line: bytes) -> None:
+        """Write one line; once stdout is gone (the client died: EPIPE), drop the
+        rest, said once (each answer was an error log line with a traceback)."""
         async with self._write_lock:
-            await self._write(b"[" + b",".join(parts) + b"]\n")
+            if self._output_gone:
+                return
+            try:
+                await self._write(line)
+            except OSError as exc:
+                self._output_gone = True
+                log.info("client stopped reading; dropping replies", extra={"error": repr(exc)})
 
     async def handle(self, req: jsonrpc.Request) -> dict[str, Any] | None:
         """One request → its response (``None`` for a notification)."""

@@ -7,6 +7,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 
 from xwm_bridge import jsonrpc
 from xwm_bridge.config import ToolbridgeConfig
@@ -129,3 +130,30 @@ async def test_a_cancel_naming_the_initialize_request_is_ignored() -> None:
     )
     assert [reply["id"] for reply in out] == [1]
     assert out[0]["result"]["protocolVersion"] == "2025-06-18"
+
+
+async def test_a_closed_stdout_ends_the_replies_with_one_info_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client died (EPIPE): each reply still due was a "background task failed"
+    error line with a traceback; the replies are dropped, said once."""
+    frames = [b"".join(orjson.dumps(jsonrpc.request(i, "ping", {})) + b"\n" for i in (1, 2, 3))]
+    tried: list[bytes] = []
+
+    async def read() -> bytes:
+        return frames.pop(0) if frames else b""
+
+    async def write(data: bytes) -> None:
+        tried.append(data)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with caplog.at_level("INFO"):
+        async with aiohttp.ClientSession() as http:
+            server = ToolbridgeServer(ToolbridgeConfig(), http, read, write, max_message=1 << 20)
+            await asyncio.wait_for(server.serve(), 10)
+    assert len(tried) == 1  # nothing more is tried once stdout is gone
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    gone = [
+        r for r in caplog.records if r.getMessage() == "client stopped reading; dropping replies"
+    ]
+    assert len(gone) == 1
