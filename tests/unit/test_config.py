@@ -188,6 +188,27 @@ def test_self_referencing_or_too_deep_yaml_is_a_config_error(tmp_path: Path, tex
     assert "bridge.yaml: nested too deeply or refers to itself" in message
 
 
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (
+            "limits: {max_queue_depth: 3}\nlisten: 127.0.0.1:1\nlimits: {max_body_bytes: 5}\n",
+            "duplicate key 'limits' (line 3, column 1)",
+        ),
+        ("providers:\n  - {id: a, label: A, label: B}\n", "duplicate key 'label' (line 2"),
+    ],
+)
+def test_a_key_written_twice_is_a_config_error(tmp_path: Path, text: str, where: str) -> None:
+    """YAML keeps the last: the first limits block was dropped without a word."""
+    message = config_error(tmp_path, text)
+    assert message.startswith(f"config file {tmp_path / 'bridge.yaml'}: {where}"), message
+
+
+def test_a_merge_key_may_be_overridden(tmp_path: Path) -> None:
+    text = "providers:\n  - &p {id: a, endpoint: 'http://x/acp/rpc'}\n  - {<<: *p, id: b}\n"
+    assert [p.id for p in load(tmp_path, text).config.providers] == ["a", "b"]
+
+
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
 def test_empty_yaml_is_defaults(tmp_path: Path, text: str) -> None:
     assert load(tmp_path, text).config == BridgeConfig()

@@ -122,6 +122,32 @@ def load_config(
     return LoadedConfig(config=config, sources=sources, proxies=proxies, warnings=tuple(warnings))
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """``yaml.safe_load``, but a key written twice in one mapping is an error: YAML
+    keeps the last one, so a second ``limits:`` block silently dropped the first."""
+
+
+def _unique_mapping(loader: _UniqueKeys, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: overridden keys are fine
+            continue
+        key = loader.construct_object(key_node)
+        try:
+            duplicate = key in seen
+        except TypeError:  # an unhashable key: the constructor says so
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def _read_yaml(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
     try:
         raw = path.read_text(encoding="utf-8")
@@ -130,7 +156,7 @@ def _read_yaml(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start})") from None
     try:
-        doc = yaml.safe_load(raw)
+        doc = yaml.load(raw, Loader=_UniqueKeys)  # a SafeLoader: no Python objects
     except RecursionError:
         raise ConfigError(_TOO_DEEP.format(path=path)) from None
     except yaml.YAMLError as exc:
