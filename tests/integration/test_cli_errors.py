@@ -38,8 +38,13 @@ def test_an_unknown_key_far_from_any_suggests_nothing(tmp_path: Path) -> None:
         ([], {"GEMINI_ADAPTER_LISTEN_ADDR": "[::1]"}, "GEMINI_ADAPTER_LISTEN_ADDR: expected"),
         (["--agent-args", '"unclosed'], {}, "--agent-args: No closing quotation"),
         ([], {"GEMINI_ADAPTER_ARGS": "'x"}, "GEMINI_ADAPTER_ARGS: No closing quotation"),
+        (
+            [],
+            {"GEMINI_ADAPTER_ALLOWED_ORIGINS": "http://127.0.0.1:*,localhost:3000"},
+            "GEMINI_ADAPTER_ALLOWED_ORIGINS[1]: expected scheme://host[:port]",
+        ),
     ],
-    ids=["listen-colon", "listen-port", "listen-env", "args-flag", "args-env"],
+    ids=["listen-colon", "listen-port", "listen-env", "args-flag", "args-env", "origins"],
 )
 def test_an_adapter_error_names_the_flag_or_variable(
     args: list[str], env: dict[str, str], expected: str

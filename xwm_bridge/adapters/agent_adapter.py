@@ -21,6 +21,7 @@ from xwm_bridge import coerce
 from xwm_bridge.app.bridge import Bridge
 from xwm_bridge.app.methods import BridgeMethods, session_methods
 from xwm_bridge.config import BridgeConfig, ConfigError, ProviderConfig
+from xwm_bridge.config.validate import is_origin_rule
 from xwm_bridge.core.context import CallContext, Handler
 from xwm_bridge.core.modes import Mode
 from xwm_bridge.jsonrpc import INVALID_PARAMS, RpcError
@@ -91,6 +92,13 @@ class AdapterSettings:
             source = "--agent-args" if agent_args is not None else "GEMINI_ADAPTER_ARGS"
             raise ConfigError(f"{source}: {exc}") from None
         origins = get("GEMINI_ADAPTER_ALLOWED_ORIGINS", DEFAULT_ORIGINS)
+        entries = [o.strip() for o in origins.split(",") if o.strip()]
+        for i, entry in enumerate(entries):
+            if not is_origin_rule(entry):  # it allowed nothing (as allowed_origins)
+                raise ConfigError(
+                    f"GEMINI_ADAPTER_ALLOWED_ORIGINS[{i}]: expected scheme://host[:port] "
+                    f"or scheme://host:*, got {entry!r}"
+                )
         return cls(
             listen=listen or get("GEMINI_ADAPTER_LISTEN_ADDR", DEFAULT_LISTEN),
             agent_bin=binary or "gemini",
@@ -99,7 +107,7 @@ class AdapterSettings:
             auth_token=get("GEMINI_ADAPTER_AUTH_TOKEN", ""),
             provider_id=get("GEMINI_ADAPTER_PROVIDER_ID", "gemini"),
             provider_label=label or "Gemini",
-            allowed_origins=tuple(o.strip() for o in origins.split(",") if o.strip()),
+            allowed_origins=tuple(entries),
             upstream_method=get("GEMINI_ADAPTER_UPSTREAM_METHOD", ""),
             overrides=frozenset(overrides),
         )

@@ -73,7 +73,7 @@ def _validate(config: BridgeConfig) -> None:
             if not token.strip():  # a blank token would switch authentication off
                 raise ConfigError(f"{key}[{i}]: must not be blank")
     for i, origin in enumerate(config.allowed_origins):
-        if not _is_origin_rule(origin):  # it allowed nothing, and nobody was told
+        if not is_origin_rule(origin):  # it allowed nothing, and nobody was told
             raise ConfigError(
                 f"allowed_origins[{i}]: expected scheme://host[:port] or scheme://host:*, "
                 f"got {origin!r}"
@@ -243,7 +243,7 @@ def _is_ipv6(text: str) -> bool:
     return True
 
 
-def _is_origin_rule(entry: str) -> bool:
+def is_origin_rule(entry: str) -> bool:
     """An entry the origin allow-list can use (transport/security.py ``OriginRule``):
     a scheme and a host, ``:*`` for any port; any scheme (``tauri://localhost``)."""
     text = entry.strip()
