@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 
 from tests.conftest import (
     AUTH,
@@ -288,11 +289,17 @@ async def test_doctor_reports_and_masks(fake_upstream: FakeUpstream, tmp_path: P
     assert [c["ok"] for c in doc["checks"] if c["check"] == "provider"] == [False, False, False]
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["term", "hup"])
 async def test_sigterm_with_a_stubborn_agent_leaves_no_child(
-    start_bridge_process: StartBridge, http: aiohttp.ClientSession, tmp_path: Path
+    start_bridge_process: StartBridge,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    stop: signal.Signals,
 ) -> None:
     """An agent that ignores EOF and SIGTERM is mid-turn when the daemon is told to stop:
-    the caller gets a cancelled result and the agent's whole process group is gone."""
+    the caller gets a cancelled result and the agent's whole process group is gone.
+    SIGHUP (the terminal of a foreground bridge closed) killed the daemon outright and
+    left the agent running."""
     from tests.integration.agent_helpers import agent_params, agent_provider, deltas, sse_stream
 
     marker = f"XWM_TEST_MARKER={tmp_path.name}"
@@ -315,7 +322,7 @@ async def test_sigterm_with_a_stubborn_agent_leaves_no_child(
     # the agent is inside its slow turn: it sent its one chunk and waits for a cancel
     await wait_until(lambda: deltas(events) == "working", within=20)
     assert processes_with(marker)
-    bridge.proc.send_signal(signal.SIGTERM)
+    bridge.proc.send_signal(stop)
     await asyncio.wait_for(turn, 20)
     result = events[-1]["result"]
     assert result["success"] is False and result.get("cancelled") is True

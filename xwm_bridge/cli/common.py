@@ -73,10 +73,18 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
+def _stop_signals() -> tuple[signal.Signals, ...]:
+    """SIGTERM, SIGINT, and SIGHUP unless it is ignored (``nohup``): the terminal of a
+    foreground bridge closing killed it at once by the default action, its agents
+    (each in its own session) left running and its queued store writes lost."""
+    hup = () if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGTERM, signal.SIGINT, *hup)
+
+
 class Signals:
-    """SIGTERM/SIGINT: the first starts the shutdown (``on_first``) and says in the log
-    that another one forces the exit; the second calls ``on_force`` (cancel running
-    turns now); a third exits at once. Installed until :meth:`remove`."""
+    """SIGTERM/SIGINT/SIGHUP: the first starts the shutdown (``on_first``) and says in
+    the log that another one forces the exit; the second calls ``on_force`` (cancel
+    running turns now); a third exits at once. Installed until :meth:`remove`."""
 
     def __init__(self, on_first: Callable[[], None], grace_s: float) -> None:
         self.on_first = on_first
@@ -84,7 +92,8 @@ class Signals:
         self.grace_s = grace_s
         self.count = 0
         self._loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        self._signals = _stop_signals()
+        for sig in self._signals:
             self._loop.add_signal_handler(sig, self._received, sig)
 
     def _received(self, sig: signal.Signals) -> None:
@@ -104,7 +113,7 @@ class Signals:
             os._exit(EXIT_FORCED)
 
     def remove(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in self._signals:
             self._loop.remove_signal_handler(sig)
 
 

@@ -93,8 +93,9 @@ def serve(
     Outbound calls and dials honour HTTP_PROXY, HTTPS_PROXY and NO_PROXY.
     Local agents: known ACP agents found on PATH (opencode, gemini, codex-acp,
     claude-agent-acp, qwen, goose) become providers (agents.detect, XWM_AGENTS_DETECT).
-    Stops on SIGTERM/SIGINT after letting running turns finish (limits.shutdown_grace);
-    a second signal cancels them and exits 1.
+    Stops on SIGTERM/SIGINT (and SIGHUP, unless nohup ignores it) after letting
+    running turns finish (limits.shutdown_grace); a second signal cancels them and
+    exits 1.
     """
     from xwm_bridge.netaddr import is_loopback_host, parse_listen
 
