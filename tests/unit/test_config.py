@@ -854,3 +854,31 @@ def test_a_malformed_mcp_env_or_header_is_not_echoed(tmp_path: Path, server: str
     message = config_error(tmp_path, yaml_text)
     assert message.startswith(f"providers[0].mcp_servers[0].{key}: expected"), message
     assert "sk-77" not in message
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "read"),
+    [
+        ("auth_token: 0123\n", "auth_token", "a number"),  # YAML 1.1 octal: it was "83"
+        ("client_tokens: [abcdefgh, 0x1F]\n", "client_tokens[1]", "a number"),  # "31"
+        ("toolbridge: {llm_api_key: yes}\n", "toolbridge.llm_api_key", "a boolean"),  # "True"
+        (
+            "providers: [{id: a, endpoint: 'http://x/acp/rpc', auth_header: 1_000}]\n",
+            "providers[0].auth_header",
+            "a number",
+        ),
+    ],
+)
+def test_an_unquoted_credential_yaml_reads_as_a_number_is_a_config_error(
+    tmp_path: Path, text: str, key: str, read: str
+) -> None:
+    """The token silently became another one (``0123`` → ``83``), masked everywhere, so
+    clients got 401 with the right token and nobody could see why."""
+    message = config_error(tmp_path, text)
+    assert message == f"{key}: a credential must be a quoted string (YAML read {read})"
+
+
+def test_a_quoted_numeric_credential_is_kept_as_written(tmp_path: Path) -> None:
+    cfg = load(tmp_path, "auth_token: '0123'\nclient_tokens: ['0x1F']\n").config
+    assert cfg.auth_token == "0123" and cfg.client_tokens == ("0x1F",)
+    assert load(env={"ACP_AUTH_TOKEN": "0123"}).config.auth_token == "0123"

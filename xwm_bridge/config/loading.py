@@ -12,7 +12,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
@@ -30,6 +30,7 @@ from xwm_bridge.config.env_vars import (
     provider_env_var,
 )
 from xwm_bridge.config.model import BridgeConfig, ConfigError
+from xwm_bridge.config.secret_fields import SECRET_MARK
 from xwm_bridge.config.validate import _validate
 from xwm_bridge.proxy import ProxyEnvError, ProxySettings
 
@@ -205,7 +206,7 @@ def _join(prefix: str, name: str) -> str:
 def _build(cls: type[Any], data: Any, key: str) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{key or 'config'}: expected a mapping, got {type(data).__name__}")
-    hints = get_type_hints(cls)
+    hints = get_type_hints(cls, include_extras=True)  # Secret's mark kept (_convert)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(map(str, data)) - names)
     if unknown:
@@ -229,6 +230,14 @@ def _suggest(name: str, names: set[str]) -> str:
 
 def _convert(tp: Any, value: Any, key: str) -> Any:
     origin = get_origin(tp)
+    if origin is Annotated:  # Secret: a credential
+        inner, *marks = get_args(tp)
+        if SECRET_MARK in marks and isinstance(value, (bool, int, float)):
+            # YAML has already turned 0123 into 83, 0x1F into 31, yes into True: the
+            # token became another one, and masked, nobody could see it
+            read = "a boolean" if isinstance(value, bool) else "a number"
+            raise ConfigError(f"{key}: a credential must be a quoted string (YAML read {read})")
+        return _convert(inner, value, key)
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
         if value is None:
