@@ -2,7 +2,8 @@
 
 Talks JSON-RPC over the bridge's WebSocket ``/acp`` with the same token and URL
 config as the daemon (``--url``, else the config's ``listen``; ``ACP_AUTH_TOKEN``,
-else the config's ``auth_token``). The rendering below is pure (unit-tested);
+else the config's ``auth_token``, first ``admin_tokens`` entry, first ``client_tokens``
+entry). The rendering below is pure (unit-tested);
 :class:`Client` does the I/O.
 """
 

@@ -148,3 +148,21 @@ async def test_watch_and_approve(
     lines = out.splitlines()
     assert f"permission {request_id} asks" in lines[0] and "[once, always, reject]" in lines[0]
     assert f"permission {request_id} allow_once by ws 127.0.0.1:" in lines[1]
+
+
+async def test_a_config_with_admin_tokens_only_gives_the_client_its_token(
+    start_bridge: StartBridge,
+) -> None:
+    """The client took auth_token only: with the daemon's own environment (admin
+    tokens, no ACP_AUTH_TOKEN) it sent none and was refused ("set ACP_AUTH_TOKEN")."""
+    admin = "admin-token-0123456789abcdef"
+    env = base_env(XWM_ADMIN_TOKENS=admin, XWM_SESSION_STORE="memory")
+    env.pop("ACP_AUTH_TOKEN", None)
+    bp = await start_bridge(env=env)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "xwm_bridge", "client", "--url", bp.url, "list",
+        env=env, cwd=str(ROOT), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().strip() == "no sessions"

@@ -24,11 +24,15 @@ from xwm_bridge.cli.group import cli
 @click.pass_context
 def client_group(ctx: click.Context, url: str | None, config_file: str | None) -> None:
     """A terminal client of a running bridge: list and watch sessions, run a turn,
-    answer permission requests. Token: ACP_AUTH_TOKEN (else the config's auth_token)."""
+    answer permission requests. Token: ACP_AUTH_TOKEN, else the config's auth_token,
+    else its first admin_tokens (XWM_ADMIN_TOKENS) entry, else its first client_tokens
+    (XWM_CLIENT_TOKENS) one."""
     cfg = _load(config_file).config
     from xwm_bridge.client import listen_url
 
-    ctx.obj = (url or listen_url(cfg.listen), cfg.auth_token)
+    # the daemon's own config: one with admin or client tokens only gave no token at all
+    token = cfg.auth_token or next(iter(cfg.admin_tokens), "") or next(iter(cfg.client_tokens), "")
+    ctx.obj = (url or listen_url(cfg.listen), token)
 
 
 def _client_run(ctx: click.Context, main: Any) -> None:
