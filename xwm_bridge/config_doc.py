@@ -197,7 +197,7 @@ DESCRIPTIONS: dict[str, str] = {
     "agents.detect": "make the known agents (opencode, gemini, codex, claude, qwen, goose) found in `search_paths` or on `PATH` stdio providers",
     "agents.detect_skip": "registry ids never detected",
     "agents.search_paths": "absolute directories searched for agent executables before `PATH` (`:`-separated in env)",
-    "agents.sandbox": "`none`, or `bwrap`: agents run under bubblewrap, writing only their session directory, their state dirs and a private `/tmp`; their `terminal/*` commands too (session directory only)",
+    "agents.sandbox": "`none`, or `bwrap`: agents run under bubblewrap, writing only their session directory, their state dirs and a private `/tmp`; their `terminal/*` commands too (session directory only); with `allowed_roots` set, a session directory outside them is refused (it would be bound writable)",
     "agents.bwrap_path": "the bubblewrap executable (`agents.sandbox: bwrap`)",
     "agents.max_sandboxed_processes": "sandboxed agent processes kept at once (one per provider and working directory): past it the least recently used idle one is closed, never one with a call in flight (a turn, agent-adapter's `gemini.*`); when all are busy, see `agents.process_wait`",
     "agents.process_wait": "seconds a call that needs a new sandboxed agent process waits for one to become idle when all `agents.max_sandboxed_processes` are busy; then it fails (`all N sandboxed agent processes …`); 0 = fail at once",

@@ -314,6 +314,9 @@ async def test_bwrap_confines_the_agents_own_writes(
     assert not private.exists()
     # the bridge's own fs/* still serves the session directory
     assert await say(f"write {work / 'via-fs.txt'} hello") == "written"
+    # a directory outside allowed_roots is not bound writable for an agent: refused
+    out = await turn(http, bp.rpc_url, agent_params("s2", "hi", workingDirectory=str(ROOT)))
+    assert out["success"] is False and "outside allowed_roots" in out["error"], out
 
 
 @needs_bwrap

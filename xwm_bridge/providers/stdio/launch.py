@@ -35,6 +35,7 @@ from xwm_bridge.config import SECRET_ENV_VARS, BridgeConfig, ProviderConfig
 from xwm_bridge.observability.logging import add_secrets
 from xwm_bridge.providers.stdio import codec, registry
 from xwm_bridge.providers.stdio.agent import AgentError, AgentSpec
+from xwm_bridge.providers.stdio.client_fs import confined_root
 
 log = logging.getLogger("xwm_bridge.agents")
 
@@ -205,6 +206,16 @@ def agent_spec(
                 f"agents.sandbox is bwrap but {agents.bwrap_path} is not installed "
                 "(Debian: apt install bubblewrap)"
             )
+        # the client's directory is bound writable: it must be one of ours (the
+        # provider's own cwd is the operator's; none at all binds nothing)
+        if cwd and config.allowed_roots:
+            confined = confined_root(cwd, config.allowed_roots)
+            if confined is None:
+                raise AgentError(
+                    "agents.sandbox is bwrap: the working directory is outside allowed_roots"
+                    " (it would be bound writable for the agent)"
+                )
+            workdir = confined
         writable = [
             *_prepare_state(registry.state_paths(entry, built.env)),
             *provider.writable_paths,

@@ -235,3 +235,28 @@ def test_sandbox_without_bwrap_is_a_clear_error() -> None:
     agents = AgentsConfig(sandbox="bwrap", bwrap_path="/nonexistent/bwrap")
     with pytest.raises(AgentError, match="/nonexistent/bwrap is not installed"):
         launch.agent_spec(provider, BridgeConfig(agents=agents), environ={})
+
+
+def test_a_sandboxed_agent_is_not_started_in_a_directory_outside_allowed_roots(
+    tmp_path: Path,
+) -> None:
+    """Under bwrap the agent's directory is bound writable: a client's ``/`` or home
+    directory undid the sandbox's write confinement. With ``allowed_roots`` set it must
+    lie under one (after symlinks), and what is bound is the resolved directory."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "work").mkdir(parents=True)
+    outside.mkdir()
+    (root / "link").symlink_to(outside)
+    (root / "inner").symlink_to(root / "work")
+    provider = ProviderConfig("gemini", kind="stdio", command=("gemini", "--acp"))
+    agents = AgentsConfig(sandbox="bwrap", bwrap_path="/usr/bin/bwrap")
+    config = BridgeConfig(providers=(provider,), agents=agents, allowed_roots=(str(root),))
+    env = {"HOME": str(tmp_path), "PATH": "/b"}
+    for cwd in ("/", str(outside), str(root / "link"), "relative/dir"):
+        with pytest.raises(AgentError, match="outside allowed_roots"):
+            launch.agent_spec(provider, config, cwd, env)
+    spec = launch.agent_spec(provider, config, str(root / "inner"), env)
+    binds = [spec.argv[i + 1] for i, a in enumerate(spec.argv) if a == "--bind"]
+    assert binds[0] == str(root / "work") and spec.cwd == str(root / "work")
+    unconfined = BridgeConfig(providers=(provider,), agents=agents)  # no roots: as given
+    assert launch.agent_spec(provider, unconfined, str(outside), env).cwd == str(outside)
