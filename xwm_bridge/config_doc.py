@@ -181,7 +181,7 @@ DESCRIPTIONS: dict[str, str] = {
     "agents.session_timeout": "seconds for `session/new` / `session/load`",
     "agents.prompt_timeout": "hard cap on one `session/prompt`, in seconds (then `session/cancel`)",
     "agents.permission_timeout": "seconds a client has to answer a `permission` update before it is rejected",
-    "agents.permission_rules": "list of `{action: allow|reject|ask, kind: <glob>, path: <glob>, streamless: bool}`; first match wins; none = ask; `path` of an `allow` rule must match every path of the call, of `reject`/`ask` any; `streamless: true` rules apply only to plain-JSON HTTP turns (e.g. keep `reject` there instead of waiting for an answer)",
+    "agents.permission_rules": "list of `{action: allow|reject|ask, kind: <glob>, path: <glob>, streamless: bool}`; first match wins; none = ask; `path` of an `allow` rule must match every path of the call (locations, `diff` content, `rawInput` path fields such as a move's `destination`), of `reject`/`ask` any; `streamless: true` rules apply only to plain-JSON HTTP turns (e.g. keep `reject` there instead of waiting for an answer)",
     "console.enabled": "serve the operator console at `GET /console` (its methods are served either way)",
     "console.event_buffer": "events kept for `bridge.watch` watchers that reconnect with `since`",
     "console.watch_max_pending": "events one watcher may fall behind before its watch ends (it re-watches with its cursor)",

@@ -3,12 +3,14 @@
 A rule is ``{action: allow|reject|ask, kind: <glob>, path: <glob>, streamless: bool}``. ``kind`` is
 matched against the ACP tool kind (``read``, ``edit``, ``delete``, ``move``,
 ``search``, ``execute``, ``think``, ``fetch``, ``other``); ``path`` against every
-location of the tool call (absolute paths, and paths relative to the session's
-working directory): an ``allow`` rule matches only when every location does (a call
-that also names a path outside its glob is not allowed by it), ``reject`` and ``ask``
-rules when any location does. A rule whose ``path`` is ``*`` also matches a tool call
-without locations. A ``streamless: true`` rule applies only to turns whose client cannot
-receive notifications (plain-JSON HTTP). No rule matches → ``ask``.
+path of the tool call: its locations, the ``path`` of its ``diff`` content and each
+``rawInput`` field named for a path (``destination``, ``new_path``, ``paths``, …), as
+absolute paths and paths relative to the session's working directory. An ``allow``
+rule matches only when every path does (a call that also names a path outside its glob
+is not allowed by it), ``reject`` and ``ask`` rules when any path does. A rule whose
+``path`` is ``*`` also matches a tool call without paths. A ``streamless: true`` rule
+applies only to turns whose client cannot receive notifications (plain-JSON HTTP). No
+rule matches → ``ask``.
 
 Rules come from the config (``agents.permission_rules``) followed by an optional
 YAML file (``agents.permission_rules_file``: a list of rules, or ``{rules: [...]}``)
@@ -75,13 +77,28 @@ def parse_rules(data: Any, source: str) -> tuple[PermissionRule, ...]:
     return tuple(rules)
 
 
+# rawInput fields that name a path, besides every field whose name ends in ``path`` or
+# ``paths`` (path, filePath, file_path, absolute_path, new_path, destinationPath, paths, …);
+# names compared lower-case without ``_`` and ``-``
+PATH_WORDS = frozenset(
+    {"destination", "dest", "source", "target", "file", "files", "filename", "dir", "directory"}
+)
+
+
+def is_path_key(key: str) -> bool:
+    """Whether a ``rawInput`` field's name says it holds a path (or a list of paths)."""
+    name = key.lower().replace("_", "").replace("-", "")
+    return name.endswith(("path", "paths")) or name in PATH_WORDS
+
+
 def tool_paths(tool_call: dict[str, Any], cwd: str) -> list[str]:
     """Candidate paths of a tool call: locations, plus rawInput path-like fields."""
     return [form for forms in tool_locations(tool_call, cwd) for form in forms]
 
 
 def tool_locations(tool_call: dict[str, Any], cwd: str) -> list[tuple[str, ...]]:
-    """Each path of a tool call (locations, plus rawInput path-like fields) in the
+    """Each path of a tool call (locations, the ``path`` of ``diff`` content, and every
+    ``rawInput`` field named for a path: ``is_path_key``) in the
     forms a rule's glob is matched against: absolute, and relative to ``cwd`` when
     inside it."""
     found: list[str] = []
@@ -90,11 +107,21 @@ def tool_locations(tool_call: dict[str, Any], cwd: str) -> list[tuple[str, ...]]
         for loc in locations:
             if isinstance(loc, dict) and isinstance(loc.get("path"), str):
                 found.append(loc["path"])
+    content = tool_call.get("content")
+    if isinstance(content, list):  # a diff names the file it changes
+        for item in content:
+            diff = isinstance(item, dict) and item.get("type") == "diff"
+            if diff and isinstance(item.get("path"), str):
+                found.append(item["path"])
     raw = tool_call.get("rawInput")
     if isinstance(raw, dict):
-        for key in ("path", "filePath", "filepath", "file_path", "absolute_path"):
-            if isinstance(raw.get(key), str):
-                found.append(raw[key])
+        for key, value in raw.items():
+            if not (isinstance(key, str) and is_path_key(key)):
+                continue
+            if isinstance(value, str):
+                found.append(value)
+            elif isinstance(value, list):
+                found.extend(v for v in value if isinstance(v, str))
     out: list[tuple[str, ...]] = []
     for p in found:
         absolute = os.path.normpath(p if os.path.isabs(p) else os.path.join(cwd or "/", p))

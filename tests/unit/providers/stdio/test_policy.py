@@ -130,3 +130,61 @@ def test_streamless_rules_apply_only_without_a_stream() -> None:
     assert streamless.action == "reject" and "streamless" in streamless.reason
     with pytest.raises(ValueError, match="streamless"):
         parse_rules([{"action": "reject", "streamless": "yes"}], "rules")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"source": "/srv/proj/a.txt", "destination": "/etc/cron.d/a"},  # a move's target
+        {"path": "/srv/proj/a.txt", "new_path": "/etc/cron.d/a"},
+        {"oldPath": "/srv/proj/a.txt", "newPath": "/etc/cron.d/a"},
+        {"filePath": "/srv/proj/a.txt", "target": "/etc/cron.d/a"},
+        {"paths": ["/srv/proj/a.txt", "/etc/cron.d/a"]},  # gemini's read_many_files
+        {"dest_path": "/etc/cron.d/a"},
+    ],
+)
+def test_an_allow_rule_sees_every_path_field_of_the_raw_input(raw: dict[str, object]) -> None:
+    """Only ``path``/``filePath``/``file_path``/``filepath``/``absolute_path`` were read
+    from ``rawInput``: ``allow move /srv/proj/*`` let a move whose location is inside
+    the project and whose ``destination`` (``new_path``, ``target``, a ``paths`` list)
+    is ``/etc/cron.d`` run without asking; a ``reject /etc/*`` rule did not see it."""
+    move = {"kind": "move", "locations": [{"path": "/srv/proj/a.txt"}], "rawInput": raw}
+    allow = (PermissionRule("allow", "move", "/srv/proj/*"),)
+    assert policy.decide(allow, move, "/srv/proj") == policy.Decision("ask", "default")
+    reject = (PermissionRule("reject", "*", "/etc/*"), *allow)
+    assert policy.decide(reject, move, "/srv/proj").action == "reject"
+    inside = {**move, "rawInput": {k: _inside(v) for k, v in raw.items()}}
+    assert policy.decide(allow, inside, "/srv/proj").action == "allow"
+
+
+def _inside(value: object) -> object:
+    if isinstance(value, list):
+        return [_inside(v) for v in value]
+    return "/srv/proj/b.txt" if value == "/etc/cron.d/a" else value
+
+
+def test_an_allow_rule_sees_the_path_of_a_diff_in_the_content() -> None:
+    """An edit announcing ``locations: [/srv/proj/x]`` with a ``diff`` content item for
+    ``/etc/passwd`` was allowed by ``allow edit /srv/proj/*``: the diff's ``path`` was
+    not a path of the call."""
+    edit = {
+        "kind": "edit",
+        "locations": [{"path": "/srv/proj/x"}],
+        "content": [{"type": "diff", "path": "/etc/passwd", "oldText": "", "newText": "x"}],
+    }
+    allow = (PermissionRule("allow", "edit", "/srv/proj/*"),)
+    assert policy.decide(allow, edit, "/srv/proj").action == "ask"
+    edit["content"] = [{"type": "diff", "path": "/srv/proj/x", "oldText": "", "newText": "x"}]
+    assert policy.decide(allow, edit, "/srv/proj").action == "allow"
+    # a diff alone is a path of the call: a call without locations is judged by it
+    assert policy.decide(allow, {**edit, "locations": []}, "/srv/proj").action == "allow"
+
+
+def test_text_fields_that_are_not_paths_are_not_read_as_paths() -> None:
+    edit = {
+        "kind": "edit",
+        "locations": [{"path": "/srv/proj/x"}],
+        "rawInput": {"path": "/srv/proj/x", "old_string": "/etc/a", "content": "/etc/b"},
+    }
+    allow = (PermissionRule("allow", "edit", "/srv/proj/*"),)
+    assert policy.decide(allow, edit, "/srv/proj").action == "allow"
