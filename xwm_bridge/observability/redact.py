@@ -7,8 +7,10 @@ search for it would miss it).
 
 The common case costs one substring search per secret form over the encoded
 bytes; only a document that holds a secret is rebuilt, with its string values
-(never its keys: those are the protocol's names) redacted, and encoded again,
-so the output stays valid JSON.
+redacted, and its keys too where a secret of at least ``KEY_SECRET_LEN`` characters
+is in one (an env or header map keyed by a token, a path that holds one; a shorter
+secret is masked in values only, so that the protocol's names stay as they are), and
+encoded again, so the output stays valid JSON.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ _MAX_WALK = 200
 #: secrets learnt at run time (a client's MCP env, say) are redacted from this length
 #: on; configured secrets whatever their length
 MIN_SECRET_LEN = 4
+#: a secret is masked in keys from this length on (protocol names are short words)
+KEY_SECRET_LEN = 8
 
 #: every live redactor (logs, wire encoders), so secrets learnt at run time reach all
 _LIVE: weakref.WeakSet[Redactor] = weakref.WeakSet()
@@ -41,7 +45,7 @@ def add_secrets(values: Iterable[str]) -> None:
 class Redactor:
     """Replaces every configured secret value by ``[REDACTED]``."""
 
-    __slots__ = ("__weakref__", "_needles", "_text")
+    __slots__ = ("__weakref__", "_keys", "_needles", "_text")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._set(secrets)
@@ -51,6 +55,7 @@ class Redactor:
         # longest first, so a "Bearer x" value is replaced before its bare "x"
         values = sorted({s for s in secrets if s}, key=len, reverse=True)
         self._text = tuple(values)
+        self._keys = tuple(v for v in values if len(v) >= KEY_SECRET_LEN)
         forms = {v.encode() for v in values} | {orjson.dumps(v)[1:-1] for v in values}
         self._needles = tuple(sorted(forms, key=len, reverse=True))
 
@@ -84,16 +89,24 @@ class Redactor:
         return data
 
     def value(self, obj: Any, depth: int = 0) -> Any:
-        """A copy of ``obj`` with every string value redacted (keys kept)."""
+        """A copy of ``obj`` with every string value redacted, and every key that holds a
+        secret of at least ``KEY_SECRET_LEN`` characters."""
         if isinstance(obj, str):
             return self.text(obj)
         if depth >= _MAX_WALK and isinstance(obj, (dict, list, tuple)):
             return "[nested too deeply]"
         if isinstance(obj, dict):
-            return {k: self.value(v, depth + 1) for k, v in obj.items()}
+            return {self._key(k): self.value(v, depth + 1) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [self.value(v, depth + 1) for v in obj]
         return obj
+
+    def _key(self, key: Any) -> Any:
+        if isinstance(key, str):
+            for secret in self._keys:
+                if secret in key:
+                    key = key.replace(secret, REDACTED)
+        return key
 
     def dumps(self, obj: Any, option: int = 0) -> bytes:
         """``orjson.dumps`` with every secret masked; raises what orjson raises."""

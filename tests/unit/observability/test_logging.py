@@ -211,3 +211,24 @@ def test_capped_masks_a_secret_across_the_cut() -> None:
         assert obslog.capped("short " + secret, 500) == "short " + secret  # uncut: left
     finally:  # to the line's own redaction
         events.configure(*saved)
+
+
+def test_a_secret_in_a_key_is_redacted_in_logs_and_on_the_wire() -> None:
+    """Only values were rewritten: a document whose secret was a key (an env or header map
+    keyed by the token, a path holding it) was re-encoded with the secret still there."""
+    token = "tok-SECRET-123456"
+    red = Redactor((token,))
+    doc = line(red, {"env": {token: "v", f"/srv/{token}/x": 1}, "error": "e"})
+    assert token not in orjson.dumps(doc).decode()
+    assert doc["env"] == {"[REDACTED]": "v", "/srv/[REDACTED]/x": 1}
+    wire = red.dumps({"jsonrpc": "2.0", "result": {"changes": {token: {"type": "add"}}}})
+    assert token.encode() not in wire
+    assert orjson.loads(wire)["result"]["changes"] == {"[REDACTED]": {"type": "add"}}
+
+
+def test_short_secrets_still_keep_the_protocol_keys() -> None:
+    # a secret shorter than KEY_SECRET_LEN is masked in values only: names such as
+    # "type" or "sessionId" stay what the protocol says
+    red = Redactor(("type", "Id"))
+    out = orjson.loads(red.dumps({"type": "type x", "sessionId": "Id"}))
+    assert out == {"type": "[REDACTED] x", "sessionId": "[REDACTED]"}
