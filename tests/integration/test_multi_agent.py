@@ -167,6 +167,38 @@ async def test_llm_error_is_a_failure_result(
     assert result["mode"] == "multi-agent"
 
 
+async def test_a_later_rounds_failure_keeps_the_best_reviewed_draft(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, tmp_path: Path
+) -> None:
+    """Round 1 was drafted and reviewed (5/10); round 2's worker call failed. The
+    failure result carried only the error: the reviewed draft, its score and the plan
+    were gone from the answer (the client had them only as step updates)."""
+    bridge = await start_bridge(
+        env=base_env(**TOKEN_ENV),
+        config={"multi_agent": {"max_iterations": 3, "score_threshold": 7}},
+        tmp=tmp_path,
+    )
+    await script(http, llm_url, "plan", "d1", "meh SCORE: 5/10", {"status": 500, "body": "boom\n"})
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-late", llm_url)), 20
+    )
+    result = events[-1]["result"]
+    assert result["success"] is False
+    assert result["error"] == "api error 500: boom"
+    assert result["summary"] == "d1"
+    assert result["finalScore"] == 5
+    assert result["iterations"] == 1  # the rounds reviewed before the failure
+    assert result["approved"] is False
+    assert result["plan"] == "plan"
+    # a failure before any review keeps the old shape: nothing to keep
+    await script(http, llm_url, "plan", {"status": 500, "body": "boom\n"})
+    events = await asyncio.wait_for(
+        sse(http, bridge.rpc_url, "session.start", params("ma-early", llm_url)), 20
+    )
+    early = events[-1]["result"]
+    assert early["success"] is False and "summary" not in early and "finalScore" not in early
+
+
 async def test_server_key_only_goes_to_server_url(
     start_bridge: StartBridge, http: aiohttp.ClientSession, llm_url: str, tmp_path: Path
 ) -> None:

@@ -90,6 +90,9 @@ class MultiAgentExecutor:
             finishes.append(finish)
             return text
 
+        #: what an error in a later round keeps: the best reviewed draft so far (a
+        #: refusal keeps nothing: the run is refused, its drafts were step updates)
+        kept: dict[str, Any] = {}
         try:
             plan = await call(p.planner_messages(prompt))
             await ctx.emit(p.Step("Planner", "architect", plan, 1).update())
@@ -106,6 +109,7 @@ class MultiAgentExecutor:
                 await ctx.emit(p.Step("Reviewer", "tester", review, iteration, score).update())
                 if score > best_score:
                     best_draft, best_score, best_stop = draft, score, stop
+                kept = p.kept_draft(best_draft, best_score, iteration, plan)
                 if score >= ma.score_threshold:
                     return p.success_result(
                         ctx.turn_id, draft, score, iteration, approved=True, plan=plan, stop=stop
@@ -123,7 +127,7 @@ class MultiAgentExecutor:
         except LLMRefusal as exc:  # a call's answer filtered to nothing: the run is refused
             return await self._fail(ctx, str(exc), stopReason="refusal")
         except LLMError as exc:
-            return await self._fail(ctx, str(exc))
+            return await self._fail(ctx, str(exc), **kept)
 
     async def _work(
         self,

@@ -202,5 +202,18 @@ def success_result(
     return result
 
 
+def kept_draft(summary: str, score: float, iterations: int, plan: str) -> dict[str, Any]:
+    """The fields a failure in a later round keeps (additive to ``failure_result``): the
+    best reviewed draft so far, its score, the rounds reviewed and the plan. Not the
+    draft's ``stopReason``: that of a failed turn says why the turn failed (``refusal``)."""
+    return {
+        "summary": summary,
+        "finalScore": _number(score),
+        "iterations": iterations,
+        "approved": False,
+        "plan": plan,
+    }
+
+
 def failure_result(turn_id: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"success": False, "error": message, **extra, "turnId": turn_id, "mode": MODE}
