@@ -22,6 +22,7 @@ from tests.conftest import (
     rpc,
     session_params,
     sse,
+    wait_until,
 )
 from tests.integration.test_websocket import recv, req
 
@@ -386,3 +387,25 @@ async def test_a_long_poll_with_no_cursor_watches_from_now(
     await turn(http, bp.rpc_url, "after", "after it")
     woke = (await asyncio.wait_for(poll, 10))["result"]
     assert {e["sessionId"] for e in woke["events"]} == {"after"}
+
+
+async def test_a_streaming_watch_sees_the_turns_the_drain_lets_finish(
+    start_bridge: StartBridge, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
+) -> None:
+    """A shutdown drains running turns for up to ``shutdown_grace``; a streaming watch
+    ended with ``reason: shutdown`` as the drain began, so the operator never saw how
+    the turns it was draining ended. Now it streams until no turn runs, then ends."""
+    bp = await start_bridge(env=provider_env(fake_upstream.url))
+    running = asyncio.create_task(turn(http, bp.rpc_url, "drained", "slow:1500 finish me"))
+    await wait_until(lambda: bp.bridge.sessions.running_count() == 1)
+    watch = asyncio.create_task(sse(http, bp.rpc_url, "bridge.watch", {"kinds": ["turn"]}))
+    await wait_until(lambda: bp.bridge.events.subscribers == 1)
+    stopping = asyncio.create_task(bp.stop())
+    events = await asyncio.wait_for(watch, 15)
+    notes = [e["params"] for e in events[:-1] if e.get("method") == "bridge.event"]
+    finished = [n for n in notes if n.get("type") == "finished"]
+    assert [n["sessionId"] for n in finished] == ["drained"], notes
+    assert finished[0]["status"] == "completed"
+    assert events[-1]["result"]["reason"] == "shutdown"
+    assert (await asyncio.wait_for(running, 15))["success"] is True
+    await asyncio.wait_for(stopping, 15)

@@ -381,12 +381,18 @@ class OperatorMethods:
         notify: Notify,
         last: int,
     ) -> tuple[str, int]:
-        """Send events as they come until the watch ends; (why, last seq sent)."""
+        """Send events as they come until the watch ends; (why, last seq sent). On
+        shutdown it goes on while the drain lets running turns finish, so the watcher
+        sees how they end, and ends once none runs."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wp.max_seconds
         bridge = self._bridge
         while True:
-            if bridge.supervisor.closing:
+            if bridge.supervisor.closing and not bridge.sessions.running_count():
+                while sub.pending and not sub.overflowed:  # what the last turns published
+                    for event in sub.drain(MAX_BATCH):
+                        await notify(self._note(event))
+                        last = event.seq
                 return "shutdown", last
             if call.connection is not None and call.connection.closed:
                 return "disconnected", last
