@@ -375,9 +375,20 @@ def record_target(locations: MemoryLocations) -> Path | None:
     """§6.5: the project-local file when allowed, else the project-home file."""
     if locations.project_local_dir is not None:
         return locations.project_local_dir / "memory.md"
+    return home_target(locations)
+
+
+def home_target(locations: MemoryLocations) -> Path | None:
+    """The project-home file, ``<memory_home>/self-improving/projects/<project>.md``:
+    also where a block goes when ``<wd>/.xworkmate`` cannot be made (§6.5)."""
     if locations.memory_dir is not None and locations.project:
         return locations.memory_dir / "projects" / f"{locations.project}.md"
     return None
+
+
+class FolderError(OSError):
+    """The folder of the memory file could not be made or opened (a file or a symlink
+    in its place, a read-only working directory): nothing was written."""
 
 
 def append(
@@ -396,7 +407,10 @@ def append(
     inside the working directory swap it for a symlink in between, and the block
     went to a ``memory.md`` outside the roots."""
     base, parts = anchor if anchor is not None else (path.parent.parent, path.parts[-2:])
-    base.mkdir(mode=0o755, parents=True, exist_ok=True)
+    try:
+        base.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FolderError(f"cannot make {base}: {exc.strerror or exc}") from None
     data = block.encode("utf-8")
     # O_NONBLOCK: opening a FIFO for writing would wait for a reader (for ever, holding
     # the turn's reply and a worker thread); it fails with ENXIO instead, and a FIFO
@@ -417,7 +431,7 @@ def append(
     try:
         folder = open_dir(base, parts[:-1], create=True, mode=0o755)  # §6.5: 0755
     except OSError as exc:  # ELOOP/ENOTDIR: a symlink (or a file) on the way
-        raise OSError(f"refusing to write through {path.parent}: {exc.strerror}") from None
+        raise FolderError(f"refusing to write through {path.parent}: {exc.strerror}") from None
     try:
         fd = _locked_current(folder, name, flags, deadline, busy)
         try:

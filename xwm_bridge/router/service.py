@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -158,13 +159,33 @@ class Router:
         block = memory.render_block(
             decision.execution_target, decision.model, decision.skills, decision.provider_id
         )
+        home = memory.home_target(located)
         try:
-            await asyncio.to_thread(
-                memory.append, target, block, rc.memory_max_bytes, located.anchor(target)
-            )
+            try:
+                await self._append(located, target, block)
+            except memory.FolderError as exc:
+                if home is None or target == home:
+                    raise
+                # §6.5: <wd>/.xworkmate could not be made: the project-home file
+                log.info(
+                    "memory written to the home project file",
+                    extra={"path": str(home), "reason": str(exc)},
+                )
+                target = home
+                await self._append(located, target, block)
         except OSError as exc:
             log.warning("memory write failed", extra={"path": str(target), "error": str(exc)})
             return False
+        return True
+
+    async def _append(self, located: memory.MemoryLocations, target: Path, block: str) -> None:
+        try:
+            await asyncio.to_thread(
+                memory.append,
+                target,
+                block,
+                self._config.router.memory_max_bytes,
+                located.anchor(target),
+            )
         finally:
             self.memory.invalidate(str(target))  # the next turn reads what we wrote
-        return True

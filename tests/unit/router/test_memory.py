@@ -4,6 +4,7 @@ sanitization, the case-insensitive parse fix, round trips, rotation, failures.""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -290,10 +291,42 @@ async def test_write_failure_is_logged_not_raised(
     wd = tmp_path / "projects" / "app"
     wd.mkdir(parents=True)
     (wd / ".xworkmate").write_text("a file where a directory should be")
+    # and the home file's place taken too: nowhere to write
+    (tmp_path / "home" / "self-improving").mkdir(parents=True)
+    (tmp_path / "home" / "self-improving" / "projects").write_text("not a directory")
     req = request(str(wd))
     decision = await r.resolve(req)
     assert not await r.record(req, decision, {"success": True})
     assert "memory write failed" in caplog.text
+
+
+@pytest.mark.parametrize("blocker", ["file", "symlink"])
+async def test_an_xworkmate_that_cannot_be_made_falls_back_to_the_home_file(
+    tmp_path: Path, blocker: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """routing.md §6.5: when ``<wd>/.xworkmate`` cannot be made the block goes to
+    ``<home>/self-improving/projects/<project>.md``; it was logged and lost."""
+    caplog.set_level(logging.INFO, logger="xwm_bridge.router")
+    r = router(tmp_path)
+    wd = tmp_path / "projects" / "app"
+    wd.mkdir(parents=True)
+    if blocker == "file":
+        (wd / ".xworkmate").write_text("a file where a directory should be")
+    else:  # not followed (nothing below the working directory is): refused, like a file
+        (tmp_path / "elsewhere").mkdir()
+        (wd / ".xworkmate").symlink_to(tmp_path / "elsewhere")
+    req = request(str(wd))
+    decision = await r.resolve(req)
+    assert await r.record(req, decision, {"success": True})
+    home = tmp_path / "home" / "self-improving" / "projects" / "app.md"
+    assert "preferred-route: single-agent\n" in home.read_text()
+    if blocker == "symlink":
+        assert not list((tmp_path / "elsewhere").iterdir())
+    assert "memory written to the home project file" in caplog.text
+    # and the next turn reads it
+    again = await r.resolve(request(str(wd), prompt="hello"))
+    scopes = [s["scope"] for s in again.fields()["memorySources"]]
+    assert "project-home" in scopes
 
 
 async def test_memory_disabled_reads_and_writes_nothing(tmp_path: Path) -> None:
