@@ -233,6 +233,11 @@ def _read_sanitized(locations: MemoryLocations, path: Path, max_bytes: int) -> s
         return ""
 
 
+def _read_parsed(locations: MemoryLocations, path: Path, max_bytes: int) -> _Partial | None:
+    text = _read_sanitized(locations, path, max_bytes)
+    return parse(text) if text else None
+
+
 def load(locations: MemoryLocations, max_bytes: int) -> Preferences:
     """Read every location now (blocking)."""
     return merge([(s, p, _read_sanitized(locations, p, max_bytes)) for s, p in locations.reads()])
@@ -240,14 +245,18 @@ def load(locations: MemoryLocations, max_bytes: int) -> Preferences:
 
 def merge(entries: list[tuple[str, Path, str]]) -> Preferences:
     """§6.4 across files in scope order; blank (sanitized) files do not contribute."""
+    return merge_parsed([(s, p, parse(text) if text else None) for s, p, text in entries])
+
+
+def merge_parsed(entries: list[tuple[str, Path, _Partial | None]]) -> Preferences:
+    """:func:`merge` of files parsed before; ``None``: a blank (sanitized) file."""
     route = model = provider = ""
     skills: tuple[str, ...] = ()
     sources: list[MemorySource] = []
-    for scope, path, text in entries:
-        if not text:
+    for scope, path, part in entries:
+        if part is None:
             continue
         sources.append(MemorySource(str(path), scope))
-        part = parse(text)
         route = part.route or route
         model = part.model or model
         provider = part.provider or provider
@@ -267,7 +276,9 @@ class _Checked:
     at: float
     #: (device, inode, mtime, size) of a regular file; None = missing or not a file
     sig: _Signature | None
-    text: str = ""
+    #: what the file says, parsed once when read (never its text: up to twice
+    #: ``memory_max_bytes`` in each entry); None = blank once sanitized
+    part: _Partial | None = None
     read: bool = False
 
 
@@ -276,7 +287,8 @@ class MemoryReader:
 
     Each file is ``lstat``-ed at most once per ``stat_ttl`` seconds (a missing
     file is the common case); a file whose (device, inode, mtime, size) differs
-    from the cached one is read in a worker thread. This keeps the "read on every
+    from the cached one is read and parsed in a worker thread, and only what it
+    says is kept (route, model, provider, skills). This keeps the "read on every
     resolution" semantics (with at most ``stat_ttl`` of staleness) without a
     filesystem call or a thread hop per turn.
     """
@@ -308,14 +320,14 @@ class MemoryReader:
             if hit.sig is not None:
                 found.append((scope, path, hit))
         if stale:
-            texts = await asyncio.to_thread(
-                lambda: [_read_sanitized(locations, Path(p), self._max_bytes) for p, _ in stale]
+            parts = await asyncio.to_thread(
+                lambda: [_read_parsed(locations, Path(p), self._max_bytes) for p, _ in stale]
             )
-            for (_, hit), text in zip(stale, texts, strict=True):
-                hit.text, hit.read = text, True
+            for (_, hit), part in zip(stale, parts, strict=True):
+                hit.part, hit.read = part, True
         if not found:
             return NO_PREFERENCES  # the common case: no memory file at all
-        return merge([(s, Path(p), hit.text) for s, p, hit in found])
+        return merge_parsed([(s, Path(p), hit.part) for s, p, hit in found])
 
     def invalidate(self, path: str) -> None:
         """Forget what is known of ``path`` (the bridge just wrote it)."""

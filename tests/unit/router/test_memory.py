@@ -416,6 +416,34 @@ async def test_reader_rereads_changed_files_only(tmp_path: Path) -> None:
     assert (await reader.load(locs)).route == ""
 
 
+async def test_the_reader_keeps_what_it_parsed_not_the_files_text(tmp_path: Path) -> None:
+    """Each cached file kept its whole sanitized text (up to twice memory_max_bytes, 512
+    KiB by default, in each of 1024 entries: 512 MiB), and parsed it again on every
+    turn. Now it keeps the parsed preferences: a few strings per file."""
+    import gc
+    import tracemalloc
+
+    reader = memory.MemoryReader(256 * 1024)
+    prose = ("notes about the project, nothing to route by\n" * 5000)[: 200 * 1024]
+    homes = []
+    for i in range(12):
+        home = tmp_path / f"home{i}"
+        write(home / "self-improving" / "memory.md", prose + f"\npreferred-model: m{i}\n")
+        homes.append(memory.locate("", str(home), ()))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i, locs in enumerate(homes):
+            assert (await reader.load(locs)).model == f"m{i}"
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 512 * 1024, held  # 12 files of 200 KiB: 2.4 MB held before
+    # and what it kept still answers, without reading again
+    assert (await reader.load(homes[3])).model == "m3"
+
+
 def _symlinked_xworkmate(tmp_path: Path) -> tuple[Path, Path]:
     """A project inside the roots whose ``.xworkmate`` points outside them (a cloned
     repository can ship that)."""
