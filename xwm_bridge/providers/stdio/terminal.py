@@ -335,6 +335,16 @@ class Terminals:
                 self._terms.pop(tid).release()
 
     async def close(self) -> None:
-        for term in self._terms.values():
-            term.release()
+        """Kill every command, wait (at most ``KILL_WAIT``) until each has exited and
+        been reaped, then let go of them: a command reaped later was reaped by a loop
+        that may be gone by then, and closing the transport of one not reaped yet made
+        asyncio's own kill reap it behind its child watcher's back (exit status 255)."""
+        terms = list(self._terms.values())
         self._terms.clear()
+        for term in terms:
+            term.kill()
+        waiting = [term.exited for term in terms if not term.exited.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=KILL_WAIT)
+        for term in terms:
+            term.release()

@@ -119,6 +119,28 @@ async def test_an_empty_or_good_env_is_taken(tmp_path: Path, env: Any) -> None:
     assert created["terminalId"].startswith("term-")
 
 
+@both_loops
+@pytest.mark.parametrize("command", [[TRUE], ["sleep", "30"]])
+async def test_close_returns_once_every_command_has_exited_and_been_reaped(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """``close`` sent the kills and returned: the commands were reaped later, by a loop
+    that may be gone by then (at the end of the agent's process, or of a test:
+    asyncio's "Loop ... that handles pid N is closed"), and closing the transport of a
+    command not reaped yet made asyncio's ``Popen.kill`` reap it under the child
+    watcher ("Unknown child process pid N, will report returncode 255")."""
+    terminals = Terminals(AgentsConfig(terminal_enabled=True))
+    params = {"sessionId": "s", "command": command[0], "args": command[1:]}
+    await terminals.handle("terminal/create", params, str(tmp_path), ENV)
+    (term,) = terminals._terms.values()
+    pid = term.pid
+    await terminals.close()
+    assert term.exited.done()
+    assert term.returncode is not None and term.returncode != 255
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped: not even a zombie
+
+
 async def test_concurrent_creates_do_not_pass_the_running_cap_together(tmp_path: Path) -> None:
     """The cap was checked before the spawn was awaited and the terminal added after:
     creates arriving together (an agent serves 64 requests at once) all passed it."""
