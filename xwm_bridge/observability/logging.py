@@ -57,6 +57,9 @@ MAX_LINE_BYTES = 65536
 #: how long a warning waits for the writer thread to have written it; past that the
 #: sink is taken as stalled and later warnings do not wait until a write goes through
 WRITE_THROUGH_WAIT = 0.5
+#: how long :meth:`LineSink.close` (the exit hook) waits for the writer thread to write
+#: the lines still queued: a stderr that takes nothing must not hold the process's exit
+CLOSE_WAIT = 2.0
 LEVEL_NAMES = {
     logging.DEBUG: "debug",
     logging.INFO: "info",
@@ -270,6 +273,18 @@ class LineSink:
         with self._lock:
             self._drain()
 
+    def sync(self, timeout: float) -> bool:
+        """Until the writer thread has written every line queued so far, at most
+        ``timeout`` seconds (a wedged stderr must not hold the caller: the last words
+        before an exit); whether they were written."""
+        if self._closed:  # no thread any more: nothing writes them
+            return not self._lines
+        written = threading.Event()
+        self._lines.append(written)
+        self._hurry.set()
+        self._wake.set()
+        return written.wait(timeout)
+
     def _drain(self) -> None:
         lines = self._lines
         batch: list[bytes] = []
@@ -298,12 +313,19 @@ class LineSink:
             self._hurry.wait(self._interval)
             self._hurry.clear()
             self.flush()
+        self.flush()  # what was queued as it closed
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Stop the writer thread once it has written every queued line; wait at most
+        :data:`CLOSE_WAIT` for that (the caller wrote them itself before, after the
+        thread's lock: a wedged stderr held the process's exit for ever). False when
+        the lines were not all written in that time."""
         self._closed = True
         self._hurry.set()
         self._wake.set()
-        self.flush()
+        if self._thread is not threading.current_thread():
+            self._thread.join(CLOSE_WAIT)
+        return not self._thread.is_alive()
 
 
 def _fd_writer(fd: int) -> Callable[[bytes], None]:
@@ -477,7 +499,7 @@ def setup_logging(
     events.configure(sink, Redactor(secrets), numeric, text=text)
     # aiohttp's access log duplicates our own request logging
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    atexit.register(sink.flush)
+    atexit.register(sink.close)
     return sink
 
 
@@ -487,6 +509,7 @@ def dropped_lines() -> int:
     return _sink.dropped if _sink is not None else 0
 
 
-def flush_logs() -> None:
-    if _sink is not None:
-        _sink.flush()
+def flush_logs(timeout: float = WRITE_THROUGH_WAIT) -> bool:
+    """The lines logged so far written (at most ``timeout`` seconds: a forced exit and
+    a failure said on stderr after the log lines must not wait on a wedged stderr)."""
+    return _sink.sync(timeout) if _sink is not None else True

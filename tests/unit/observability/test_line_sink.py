@@ -5,6 +5,7 @@ event loop, for more than ``WRITE_THROUGH_WAIT``."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -101,3 +102,68 @@ def test_dropped_lines_are_a_metric(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         sink.close()
     assert "xwm_log_lines_dropped_total 2.0" in text.splitlines()
+
+
+def test_close_gives_up_on_a_wedged_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``close`` (and the exit hook) wrote the last lines on the caller's thread, after
+    the writer thread's lock: with stderr wedged (a full pipe nobody reads) the process
+    never exited. Now it waits ``CLOSE_WAIT`` for the writer thread, then gives up."""
+    monkeypatch.setattr(obslog, "CLOSE_WAIT", 0.1)
+    wedged = Wedged()
+    sink = LineSink(wedged, flush_interval=0)
+    sink.put(b"first\n")
+    assert wedged.entered.wait(10)  # the writer thread is stuck in write(2)
+    sink.put(b"second\n")
+    closed: list[bool] = []
+    closer = threading.Thread(target=lambda: closed.append(sink.close()), daemon=True)
+    closer.start()
+    closer.join(5)  # a bound for the failure only: it returns in about 0.1 s
+    try:
+        assert closed == [False]  # returned, and said the lines were not all written
+    finally:
+        wedged.release.set()
+        closer.join(10)
+
+
+def test_close_writes_every_queued_line_from_the_writer_thread() -> None:
+    written: list[bytes] = []
+    sink = LineSink(written.append, flush_interval=60)
+    sink.put(b"a\n")
+    sink.put(b"b\n")
+    assert sink.close() is True
+    assert b"".join(written) == b"a\nb\n"
+
+
+def test_the_exit_hook_is_the_bounded_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    hooks: list[object] = []
+    monkeypatch.setattr(obslog.atexit, "register", hooks.append)
+    try:
+        sink = obslog.setup_logging("info", (), write=lambda data: None)
+        assert hooks == [sink.close]
+    finally:  # as test_logging's setup test leaves it
+        logging.getLogger().handlers[:] = []
+        obslog.events.configure(None, obslog.Redactor(), logging.INFO)
+
+
+def test_flush_logs_before_a_forced_exit_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A third signal logs "exiting now", flushes and ``os._exit``s: the flush wrote on
+    the caller's thread after the writer thread's lock, so with stderr wedged the
+    operator's third signal never ended the process."""
+    wedged = Wedged()
+    sink = LineSink(wedged, flush_interval=0)
+    monkeypatch.setattr(obslog, "_sink", sink)
+    sink.put(b"first\n")
+    assert wedged.entered.wait(10)
+    sink.put(b"exiting now\n")
+    done: list[bool] = []
+    flusher = threading.Thread(target=lambda: done.append(obslog.flush_logs(0.1)), daemon=True)
+    flusher.start()
+    flusher.join(5)  # a bound for the failure only: it returns in about 0.1 s
+    try:
+        assert done == [False]
+    finally:
+        wedged.release.set()
+        flusher.join(10)
+    assert obslog.flush_logs(5) is True  # stderr takes data again: every line goes
+    assert b"".join(wedged.written) == b"first\nexiting now\n"
+    sink.close()
