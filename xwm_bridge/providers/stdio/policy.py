@@ -19,6 +19,7 @@ that is re-read whenever its modification time or size changes.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import logging
 import os
@@ -29,6 +30,7 @@ import yaml
 
 from xwm_bridge import coerce
 from xwm_bridge.config import PermissionRule
+from xwm_bridge.tasks import wait_for
 
 log = logging.getLogger("xwm_bridge.agents.policy")
 
@@ -36,6 +38,9 @@ ALLOW = "allow"
 REJECT = "reject"
 ASK = "ask"
 ACTIONS = (ALLOW, REJECT, ASK)
+#: seconds a permission request waits for the check of the rule file (then the rules
+#: known so far decide)
+RELOAD_WAIT = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +187,8 @@ class PolicyStore:
         self._path = path
         self._stamp: tuple[float, int] | None = None
         self._file_rules: tuple[PermissionRule, ...] = ()
+        #: the check of the rule file in flight (a worker thread's), if any
+        self._reload: asyncio.Future[None] | None = None
         if path:  # read at start: a wrong path is said now, not never
             self._maybe_reload()
             if self._stamp is None:
@@ -190,10 +197,21 @@ class PolicyStore:
                     extra={"path": path, "hint": "its rules apply once it exists"},
                 )
 
-    def rules(self) -> tuple[PermissionRule, ...]:
-        if self._path:
-            self._maybe_reload()
-        return self._inline + self._file_rules
+    async def _refresh(self) -> None:
+        """The rule file checked (and read again when it changed) in a worker thread, one
+        check at a time, waited for at most :data:`RELOAD_WAIT`: on the event loop, a rule
+        file on a hung NFS mount froze every session at each permission request; past the
+        wait the rules known so far decide, and the check goes on on its own."""
+        if self._reload is None or self._reload.done():
+            loop = asyncio.get_running_loop()
+            self._reload = loop.run_in_executor(None, self._maybe_reload)
+        try:
+            await wait_for(asyncio.shield(self._reload), RELOAD_WAIT)
+        except TimeoutError:
+            log.warning(
+                "permission rule file check is slow; the rules known so far decide",
+                extra={"path": self._path, "waited_s": RELOAD_WAIT},
+            )
 
     def _maybe_reload(self) -> None:
         try:
@@ -214,5 +232,9 @@ class PolicyStore:
             # keep the previous rules: a half-written file must not open the gates
             log.warning("permission rule file rejected", extra={"error": str(exc)})
 
-    def decide(self, tool_call: dict[str, Any], cwd: str, streamless: bool = False) -> Decision:
-        return decide(self.rules(), tool_call, cwd, streamless)
+    async def decide(
+        self, tool_call: dict[str, Any], cwd: str, streamless: bool = False
+    ) -> Decision:
+        if self._path:
+            await self._refresh()
+        return decide(self._inline + self._file_rules, tool_call, cwd, streamless)

@@ -104,7 +104,7 @@ class TurnState:
         tool_call = tool_call if isinstance(tool_call, dict) else {}
         options = params.get("options")
         streamless = self.ctx.notify is None
-        decision = self.owner.policy.decide(tool_call, self.cwd, streamless)
+        decision = await self.owner.policy.decide(tool_call, self.cwd, streamless)
         reason = decision.reason
         record: dict[str, Any] = {
             "toolCallId": coerce.text(tool_call.get("toolCallId")),

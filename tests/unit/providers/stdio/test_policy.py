@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.conftest import wait_until
 from xwm_bridge.config import PermissionRule
 from xwm_bridge.jsonrpc import RpcError
 from xwm_bridge.providers.stdio import policy
@@ -22,6 +25,44 @@ FRAMES = json.loads((Path(__file__).parent / "opencode_write_frames.json").read_
 TOOL = next(f for f in FRAMES if f.get("request") == "session/request_permission")["params"][
     "toolCall"
 ]
+
+
+async def test_the_rule_file_is_checked_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule file was ``stat``-ed (and read) on the event loop at every permission
+    request: on a hung NFS mount that froze every session. Now the check runs in a
+    worker thread, one at a time, and past ``RELOAD_WAIT`` the known rules decide."""
+    monkeypatch.setattr(policy, "RELOAD_WAIT", 0.2)
+    path = tmp_path / "rules.yaml"
+    path.write_text("- {action: reject, kind: edit}\n")
+    store = policy.PolicyStore((), str(path))
+    hung, entered, checks = threading.Event(), threading.Event(), []
+    real_stat = os.stat
+
+    def stat(p: Any, *args: Any, **kw: Any) -> os.stat_result:
+        if str(p) == str(path):
+            checks.append(threading.current_thread())
+            entered.set()
+            hung.wait(10)
+        return real_stat(p, *args, **kw)
+
+    monkeypatch.setattr(policy.os, "stat", stat)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    # the loop runs on while the check hangs: these two decide with the rules known
+    first, second = await asyncio.gather(
+        store.decide(TOOL, "/srv/proj"), store.decide(TOOL, "/srv/proj")
+    )
+    assert loop.time() - started < 2
+    assert first.action == second.action == "reject"
+    assert entered.is_set() and len(checks) == 1  # one check in flight, not one per call
+    assert checks[0] is not threading.main_thread()
+    path.write_text("- {action: allow, kind: edit}\n")
+    os.utime(path, (5, 5))
+    hung.set()
+    await wait_until(lambda: store._reload is not None and store._reload.done())
+    assert (await store.decide(TOOL, "/srv/proj")).action == "allow"
 
 
 def test_first_match_wins_on_kind_and_path() -> None:
@@ -62,37 +103,39 @@ def test_an_allow_rule_needs_every_location_of_the_call_to_match() -> None:
     assert policy.decide(ask, mixed, "/srv/proj").reason.startswith("ask by rule 1")
 
 
-def test_rule_file_reloads_and_keeps_old_rules_on_bad_file(tmp_path: Path) -> None:
+async def test_rule_file_reloads_and_keeps_old_rules_on_bad_file(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
     path.write_text("- {action: reject, kind: edit}\n")
     store = policy.PolicyStore((), str(path))
-    assert store.decide(TOOL, "/srv/proj").action == "reject"
+    assert (await store.decide(TOOL, "/srv/proj")).action == "reject"
     path.write_text("rules:\n  - {action: allow, kind: '*'}\n")
     os.utime(path, (1, 1))
-    assert store.decide(TOOL, "/srv/proj").action == "allow"
+    assert (await store.decide(TOOL, "/srv/proj")).action == "allow"
     path.write_text("- {action: maybe}\n")
     os.utime(path, (2, 2))
-    assert store.decide(TOOL, "/srv/proj").action == "allow"  # bad file: previous rules kept
+    assert (
+        await store.decide(TOOL, "/srv/proj")
+    ).action == "allow"  # bad file: previous rules kept
     path.unlink()
-    assert store.decide(TOOL, "/srv/proj").action == "ask"
+    assert (await store.decide(TOOL, "/srv/proj")).action == "ask"
     with pytest.raises(ValueError):
         policy.parse_rules([{"action": "allow_always"}], "x")
 
 
-def test_a_rule_file_not_there_at_start_is_warned_once(
+async def test_a_rule_file_not_there_at_start_is_warned_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A typo in agents.permission_rules_file was silent: every tool call asked."""
     path = tmp_path / "rules.yaml"
     with caplog.at_level("WARNING", logger="xwm_bridge.agents.policy"):
         store = policy.PolicyStore((), str(path))
-        assert store.decide(TOOL, "/srv/proj").action == "ask"
+        assert (await store.decide(TOOL, "/srv/proj")).action == "ask"
     warned = [r for r in caplog.records if r.getMessage() == "permission rule file not found"]
     assert [getattr(r, "path", None) for r in warned] == [str(path)]
     caplog.clear()
     path.write_text("- {action: reject, kind: edit}\n")  # appears later: it applies
     with caplog.at_level("WARNING", logger="xwm_bridge.agents.policy"):
-        assert store.decide(TOOL, "/srv/proj").action == "reject"
+        assert (await store.decide(TOOL, "/srv/proj")).action == "reject"
         policy.PolicyStore((), str(path))
     assert not caplog.records
 
