@@ -6,6 +6,7 @@ the drain starts; a second signal cancels the turns now and exits 1."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -52,6 +53,14 @@ class Acp:
 @pytest.fixture
 async def acp_hanging_turn(fake_upstream: FakeUpstream, tmp_path: Path) -> AsyncIterator[Acp]:
     """``xwm-bridge acp`` with one turn running on the fake upstream (``hang``)."""
+    async with _acp_with_turn(fake_upstream, tmp_path, "hang") as acp:
+        yield acp
+
+
+@contextlib.asynccontextmanager
+async def _acp_with_turn(
+    fake_upstream: FakeUpstream, tmp_path: Path, prompt_text: str
+) -> AsyncIterator[Acp]:
     path = write_config(tmp_path, config(fake_upstream, tmp_path, limits={"shutdown_grace": GRACE}))
     stderr = tmp_path / "acp.err"
     with stderr.open("wb") as err:
@@ -73,7 +82,7 @@ async def acp_hanging_turn(fake_upstream: FakeUpstream, tmp_path: Path) -> Async
         await acp.ask(1, "initialize", {"protocolVersion": 1})
         new = await acp.ask(2, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
         sid = new["result"]["sessionId"]  # type: ignore[index]
-        prompt = [{"type": "text", "text": "hang"}]
+        prompt = [{"type": "text", "text": prompt_text}]
         await acp.tell(3, "session/prompt", {"sessionId": sid, "prompt": prompt})
         await wait_until(lambda: bool(fake_upstream.state.active), within=20)
         yield acp
@@ -114,3 +123,22 @@ async def test_a_second_signal_cancels_the_turns_and_exits_1(
     messages = [e.get("msg") for e in acp.logs()]
     assert "second signal: forcing the exit" in messages
     assert fake_upstream.state.cancels  # the drain's cleanup ran
+
+
+async def test_sigterm_lets_a_running_prompt_finish_and_answers_it(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """SIGTERM drains: the running turn may finish within the grace, and its
+    ``session/prompt`` answer reaches the client before the process exits 0."""
+    async with _acp_with_turn(fake_upstream, tmp_path, "slow:1500 finish me") as acp:
+        acp.proc.send_signal(signal.SIGTERM)
+        assert acp.proc.stdout is not None
+        answer: dict[str, object] = {}
+        while not answer:
+            line = await asyncio.wait_for(acp.proc.stdout.readline(), 20)
+            assert line, "stdout closed before the prompt's answer: " + repr(acp.logs()[-5:])
+            frame = orjson.loads(line)
+            if frame.get("id") == 3:
+                answer = frame
+        assert answer.get("result") == {"stopReason": "end_turn"}, answer
+        assert await asyncio.wait_for(acp.proc.wait(), GRACE + 20) == 0

@@ -390,3 +390,24 @@ async def test_second_signal_forces_the_exit_of_acp_stdio(
     assert await asyncio.wait_for(bridge.proc.wait(), 15) == 1
     assert time.monotonic() - began < 12
     assert any("second signal: forcing the exit" in line for line in bridge.stderr)
+
+
+async def test_sigterm_lets_a_running_turn_finish_and_answers_it(
+    start_stdio: StartStdio, fake_upstream: FakeUpstream
+) -> None:
+    """SIGTERM drains: a turn that ends within the grace is answered on stdout before
+    the process exits 0 (its request was cancelled with the server, and the answer
+    of the turn the drain let finish was lost)."""
+    import signal
+
+    bridge = await start_stdio(provider_env(fake_upstream.url))
+    await bridge.send_json(req("session.start", session_params("sig2", "slow:1500 hi"), rid="t"))
+    await bridge.message()  # started
+    await wait_until(lambda: "sig2" in fake_upstream.state.active)
+    bridge.proc.send_signal(signal.SIGTERM)
+    while True:
+        msg = await asyncio.wait_for(bridge.message(), 20)
+        if msg.get("id") == "t":
+            break
+    assert msg["result"]["success"] is True, msg
+    assert await asyncio.wait_for(bridge.proc.wait(), 30) == 0

@@ -121,17 +121,32 @@ async def _until_signal(
     main: Coroutine[Any, Any, None],
     grace_s: float = 0.0,
     finish: Callable[[Signals], Awaitable[None]] | None = None,
+    *,
+    end_input: Callable[[], None] | None = None,
+    drain: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    on_force: Callable[[], None] | None = None,
 ) -> bool:
-    """Run a stdio server until it ends (end of input) or SIGTERM/SIGINT cancels it,
-    then ``finish`` (the drain) with the signal handlers still installed, so a second
-    signal forces the exit. True when a signal stopped it."""
+    """Run a stdio server until it ends (end of input) or SIGTERM/SIGINT stops it, then
+    ``finish`` with the signal handlers still installed, so a second signal forces the
+    exit (``on_force``). True when a signal stopped it.
+
+    With ``end_input`` the first signal ends the server's input, as the real end of
+    input does, and runs ``drain`` (the bridge's: running turns get their grace, waiting
+    ones are refused) beside it: the server answers the requests still running, and
+    ends once they are done. Without, the server is cancelled (requests and all)."""
     async with asyncio.TaskGroup() as group:
         task = group.create_task(main, name="stdio-server")
 
         def stop() -> None:
-            task.cancel()
+            if end_input is None:
+                task.cancel()
+                return
+            end_input()
+            if drain is not None:
+                group.create_task(drain(), name="signal-drain")
 
         signals = Signals(stop, grace_s)
+        signals.on_force = on_force
     try:
         if finish is not None:
             await finish(signals)

@@ -45,15 +45,16 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
     from xwm_bridge.app.bridge import Bridge
     from xwm_bridge.app.dispatcher import Dispatcher
     from xwm_bridge.app.methods import BridgeMethods
-    from xwm_bridge.transport.stdio import StdioServer, stdin_reader, stdout_writer
+    from xwm_bridge.transport.stdio import StdinInput, StdioServer, stdout_writer
 
     bridge = Bridge(cfg)
     if not await _start_bridge(bridge):
         return EXIT_CONFIG
     try:
+        stdin = StdinInput()
         server = StdioServer(
             Dispatcher(BridgeMethods(bridge).table(), bridge.metrics),
-            stdin_reader(),
+            stdin.read,
             stdout_writer(),
             max_message=cfg.limits.max_body_bytes,
             send_timeout=cfg.limits.notification_send_timeout,
@@ -61,10 +62,18 @@ async def _acp_stdio(cfg: BridgeConfig) -> int:
         )
 
         async def finish(signals: Signals) -> None:
-            signals.on_force = bridge.force_shutdown
             await bridge.close()
 
-        await _until_signal(server.serve(), cfg.limits.shutdown_grace, finish)
+        # a signal ends the input and drains: the turns the drain lets finish are
+        # answered (the server was cancelled, and their answers lost)
+        await _until_signal(
+            server.serve(),
+            cfg.limits.shutdown_grace,
+            finish,
+            end_input=stdin.end,
+            drain=bridge.drain,
+            on_force=bridge.force_shutdown,
+        )
     finally:
         await bridge.close()  # a no-op after finish; closes the store if serve() failed
     return EXIT_FORCED if bridge.forced else 0
@@ -102,28 +111,30 @@ async def _acp(cfg: BridgeConfig) -> int:
     from xwm_bridge.acp.front import AcpFrontDoor
     from xwm_bridge.app.bridge import Bridge
     from xwm_bridge.transport.acp_stdio import serve_acp_stdio
-    from xwm_bridge.transport.stdio import stdin_reader, stdout_writer
+    from xwm_bridge.transport.stdio import StdinInput, stdout_writer
 
     bridge = Bridge(cfg)
     if not await _start_bridge(bridge):
         return EXIT_CONFIG
     front = AcpFrontDoor(bridge)
+    stdin = StdinInput()
 
     async def finish(signals: Signals) -> None:
         # with the signal handlers still installed: a second signal cancels the running
         # turns (the drain's cleanup still runs); it killed the process outright, agents
         # and the store's queued writes left behind
-        signals.on_force = bridge.force_shutdown
         await front.close()
-        # a signal: the running turns get limits.shutdown_grace; end of input: the
-        # requests had that grace already
-        await bridge.close(None if signals.count else 0.0)
+        # the requests had limits.shutdown_grace already: at end of input, and on a
+        # signal (the drain ran beside the server's wait)
+        await bridge.close(0.0)
 
     try:
+        # a signal ends the input and drains: the prompts the drain lets finish are
+        # answered (the server was cancelled, and their answers lost)
         await _until_signal(
             serve_acp_stdio(
                 front,
-                stdin_reader(),
+                stdin.read,
                 stdout_writer(),
                 max_message=cfg.limits.max_body_bytes,
                 send_timeout=cfg.limits.notification_send_timeout,
@@ -131,6 +142,9 @@ async def _acp(cfg: BridgeConfig) -> int:
             ),
             cfg.limits.shutdown_grace,
             finish,
+            end_input=stdin.end,
+            drain=bridge.drain,
+            on_force=bridge.force_shutdown,
         )
     finally:
         await front.close()  # no-ops after finish; close what a failed serve left

@@ -31,6 +31,8 @@ from xwm_bridge.wire import PLAIN, WireEncoder
 
 log = logging.getLogger("xwm_bridge.stdio")
 READ_CHUNK = 64 * 1024
+#: chunks read from stdin that may wait for the server (then the reading thread waits)
+PENDING_CHUNKS = 16
 #: requests read past the in-flight limit and waiting for a slot; more stop reading
 MAX_WAITING = 16
 
@@ -118,30 +120,67 @@ class StdioServer:
             await self._inflight.shutdown(0)
 
 
-def stdin_reader(fd: int = 0) -> Callable[[], Awaitable[bytes]]:
-    """Read ``fd`` on a daemon thread (works for pipes, ttys and files alike).
+class StdinInput:
+    """``fd`` read on a daemon thread (works for pipes, ttys and files alike); :meth:`read`
+    is what a stdio server reads with, and :meth:`end` makes it return end of input now
+    (a signal's shutdown: the server answers the requests still running, as at the
+    real end of input, instead of being cancelled with them).
 
-    A daemon thread, not the default executor: a read blocked on stdin must not
-    keep the process alive at shutdown.
-    """
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=16)
+    A daemon thread, not the default executor: a read blocked on stdin must not keep
+    the process alive at shutdown. At most :data:`PENDING_CHUNKS` chunks wait for the
+    server; past that the thread waits (back-pressure on the writer of stdin)."""
 
-    def pump() -> None:
+    def __init__(self, fd: int = 0) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._room = threading.Semaphore(PENDING_CHUNKS)
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+        threading.Thread(target=self._pump, args=(fd,), name="stdin-reader", daemon=True).start()
+
+    def _pump(self, fd: int) -> None:
         while True:
             try:
                 chunk = os.read(fd, READ_CHUNK)
             except OSError:
                 chunk = b""
+            self._room.acquire()
             try:
-                asyncio.run_coroutine_threadsafe(queue.put(chunk), loop).result()
+                self._loop.call_soon_threadsafe(self._put, chunk)
             except RuntimeError:  # loop closed
                 return
             if not chunk:
                 return
 
-    threading.Thread(target=pump, name="stdin-reader", daemon=True).start()
-    return queue.get
+    def _put(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def end(self) -> None:
+        """From now on :meth:`read` returns ``b""`` (what is not read yet is dropped)."""
+        self._ended = True
+        self._wake()
+
+    async def read(self) -> bytes:
+        while not self._ended:
+            if self._chunks:
+                self._room.release()
+                return self._chunks.popleft()
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return b""
+
+
+def stdin_reader(fd: int = 0) -> Callable[[], Awaitable[bytes]]:
+    """The read of a :class:`StdinInput` on ``fd``."""
+    return StdinInput(fd).read
 
 
 def stdout_writer(fd: int = 1) -> Callable[[bytes], Awaitable[None]]:
