@@ -1,7 +1,7 @@
-"""``LineSink``: lines leave in order from the writer thread; a warning is written
-through before ``put_now`` returns, but a stderr that takes nothing (its reader
-stalled: journald, a container runtime's log pipe) never stalls the caller, the
-event loop, for more than ``WRITE_THROUGH_WAIT``."""
+"""``LineSink`` (observability/line_sink.py): lines leave in order from its thread; a
+warning is written through before ``put_now`` returns, but a stderr that takes nothing
+(its reader stalled: journald, a container runtime's log pipe) never stalls the caller,
+the event loop, for more than ``WRITE_THROUGH_WAIT``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import threading
 
 import pytest
 
+from xwm_bridge.observability import line_sink
 from xwm_bridge.observability import logging as obslog
-from xwm_bridge.observability.logging import LineSink
+from xwm_bridge.observability.line_sink import LineSink
 
 
 class Wedged:
@@ -40,7 +41,7 @@ def test_a_warning_is_written_before_put_now_returns() -> None:
 
 
 def test_a_wedged_stderr_does_not_block_put_now(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(obslog, "WRITE_THROUGH_WAIT", 0.05)
+    monkeypatch.setattr(line_sink, "WRITE_THROUGH_WAIT", 0.05)
     wedged = Wedged()
     sink = LineSink(wedged, flush_interval=0)
     sink.put(b"first\n")
@@ -68,7 +69,7 @@ def test_a_wedged_stderr_does_not_block_put_now(monkeypatch: pytest.MonkeyPatch)
 def test_warnings_queued_behind_a_wedged_stderr_are_capped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(obslog, "WRITE_THROUGH_WAIT", 0.05)
+    monkeypatch.setattr(line_sink, "WRITE_THROUGH_WAIT", 0.05)
     wedged = Wedged()
     sink = LineSink(wedged, flush_interval=0, max_pending=4)
     sink.put(b"first\n")
@@ -108,7 +109,7 @@ def test_close_gives_up_on_a_wedged_stderr(monkeypatch: pytest.MonkeyPatch) -> N
     """``close`` (and the exit hook) wrote the last lines on the caller's thread, after
     the writer thread's lock: with stderr wedged (a full pipe nobody reads) the process
     never exited. Now it waits ``CLOSE_WAIT`` for the writer thread, then gives up."""
-    monkeypatch.setattr(obslog, "CLOSE_WAIT", 0.1)
+    monkeypatch.setattr(line_sink, "CLOSE_WAIT", 0.1)
     wedged = Wedged()
     sink = LineSink(wedged, flush_interval=0)
     sink.put(b"first\n")
