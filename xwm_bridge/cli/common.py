@@ -141,6 +141,8 @@ async def _until_signal(
             if end_input is None:
                 task.cancel()
                 return
+            if task.done():  # the input had ended: ``finish`` runs the drain
+                return
             end_input()
             if drain is not None:
                 group.create_task(drain(), name="signal-drain")

@@ -169,7 +169,9 @@ class StdinInput:
         while not self._ended:
             if self._chunks:
                 self._room.release()
-                return self._chunks.popleft()
+                chunk = self._chunks.popleft()
+                self._ended = not chunk  # the real end of input: nothing follows it
+                return chunk
             self._waiter = self._loop.create_future()
             try:
                 await self._waiter

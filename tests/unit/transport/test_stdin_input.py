@@ -17,6 +17,7 @@ async def test_chunks_arrive_in_order_then_the_end_of_input() -> None:
         os.close(w)
         w = -1
         assert await asyncio.wait_for(stdin.read(), 5) == b""
+        assert await asyncio.wait_for(stdin.read(), 5) == b""  # and again: nothing waits
     finally:
         if w >= 0:
             os.close(w)
