@@ -34,6 +34,8 @@ def acp_stdio(config_file: str | None, log_level: str | None, log_format: str | 
     compact JSON object per line (responses and session.update notifications).
     Requests run concurrently, so session.cancel interrupts a running turn.
     Logs go to stderr. Exits 0 at end of input once running requests finish.
+    On SIGTERM/SIGINT it stops reading and running turns get limits.shutdown_grace
+    (their answers are written); a second signal cancels them and exits 1.
     """
     loaded = _load(config_file, log_level=log_level, log_format=log_format)
     cfg = loaded.config
@@ -96,8 +98,8 @@ def acp(config_file: str | None, log_level: str | None, log_format: str | None) 
     mcpServers reach a stdio agent route whose provider has client_mcp_servers.
     Sessions are kept in <state dir>/acp unless store.state_dir (XWM_STATE_DIR)
     is set, apart from a serve daemon's. Logs go to stderr. Exits 0 at end of input.
-    On SIGTERM/SIGINT running turns get limits.shutdown_grace; a second signal
-    cancels them and exits 1.
+    On SIGTERM/SIGINT it stops reading and running turns get limits.shutdown_grace
+    (their answers are written); a second signal cancels them and exits 1.
     """
     from xwm_bridge.store import with_own_state_dir
 
