@@ -217,12 +217,22 @@ def _stat_beneath(base: Path, parts: tuple[str, ...]) -> os.stat_result:
 
 
 def _read_text(base: Path, parts: tuple[str, ...], cap: int) -> str:
+    """The file's text, at most its last ``cap`` bytes: a later line wins (§6.4), so a
+    file past the cap is read from its newest lines (from its start, the preference
+    recorded last was not seen), without the line the cap cuts."""
     with parent_fd(base, parts) as parent:
         fd = os.open(parts[-1], FILE_FLAGS, dir_fd=parent)
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
             return ""  # a FIFO or device: never read
-        return fh.read(cap).decode("utf-8", errors="replace")
+        if st.st_size <= cap:
+            data = fh.read(cap)
+        else:
+            fh.seek(st.st_size - cap)
+            data = fh.read(cap)
+            data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+        return data.decode("utf-8", errors="replace")
 
 
 def _read_sanitized(locations: MemoryLocations, path: Path, max_bytes: int) -> str:

@@ -444,6 +444,28 @@ async def test_the_reader_keeps_what_it_parsed_not_the_files_text(tmp_path: Path
     assert (await reader.load(homes[3])).model == "m3"
 
 
+async def test_a_file_past_the_read_cap_is_read_from_its_newest_lines(tmp_path: Path) -> None:
+    """A memory file longer than the read cap (twice ``memory_max_bytes``: a file grown
+    by hand, or by another writer) was read from its start: its oldest lines, so the
+    preference recorded last, the one that wins, was not seen."""
+    home = tmp_path / "home"
+    filler = "".join(f"note {i}: nothing to route by\n" for i in range(200))
+    text = "preferred-route: gateway\nprovider: old\n" + filler + "preferred-route: multi-agent\n"
+    write(home / "self-improving" / "memory.md", text)
+    assert len(text) > 2 * 1024
+    prefs = await memory.MemoryReader(1024).load(memory.locate("", str(home), ()))
+    assert prefs.route == "multi-agent"
+    assert prefs.provider == ""  # only in the oldest lines, past the cap
+    # the line the cap cuts is dropped, not read as a shorter one: here the cap starts
+    # the read at "preferred-model: evil", the tail of the line "xxpreferred-model: evil"
+    head, last = "xxpreferred-model: evil\n", "\npreferred-route: single-agent\n"
+    cut = head + "z" * (2048 + 2 - len(head) - len(last)) + last
+    assert len(cut) - 2048 == 2
+    write(home / "self-improving" / "memory.md", cut)
+    prefs = await memory.MemoryReader(1024).load(memory.locate("", str(home), ()))
+    assert prefs.route == "single-agent" and prefs.model == ""
+
+
 def _symlinked_xworkmate(tmp_path: Path) -> tuple[Path, Path]:
     """A project inside the roots whose ``.xworkmate`` points outside them (a cloned
     repository can ship that)."""
