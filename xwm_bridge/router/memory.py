@@ -222,10 +222,16 @@ def _read_text(base: Path, parts: tuple[str, ...], cap: int) -> str:
     recorded last was not seen), without the line the cap cuts."""
     with parent_fd(base, parts) as parent:
         fd = os.open(parts[-1], FILE_FLAGS, dir_fd=parent)
+    return _regular_tail(fd, cap)
+
+
+def _regular_tail(fd: int, cap: int) -> str:
+    """The last ``cap`` bytes of the regular file open on ``fd`` (closed here), without
+    the line the cap cuts; ``""`` for a FIFO or a device (never read)."""
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
-            return ""  # a FIFO or device: never read
+            return ""
         if st.st_size <= cap:
             data = fh.read(cap)
         else:
@@ -465,6 +471,9 @@ def append(
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
                 fd = fresh
+                carried = _carried(folder, name + ".1", max_bytes)
+                if len(carried) + len(data) <= max_bytes:
+                    data = carried + data
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
@@ -475,6 +484,29 @@ def append(
             os.close(fd)
     finally:
         os.close(folder)
+
+
+def _carried(folder: int, rotated: str, max_bytes: int) -> bytes:
+    """What the file rotated to ``rotated`` said (its parsed preferences, no prose, no
+    secret lines), as the first block of the fresh file: ``<file>.1`` is read by nothing,
+    and the preferences written by hand at its top stopped applying at the rotation."""
+    try:
+        fd = os.open(rotated, FILE_FLAGS, dir_fd=folder)
+        text = _regular_tail(fd, max_bytes * _READ_CAP_FACTOR)
+    except OSError:
+        return b""
+    part = parse(sanitize(text))
+    lines = [f"preferred-route: {part.route}"] if part.route else []
+    if part.model:
+        lines.append(f"preferred-model: {part.model}")
+    if part.skills:
+        lines.append(f"preferred-skills: {', '.join(part.skills)}")
+    if part.provider:
+        lines.append(f"provider: {part.provider}")
+    if not lines:
+        return b""
+    block = ["", f"## Carried over from {rotated}", *lines]
+    return ("\n".join(_one_line(v) for v in block) + "\n").encode("utf-8")
 
 
 def _locked_current(folder: int, name: str, flags: int, deadline: float, busy: str) -> int:

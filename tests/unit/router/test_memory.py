@@ -138,6 +138,24 @@ def test_append_rotates_above_cap(tmp_path: Path) -> None:
     assert oct(path.stat().st_mode & 0o777) == "0o644"
 
 
+def test_a_rotation_carries_the_preferences_over(tmp_path: Path) -> None:
+    """A rotation moved the whole file to ``memory.md.1``, which nothing reads: the
+    preferences written by hand at its top (and the skills recorded before) stopped
+    applying at once. The fresh file now starts with what the old one said."""
+    path = tmp_path / "p" / "memory.md"
+    write(path, "# team notes\npreferred-model: hand-picked\nprovider: acme\napi_key: sk-x\n")
+    memory.append(path, memory.render_block("single-agent", "", ("pdf",), ""), 4096)
+    for _ in range(100):  # past the cap: rotated
+        memory.append(path, memory.render_block("single-agent", "", (), ""), 4096)
+    assert (tmp_path / "p" / "memory.md.1").exists()
+    fresh = path.read_text()
+    assert "api_key" not in fresh and "team notes" not in fresh  # sanitized, parsed only
+    part = memory.parse(memory.sanitize(fresh))
+    assert (part.model, part.provider, part.skills) == ("hand-picked", "acme", ["pdf"])
+    assert part.route == "single-agent"
+    assert path.stat().st_size <= 4096
+
+
 def test_concurrent_appends_do_not_interleave(tmp_path: Path) -> None:
     path = tmp_path / "memory.md"
     blocks = [f"\n## block {i}\n" + f"line-{i}\n" * 50 for i in range(8)]
