@@ -43,6 +43,9 @@ _PREFIXES = ("preferred-route:", "preferred-model:", "preferred-skills:", "provi
 _READ_CAP_FACTOR = 2  # a file may exceed the cap by one block before rotation
 #: how long an append waits for the file's lock (another writer: a bridge, an editor)
 LOCK_TIMEOUT = 10.0
+#: project-home files (``<memory_home>/self-improving/projects/<name>.md``, one per name a
+#: client's working directory ends in) past which no new one is made
+MAX_PROJECT_FILES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,8 +427,12 @@ def append(
     block: str,
     max_bytes: int,
     anchor: tuple[Path, tuple[str, ...]] | None = None,
+    max_files: int = 0,
 ) -> None:
     """Append ``block`` in one write under an exclusive lock; rotate above ``max_bytes``.
+
+    ``max_files``: when the file does not exist yet, its folder may hold at most that
+    many ``.md`` files before it (0: no bound); past it, OSError and nothing is made.
 
     ``anchor``: (trusted directory, components below it), as
     :meth:`MemoryLocations.anchor` gives; default: ``path``'s grandparent, so the
@@ -461,6 +468,8 @@ def append(
     except OSError as exc:  # ELOOP/ENOTDIR: a symlink (or a file) on the way
         raise FolderError(f"refusing to write through {path.parent}: {exc.strerror}") from None
     try:
+        if max_files > 0:
+            _check_room(folder, name, max_files, path.parent)
         fd = _locked_current(folder, name, flags, deadline, busy)
         try:
             if max_bytes > 0 and os.fstat(fd).st_size + len(data) > max_bytes:
@@ -484,6 +493,19 @@ def append(
             os.close(fd)
     finally:
         os.close(folder)
+
+
+def _check_room(folder: int, name: str, max_files: int, where: Path) -> None:
+    """OSError when ``name`` is not in ``folder`` and the folder has ``max_files`` of
+    its kind (``.md``) already: client-chosen names must not make files without bound."""
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+        return  # there already: it takes the block
+    except FileNotFoundError:
+        pass
+    count = sum(1 for entry in os.listdir(folder) if entry.endswith(".md"))
+    if count >= max_files:
+        raise OSError(f"{where} holds {count} memory files already: no new one is made")
 
 
 def _carried(folder: int, rotated: str, max_bytes: int) -> bytes:

@@ -179,6 +179,8 @@ class Router:
         return True
 
     async def _append(self, located: memory.MemoryLocations, target: Path, block: str) -> None:
+        # project-home files are named by the client's working directory: bounded in number
+        home = target == memory.home_target(located)
         try:
             await asyncio.to_thread(
                 memory.append,
@@ -186,6 +188,7 @@ class Router:
                 block,
                 self._config.router.memory_max_bytes,
                 located.anchor(target),
+                memory.MAX_PROJECT_FILES if home else 0,
             )
         finally:
             self.memory.invalidate(str(target))  # the next turn reads what we wrote

@@ -275,6 +275,29 @@ async def test_record_falls_back_to_home_projects(tmp_path: Path) -> None:
     assert not wd.exists()  # nothing created outside the roots
 
 
+async def test_home_project_files_are_capped_in_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every auto-routed turn whose working directory lies outside the project roots
+    made ``<home>/self-improving/projects/<name>.md`` for the name the client gave: one
+    new file per name, without bound. Past ``MAX_PROJECT_FILES`` no new one is made
+    (the turn stands; logged); the files there already still take their blocks."""
+    monkeypatch.setattr(memory, "MAX_PROJECT_FILES", 3)
+    r = router(tmp_path)
+    projects = tmp_path / "home" / "self-improving" / "projects"
+    for name in ("a", "b", "c"):
+        req = request(str(tmp_path / "elsewhere" / name))
+        assert await r.record(req, await r.resolve(req), {"success": True})
+    assert sorted(f.name for f in projects.iterdir()) == ["a.md", "b.md", "c.md"]
+    req = request(str(tmp_path / "elsewhere" / "d"))
+    assert not await r.record(req, await r.resolve(req), {"success": True})
+    assert not (projects / "d.md").exists()
+    assert "memory write failed" in caplog.text
+    req = request(str(tmp_path / "elsewhere" / "b"))  # an existing one still records
+    assert await r.record(req, await r.resolve(req), {"success": True})
+    assert (projects / "b.md").read_text().count("## Auto route") == 2
+
+
 @pytest.mark.parametrize(
     ("result", "mode", "prompt", "wd_ok"),
     [
