@@ -15,6 +15,10 @@ from typing import Any
 from xwm_bridge import coerce
 
 _UPDATE_METHODS = ("session.update", "acp.session.update")
+#: characters of streamed text one turn keeps for its result (every delta is relayed as
+#: it comes; past this the result's output stops there and says ``outputTruncated``): a
+#: turn may stream for an hour, and what it kept grew the process without bound
+MAX_TURN_OUTPUT_CHARS = 8 * 1024 * 1024
 _IGNORED_MESSAGES = ("session started", "single-agent completed")
 
 
@@ -36,6 +40,9 @@ class Collector:
     working_directory: str = ""
     deltas: list[str] = field(default_factory=list)
     last_message: str = ""
+    #: characters kept in ``deltas``, and whether some were not kept
+    kept: int = 0
+    truncated: bool = False
 
     def observe(self, frame: dict[str, Any]) -> None:
         if frame.get("method") not in _UPDATE_METHODS:
@@ -56,8 +63,11 @@ class Collector:
         delta = params.get("delta")
         if isinstance(delta, str):
             delta = delta.strip()
-            if delta:
+            if delta and self.kept + len(delta) <= MAX_TURN_OUTPUT_CHARS:
                 self.deltas.append(delta)
+                self.kept += len(delta)
+            elif delta:
+                self.truncated = True
         message = params.get("message")
         if isinstance(message, dict):
             text = coerce.text(message.get("content"))
@@ -77,6 +87,8 @@ class Collector:
         if text:
             result.setdefault("output", text)
             result.setdefault("summary", text)
+        if self.truncated and "outputTruncated" not in result:
+            result["outputTruncated"] = True
         if self.turn_id:
             result.setdefault("turnId", self.turn_id)
         if self.working_directory:

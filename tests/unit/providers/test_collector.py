@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from xwm_bridge.providers import collector
 from xwm_bridge.providers.collector import Collector, first_text, remote_fields, result_object
 
 
@@ -363,3 +364,24 @@ def test_collector_then_remote_fields_pipeline() -> None:
     remote_fields(result, "/w")
     assert result["output"] == result["summary"] == result["resultSummary"] == "pi\nng"
     assert result["remoteExecution"]["turnId"] == "t9"
+
+
+def test_the_collected_output_of_a_turn_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every streamed delta was kept for the turn's result: an upstream streaming for
+    the hour a turn may last grew the bridge's memory without bound. Past
+    ``MAX_TURN_OUTPUT_CHARS`` the deltas are still relayed but no longer kept, and the
+    result says ``outputTruncated``."""
+    monkeypatch.setattr(collector, "MAX_TURN_OUTPUT_CHARS", 100)
+    c = Collector()
+    for i in range(1000):
+        c.observe({"method": "session.update", "params": {"delta": f"line {i:04d}"}})
+    assert sum(len(d) for d in c.deltas) <= 100
+    result: dict[str, Any] = {}
+    c.apply(result)
+    assert result["output"].startswith("line 0000\nline 0001")
+    assert result["outputTruncated"] is True
+    small = Collector()
+    small.observe({"method": "session.update", "params": {"delta": "hi"}})
+    out: dict[str, Any] = {}
+    small.apply(out)
+    assert out["output"] == "hi" and "outputTruncated" not in out

@@ -29,6 +29,7 @@ from typing import Any
 
 from xwm_bridge import coerce
 from xwm_bridge.core.modes import Mode
+from xwm_bridge.providers import collector
 
 
 def _raw_text(content: Any) -> str:
@@ -105,24 +106,44 @@ def map_update(update: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": "agent_update", "sessionUpdate": kind, "update": update}
 
 
+#: tool calls one turn's result lists (each is relayed as it comes; past this they are
+#: counted in ``toolCallsDropped``)
+MAX_TOOL_CALLS = 1024
+
+
 @dataclass(slots=True)
 class TurnTranscript:
-    """What one prompt produced, to build the result."""
+    """What one prompt produced, to build the result: its text up to
+    ``collector.MAX_TURN_OUTPUT_CHARS`` and up to :data:`MAX_TOOL_CALLS` tool calls
+    (everything is relayed; only what the result keeps is bounded)."""
 
     chunks: list[str] = field(default_factory=list)
     tool_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kept: int = 0
+    truncated: bool = False
+    dropped_calls: set[str] = field(default_factory=set)
 
     def observe(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
         if kind == "agent_message_chunk":
             text = _raw_text(update.get("content"))
-            if text:
+            if text and self.kept + len(text) <= collector.MAX_TURN_OUTPUT_CHARS:
                 self.chunks.append(text)
+                self.kept += len(text)
+            elif text:
+                self.truncated = True
         elif kind in ("tool_call", "tool_call_update"):
             tid = coerce.text(update.get("toolCallId"))
-            if tid:
-                entry = self.tool_calls.setdefault(tid, {"toolCallId": tid})
-                entry.update(_pick(update, "title", "kind", "status"))
+            if not tid:
+                return
+            entry = self.tool_calls.get(tid)
+            if entry is None:
+                if len(self.tool_calls) >= MAX_TOOL_CALLS:
+                    if len(self.dropped_calls) < MAX_TOOL_CALLS * 64:  # a count, bounded
+                        self.dropped_calls.add(tid)
+                    return
+                entry = self.tool_calls[tid] = {"toolCallId": tid}
+            entry.update(_pick(update, "title", "kind", "status"))
 
     @property
     def output(self) -> str:
@@ -160,8 +181,12 @@ def turn_result(
         result["error"] = "turn cancelled"
     elif stop == "refusal":
         result["error"] = "agent refused the prompt"
+    if transcript.truncated:
+        result["outputTruncated"] = True
     if transcript.tool_calls:
         result["toolCalls"] = list(transcript.tool_calls.values())
+    if transcript.dropped_calls:
+        result["toolCallsDropped"] = len(transcript.dropped_calls)
     if working_directory:
         result["effectiveWorkingDirectory"] = working_directory
     return result

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import orjson
+import pytest
 
 from xwm_bridge.providers.stdio import codec, mapping
 
@@ -172,3 +173,34 @@ def test_content_blocks_follow_the_agents_prompt_capabilities() -> None:
     assert plain[1] == {"type": "text", "text": "[image/png omitted: this agent takes no images]"}
     assert plain[2] == {"type": "text", "text": '<resource uri="file:///a">\nbody\n</resource>'}
     assert codec.content_blocks(None, takes, "hi") == [{"type": "text", "text": "hi"}]
+
+
+def test_a_turns_transcript_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent's chunks and tool calls were all kept for the result: bounded now by
+    ``MAX_TURN_OUTPUT_CHARS`` and ``MAX_TOOL_CALLS`` (relayed all the same)."""
+    from xwm_bridge.providers import collector
+
+    monkeypatch.setattr(collector, "MAX_TURN_OUTPUT_CHARS", 50)
+    monkeypatch.setattr(mapping, "MAX_TOOL_CALLS", 3)
+    t = mapping.TurnTranscript()
+    for i in range(100):
+        t.observe(
+            {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": f"{i:03d} "},
+            }
+        )
+        t.observe({"sessionUpdate": "tool_call", "toolCallId": f"c{i}", "title": "t"})
+    t.observe({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed"})
+    assert len(t.output) <= 50 and t.output.startswith("000 001")
+    assert list(t.tool_calls) == ["c0", "c1", "c2"]
+    assert t.tool_calls["c1"]["status"] == "completed"  # a known one is still updated
+    result = mapping.turn_result(
+        transcript=t,
+        prompt_result={"stopReason": "end_turn"},
+        provider_id="p",
+        turn_id="t1",
+        agent_session_id="a",
+        working_directory="",
+    )
+    assert result["outputTruncated"] is True and result["toolCallsDropped"] == 97
