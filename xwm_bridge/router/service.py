@@ -16,7 +16,7 @@ import aiohttp
 from xwm_bridge import coerce
 from xwm_bridge.config import BridgeConfig
 from xwm_bridge.netaddr import HostPolicy, endpoint_of
-from xwm_bridge.router import memory
+from xwm_bridge.router import memory, memory_write
 from xwm_bridge.router.classifier import Classifier, Endpoint, choose_endpoint
 from xwm_bridge.router.resolver import (
     MULTI_AGENT,
@@ -152,18 +152,18 @@ class Router:
         ):
             return False
         located = self._locations(req) or await self._resolved(req)
-        target = memory.record_target(located)
+        target = memory_write.record_target(located)
         if target is None:
             log.info("memory not recorded: working directory outside the memory roots")
             return False
-        block = memory.render_block(
+        block = memory_write.render_block(
             decision.execution_target, decision.model, decision.skills, decision.provider_id
         )
-        home = memory.home_target(located)
+        home = memory_write.home_target(located)
         try:
             try:
                 await self._append(located, target, block)
-            except memory.FolderError as exc:
+            except memory_write.FolderError as exc:
                 if home is None or target == home:
                     raise
                 # §6.5: <wd>/.xworkmate could not be made: the project-home file
@@ -180,15 +180,15 @@ class Router:
 
     async def _append(self, located: memory.MemoryLocations, target: Path, block: str) -> None:
         # project-home files are named by the client's working directory: bounded in number
-        home = target == memory.home_target(located)
+        home = target == memory_write.home_target(located)
         try:
             await asyncio.to_thread(
-                memory.append,
+                memory_write.append,
                 target,
                 block,
                 self._config.router.memory_max_bytes,
                 located.anchor(target),
-                memory.MAX_PROJECT_FILES if home else 0,
+                memory_write.MAX_PROJECT_FILES if home else 0,
             )
         finally:
             self.memory.invalidate(str(target))  # the next turn reads what we wrote

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from xwm_bridge.config import BridgeConfig, RouterConfig
-from xwm_bridge.router import memory
+from xwm_bridge.router import memory, memory_write
 from xwm_bridge.router.resolver import RoutingRequest
 from xwm_bridge.router.service import Router
 
@@ -97,23 +97,23 @@ def test_symlink_escape_is_refused(tmp_path: Path) -> None:
 
 def test_render_block_format() -> None:
     now = datetime(2026, 4, 12, 10, 15, 30, tzinfo=timezone(timedelta(hours=8)))
-    block = memory.render_block("single-agent", "gpt-5.4", ("PPTX", "pdf"), "codex", now)
+    block = memory_write.render_block("single-agent", "gpt-5.4", ("PPTX", "pdf"), "codex", now)
     assert block == (
         "\n## Auto route 2026-04-12T10:15:30+08:00\npreferred-route: single-agent\n"
         "preferred-model: gpt-5.4\npreferred-skills: PPTX, pdf\nprovider: codex\n"
     )
-    assert memory.render_block("multi-agent", "", (), "", now).count("\n") == 3
+    assert memory_write.render_block("multi-agent", "", (), "", now).count("\n") == 3
 
 
 def test_render_block_writes_utc_as_z() -> None:
     # examples.md §5: a bridge on UTC writes Go's RFC 3339 form, 10:15:30Z
     now = datetime(2026, 4, 12, 10, 15, 30, tzinfo=timezone(timedelta(0)))
-    block = memory.render_block("single-agent", "", ("PPTX",), "codex", now)
+    block = memory_write.render_block("single-agent", "", ("PPTX",), "codex", now)
     assert block.startswith("\n## Auto route 2026-04-12T10:15:30Z\n")
 
 
 def test_render_block_cannot_inject_lines() -> None:
-    block = memory.render_block("single-agent", "m\nprovider: evil", (), "")
+    block = memory_write.render_block("single-agent", "m\nprovider: evil", (), "")
     assert "\nprovider: evil" not in block
 
 
@@ -122,7 +122,7 @@ def test_render_block_cannot_inject_lines_with_other_line_breaks(sep: str) -> No
     # parse() splits with str.splitlines, which also breaks at these: a client's
     # explicitModel (recorded on auto turns) carried a preference line of its own
     model = f"gpt{sep}preferred-route: gateway"
-    block = memory.render_block("single-agent", model, (f"a{sep}provider: evil",), "")
+    block = memory_write.render_block("single-agent", model, (f"a{sep}provider: evil",), "")
     part = memory.parse(memory.sanitize(block))
     assert (part.route, part.provider) == ("single-agent", "")
     assert part.model == "gpt preferred-route: gateway"
@@ -132,7 +132,7 @@ def test_render_block_cannot_inject_lines_with_other_line_breaks(sep: str) -> No
 def test_append_rotates_above_cap(tmp_path: Path) -> None:
     path = tmp_path / "p" / "memory.md"
     for _ in range(10):
-        memory.append(path, "x" * 40 + "\n", 100)
+        memory_write.append(path, "x" * 40 + "\n", 100)
     assert path.stat().st_size <= 100
     assert (tmp_path / "p" / "memory.md.1").exists()
     assert oct(path.stat().st_mode & 0o777) == "0o644"
@@ -144,9 +144,9 @@ def test_a_rotation_carries_the_preferences_over(tmp_path: Path) -> None:
     applying at once. The fresh file now starts with what the old one said."""
     path = tmp_path / "p" / "memory.md"
     write(path, "# team notes\npreferred-model: hand-picked\nprovider: acme\napi_key: sk-x\n")
-    memory.append(path, memory.render_block("single-agent", "", ("pdf",), ""), 4096)
+    memory_write.append(path, memory_write.render_block("single-agent", "", ("pdf",), ""), 4096)
     for _ in range(100):  # past the cap: rotated
-        memory.append(path, memory.render_block("single-agent", "", (), ""), 4096)
+        memory_write.append(path, memory_write.render_block("single-agent", "", (), ""), 4096)
     assert (tmp_path / "p" / "memory.md.1").exists()
     fresh = path.read_text()
     assert "api_key" not in fresh and "team notes" not in fresh  # sanitized, parsed only
@@ -159,7 +159,7 @@ def test_a_rotation_carries_the_preferences_over(tmp_path: Path) -> None:
 def test_concurrent_appends_do_not_interleave(tmp_path: Path) -> None:
     path = tmp_path / "memory.md"
     blocks = [f"\n## block {i}\n" + f"line-{i}\n" * 50 for i in range(8)]
-    threads = [threading.Thread(target=memory.append, args=(path, b, 10**7)) for b in blocks]
+    threads = [threading.Thread(target=memory_write.append, args=(path, b, 10**7)) for b in blocks]
     for t in threads:
         t.start()
     for t in threads:
@@ -176,7 +176,7 @@ def test_append_refuses_symlinked_file(tmp_path: Path) -> None:
     link.parent.mkdir()
     link.symlink_to(target)
     with pytest.raises(OSError):
-        memory.append(link, "x\n", 1000)
+        memory_write.append(link, "x\n", 1000)
     assert target.read_text() == ""
 
 
@@ -189,7 +189,7 @@ def test_append_refuses_a_fifo_without_blocking(tmp_path: Path, reader: bool) ->
     os.mkfifo(fifo)
     held = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK) if reader else -1
     pool = ThreadPoolExecutor(1)
-    future = pool.submit(memory.append, fifo, "preferred-route: gateway\n", 1000)
+    future = pool.submit(memory_write.append, fifo, "preferred-route: gateway\n", 1000)
     try:
         error = future.exception(timeout=10)  # TimeoutError here: append blocked
         assert isinstance(error, OSError)
@@ -208,17 +208,17 @@ def test_append_waits_for_a_stuck_lock_holder_only_until_its_deadline(
 ) -> None:
     """A blocking flock(LOCK_EX) had no deadline: another writer that held the file's
     lock (a stuck process, a hung NFS server) kept the turn's reply and a worker thread
-    waiting for ever. The append now fails with a clear error at memory.LOCK_TIMEOUT,
+    waiting for ever. The append now fails with a clear error at memory_write.LOCK_TIMEOUT,
     and writes nothing."""
     import fcntl
 
-    monkeypatch.setattr(memory, "LOCK_TIMEOUT", 0.2, raising=False)
+    monkeypatch.setattr(memory_write, "LOCK_TIMEOUT", 0.2, raising=False)
     target = tmp_path / "memory.md"
     target.write_text("")
     holder = os.open(target, os.O_RDONLY)  # its own open file description: its own lock
     fcntl.flock(holder, fcntl.LOCK_EX)
     pool = ThreadPoolExecutor(1)
-    future = pool.submit(memory.append, target, "preferred-route: gateway\n", 1000)
+    future = pool.submit(memory_write.append, target, "preferred-route: gateway\n", 1000)
     try:
         error = future.exception(timeout=10)  # TimeoutError here: append blocked
         assert isinstance(error, TimeoutError)
@@ -282,7 +282,7 @@ async def test_home_project_files_are_capped_in_number(
     made ``<home>/self-improving/projects/<name>.md`` for the name the client gave: one
     new file per name, without bound. Past ``MAX_PROJECT_FILES`` no new one is made
     (the turn stands; logged); the files there already still take their blocks."""
-    monkeypatch.setattr(memory, "MAX_PROJECT_FILES", 3)
+    monkeypatch.setattr(memory_write, "MAX_PROJECT_FILES", 3)
     r = router(tmp_path)
     projects = tmp_path / "home" / "self-improving" / "projects"
     for name in ("a", "b", "c"):
@@ -676,7 +676,7 @@ def test_writers_waiting_while_another_rotates_append_to_the_fresh_file(
     holder = os.open(path, os.O_RDONLY)
     fcntl.flock(holder, fcntl.LOCK_EX)
     waiting = threading.Semaphore(0)
-    real = memory.lock_until
+    real = memory_write.lock_until
     first = threading.local()
 
     def counted(fd: int, deadline: float, busy: str) -> None:
@@ -685,9 +685,9 @@ def test_writers_waiting_while_another_rotates_append_to_the_fresh_file(
             waiting.release()  # this writer has its file open and waits for the lock
         real(fd, deadline, busy)
 
-    monkeypatch.setattr(memory, "lock_until", counted)
+    monkeypatch.setattr(memory_write, "lock_until", counted)
     pool = ThreadPoolExecutor(2)
-    futures = [pool.submit(memory.append, path, f"block{i}\n", 100) for i in range(2)]
+    futures = [pool.submit(memory_write.append, path, f"block{i}\n", 100) for i in range(2)]
     try:
         for _ in futures:
             assert waiting.acquire(timeout=10)
@@ -712,7 +712,7 @@ async def test_xworkmate_swapped_for_a_symlink_while_recording_is_not_followed(
     (wd / ".xworkmate").mkdir(parents=True)
     outside = tmp_path / "outside"
     outside.mkdir()
-    real = memory._open_regular
+    real = memory_write._open_regular
 
     def swapped(*args: Any) -> int:  # just before the file is opened
         if not (wd / ".xworkmate").is_symlink():
@@ -720,7 +720,7 @@ async def test_xworkmate_swapped_for_a_symlink_while_recording_is_not_followed(
             (wd / ".xworkmate").symlink_to(outside)
         return real(*args)
 
-    monkeypatch.setattr(memory, "_open_regular", swapped)
+    monkeypatch.setattr(memory_write, "_open_regular", swapped)
     req = request(str(wd))
     decision = await r.resolve(req)
     await r.record(req, decision, {"success": True})
@@ -733,7 +733,7 @@ def test_the_xworkmate_directory_is_made_0755(tmp_path: Path) -> None:
     wd.mkdir(parents=True)
     old = os.umask(0)
     try:
-        memory.append(
+        memory_write.append(
             wd / ".xworkmate" / "memory.md", "x\n", 1000, (wd, (".xworkmate", "memory.md"))
         )
     finally:
