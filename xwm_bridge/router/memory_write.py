@@ -39,7 +39,16 @@ def render_block(
     stamp = (now or datetime.now().astimezone()).isoformat(timespec="seconds")
     if stamp.endswith("+00:00"):  # RFC 3339 as Go writes it (examples.md §5): UTC is Z
         stamp = stamp[: -len("+00:00")] + "Z"
-    lines = ["", f"## Auto route {stamp}", f"preferred-route: {route}"]
+    # preferred-route always (§6.5), even when empty
+    return _block(f"Auto route {stamp}", [f"preferred-route: {route}"], model, skills, provider)
+
+
+def _block(
+    heading: str, lines: list[str], model: str, skills: tuple[str, ...], provider: str
+) -> str:
+    """A block: a blank line, ``## heading``, ``lines``, then the non-empty preferences,
+    each on one line."""
+    lines = ["", f"## {heading}", *lines]
     if model:
         lines.append(f"preferred-model: {model}")
     if skills:
@@ -174,17 +183,11 @@ def _carried(folder: int, rotated: str, max_bytes: int) -> bytes:
     except OSError:
         return b""
     part = parse(sanitize(text))
-    lines = [f"preferred-route: {part.route}"] if part.route else []
-    if part.model:
-        lines.append(f"preferred-model: {part.model}")
-    if part.skills:
-        lines.append(f"preferred-skills: {', '.join(part.skills)}")
-    if part.provider:
-        lines.append(f"provider: {part.provider}")
-    if not lines:
+    if not (part.route or part.model or part.skills or part.provider):
         return b""
-    block = ["", f"## Carried over from {rotated}", *lines]
-    return ("\n".join(_one_line(v) for v in block) + "\n").encode("utf-8")
+    route = [f"preferred-route: {part.route}"] if part.route else []
+    heading = f"Carried over from {rotated}"
+    return _block(heading, route, part.model, tuple(part.skills), part.provider).encode()
 
 
 def _locked_current(folder: int, name: str, flags: int, deadline: float, busy: str) -> int:
